@@ -1,0 +1,31 @@
+//! Warren's storage engine: a segmented, append-only log of records with dense u64
+//! offsets, a memory-mapped sparse index and time index per segment, retention,
+//! crash recovery that reads only the tail, and group commit with a durable watermark.
+//!
+//! The on-disk format is specified in `storage/README.md`. Start at [`Log`].
+
+mod config;
+mod entry_file;
+mod error;
+mod flusher;
+mod group_commit;
+mod log;
+mod reader;
+mod record;
+mod recovery;
+mod retention;
+mod segment;
+mod sparse_index;
+mod time_index;
+mod truncate;
+
+pub use config::{
+    FlushPolicy, LogConfig, DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_INTERVAL_MS,
+    DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_MAX_RECORD_BYTES, DEFAULT_SEGMENT_BYTES,
+    DEFAULT_WRITE_BUFFER_BYTES, MAX_SEGMENT_BYTES,
+};
+pub use error::{Result, StorageError};
+pub use flusher::{Flusher, SHARED_FLUSHER_THREADS};
+pub use log::Log;
+pub use record::{NewRecord, Record, HEADER_BYTES, MAGIC_V1};
+pub use retention::RetentionOutcome;

@@ -1,0 +1,243 @@
+//! The read path: locating an offset (segment by binary search over bases, position by
+//! the sparse index), reading the file outside the log's lock with `pread`, and
+//! decoding records whose payloads share one `Bytes` buffer. Also timestamp lookups.
+
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::config::LogConfig;
+use crate::error::{IoContext, Result, StorageError};
+use crate::log::{Log, State};
+use crate::record::{self, DecodeError, Record, HEADER_BYTES};
+use crate::recovery;
+use crate::segment::SegmentFile;
+
+/// Smallest read issued, so short reads still amortize the syscall.
+const MIN_READ_BYTES: usize = 64 * 1024;
+/// Records fetched per step while seeking by timestamp.
+const TIME_SCAN_BATCH_RECORDS: usize = 4096;
+/// Bytes fetched per step while seeking by timestamp.
+const TIME_SCAN_BATCH_BYTES: usize = 4 * 1024 * 1024;
+
+/// Where to read: found under the lock, used outside it.
+struct ReadPlan {
+    file: Arc<SegmentFile>,
+    /// Position and offset of the index entry at or before the wanted offset.
+    pos: u64,
+    offset: u64,
+    /// End of the segment's readable bytes when the plan was made.
+    end: u64,
+}
+
+/// Limits on one read.
+struct Budget {
+    records: usize,
+    bytes: usize,
+    /// The first record of a read is returned even if larger than `bytes`.
+    at_least_one: bool,
+}
+
+impl Log {
+    /// Reads records from `from` onwards: at most `max_records`, and at most `max_bytes`
+    /// of payload (but always at least one record if `from` holds one). Reading at
+    /// [`Log::next_offset`] returns an empty vector; outside `[first, next]` is an error.
+    /// Payloads are slices of shared buffers (no per-record copy).
+    pub fn read(&self, from: u64, max_records: usize, max_bytes: usize) -> Result<Vec<Record>> {
+        let mut out = Vec::new();
+        let mut next = from;
+        let mut budget = Budget {
+            records: max_records,
+            bytes: max_bytes,
+            at_least_one: true,
+        };
+        while budget.records > 0 {
+            let Some(plan) = self.plan_read(next)? else {
+                break;
+            };
+            let before = out.len();
+            read_segment(&plan, next, &mut budget, &self.shared.config, &mut out)?;
+            if out.len() == before {
+                break;
+            }
+            next = out[out.len() - 1].offset + 1;
+        }
+        Ok(out)
+    }
+
+    /// Reads the single record at `offset`.
+    pub fn read_one(&self, offset: u64) -> Result<Record> {
+        let (first, next) = self.bounds();
+        match self.read(offset, 1, 0)?.pop() {
+            Some(r) => Ok(r),
+            None => Err(StorageError::OffsetOutOfRange { offset, first, next }),
+        }
+    }
+
+    fn bounds(&self) -> (u64, u64) {
+        let st = self.shared.state.lock();
+        (st.first_offset(), st.next_offset())
+    }
+
+    /// Locates `offset`; `None` at the end of the log.
+    fn plan_read(&self, offset: u64) -> Result<Option<ReadPlan>> {
+        let sh = &self.shared;
+        let mut st = sh.state.lock();
+        let (first, next) = (st.first_offset(), st.next_offset());
+        if offset < first || offset > next {
+            return Err(StorageError::OffsetOutOfRange { offset, first, next });
+        }
+        if offset == next {
+            return Ok(None);
+        }
+        let i = st.segment_index(offset);
+        self.ensure_loaded(&mut st, i)?;
+        let seg = &mut st.segments[i];
+        if seg.buffered_bytes() > 0 {
+            if let Err(e) = seg.write_out() {
+                sh.durability.fail(&e);
+                return Err(e);
+            }
+        }
+        let Some(files) = seg.files() else {
+            return Err(StorageError::Failed("segment files not loaded".into()));
+        };
+        let entry = files.index.lookup((offset - seg.base) as u32);
+        Ok(Some(ReadPlan {
+            file: Arc::clone(&files.log),
+            pos: u64::from(entry.pos),
+            offset: seg.base + u64::from(entry.rel),
+            end: seg.size,
+        }))
+    }
+
+    /// Loads segment `i`'s files if it is a sealed segment not used since open.
+    pub(crate) fn ensure_loaded(&self, st: &mut State, i: usize) -> Result<()> {
+        let sh = &self.shared;
+        match st.segments.get_mut(i) {
+            Some(seg) if !seg.is_loaded() => recovery::load_sealed(&sh.dir, seg, &sh.config),
+            _ => Ok(()),
+        }
+    }
+
+    /// First offset whose record has a timestamp at or after `ts_ms`, or `None` if no
+    /// retained record is that recent. Exact even when timestamps are not monotonic.
+    pub fn offset_for_timestamp(&self, ts_ms: i64) -> Result<Option<u64>> {
+        let Some(start) = self.time_scan_start(ts_ms)? else {
+            return Ok(None);
+        };
+        let mut from = start;
+        loop {
+            let batch = match self.read(from, TIME_SCAN_BATCH_RECORDS, TIME_SCAN_BATCH_BYTES) {
+                Ok(b) => b,
+                // Retention may delete the segment under the scan; start again.
+                Err(StorageError::OffsetOutOfRange { first, .. }) if from < first => {
+                    from = first;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let Some(last) = batch.last().map(|r| r.offset) else {
+                return Ok(None);
+            };
+            if let Some(r) = batch.iter().find(|r| r.timestamp_ms >= ts_ms) {
+                return Ok(Some(r.offset));
+            }
+            from = last + 1;
+        }
+    }
+
+    /// The offset to scan from: inside the oldest segment whose newest timestamp reaches
+    /// `ts_ms`, just past the last time-index entry that is still older.
+    fn time_scan_start(&self, ts_ms: i64) -> Result<Option<u64>> {
+        let mut st = self.shared.state.lock();
+        for i in 0..st.segments.len() {
+            self.ensure_loaded(&mut st, i)?;
+            let seg = &st.segments[i];
+            if seg.max_ts.is_some_and(|m| m >= ts_ms) {
+                let rel = seg.files().map_or(0, |f| f.time.scan_start(ts_ms));
+                return Ok(Some((seg.base + u64::from(rel)).min(seg.next_offset - 1)));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Reads records of one segment starting at `from` into `out`, within `budget`.
+fn read_segment(
+    plan: &ReadPlan,
+    from: u64,
+    budget: &mut Budget,
+    config: &LogConfig,
+    out: &mut Vec<Record>,
+) -> Result<()> {
+    let window = budget
+        .bytes
+        .saturating_add(config.index_interval_bytes as usize + HEADER_BYTES)
+        .max(MIN_READ_BYTES);
+    let (mut pos, mut offset) = (plan.pos, plan.offset);
+    let mut want = window;
+    while pos < plan.end && budget.records > 0 {
+        let chunk = read_chunk(plan, pos, want)?;
+        want = window;
+        let mut at = 0;
+        while budget.records > 0 && pos + (at as u64) < plan.end {
+            let rec_pos = pos + at as u64;
+            let header = match record::decode(&chunk[at..], config.max_record_bytes) {
+                Ok(h) => h,
+                Err(DecodeError::Incomplete) => {
+                    let need = record::decode_header(&chunk[at..], config.max_record_bytes)
+                        .map_or(HEADER_BYTES, |h| h.total_len);
+                    if rec_pos + need as u64 > plan.end {
+                        return Err(corrupt(plan, rec_pos, DecodeError::Incomplete.describe()));
+                    }
+                    if at == 0 {
+                        // A record larger than the window: fetch exactly it.
+                        want = need;
+                    }
+                    break;
+                }
+                Err(e) => return Err(corrupt(plan, rec_pos, e.describe())),
+            };
+            if header.offset != offset {
+                let why = format!("expected offset {offset}, found {}", header.offset);
+                return Err(corrupt(plan, rec_pos, &why));
+            }
+            if offset >= from && !take(budget, header.total_len - HEADER_BYTES) {
+                break;
+            }
+            if offset >= from {
+                out.push(record::to_record(&chunk, at, &header));
+            }
+            at += header.total_len;
+            offset += 1;
+        }
+        pos += at as u64;
+    }
+    Ok(())
+}
+
+/// Charges one record of `payload_len` bytes to the budget; false if it does not fit.
+fn take(budget: &mut Budget, payload_len: usize) -> bool {
+    if payload_len > budget.bytes && !budget.at_least_one {
+        budget.records = 0;
+        return false;
+    }
+    budget.records -= 1;
+    budget.bytes = budget.bytes.saturating_sub(payload_len);
+    budget.at_least_one = false;
+    true
+}
+
+/// `pread`s up to `len` bytes at `pos`, bounded by the plan's end.
+fn read_chunk(plan: &ReadPlan, pos: u64, len: usize) -> Result<Bytes> {
+    let len = len.min((plan.end - pos) as usize);
+    let mut buf = vec![0; len];
+    plan.file.file.read_exact_at(&mut buf, pos).at(&plan.file.path)?;
+    Ok(Bytes::from(buf))
+}
+
+fn corrupt(plan: &ReadPlan, pos: u64, why: &str) -> StorageError {
+    StorageError::corruption(&plan.file.path, pos, why)
+}

@@ -1,0 +1,273 @@
+//! One segment: a `{base_offset:020}.log` file of records with its sparse index and time
+//! index. The segment owns its write buffer (appends reach the file in large chunks), the
+//! index-entry cadence, sealing and truncation. Sealed segments load their files lazily,
+//! so opening a log costs one directory listing, not a visit to every segment.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::config::LogConfig;
+use crate::error::{IoContext, Result};
+use crate::record::{self, NewRecord};
+use crate::sparse_index::SparseIndex;
+use crate::time_index::TimeIndex;
+
+/// File-name extension of segment data.
+pub(crate) const LOG_EXT: &str = "log";
+/// File-name extension of the sparse offset index.
+pub(crate) const INDEX_EXT: &str = "idx";
+/// File-name extension of the time index.
+pub(crate) const TIME_EXT: &str = "tix";
+
+/// Path of a segment file with the given extension.
+pub(crate) fn segment_path(dir: &Path, base: u64, ext: &str) -> PathBuf {
+    dir.join(format!("{base:020}.{ext}"))
+}
+
+/// The open data file of a segment, shared with readers outside the log's lock.
+#[derive(Debug)]
+pub(crate) struct SegmentFile {
+    pub path: PathBuf,
+    pub file: File,
+}
+
+impl SegmentFile {
+    fn open(path: &Path, create: bool) -> Result<Arc<Self>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(path)
+            .at(path)?;
+        Ok(Arc::new(SegmentFile {
+            path: path.to_path_buf(),
+            file,
+        }))
+    }
+
+    /// Reads exactly `len` bytes at `pos`.
+    pub(crate) fn read_exact_at(&self, pos: u64, len: usize) -> Result<Vec<u8>> {
+        let mut buf = vec![0; len];
+        self.file.read_exact_at(&mut buf, pos).at(&self.path)?;
+        Ok(buf)
+    }
+
+    /// fsyncs the file's data.
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.file.sync_data().at(&self.path)
+    }
+}
+
+/// A segment's files once loaded.
+pub(crate) struct SegmentFiles {
+    pub log: Arc<SegmentFile>,
+    pub index: SparseIndex,
+    pub time: TimeIndex,
+}
+
+impl SegmentFiles {
+    /// Opens the three files; `active` grows the indexes to full capacity.
+    pub(crate) fn open(dir: &Path, base: u64, config: &LogConfig, active: bool) -> Result<Self> {
+        let cap = config.index_capacity_entries();
+        Ok(SegmentFiles {
+            log: SegmentFile::open(&segment_path(dir, base, LOG_EXT), active)?,
+            index: SparseIndex::open(&segment_path(dir, base, INDEX_EXT), cap, active)?,
+            time: TimeIndex::open(&segment_path(dir, base, TIME_EXT), cap + 1, active)?,
+        })
+    }
+}
+
+/// One segment of a log.
+pub(crate) struct Segment {
+    /// Offset of the segment's first record (also its name).
+    pub base: u64,
+    /// One past the segment's last record.
+    pub next_offset: u64,
+    /// Logical size in bytes, including bytes still in the write buffer.
+    pub size: u64,
+    /// Bytes already handed to the OS.
+    pub written: u64,
+    /// Largest record timestamp, once known (always known for the active segment).
+    pub max_ts: Option<i64>,
+    /// Timestamp of the first record, for age-based rolling.
+    pub first_ts: Option<i64>,
+    /// Sealed segments take no appends.
+    pub sealed: bool,
+    /// Log bytes appended since the last index entry.
+    pub bytes_since_index: u64,
+    buf: Vec<u8>,
+    files: Option<SegmentFiles>,
+}
+
+impl Segment {
+    /// A sealed segment known only by name and size; files load on first use.
+    pub(crate) fn unloaded(base: u64, next_offset: u64, size: u64) -> Self {
+        Segment {
+            base,
+            next_offset,
+            size,
+            written: size,
+            max_ts: None,
+            first_ts: None,
+            sealed: true,
+            bytes_since_index: 0,
+            buf: Vec::new(),
+            files: None,
+        }
+    }
+
+    /// A segment around already-open files (used by recovery and creation).
+    pub(crate) fn with_files(base: u64, files: SegmentFiles, size: u64) -> Self {
+        let mut seg = Segment::unloaded(base, base, size);
+        seg.files = Some(files);
+        seg
+    }
+
+    /// Creates a new, empty active segment.
+    pub(crate) fn create(dir: &Path, base: u64, config: &LogConfig) -> Result<Self> {
+        // Leftovers of a segment deleted at this base (a crash mid-deletion, or a
+        // truncation) must not be mistaken for the new segment's contents.
+        for path in Segment::paths(dir, base) {
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).at(&path),
+                _ => {}
+            }
+        }
+        let files = SegmentFiles::open(dir, base, config, true)?;
+        let mut seg = Segment::with_files(base, files, 0);
+        seg.sealed = false;
+        seg.buf = Vec::with_capacity(config.write_buffer_bytes);
+        Ok(seg)
+    }
+
+    pub(crate) fn is_loaded(&self) -> bool {
+        self.files.is_some()
+    }
+
+    pub(crate) fn files(&self) -> Option<&SegmentFiles> {
+        self.files.as_ref()
+    }
+
+    pub(crate) fn files_mut(&mut self) -> Option<&mut SegmentFiles> {
+        self.files.as_mut()
+    }
+
+    pub(crate) fn set_files(&mut self, files: SegmentFiles) {
+        self.files = Some(files);
+    }
+
+    /// Number of records.
+    pub(crate) fn record_count(&self) -> u64 {
+        self.next_offset - self.base
+    }
+
+    /// Bytes buffered but not yet written to the file.
+    pub(crate) fn buffered_bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether `rec` must go to a new segment instead of this one.
+    pub(crate) fn should_roll(&self, rec: &NewRecord<'_>, config: &LogConfig) -> bool {
+        if self.record_count() == 0 {
+            return false;
+        }
+        let too_big = self.size + rec.encoded_len() as u64 > config.segment_bytes;
+        let too_many = self.record_count() >= u64::from(u32::MAX);
+        let too_old = match (config.segment_age, self.first_ts) {
+            (Some(age), Some(first)) => {
+                rec.timestamp_ms.saturating_sub(first) >= age.as_millis() as i64
+            }
+            _ => false,
+        };
+        too_big || too_many || too_old
+    }
+
+    /// Appends `rec` (the caller checked `should_roll`), writing the buffer out when full.
+    pub(crate) fn append(&mut self, rec: &NewRecord<'_>, config: &LogConfig) -> Result<u64> {
+        let offset = self.next_offset;
+        let pos = self.size;
+        record::encode(&mut self.buf, offset, rec);
+        self.note_record(offset, pos, rec.timestamp_ms, rec.encoded_len() as u64, config);
+        if self.buf.len() >= config.write_buffer_bytes {
+            self.write_out()?;
+        }
+        Ok(offset)
+    }
+
+    /// Accounts for a record at `pos` (appended or found by recovery): sizes, the
+    /// timestamp bounds, and an index entry once enough bytes have passed.
+    pub(crate) fn note_record(&mut self, offset: u64, pos: u64, ts: i64, len: u64, config: &LogConfig) {
+        let max_ts = self.max_ts.map_or(ts, |m| m.max(ts));
+        self.max_ts = Some(max_ts);
+        self.first_ts.get_or_insert(ts);
+        let first_in_index = self.files.as_ref().is_some_and(|f| f.index.len() == 0);
+        if first_in_index || self.bytes_since_index >= u64::from(config.index_interval_bytes) {
+            if let Some(files) = self.files.as_mut() {
+                let rel = (offset - self.base) as u32;
+                files.index.append(rel, pos as u32);
+                files.time.append(max_ts, rel);
+            }
+            self.bytes_since_index = 0;
+        }
+        self.bytes_since_index += len;
+        self.next_offset = offset + 1;
+        self.size = pos + len;
+    }
+
+    /// Hands buffered bytes to the OS (one pwrite).
+    pub(crate) fn write_out(&mut self) -> Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        if let Some(files) = &self.files {
+            let log = &files.log;
+            log.file.write_all_at(&self.buf, self.written).at(&log.path)?;
+        }
+        self.written += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Stops appends: writes the buffer out, adds the final time-index entry, trims the
+    /// indexes to their entries and releases the buffer.
+    pub(crate) fn seal(&mut self) -> Result<()> {
+        self.write_out()?;
+        if let Some(files) = self.files.as_mut() {
+            if let (Some(max_ts), Some(last)) = (self.max_ts, self.next_offset.checked_sub(1)) {
+                if last >= self.base {
+                    files.time.append(max_ts, (last - self.base) as u32);
+                }
+            }
+            files.index.seal()?;
+            files.time.seal()?;
+        }
+        self.sealed = true;
+        self.buf = Vec::new();
+        Ok(())
+    }
+
+    /// Makes a sealed segment writable again (for truncation).
+    pub(crate) fn unseal(&mut self, config: &LogConfig) -> Result<()> {
+        if let Some(files) = self.files.as_mut() {
+            let cap = config.index_capacity_entries();
+            files.index.unseal(cap)?;
+            files.time.unseal(cap + 1)?;
+        }
+        self.sealed = false;
+        self.buf = Vec::with_capacity(config.write_buffer_bytes);
+        Ok(())
+    }
+
+    /// The data file, for readers and the flusher.
+    pub(crate) fn log_file(&self) -> Option<Arc<SegmentFile>> {
+        self.files.as_ref().map(|f| Arc::clone(&f.log))
+    }
+
+    /// Paths of the segment's three files.
+    pub(crate) fn paths(dir: &Path, base: u64) -> [PathBuf; 3] {
+        [LOG_EXT, INDEX_EXT, TIME_EXT].map(|ext| segment_path(dir, base, ext))
+    }
+}

@@ -1,0 +1,318 @@
+//! Behavioural tests of the log API: many segments, reopen, timestamps, truncation,
+//! retention, group commit.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use warren_storage::{FlushPolicy, LogConfig, NewRecord, StorageError};
+
+#[test]
+fn empty_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), small_config());
+    assert_eq!((log.first_offset(), log.next_offset(), log.last_offset()), (0, 0, None));
+    assert!(log.read(0, 10, 1000).unwrap().is_empty());
+    assert!(matches!(log.read(1, 10, 1000), Err(StorageError::OffsetOutOfRange { .. })));
+    assert_eq!(log.offset_for_timestamp(0).unwrap(), None);
+    drop(log);
+    let log = open(dir.path(), small_config());
+    assert_eq!(log.next_offset(), 0);
+}
+
+#[test]
+fn many_segments_read_back_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), small_config());
+    append_n(&log, 0, 500);
+    assert!(log.segment_count() > 10, "{} segments", log.segment_count());
+    let all = read_all(&log, 0);
+    assert_eq!(all.len(), 500);
+    for (i, r) in all.iter().enumerate() {
+        check_record(r, i as u64);
+    }
+    for i in [0, 1, 77, 250, 499] {
+        check_record(&log.read_one(i).unwrap(), i);
+    }
+    log.close().unwrap();
+    drop(log);
+    let log = open(dir.path(), small_config());
+    assert_eq!((log.first_offset(), log.next_offset(), log.last_offset()), (0, 500, Some(499)));
+    for (i, r) in read_all(&log, 123).iter().enumerate() {
+        check_record(r, 123 + i as u64);
+    }
+    append_n(&log, 500, 10);
+    check_record(&log.read_one(509).unwrap(), 509);
+}
+
+#[test]
+fn read_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), small_config());
+    append_n(&log, 0, 100);
+    assert_eq!(log.read(10, 5, usize::MAX).unwrap().len(), 5);
+    // A byte budget of zero still returns one record.
+    assert_eq!(log.read(10, 5, 0).unwrap().len(), 1);
+    let got = log.read(0, 100, 1000).unwrap();
+    let bytes: usize = got.iter().map(|r| r.payload.len()).sum();
+    assert!(bytes <= 1000 || got.len() == 1);
+}
+
+#[test]
+fn timestamp_lookup() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), small_config());
+    append_n(&log, 0, 300);
+    assert_eq!(log.offset_for_timestamp(i64::MIN).unwrap(), Some(0));
+    for i in [0u64, 1, 9, 150, 299] {
+        assert_eq!(log.offset_for_timestamp(ts(i)).unwrap(), Some(i));
+        assert_eq!(log.offset_for_timestamp(ts(i) - 5).unwrap(), Some(i));
+    }
+    assert_eq!(log.offset_for_timestamp(ts(299) + 1).unwrap(), None);
+    drop(log);
+    let log = open(dir.path(), small_config());
+    assert_eq!(log.offset_for_timestamp(ts(200) - 3).unwrap(), Some(200));
+}
+
+#[test]
+fn timestamp_lookup_non_monotonic() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), small_config());
+    let stamps = [50, 10, 40, 20, 60, 5, 70];
+    for &t in stamps.iter().cycle().take(200) {
+        log.append(NewRecord::new(t, &[7; 100])).unwrap();
+    }
+    for target in [0, 10, 45, 55, 65, 70, 71] {
+        let expect = (0..200).find(|&i| stamps[i % stamps.len()] >= target).map(|i| i as u64);
+        assert_eq!(log.offset_for_timestamp(target).unwrap(), expect, "target {target}");
+    }
+}
+
+#[test]
+fn truncate_then_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), small_config());
+    append_n(&log, 0, 300);
+    log.truncate_from(250).unwrap();
+    assert_eq!(log.next_offset(), 250);
+    assert!(log.read(250, 1, 10).unwrap().is_empty());
+    append_n(&log, 250, 20);
+    log.truncate_from(100).unwrap();
+    append_n(&log, 100, 5);
+    drop(log);
+    let log = open(dir.path(), small_config());
+    let all = read_all(&log, 0);
+    assert_eq!(all.len(), 105);
+    for (i, r) in all.iter().enumerate() {
+        check_record(r, i as u64);
+    }
+    log.truncate_from(0).unwrap();
+    assert_eq!((log.first_offset(), log.next_offset()), (0, 0));
+    append_n(&log, 0, 3);
+    assert_eq!(read_all(&log, 0).len(), 3);
+}
+
+#[test]
+fn retention_by_bytes_and_below_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        retention_bytes: Some(20_000),
+        ..small_config()
+    };
+    let log = open(dir.path(), config);
+    append_n(&log, 0, 1000);
+    assert!(log.size_bytes() <= 20_000 + 4096, "size {}", log.size_bytes());
+    let first = log.first_offset();
+    assert!(first > 0);
+    check_record(&log.read_one(first).unwrap(), first);
+    assert!(matches!(log.read(first - 1, 1, 1), Err(StorageError::OffsetOutOfRange { .. })));
+    let out = log.delete_below(900).unwrap();
+    assert!(out.first_offset <= 900 && out.first_offset > first);
+    for (i, r) in read_all(&log, out.first_offset).iter().enumerate() {
+        check_record(r, out.first_offset + i as u64);
+    }
+    drop(log);
+    let log = open(dir.path(), small_config());
+    assert_eq!(log.first_offset(), out.first_offset);
+}
+
+#[test]
+fn retention_by_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        retention_age: Some(Duration::from_millis(5_000)),
+        ..small_config()
+    };
+    let log = open(dir.path(), config);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let stamp = |i: u64| now - 10_000 + i as i64 * 10;
+    for i in 0..1000u64 {
+        log.append(NewRecord::new(stamp(i), &[1; 100])).unwrap();
+    }
+    // Rolling applied retention with the real clock: records older than 5 s are gone.
+    let first = log.first_offset();
+    assert!(first > 400 && first <= 500, "first {first}");
+    let out = log.enforce_retention_at(now + 3_000).unwrap();
+    assert!(out.segments_deleted > 0);
+    assert!(out.first_offset > 700 && out.first_offset <= 800, "{out:?}");
+    assert_eq!(log.read_one(out.first_offset).unwrap().timestamp_ms, stamp(out.first_offset));
+}
+
+#[test]
+fn age_rolls_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes: 1 << 20,
+        segment_age: Some(Duration::from_millis(100)),
+        ..small_config()
+    };
+    let log = open(dir.path(), config);
+    append_n(&log, 0, 100); // 10 ms apart: a new segment every 10 records
+    assert_eq!(log.segment_count(), 10);
+}
+
+#[test]
+fn damaged_sealed_segment_is_reported_with_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), small_config());
+    append_n(&log, 0, 200);
+    log.close().unwrap();
+    drop(log);
+    let seg = dir.path().join(format!("{:020}.log", 0));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[100] ^= 0x40;
+    std::fs::write(&seg, &bytes).unwrap();
+    let log = open(dir.path(), small_config());
+    let err = read_all_result(&log);
+    match err {
+        Err(StorageError::Corruption { path, .. }) => assert_eq!(path, seg),
+        other => panic!("expected corruption, got {other:?}"),
+    }
+    // Damage with the index gone is found while rebuilding it, and also reported.
+    drop(log);
+    std::fs::remove_file(dir.path().join(format!("{:020}.idx", 0))).unwrap();
+    let log = open(dir.path(), small_config());
+    assert!(matches!(log.read(0, 10, 10_000), Err(StorageError::Corruption { .. })));
+}
+
+fn read_all_result(log: &warren_storage::Log) -> Result<usize, StorageError> {
+    let mut n = 0;
+    let mut next = log.first_offset();
+    while next < log.next_offset() {
+        let b = log.read(next, 50, 8192)?;
+        n += b.len();
+        next = b.last().map_or(next, |r| r.offset + 1);
+    }
+    Ok(n)
+}
+
+#[test]
+fn missing_indexes_are_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), small_config());
+    append_n(&log, 0, 300);
+    log.close().unwrap();
+    drop(log);
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let p = entry.unwrap().path();
+        let ext = p.extension().unwrap().to_str().unwrap().to_string();
+        if ext == "idx" || ext == "tix" {
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+    let log = open(dir.path(), small_config());
+    let all = read_all(&log, 0);
+    assert_eq!(all.len(), 300);
+    assert_eq!(log.offset_for_timestamp(ts(123)).unwrap(), Some(123));
+}
+
+#[tokio::test]
+async fn group_commit_publishes_durable_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        flush_policy: FlushPolicy::Batch,
+        flush_interval: Duration::from_millis(2),
+        ..LogConfig::default()
+    };
+    let log = open(dir.path(), config);
+    append_n(&log, 0, 100);
+    tokio::time::timeout(Duration::from_secs(5), log.wait_durable(99))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(log.durable_offset(), 100);
+    let mut rx = log.subscribe_durable();
+    append_n(&log, 100, 1);
+    tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|&d| d > 100))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn always_and_never_policies() {
+    for policy in [FlushPolicy::Always, FlushPolicy::Never] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            flush_policy: policy,
+            ..LogConfig::default()
+        };
+        let log = open(dir.path(), config);
+        append_n(&log, 0, 10);
+        assert_eq!(log.durable_offset(), 10, "{policy:?}");
+        log.wait_durable(9).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn close_fails_waiters() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        flush_policy: FlushPolicy::Batch,
+        flush_interval: Duration::from_secs(60),
+        ..LogConfig::default()
+    };
+    let log = open(dir.path(), config);
+    append_n(&log, 0, 10);
+    log.close().unwrap();
+    log.wait_durable(9).await.unwrap();
+    assert!(matches!(log.wait_durable(10).await, Err(StorageError::Closed)));
+    assert!(matches!(log.append(NewRecord::new(0, b"x")), Err(StorageError::Closed)));
+}
+
+#[test]
+fn bad_config_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes: 10,
+        ..LogConfig::default()
+    };
+    assert!(matches!(
+        warren_storage::Log::open(dir.path(), config),
+        Err(StorageError::BadConfig(_))
+    ));
+}
+
+#[test]
+fn concurrent_reader_sees_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = std::sync::Arc::new(open(dir.path(), small_config()));
+    let reader = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            let mut next = 0;
+            while next < 2000 {
+                for r in log.read(next, 100, 1 << 20).unwrap() {
+                    check_record(&r, next);
+                    next += 1;
+                }
+            }
+        })
+    };
+    append_n(&log, 0, 2000);
+    reader.join().unwrap();
+}
