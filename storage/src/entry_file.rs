@@ -73,7 +73,6 @@ impl<const N: usize> EntryFile<N> {
             .at(&self.path)
     }
 
-
     /// Entries in use.
     pub(crate) fn len(&self) -> usize {
         self.len

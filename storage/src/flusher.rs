@@ -151,7 +151,11 @@ fn next_job(queue: &Queue) -> Option<Job> {
         if due <= Instant::now() {
             let job = st.heap.pop().map(|Reverse(j)| j);
             // Another worker may be needed for the next job that is already due.
-            if st.heap.peek().is_some_and(|Reverse(j)| j.due <= Instant::now()) {
+            if st
+                .heap
+                .peek()
+                .is_some_and(|Reverse(j)| j.due <= Instant::now())
+            {
                 queue.wake.notify_one();
             }
             return job;

@@ -89,7 +89,11 @@ impl Log {
     ///
     /// Only the tail of the last segment is read; older segments are checked when first
     /// used. A torn or corrupt tail is truncated (and logged).
-    pub fn open_with_flusher(dir: impl AsRef<Path>, config: LogConfig, flusher: Flusher) -> Result<Log> {
+    pub fn open_with_flusher(
+        dir: impl AsRef<Path>,
+        config: LogConfig,
+        flusher: Flusher,
+    ) -> Result<Log> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
         fs::create_dir_all(&dir).at(&dir)?;
@@ -187,7 +191,8 @@ impl Log {
         if st.active().record_count() == 0 {
             return Ok(());
         }
-        self.roll_locked(&mut st).inspect_err(|e| self.shared.durability.fail(e))
+        self.roll_locked(&mut st)
+            .inspect_err(|e| self.shared.durability.fail(e))
     }
 
     pub(crate) fn roll_locked(&self, st: &mut State) -> Result<()> {
@@ -203,7 +208,8 @@ impl Log {
                 f.sync()?;
             }
         }
-        st.segments.push_back(Segment::create(&sh.dir, base, &sh.config)?);
+        st.segments
+            .push_back(Segment::create(&sh.dir, base, &sh.config)?);
         if sh.config.flush_policy != FlushPolicy::Never {
             sync_dir(&sh.dir)?;
         }
@@ -253,7 +259,13 @@ impl Log {
 
     /// Total bytes of all segments.
     pub fn size_bytes(&self) -> u64 {
-        self.shared.state.lock().segments.iter().map(|s| s.size).sum()
+        self.shared
+            .state
+            .lock()
+            .segments
+            .iter()
+            .map(|s| s.size)
+            .sum()
     }
 
     /// Number of segments (including the active one).
@@ -356,7 +368,11 @@ fn open_segments(dir: &Path, config: &LogConfig) -> Result<VecDeque<Segment>> {
         if path.extension().and_then(|e| e.to_str()) != Some(LOG_EXT) {
             continue;
         }
-        let Some(base) = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse().ok()) else {
+        let Some(base) = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse().ok())
+        else {
             continue;
         };
         found.push((base, entry.metadata().at(&path)?.len()));

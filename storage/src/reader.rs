@@ -43,7 +43,9 @@ impl Log {
     /// Reads records from `from` onwards: at most `max_records`, and at most `max_bytes`
     /// of payload (but always at least one record if `from` holds one). Reading at
     /// [`Log::next_offset`] returns an empty vector; outside `[first, next]` is an error.
-    /// Payloads are slices of shared buffers (no per-record copy).
+    /// Payloads are slices of shared buffers (no per-record copy). Damaged data is never
+    /// returned: records before it are, and a read starting at it fails with
+    /// [`StorageError::Corruption`].
     pub fn read(&self, from: u64, max_records: usize, max_bytes: usize) -> Result<Vec<Record>> {
         let mut out = Vec::new();
         let mut next = from;
@@ -57,7 +59,13 @@ impl Log {
                 break;
             };
             let before = out.len();
-            read_segment(&plan, next, &mut budget, &self.shared.config, &mut out)?;
+            if let Err(e) = read_segment(&plan, next, &mut budget, &self.shared.config, &mut out) {
+                // Hand back the good records before the damage; the next read reports it.
+                if out.is_empty() {
+                    return Err(e);
+                }
+                break;
+            }
             if out.len() == before {
                 break;
             }
@@ -71,7 +79,11 @@ impl Log {
         let (first, next) = self.bounds();
         match self.read(offset, 1, 0)?.pop() {
             Some(r) => Ok(r),
-            None => Err(StorageError::OffsetOutOfRange { offset, first, next }),
+            None => Err(StorageError::OffsetOutOfRange {
+                offset,
+                first,
+                next,
+            }),
         }
     }
 
@@ -86,7 +98,11 @@ impl Log {
         let mut st = sh.state.lock();
         let (first, next) = (st.first_offset(), st.next_offset());
         if offset < first || offset > next {
-            return Err(StorageError::OffsetOutOfRange { offset, first, next });
+            return Err(StorageError::OffsetOutOfRange {
+                offset,
+                first,
+                next,
+            });
         }
         if offset == next {
             return Ok(None);
@@ -234,7 +250,10 @@ fn take(budget: &mut Budget, payload_len: usize) -> bool {
 fn read_chunk(plan: &ReadPlan, pos: u64, len: usize) -> Result<Bytes> {
     let len = len.min((plan.end - pos) as usize);
     let mut buf = vec![0; len];
-    plan.file.file.read_exact_at(&mut buf, pos).at(&plan.file.path)?;
+    plan.file
+        .file
+        .read_exact_at(&mut buf, pos)
+        .at(&plan.file.path)?;
     Ok(Bytes::from(buf))
 }
 

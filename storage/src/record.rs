@@ -199,7 +199,10 @@ mod tests {
         assert_eq!(u32_at(&out, 0), 26 + 5);
         assert_eq!(out[8], MAGIC_V1);
         let h = decode(&out, 1 << 20).unwrap();
-        assert_eq!((h.offset, h.timestamp_ms, h.tag_hash, h.flags), (42, -5, 0xdead_beef, 3));
+        assert_eq!(
+            (h.offset, h.timestamp_ms, h.tag_hash, h.flags),
+            (42, -5, 0xdead_beef, 3)
+        );
         let bytes = Bytes::from(out);
         assert_eq!(&to_record(&bytes, 0, &h).payload[..], b"hello");
     }

@@ -97,7 +97,13 @@ fn stop_at(pos: u64, reason: &str) -> ScanStop {
 }
 
 /// Timestamp of the record at `pos`, if one decodes there with offset `offset`.
-fn record_ts_at(file: &SegmentFile, pos: u64, offset: u64, size: u64, config: &LogConfig) -> Option<i64> {
+fn record_ts_at(
+    file: &SegmentFile,
+    pos: u64,
+    offset: u64,
+    size: u64,
+    config: &LogConfig,
+) -> Option<i64> {
     let len = (size.saturating_sub(pos) as usize).min(HEADER_BYTES + config.max_record_bytes);
     let head = file.read_exact_at(pos, len.min(HEADER_BYTES)).ok()?;
     let header = record::decode_header(&head, config.max_record_bytes).ok()?;
@@ -105,7 +111,9 @@ fn record_ts_at(file: &SegmentFile, pos: u64, offset: u64, size: u64, config: &L
         return None;
     }
     let whole = file.read_exact_at(pos, header.total_len).ok()?;
-    record::decode(&whole, config.max_record_bytes).ok().map(|h| h.timestamp_ms)
+    record::decode(&whole, config.max_record_bytes)
+        .ok()
+        .map(|h| h.timestamp_ms)
 }
 
 /// Opens the last segment for appending: validates its indexes, scans from the newest
@@ -125,7 +133,11 @@ pub(crate) fn recover_active(dir: &Path, base: u64, config: &LogConfig) -> Resul
         0 => (0, 0, None),
         k => {
             let e = files.index.entry(k - 1);
-            (e.rel, u64::from(e.pos), Some(files.time.entry(k - 1).max_ts))
+            (
+                e.rel,
+                u64::from(e.pos),
+                Some(files.time.entry(k - 1).max_ts),
+            )
         }
     };
     files.index.truncate_from_rel(start_rel);
@@ -137,9 +149,14 @@ pub(crate) fn recover_active(dir: &Path, base: u64, config: &LogConfig) -> Resul
     seg.first_ts = first_ts;
     seg.bytes_since_index = u64::from(config.index_interval_bytes);
     seg.next_offset = base + u64::from(start_rel);
-    let end = scan(&log, start_pos, size, seg.next_offset, config, |off, pos, ts, len| {
-        seg.note_record(off, pos, ts, len, config)
-    })?;
+    let end = scan(
+        &log,
+        start_pos,
+        size,
+        seg.next_offset,
+        config,
+        |off, pos, ts, len| seg.note_record(off, pos, ts, len, config),
+    )?;
     if let Some(stop) = &end.stop {
         warn!(segment = %log.path.display(), position = stop.pos, reason = %stop.reason,
             dropped_bytes = size - end.pos, "truncating damaged tail of the active segment");
@@ -213,15 +230,29 @@ fn sealed_time_pairs(files: &SegmentFiles) -> bool {
 
 /// Scans from the last index entry to the end of the file.
 fn verify_sealed_tail(files: &SegmentFiles, seg: &Segment, config: &LogConfig) -> Result<()> {
-    let e = files.index.last().unwrap_or(crate::sparse_index::IndexEntry { rel: 0, pos: 0 });
+    let e = files
+        .index
+        .last()
+        .unwrap_or(crate::sparse_index::IndexEntry { rel: 0, pos: 0 });
     let from = seg.base + u64::from(e.rel);
-    let end = scan(&files.log, u64::from(e.pos), seg.size, from, config, |_, _, _, _| {})?;
+    let end = scan(
+        &files.log,
+        u64::from(e.pos),
+        seg.size,
+        from,
+        config,
+        |_, _, _, _| {},
+    )?;
     check_complete(&files.log, seg, &end)
 }
 
 fn check_complete(log: &SegmentFile, seg: &Segment, end: &ScanEnd) -> Result<()> {
     if let Some(stop) = &end.stop {
-        return Err(StorageError::corruption(&log.path, stop.pos, stop.reason.clone()));
+        return Err(StorageError::corruption(
+            &log.path,
+            stop.pos,
+            stop.reason.clone(),
+        ));
     }
     if end.next_offset != seg.next_offset {
         let why = format!(

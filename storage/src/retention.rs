@@ -56,7 +56,11 @@ impl Log {
         Ok(outcome)
     }
 
-    pub(crate) fn apply_retention_locked(&self, st: &mut State, now_ms: i64) -> Result<RetentionOutcome> {
+    pub(crate) fn apply_retention_locked(
+        &self,
+        st: &mut State,
+        now_ms: i64,
+    ) -> Result<RetentionOutcome> {
         let config = &self.shared.config;
         let mut outcome = RetentionOutcome::default();
         if let Some(limit) = config.retention_bytes {

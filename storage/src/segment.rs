@@ -190,7 +190,13 @@ impl Segment {
         let offset = self.next_offset;
         let pos = self.size;
         record::encode(&mut self.buf, offset, rec);
-        self.note_record(offset, pos, rec.timestamp_ms, rec.encoded_len() as u64, config);
+        self.note_record(
+            offset,
+            pos,
+            rec.timestamp_ms,
+            rec.encoded_len() as u64,
+            config,
+        );
         if self.buf.len() >= config.write_buffer_bytes {
             self.write_out()?;
         }
@@ -199,7 +205,14 @@ impl Segment {
 
     /// Accounts for a record at `pos` (appended or found by recovery): sizes, the
     /// timestamp bounds, and an index entry once enough bytes have passed.
-    pub(crate) fn note_record(&mut self, offset: u64, pos: u64, ts: i64, len: u64, config: &LogConfig) {
+    pub(crate) fn note_record(
+        &mut self,
+        offset: u64,
+        pos: u64,
+        ts: i64,
+        len: u64,
+        config: &LogConfig,
+    ) {
         let max_ts = self.max_ts.map_or(ts, |m| m.max(ts));
         self.max_ts = Some(max_ts);
         self.first_ts.get_or_insert(ts);
@@ -224,7 +237,9 @@ impl Segment {
         }
         if let Some(files) = &self.files {
             let log = &files.log;
-            log.file.write_all_at(&self.buf, self.written).at(&log.path)?;
+            log.file
+                .write_all_at(&self.buf, self.written)
+                .at(&log.path)?;
         }
         self.written += self.buf.len() as u64;
         self.buf.clear();

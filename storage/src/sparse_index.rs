@@ -49,7 +49,6 @@ impl SparseIndex {
         })
     }
 
-
     pub(crate) fn len(&self) -> usize {
         self.file.len()
     }

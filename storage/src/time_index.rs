@@ -52,7 +52,6 @@ impl TimeIndex {
         })
     }
 
-
     pub(crate) fn len(&self) -> usize {
         self.file.len()
     }

@@ -12,9 +12,15 @@ use warren_storage::{FlushPolicy, LogConfig, NewRecord, StorageError};
 fn empty_log() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), small_config());
-    assert_eq!((log.first_offset(), log.next_offset(), log.last_offset()), (0, 0, None));
+    assert_eq!(
+        (log.first_offset(), log.next_offset(), log.last_offset()),
+        (0, 0, None)
+    );
     assert!(log.read(0, 10, 1000).unwrap().is_empty());
-    assert!(matches!(log.read(1, 10, 1000), Err(StorageError::OffsetOutOfRange { .. })));
+    assert!(matches!(
+        log.read(1, 10, 1000),
+        Err(StorageError::OffsetOutOfRange { .. })
+    ));
     assert_eq!(log.offset_for_timestamp(0).unwrap(), None);
     drop(log);
     let log = open(dir.path(), small_config());
@@ -38,7 +44,10 @@ fn many_segments_read_back_and_reopen() {
     log.close().unwrap();
     drop(log);
     let log = open(dir.path(), small_config());
-    assert_eq!((log.first_offset(), log.next_offset(), log.last_offset()), (0, 500, Some(499)));
+    assert_eq!(
+        (log.first_offset(), log.next_offset(), log.last_offset()),
+        (0, 500, Some(499))
+    );
     for (i, r) in read_all(&log, 123).iter().enumerate() {
         check_record(r, 123 + i as u64);
     }
@@ -84,8 +93,14 @@ fn timestamp_lookup_non_monotonic() {
         log.append(NewRecord::new(t, &[7; 100])).unwrap();
     }
     for target in [0, 10, 45, 55, 65, 70, 71] {
-        let expect = (0..200).find(|&i| stamps[i % stamps.len()] >= target).map(|i| i as u64);
-        assert_eq!(log.offset_for_timestamp(target).unwrap(), expect, "target {target}");
+        let expect = (0..200)
+            .find(|&i| stamps[i % stamps.len()] >= target)
+            .map(|i| i as u64);
+        assert_eq!(
+            log.offset_for_timestamp(target).unwrap(),
+            expect,
+            "target {target}"
+        );
     }
 }
 
@@ -122,11 +137,18 @@ fn retention_by_bytes_and_below_offset() {
     };
     let log = open(dir.path(), config);
     append_n(&log, 0, 1000);
-    assert!(log.size_bytes() <= 20_000 + 4096, "size {}", log.size_bytes());
+    assert!(
+        log.size_bytes() <= 20_000 + 4096,
+        "size {}",
+        log.size_bytes()
+    );
     let first = log.first_offset();
     assert!(first > 0);
     check_record(&log.read_one(first).unwrap(), first);
-    assert!(matches!(log.read(first - 1, 1, 1), Err(StorageError::OffsetOutOfRange { .. })));
+    assert!(matches!(
+        log.read(first - 1, 1, 1),
+        Err(StorageError::OffsetOutOfRange { .. })
+    ));
     let out = log.delete_below(900).unwrap();
     assert!(out.first_offset <= 900 && out.first_offset > first);
     for (i, r) in read_all(&log, out.first_offset).iter().enumerate() {
@@ -159,7 +181,10 @@ fn retention_by_age() {
     let out = log.enforce_retention_at(now + 3_000).unwrap();
     assert!(out.segments_deleted > 0);
     assert!(out.first_offset > 700 && out.first_offset <= 800, "{out:?}");
-    assert_eq!(log.read_one(out.first_offset).unwrap().timestamp_ms, stamp(out.first_offset));
+    assert_eq!(
+        log.read_one(out.first_offset).unwrap().timestamp_ms,
+        stamp(out.first_offset)
+    );
 }
 
 #[test]
@@ -196,7 +221,10 @@ fn damaged_sealed_segment_is_reported_with_its_path() {
     drop(log);
     std::fs::remove_file(dir.path().join(format!("{:020}.idx", 0))).unwrap();
     let log = open(dir.path(), small_config());
-    assert!(matches!(log.read(0, 10, 10_000), Err(StorageError::Corruption { .. })));
+    assert!(matches!(
+        log.read(0, 10, 10_000),
+        Err(StorageError::Corruption { .. })
+    ));
 }
 
 fn read_all_result(log: &warren_storage::Log) -> Result<usize, StorageError> {
@@ -280,8 +308,14 @@ async fn close_fails_waiters() {
     append_n(&log, 0, 10);
     log.close().unwrap();
     log.wait_durable(9).await.unwrap();
-    assert!(matches!(log.wait_durable(10).await, Err(StorageError::Closed)));
-    assert!(matches!(log.append(NewRecord::new(0, b"x")), Err(StorageError::Closed)));
+    assert!(matches!(
+        log.wait_durable(10).await,
+        Err(StorageError::Closed)
+    ));
+    assert!(matches!(
+        log.append(NewRecord::new(0, b"x")),
+        Err(StorageError::Closed)
+    ));
 }
 
 #[test]
