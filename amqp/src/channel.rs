@@ -1,0 +1,447 @@
+//! One AMQP channel: the methods of classes exchange, queue, basic, tx and confirm.
+//!
+//! The channel translates methods into calls on the broker core and queues the replies. The
+//! connection owns the channels, routes frames to them and turns the errors they return into
+//! `channel.close` or `connection.close` with the reply code the error carries.
+
+use crate::content::PendingContent;
+use crate::outbox::{ChannelSink, Outbound, Outbox};
+use crate::publish::{Confirms, Transaction, TxOp};
+use amq_protocol::protocol::{basic, confirm, exchange, queue, tx, AMQPClass};
+use amq_protocol::types::{FieldTable, ShortString};
+use bytes::Bytes;
+use rand::distributions::{Alphanumeric, DistString};
+use std::sync::Arc;
+use warren_delivery::exchange::{Binding, Destination, ExchangeDefinition, ExchangeKind};
+use warren_delivery::{
+    BrokerError, BrokerResult, ConnectionId, ConsumerOptions, Message, QueueDefinition, ReplyCode, Session,
+    VirtualHost,
+};
+
+/// Length of the random part of a server-generated consumer tag.
+const GENERATED_TAG_CHARS: usize = 22;
+
+/// What a channel needs from its connection.
+#[derive(Debug)]
+pub struct ConnectionContext {
+    /// The connection's id (owner of its exclusive queues).
+    pub id: ConnectionId,
+    /// The virtual host opened by the connection.
+    pub vhost: Arc<VirtualHost>,
+    /// Where replies go.
+    pub outbox: Outbox,
+    /// The largest body accepted.
+    pub max_message_bytes: u64,
+    /// The negotiated frame_max, for splitting bodies.
+    pub frame_max: u32,
+}
+
+/// An open channel.
+#[derive(Debug)]
+pub struct Channel {
+    id: u16,
+    session: Arc<Session>,
+    content: Option<PendingContent>,
+    /// The last queue declared, used when a method names the queue "".
+    last_queue: Option<String>,
+    confirms: Option<Confirms>,
+    transaction: Option<Transaction>,
+}
+
+fn short(s: impl Into<String>) -> ShortString {
+    ShortString::try_new(s.into()).unwrap_or_default()
+}
+
+impl Channel {
+    /// Opens channel `id` on a connection.
+    pub fn open(id: u16, ctx: &ConnectionContext) -> Self {
+        let sink = Arc::new(ChannelSink::new(id, ctx.outbox.clone()));
+        Channel {
+            id,
+            session: Session::new(Arc::clone(&ctx.vhost), sink),
+            content: None,
+            last_queue: None,
+            confirms: None,
+            transaction: None,
+        }
+    }
+
+    /// Whether a publish's header or body frames are expected next.
+    pub fn expects_content(&self) -> bool {
+        self.content.is_some()
+    }
+
+    /// The channel is going away: cancel consumers, requeue unacked deliveries.
+    pub fn close(&mut self) {
+        self.session.close();
+    }
+
+    /// `channel.flow`: pauses or resumes deliveries on this channel.
+    pub fn set_flow(&self, active: bool) {
+        self.session.set_flow(active);
+    }
+
+    fn reply(&self, ctx: &ConnectionContext, method: AMQPClass) {
+        ctx.outbox.method(self.id, method);
+    }
+
+    /// Sends any confirms collected while processing a batch of frames.
+    pub fn flush_confirms(&mut self, ctx: &ConnectionContext) {
+        if let Some(confirms) = &mut self.confirms {
+            confirms.flush(self.id, &ctx.outbox);
+        }
+    }
+
+    /// Handles a method of class exchange, queue, basic, tx or confirm.
+    pub fn handle_method(&mut self, ctx: &ConnectionContext, method: AMQPClass) -> BrokerResult<()> {
+        match method {
+            AMQPClass::Exchange(m) => self.exchange_method(ctx, m),
+            AMQPClass::Queue(m) => self.queue_method(ctx, m),
+            AMQPClass::Basic(m) => self.basic_method(ctx, m),
+            AMQPClass::Tx(m) => self.tx_method(ctx, m),
+            AMQPClass::Confirm(confirm::AMQPMethod::Select(select)) => self.confirm_select(ctx, select.nowait),
+            other => Err(BrokerError::command_invalid(format!("method {other:?} is not valid on a channel"))),
+        }
+    }
+
+    fn exchange_method(&mut self, ctx: &ConnectionContext, method: exchange::AMQPMethod) -> BrokerResult<()> {
+        let vhost = &ctx.vhost;
+        let (nowait, ok) = match method {
+            exchange::AMQPMethod::Declare(d) => {
+                if d.passive {
+                    vhost.exchange(d.exchange.as_str())?;
+                } else {
+                    let kind = ExchangeKind::parse(d.kind.as_str())?;
+                    vhost.declare_exchange(ExchangeDefinition {
+                        name: d.exchange.to_string(),
+                        kind,
+                        durable: d.durable,
+                        auto_delete: d.auto_delete,
+                        internal: d.internal,
+                        arguments: d.arguments,
+                    })?;
+                }
+                (d.nowait, exchange::AMQPMethod::DeclareOk(exchange::DeclareOk {}))
+            }
+            exchange::AMQPMethod::Delete(d) => {
+                vhost.delete_exchange(d.exchange.as_str(), d.if_unused)?;
+                (d.nowait, exchange::AMQPMethod::DeleteOk(exchange::DeleteOk {}))
+            }
+            exchange::AMQPMethod::Bind(b) => {
+                vhost.bind(b.source.as_str(), exchange_binding(b.destination, b.routing_key, b.arguments))?;
+                (b.nowait, exchange::AMQPMethod::BindOk(exchange::BindOk {}))
+            }
+            exchange::AMQPMethod::Unbind(u) => {
+                vhost.unbind(u.source.as_str(), &exchange_binding(u.destination, u.routing_key, u.arguments))?;
+                (u.nowait, exchange::AMQPMethod::UnbindOk(exchange::UnbindOk {}))
+            }
+            other => return Err(BrokerError::command_invalid(format!("{other:?} is sent by servers, not clients"))),
+        };
+        if !nowait {
+            self.reply(ctx, AMQPClass::Exchange(ok));
+        }
+        Ok(())
+    }
+
+    /// A queue name from a method: "" means the last queue declared on this channel.
+    fn queue_name(&self, name: &ShortString) -> BrokerResult<String> {
+        if !name.as_str().is_empty() {
+            return Ok(name.to_string());
+        }
+        self.last_queue
+            .clone()
+            .ok_or_else(|| BrokerError::not_found("no previously declared queue on this channel"))
+    }
+
+    /// Looks up a queue this connection may use (404, 405).
+    fn usable_queue(&self, ctx: &ConnectionContext, name: &ShortString) -> BrokerResult<Arc<warren_delivery::Queue>> {
+        let queue = ctx.vhost.queue(&self.queue_name(name)?)?;
+        queue.check_owner(ctx.id)?;
+        Ok(queue)
+    }
+
+    fn queue_method(&mut self, ctx: &ConnectionContext, method: queue::AMQPMethod) -> BrokerResult<()> {
+        let vhost = &ctx.vhost;
+        let (nowait, ok) = match method {
+            queue::AMQPMethod::Declare(d) => {
+                let declared = if d.passive {
+                    vhost.declare_queue_passive(&self.queue_name(&d.queue)?, ctx.id)?
+                } else {
+                    vhost.declare_queue(QueueDefinition {
+                        name: d.queue.to_string(),
+                        durable: d.durable,
+                        exclusive_owner: d.exclusive.then_some(ctx.id),
+                        auto_delete: d.auto_delete,
+                        arguments: d.arguments,
+                    })?
+                };
+                let name = declared.queue.name().to_string();
+                self.last_queue = Some(name.clone());
+                let ok = queue::DeclareOk {
+                    queue: short(name),
+                    message_count: declared.message_count,
+                    consumer_count: declared.consumer_count,
+                };
+                (d.nowait, queue::AMQPMethod::DeclareOk(ok))
+            }
+            queue::AMQPMethod::Bind(b) => {
+                let queue = self.usable_queue(ctx, &b.queue)?;
+                let binding = queue_binding(queue.name(), b.routing_key, b.arguments);
+                vhost.bind(b.exchange.as_str(), binding)?;
+                (b.nowait, queue::AMQPMethod::BindOk(queue::BindOk {}))
+            }
+            queue::AMQPMethod::Unbind(u) => {
+                let queue = self.usable_queue(ctx, &u.queue)?;
+                vhost.unbind(u.exchange.as_str(), &queue_binding(queue.name(), u.routing_key, u.arguments))?;
+                (false, queue::AMQPMethod::UnbindOk(queue::UnbindOk {}))
+            }
+            queue::AMQPMethod::Purge(p) => {
+                let message_count = self.usable_queue(ctx, &p.queue)?.purge();
+                (p.nowait, queue::AMQPMethod::PurgeOk(queue::PurgeOk { message_count }))
+            }
+            queue::AMQPMethod::Delete(d) => {
+                let name = self.queue_name(&d.queue)?;
+                let message_count = vhost.delete_queue(&name, d.if_unused, d.if_empty, ctx.id)?;
+                (d.nowait, queue::AMQPMethod::DeleteOk(queue::DeleteOk { message_count }))
+            }
+            other => return Err(BrokerError::command_invalid(format!("{other:?} is sent by servers, not clients"))),
+        };
+        if !nowait {
+            self.reply(ctx, AMQPClass::Queue(ok));
+        }
+        Ok(())
+    }
+
+    fn basic_method(&mut self, ctx: &ConnectionContext, method: basic::AMQPMethod) -> BrokerResult<()> {
+        match method {
+            basic::AMQPMethod::Publish(publish) => {
+                if publish.immediate {
+                    return Err(BrokerError::new(ReplyCode::NotImplemented, "immediate=true"));
+                }
+                self.content = Some(PendingContent::new(publish));
+                Ok(())
+            }
+            basic::AMQPMethod::Qos(qos) => {
+                self.session.set_prefetch(qos.prefetch_count, qos.global);
+                self.reply(ctx, AMQPClass::Basic(basic::AMQPMethod::QosOk(basic::QosOk {})));
+                Ok(())
+            }
+            basic::AMQPMethod::Consume(consume) => self.consume(ctx, consume),
+            basic::AMQPMethod::Cancel(cancel) => {
+                self.session.cancel(cancel.consumer_tag.as_str());
+                if !cancel.nowait {
+                    let ok = basic::CancelOk { consumer_tag: cancel.consumer_tag };
+                    self.reply(ctx, AMQPClass::Basic(basic::AMQPMethod::CancelOk(ok)));
+                }
+                Ok(())
+            }
+            basic::AMQPMethod::Get(get) => self.get(ctx, get),
+            basic::AMQPMethod::Ack(ack) => self.settle(TxOp::Ack { tag: ack.delivery_tag, multiple: ack.multiple }),
+            basic::AMQPMethod::Nack(nack) => self.settle(TxOp::Reject {
+                tag: nack.delivery_tag,
+                multiple: nack.multiple,
+                requeue: nack.requeue,
+            }),
+            basic::AMQPMethod::Reject(reject) => {
+                self.settle(TxOp::Reject { tag: reject.delivery_tag, multiple: false, requeue: reject.requeue })
+            }
+            basic::AMQPMethod::Recover(_) => {
+                self.session.recover();
+                self.reply(ctx, AMQPClass::Basic(basic::AMQPMethod::RecoverOk(basic::RecoverOk {})));
+                Ok(())
+            }
+            basic::AMQPMethod::RecoverAsync(_) => {
+                self.session.recover();
+                Ok(())
+            }
+            // The client's answer to a cancel the broker sent: nothing more to do.
+            basic::AMQPMethod::CancelOk(_) => Ok(()),
+            other => Err(BrokerError::command_invalid(format!("{other:?} is sent by servers, not clients"))),
+        }
+    }
+
+    fn consume(&mut self, ctx: &ConnectionContext, consume: basic::Consume) -> BrokerResult<()> {
+        let queue = self.usable_queue(ctx, &consume.queue)?;
+        let tag = if consume.consumer_tag.as_str().is_empty() {
+            let random = Alphanumeric.sample_string(&mut rand::thread_rng(), GENERATED_TAG_CHARS);
+            short(format!("amq.ctag-{random}"))
+        } else {
+            consume.consumer_tag
+        };
+        let options =
+            ConsumerOptions { no_ack: consume.no_ack, exclusive: consume.exclusive, arguments: consume.arguments };
+        let consumer = self.session.consume(Arc::clone(&queue), tag.clone(), options)?;
+        if !consume.nowait {
+            let ok = basic::ConsumeOk { consumer_tag: tag };
+            self.reply(ctx, AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(ok)));
+        }
+        // Only now, with consume-ok queued ahead of them, may deliveries start.
+        consumer.queue().dispatch();
+        Ok(())
+    }
+
+    fn get(&mut self, ctx: &ConnectionContext, get: basic::Get) -> BrokerResult<()> {
+        let queue = self.usable_queue(ctx, &get.queue)?;
+        let Some(got) = queue.get(&self.session, get.no_ack) else {
+            self.reply(ctx, AMQPClass::Basic(basic::AMQPMethod::GetEmpty(basic::GetEmpty {})));
+            return Ok(());
+        };
+        let message = &got.message;
+        let ok = basic::GetOk {
+            delivery_tag: got.delivery_tag,
+            redelivered: got.redelivered,
+            exchange: message.exchange.clone(),
+            routing_key: message.routing_key.clone(),
+            message_count: got.message_count,
+        };
+        self.send_content(ctx, AMQPClass::Basic(basic::AMQPMethod::GetOk(ok)), message);
+        Ok(())
+    }
+
+    fn send_content(&self, ctx: &ConnectionContext, method: AMQPClass, message: &Message) {
+        let mut out = bytes::BytesMut::new();
+        crate::frame::put_method(&mut out, self.id, method);
+        crate::frame::put_content(
+            &mut out,
+            self.id,
+            message.properties.raw(),
+            &message.body,
+            ctx.frame_max,
+        );
+        ctx.outbox.send(Outbound::Frames(out.freeze()));
+    }
+
+    fn settle(&mut self, op: TxOp) -> BrokerResult<()> {
+        match &mut self.transaction {
+            Some(transaction) => {
+                transaction.push(op);
+                Ok(())
+            }
+            None => self.apply_settlement(op),
+        }
+    }
+
+    fn apply_settlement(&self, op: TxOp) -> BrokerResult<()> {
+        match op {
+            TxOp::Ack { tag, multiple } => self.session.ack(tag, multiple),
+            TxOp::Reject { tag, multiple, requeue } => self.session.reject(tag, multiple, requeue),
+            TxOp::Publish(..) => Ok(()),
+        }
+    }
+
+    /// Takes a content header frame.
+    pub fn handle_header(&mut self, ctx: &ConnectionContext, payload: Bytes) -> BrokerResult<()> {
+        let content = self.content.as_mut().filter(|c| c.awaits_header()).ok_or_else(|| {
+            BrokerError::new(ReplyCode::UnexpectedFrame, "content header frame without basic.publish")
+        })?;
+        content.header(payload, ctx.max_message_bytes)?;
+        self.publish_if_complete(ctx)
+    }
+
+    /// Takes a content body frame.
+    pub fn handle_body(&mut self, ctx: &ConnectionContext, payload: Bytes) -> BrokerResult<()> {
+        let content = self.content.as_mut().filter(|c| !c.awaits_header()).ok_or_else(|| {
+            BrokerError::new(ReplyCode::UnexpectedFrame, "content body frame without a content header")
+        })?;
+        content.body(payload)?;
+        self.publish_if_complete(ctx)
+    }
+
+    fn publish_if_complete(&mut self, ctx: &ConnectionContext) -> BrokerResult<()> {
+        if !self.content.as_ref().is_some_and(PendingContent::is_complete) {
+            return Ok(());
+        }
+        let Some(content) = self.content.take() else { return Ok(()) };
+        let (publish, message) = content.finish();
+        let op = TxOp::Publish(publish, Arc::new(message));
+        match &mut self.transaction {
+            Some(transaction) => {
+                transaction.push(op);
+                Ok(())
+            }
+            None => self.publish(ctx, op),
+        }
+    }
+
+    fn publish(&mut self, ctx: &ConnectionContext, op: TxOp) -> BrokerResult<()> {
+        let TxOp::Publish(publish, message) = op else { return Ok(()) };
+        let queues = ctx.vhost.route(publish.exchange.as_str(), &message)?;
+        let sequence = self.confirms.as_mut().map(Confirms::next_sequence);
+        if queues.is_empty() && publish.mandatory {
+            let ret = basic::Return {
+                reply_code: ReplyCode::NoRoute.code(),
+                reply_text: short(ReplyCode::NoRoute.name()),
+                exchange: publish.exchange,
+                routing_key: publish.routing_key,
+            };
+            self.send_content(ctx, AMQPClass::Basic(basic::AMQPMethod::Return(ret)), &message);
+        }
+        let mut stored = true;
+        for queue in queues {
+            if let Err(error) = queue.publish(Arc::clone(&message)) {
+                tracing::error!(queue = queue.name(), %error, "cannot store message");
+                stored = false;
+            }
+        }
+        if let (Some(confirms), Some(sequence)) = (&mut self.confirms, sequence) {
+            confirms.settle(sequence, stored, self.id, &ctx.outbox);
+        }
+        Ok(())
+    }
+
+    fn confirm_select(&mut self, ctx: &ConnectionContext, nowait: bool) -> BrokerResult<()> {
+        if self.transaction.is_some() {
+            return Err(BrokerError::precondition_failed("cannot switch from tx to confirm mode"));
+        }
+        self.confirms.get_or_insert_with(Confirms::default);
+        if !nowait {
+            self.reply(ctx, AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(confirm::SelectOk {})));
+        }
+        Ok(())
+    }
+
+    fn tx_method(&mut self, ctx: &ConnectionContext, method: tx::AMQPMethod) -> BrokerResult<()> {
+        let ok = match method {
+            tx::AMQPMethod::Select(_) => {
+                if self.confirms.is_some() {
+                    return Err(BrokerError::precondition_failed("cannot switch from confirm to tx mode"));
+                }
+                self.transaction.get_or_insert_with(Transaction::default);
+                tx::AMQPMethod::SelectOk(tx::SelectOk {})
+            }
+            tx::AMQPMethod::Commit(_) => {
+                let ops = self.transaction_mut()?.take();
+                for op in ops {
+                    match op {
+                        TxOp::Publish(..) => self.publish(ctx, op)?,
+                        settlement => self.apply_settlement(settlement)?,
+                    }
+                }
+                tx::AMQPMethod::CommitOk(tx::CommitOk {})
+            }
+            tx::AMQPMethod::Rollback(_) => {
+                self.transaction_mut()?.take();
+                tx::AMQPMethod::RollbackOk(tx::RollbackOk {})
+            }
+            other => return Err(BrokerError::command_invalid(format!("{other:?} is sent by servers, not clients"))),
+        };
+        self.reply(ctx, AMQPClass::Tx(ok));
+        Ok(())
+    }
+
+    fn transaction_mut(&mut self) -> BrokerResult<&mut Transaction> {
+        self.transaction.as_mut().ok_or_else(|| BrokerError::precondition_failed("channel is not transactional"))
+    }
+}
+
+fn exchange_binding(destination: ShortString, routing_key: ShortString, arguments: FieldTable) -> Binding {
+    Binding {
+        destination: Destination::Exchange(destination.as_str().into()),
+        routing_key: routing_key.to_string(),
+        arguments,
+    }
+}
+
+fn queue_binding(queue: &str, routing_key: ShortString, arguments: FieldTable) -> Binding {
+    Binding { destination: Destination::Queue(queue.into()), routing_key: routing_key.to_string(), arguments }
+}

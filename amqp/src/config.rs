@@ -1,0 +1,33 @@
+//! Protocol limits and timeouts that a connection negotiates or enforces.
+
+use std::time::Duration;
+
+/// Protocol settings, given by the server's configuration.
+#[derive(Debug, Clone)]
+pub struct ProtocolConfig {
+    /// Highest channel number a client may open (offered in `connection.tune`).
+    pub channel_max: u16,
+    /// Largest frame, header and end octet included (offered in `connection.tune`).
+    pub frame_max: u32,
+    /// Heartbeat interval offered, in seconds (0 disables).
+    pub heartbeat_secs: u16,
+    /// Largest message body accepted; larger is 406 PRECONDITION_FAILED.
+    pub max_message_bytes: u64,
+    /// Time allowed from accept to `connection.open`.
+    pub handshake_timeout: Duration,
+    /// Time allowed for the peer's `connection.close-ok` after the broker closes.
+    pub close_timeout: Duration,
+}
+
+impl Default for ProtocolConfig {
+    fn default() -> Self {
+        ProtocolConfig {
+            channel_max: 2047,
+            frame_max: 131_072,
+            heartbeat_secs: 60,
+            max_message_bytes: 128 * 1024 * 1024,
+            handshake_timeout: Duration::from_secs(10),
+            close_timeout: Duration::from_secs(3),
+        }
+    }
+}

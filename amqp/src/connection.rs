@@ -1,0 +1,471 @@
+//! One client connection: the handshake, then frames routed to channels, then the close.
+//!
+//! The connection task owns the read half of the socket and all protocol state; a writer task
+//! owns the write half (see `outbox`). `Connection` itself is synchronous: it is fed whole
+//! frames and queues its replies, so the same code serves the socket loop and the tests.
+
+use crate::channel::{Channel, ConnectionContext};
+use crate::config::ProtocolConfig;
+use crate::frame::{self, RawFrame, FRAME_MIN_SIZE_BYTES};
+use crate::outbox::{Outbound, Outbox};
+use crate::sasl;
+use crate::server_properties::server_properties;
+use amq_protocol::protocol::{access, channel, connection, parse_class, AMQPClass};
+use amq_protocol::types::{LongString, ShortString};
+use bytes::{Bytes, BytesMut};
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use warren_delivery::{Broker, BrokerError, ConnectionId, ReplyCode};
+
+/// Where the handshake stands, or whether the connection is closing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// `connection.start` sent; awaiting start-ok.
+    AwaitStartOk,
+    /// `connection.tune` sent; awaiting tune-ok.
+    AwaitTuneOk,
+    /// Tuned; awaiting `connection.open`.
+    AwaitOpen,
+    /// Open for channels.
+    Open,
+    /// `connection.close` sent; awaiting close-ok.
+    Closing,
+    /// Done: the socket is to be closed.
+    Closed,
+}
+
+/// Values agreed in `connection.tune-ok`.
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// Highest channel number.
+    pub channel_max: u16,
+    /// Largest frame.
+    pub frame_max: u32,
+    /// Heartbeat interval in seconds (0: none).
+    pub heartbeat_secs: u16,
+}
+
+/// The protocol state of one connection.
+pub struct Connection {
+    id: ConnectionId,
+    broker: Arc<Broker>,
+    config: Arc<ProtocolConfig>,
+    peer: SocketAddr,
+    outbox: Outbox,
+    frame_max: Arc<AtomicU32>,
+    tuning: Tuning,
+    phase: Phase,
+    context: Option<ConnectionContext>,
+    channels: HashMap<u16, Channel>,
+    /// Channels the broker closed, whose close-ok has not arrived.
+    closing_channels: HashSet<u16>,
+    /// Class and method of the method being handled, for close replies.
+    current_method: (u16, u16),
+}
+
+fn short(s: String) -> ShortString {
+    let mut s = s;
+    if s.len() > 255 {
+        let mut cut = 255;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    ShortString::try_new(s).unwrap_or_default()
+}
+
+fn reply_text(error: &BrokerError) -> ShortString {
+    short(format!("{} - {}", error.code.name(), error.text))
+}
+
+impl Connection {
+    /// A connection that has received a valid protocol header; queues `connection.start`.
+    pub fn new(
+        broker: Arc<Broker>,
+        config: Arc<ProtocolConfig>,
+        peer: SocketAddr,
+        outbox: Outbox,
+        frame_max: Arc<AtomicU32>,
+    ) -> Self {
+        frame_max.store(config.frame_max, Ordering::Release);
+        let tuning =
+            Tuning { channel_max: config.channel_max, frame_max: config.frame_max, heartbeat_secs: config.heartbeat_secs };
+        let connection = Connection {
+            id: broker.next_connection_id(),
+            broker,
+            config,
+            peer,
+            outbox,
+            frame_max,
+            tuning,
+            phase: Phase::AwaitStartOk,
+            context: None,
+            channels: HashMap::new(),
+            closing_channels: HashSet::new(),
+            current_method: (0, 0),
+        };
+        let start = connection::Start {
+            version_major: 0,
+            version_minor: 9,
+            server_properties: server_properties(),
+            mechanisms: LongString::from(sasl::MECHANISMS),
+            locales: LongString::from("en_US"),
+        };
+        connection.outbox.method(0, AMQPClass::Connection(connection::AMQPMethod::Start(start)));
+        connection
+    }
+
+    /// Where the connection stands.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The values agreed in tuning (the offer, until tune-ok).
+    pub fn tuning(&self) -> Tuning {
+        self.tuning
+    }
+
+    /// Feeds every whole frame in `buf` to the connection.
+    pub fn process(&mut self, buf: &mut BytesMut) {
+        while !matches!(self.phase, Phase::Closed) {
+            match frame::next_frame(buf, self.tuning.frame_max) {
+                Ok(Some(frame)) => self.handle_frame(frame),
+                Ok(None) => break,
+                Err(error) => {
+                    // The stream cannot be resynchronised: say why, then hang up.
+                    buf.clear();
+                    self.current_method = (0, 0);
+                    self.close_connection(BrokerError::new(ReplyCode::FrameError, error.to_string()));
+                    self.phase = Phase::Closed;
+                }
+            }
+        }
+        for channel in self.channels.values_mut() {
+            if let Some(ctx) = &self.context {
+                channel.flush_confirms(ctx);
+            }
+        }
+    }
+
+    fn handle_frame(&mut self, frame: RawFrame) {
+        match self.phase {
+            Phase::Closed => {}
+            Phase::Closing => self.handle_while_closing(frame),
+            Phase::Open if frame.channel != 0 => self.handle_channel_frame(frame),
+            _ => {
+                if let Err(error) = self.handle_connection_frame(frame) {
+                    self.close_connection(error);
+                }
+            }
+        }
+    }
+
+    fn parse_method(&mut self, payload: &Bytes) -> Result<AMQPClass, BrokerError> {
+        if payload.len() < 4 {
+            return Err(BrokerError::new(ReplyCode::FrameError, "method frame shorter than its ids"));
+        }
+        let class_id = u16::from_be_bytes([payload[0], payload[1]]);
+        let method_id = u16::from_be_bytes([payload[2], payload[3]]);
+        self.current_method = (class_id, method_id);
+        match parse_class(&payload[..]) {
+            Ok((rest, method)) if rest.is_empty() => Ok(method),
+            Ok(_) => Err(BrokerError::new(
+                ReplyCode::FrameError,
+                format!("method {class_id}.{method_id} has trailing bytes"),
+            )),
+            Err(_) if known_method(class_id, method_id) => Err(BrokerError::new(
+                ReplyCode::FrameError,
+                format!("cannot decode the arguments of method {class_id}.{method_id}"),
+            )),
+            Err(_) => Err(BrokerError::command_invalid(format!("unknown method {class_id}.{method_id}"))),
+        }
+    }
+
+    fn handle_while_closing(&mut self, frame: RawFrame) {
+        if frame.channel != 0 || frame.kind != frame::FRAME_METHOD {
+            return;
+        }
+        match self.parse_method(&frame.payload) {
+            Ok(AMQPClass::Connection(connection::AMQPMethod::CloseOk(_))) => self.phase = Phase::Closed,
+            Ok(AMQPClass::Connection(connection::AMQPMethod::Close(_))) => {
+                self.send_connection(connection::AMQPMethod::CloseOk(connection::CloseOk {}));
+                self.phase = Phase::Closed;
+            }
+            _ => {}
+        }
+    }
+
+    fn handle_connection_frame(&mut self, frame: RawFrame) -> Result<(), BrokerError> {
+        match frame.kind {
+            frame::FRAME_HEARTBEAT if frame.channel == 0 => return Ok(()),
+            frame::FRAME_METHOD if frame.channel == 0 => {}
+            _ if self.phase != Phase::Open => {
+                return Err(BrokerError::new(ReplyCode::UnexpectedFrame, "expected a connection method on channel 0"))
+            }
+            frame::FRAME_HEARTBEAT => {
+                return Err(BrokerError::new(ReplyCode::FrameError, "heartbeat frame on a non-zero channel"))
+            }
+            _ => return Err(BrokerError::new(ReplyCode::UnexpectedFrame, "content frame on channel 0")),
+        }
+        let method = self.parse_method(&frame.payload)?;
+        let AMQPClass::Connection(method) = method else {
+            return Err(BrokerError::command_invalid("only connection methods are valid on channel 0"));
+        };
+        match (self.phase, method) {
+            (Phase::AwaitStartOk, connection::AMQPMethod::StartOk(start_ok)) => self.start_ok(start_ok),
+            (Phase::AwaitTuneOk, connection::AMQPMethod::TuneOk(tune_ok)) => self.tune_ok(tune_ok),
+            (Phase::AwaitOpen, connection::AMQPMethod::Open(open)) => self.open(open),
+            (_, connection::AMQPMethod::Close(_)) => {
+                self.send_connection(connection::AMQPMethod::CloseOk(connection::CloseOk {}));
+                self.phase = Phase::Closed;
+                Ok(())
+            }
+            (Phase::Open, connection::AMQPMethod::Blocked(_) | connection::AMQPMethod::Unblocked(_)) => Ok(()),
+            (Phase::Open, connection::AMQPMethod::UpdateSecret(_)) => {
+                Err(BrokerError::new(ReplyCode::NotImplemented, "connection.update-secret is not supported"))
+            }
+            (phase, other) => Err(BrokerError::command_invalid(format!("{other:?} is not valid in phase {phase:?}"))),
+        }
+    }
+
+    fn start_ok(&mut self, start_ok: connection::StartOk) -> Result<(), BrokerError> {
+        let refused = |why: String| {
+            BrokerError::access_refused(format!(
+                "Login was refused using authentication mechanism {}: {why}",
+                start_ok.mechanism
+            ))
+        };
+        let login = sasl::decode(start_ok.mechanism.as_str(), start_ok.response.as_bytes())
+            .map_err(|e| refused(e.to_string()))?;
+        let from_loopback = self.peer.ip().is_loopback();
+        self.broker
+            .users()
+            .authenticate(&login.username, &login.password, from_loopback)
+            .map_err(|e| refused(e.to_string()))?;
+        tracing::debug!(peer = %self.peer, user = login.username, "authenticated");
+        let tune = connection::Tune {
+            channel_max: self.config.channel_max,
+            frame_max: self.config.frame_max,
+            heartbeat: self.config.heartbeat_secs,
+        };
+        self.send_connection(connection::AMQPMethod::Tune(tune));
+        self.phase = Phase::AwaitTuneOk;
+        Ok(())
+    }
+
+    fn tune_ok(&mut self, tune_ok: connection::TuneOk) -> Result<(), BrokerError> {
+        let not_allowed = |text: String| BrokerError::new(ReplyCode::NotAllowed, text);
+        let frame_max = if tune_ok.frame_max == 0 { self.config.frame_max } else { tune_ok.frame_max };
+        if frame_max < FRAME_MIN_SIZE_BYTES {
+            return Err(not_allowed(format!("frame_max={frame_max} < {FRAME_MIN_SIZE_BYTES} min size")));
+        }
+        if frame_max > self.config.frame_max {
+            return Err(not_allowed(format!("frame_max={frame_max} > {} max size", self.config.frame_max)));
+        }
+        let channel_max = if tune_ok.channel_max == 0 { self.config.channel_max } else { tune_ok.channel_max };
+        if channel_max > self.config.channel_max {
+            return Err(not_allowed(format!("channel_max={channel_max} > {} max", self.config.channel_max)));
+        }
+        self.tuning = Tuning { channel_max, frame_max, heartbeat_secs: tune_ok.heartbeat };
+        self.frame_max.store(frame_max, Ordering::Release);
+        self.phase = Phase::AwaitOpen;
+        Ok(())
+    }
+
+    fn open(&mut self, open: connection::Open) -> Result<(), BrokerError> {
+        let name = open.virtual_host.as_str();
+        let vhost = self
+            .broker
+            .vhost(name)
+            .ok_or_else(|| BrokerError::new(ReplyCode::NotAllowed, format!("vhost '{name}' not found")))?;
+        self.context = Some(ConnectionContext {
+            id: self.id,
+            vhost,
+            outbox: self.outbox.clone(),
+            max_message_bytes: self.config.max_message_bytes,
+            frame_max: self.tuning.frame_max,
+        });
+        self.send_connection(connection::AMQPMethod::OpenOk(connection::OpenOk {}));
+        self.phase = Phase::Open;
+        Ok(())
+    }
+
+    fn handle_channel_frame(&mut self, frame: RawFrame) {
+        let id = frame.channel;
+        if self.closing_channels.contains(&id) {
+            self.handle_on_closing_channel(frame);
+            return;
+        }
+        if let Err(error) = self.dispatch_channel_frame(frame) {
+            if error.code.is_connection_error() {
+                self.close_connection(error);
+            } else {
+                self.close_channel(id, error);
+            }
+        }
+    }
+
+    fn handle_on_closing_channel(&mut self, frame: RawFrame) {
+        if frame.kind != frame::FRAME_METHOD {
+            return;
+        }
+        match self.parse_method(&frame.payload) {
+            Ok(AMQPClass::Channel(channel::AMQPMethod::CloseOk(_))) => {
+                self.closing_channels.remove(&frame.channel);
+            }
+            Ok(AMQPClass::Channel(channel::AMQPMethod::Close(_))) => {
+                self.closing_channels.remove(&frame.channel);
+                self.outbox.method(frame.channel, AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})));
+            }
+            _ => {}
+        }
+    }
+
+    fn dispatch_channel_frame(&mut self, frame: RawFrame) -> Result<(), BrokerError> {
+        let id = frame.channel;
+        let Some(ctx) = &self.context else { return Ok(()) };
+        match frame.kind {
+            frame::FRAME_METHOD => {}
+            frame::FRAME_HEARTBEAT => {
+                return Err(BrokerError::new(ReplyCode::FrameError, "heartbeat frame on a non-zero channel"))
+            }
+            kind => {
+                let channel = self.channels.get_mut(&id).ok_or_else(|| channel_not_open(id))?;
+                self.current_method = (60, 40);
+                return if kind == frame::FRAME_HEADER {
+                    channel.handle_header(ctx, frame.payload)
+                } else {
+                    channel.handle_body(ctx, frame.payload)
+                };
+            }
+        }
+        let method = self.parse_method(&frame.payload)?;
+        let Some(ctx) = &self.context else { return Ok(()) };
+        if let Some(channel) = self.channels.get(&id) {
+            if channel.expects_content() {
+                return Err(BrokerError::new(
+                    ReplyCode::UnexpectedFrame,
+                    format!("expected content frames on channel {id}, got a method"),
+                ));
+            }
+        }
+        match method {
+            AMQPClass::Channel(channel::AMQPMethod::Open(_)) => {
+                if self.channels.contains_key(&id) {
+                    return Err(BrokerError::new(ReplyCode::ChannelError, format!("channel {id} is already open")));
+                }
+                if id > self.tuning.channel_max {
+                    return Err(BrokerError::new(
+                        ReplyCode::NotAllowed,
+                        format!("channel {id} > channel_max {}", self.tuning.channel_max),
+                    ));
+                }
+                self.channels.insert(id, Channel::open(id, ctx));
+                self.outbox.method(id, AMQPClass::Channel(channel::AMQPMethod::OpenOk(channel::OpenOk {})));
+                Ok(())
+            }
+            AMQPClass::Access(access::AMQPMethod::Request(_)) => {
+                self.channels.get(&id).ok_or_else(|| channel_not_open(id))?;
+                self.outbox.method(id, AMQPClass::Access(access::AMQPMethod::RequestOk(access::RequestOk {})));
+                Ok(())
+            }
+            AMQPClass::Channel(method) => self.channel_class_method(id, method),
+            AMQPClass::Connection(_) => {
+                Err(BrokerError::command_invalid(format!("connection method on channel {id}")))
+            }
+            other => {
+                let channel = self.channels.get_mut(&id).ok_or_else(|| channel_not_open(id))?;
+                channel.handle_method(ctx, other)
+            }
+        }
+    }
+
+    fn channel_class_method(&mut self, id: u16, method: channel::AMQPMethod) -> Result<(), BrokerError> {
+        let channel = self.channels.get_mut(&id).ok_or_else(|| channel_not_open(id))?;
+        match method {
+            channel::AMQPMethod::Close(_) => {
+                channel.close();
+                self.channels.remove(&id);
+                self.outbox.method(id, AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})));
+            }
+            channel::AMQPMethod::Flow(flow) => {
+                channel.set_flow(flow.active);
+                let ok = channel::FlowOk { active: flow.active };
+                self.outbox.method(id, AMQPClass::Channel(channel::AMQPMethod::FlowOk(ok)));
+            }
+            channel::AMQPMethod::FlowOk(_) => {}
+            other => return Err(BrokerError::command_invalid(format!("{other:?} is sent by servers, not clients"))),
+        }
+        Ok(())
+    }
+
+    /// Closes one channel with `error`'s code, as `channel.close`.
+    fn close_channel(&mut self, id: u16, error: BrokerError) {
+        tracing::debug!(peer = %self.peer, channel = id, %error, "closing channel");
+        if let Some(mut channel) = self.channels.remove(&id) {
+            channel.close();
+        }
+        self.closing_channels.insert(id);
+        let (class_id, method_id) = self.current_method;
+        let close = channel::Close { reply_code: error.code.code(), reply_text: reply_text(&error), class_id, method_id };
+        self.outbox.method(id, AMQPClass::Channel(channel::AMQPMethod::Close(close)));
+    }
+
+    /// Closes the connection with `error`'s code, as `connection.close`.
+    pub fn close_connection(&mut self, error: BrokerError) {
+        if matches!(self.phase, Phase::Closing | Phase::Closed) {
+            return;
+        }
+        tracing::info!(peer = %self.peer, %error, "closing connection");
+        let (class_id, method_id) = self.current_method;
+        let close =
+            connection::Close { reply_code: error.code.code(), reply_text: reply_text(&error), class_id, method_id };
+        self.send_connection(connection::AMQPMethod::Close(close));
+        self.release();
+        self.phase = Phase::Closing;
+    }
+
+    fn send_connection(&self, method: connection::AMQPMethod) {
+        self.outbox.method(0, AMQPClass::Connection(method));
+    }
+
+    /// Closes channels (requeueing what they had not acked) and drops exclusive queues.
+    pub fn release(&mut self) {
+        for (_, mut channel) in self.channels.drain() {
+            channel.close();
+        }
+        if let Some(ctx) = &self.context {
+            ctx.vhost.connection_closed(self.id);
+        }
+    }
+
+    /// Queues a heartbeat frame.
+    pub fn send_heartbeat(&self) {
+        let mut out = BytesMut::with_capacity(frame::FRAME_OVERHEAD_BYTES);
+        frame::put_heartbeat(&mut out);
+        self.outbox.send(Outbound::Frames(out.freeze()));
+    }
+}
+
+fn channel_not_open(id: u16) -> BrokerError {
+    BrokerError::new(ReplyCode::ChannelError, format!("expected 'channel.open' on channel {id}"))
+}
+
+/// Whether (class, method) names a method of AMQP 0-9-1.
+fn known_method(class_id: u16, method_id: u16) -> bool {
+    let methods: &[u16] = match class_id {
+        10 => &[10, 11, 20, 21, 30, 31, 40, 41, 50, 51, 60, 61, 70, 71],
+        20 => &[10, 11, 20, 21, 40, 41],
+        30 => &[10, 11],
+        40 => &[10, 11, 20, 21, 30, 31, 40, 51],
+        50 => &[10, 11, 20, 21, 30, 31, 40, 41, 50, 51],
+        60 => &[10, 11, 20, 21, 30, 31, 40, 50, 60, 70, 71, 72, 80, 90, 100, 110, 111, 120],
+        85 => &[10, 11],
+        90 => &[10, 11, 20, 21, 30, 31],
+        _ => &[],
+    };
+    methods.contains(&method_id)
+}

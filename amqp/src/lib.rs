@@ -1,0 +1,18 @@
+//! warren-amqp: the AMQP 0-9-1 wire protocol.
+//!
+//! Frames and methods (with amq-protocol), content assembly, and the connection and channel
+//! state machines. It turns bytes into calls on the broker core (warren-delivery), and
+//! deliveries back into bytes. It knows nothing of files or configuration sources.
+
+pub mod channel;
+pub mod config;
+pub mod connection;
+pub mod content;
+pub mod frame;
+pub mod listener;
+pub mod outbox;
+pub mod publish;
+pub mod sasl;
+pub mod server_properties;
+
+pub use config::ProtocolConfig;

@@ -1,0 +1,171 @@
+//! The AMQP listener: accepts sockets and runs each connection's read loop.
+
+use crate::config::ProtocolConfig;
+use crate::connection::{Connection, Phase};
+use crate::frame::PROTOCOL_HEADER;
+use crate::outbox::{run_writer, Outbox};
+use bytes::BytesMut;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::{interval, timeout, Instant, MissedTickBehavior};
+use warren_delivery::{Broker, BrokerError, ReplyCode};
+
+/// Room made in the read buffer before each read.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// How often a connection checks its timers before heartbeats are negotiated.
+const HANDSHAKE_TICK: Duration = Duration::from_millis(500);
+/// How long shutdown waits for connections to finish closing.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Accepts connections until `shutdown` turns true, then closes them all (320
+/// CONNECTION_FORCED) and returns once they are gone or the grace period is over.
+pub async fn run(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    config: Arc<ProtocolConfig>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let task = serve(stream, peer, Arc::clone(&broker), Arc::clone(&config), shutdown.clone());
+                    connections.spawn(task);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    let drained = timeout(SHUTDOWN_GRACE, async { while connections.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::warn!(left = connections.len(), "connections did not close in time");
+        connections.abort_all();
+    }
+}
+
+/// Runs one connection to its end.
+pub async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    broker: Arc<Broker>,
+    config: Arc<ProtocolConfig>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (mut reader, mut writer) = stream.into_split();
+    let mut buf = BytesMut::with_capacity(PROTOCOL_HEADER.len());
+    let header = timeout(config.handshake_timeout, async {
+        while buf.len() < PROTOCOL_HEADER.len() {
+            match reader.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(_) => {}
+            }
+        }
+        true
+    })
+    .await;
+    if !matches!(header, Ok(true)) {
+        return;
+    }
+    if &buf[..PROTOCOL_HEADER.len()] != PROTOCOL_HEADER {
+        tracing::debug!(%peer, "bad protocol header; replying with ours");
+        let _ = writer.write_all(PROTOCOL_HEADER).await;
+        let _ = writer.shutdown().await;
+        return;
+    }
+    let _ = buf.split_to(PROTOCOL_HEADER.len());
+
+    let (outbox, rx) = Outbox::new();
+    let frame_max = Arc::new(AtomicU32::new(config.frame_max));
+    let writer_task = tokio::spawn(run_writer(writer, rx, Arc::clone(&frame_max)));
+    let mut connection = Connection::new(broker, Arc::clone(&config), peer, outbox.clone(), frame_max);
+    read_loop(&mut connection, &mut reader, &mut buf, &config, &mut shutdown).await;
+    connection.release();
+    outbox.send(crate::outbox::Outbound::Shutdown);
+    let _ = writer_task.await;
+    tracing::debug!(%peer, "connection closed");
+}
+
+async fn read_loop(
+    connection: &mut Connection,
+    reader: &mut tokio::net::tcp::OwnedReadHalf,
+    buf: &mut BytesMut,
+    config: &ProtocolConfig,
+    shutdown: &mut watch::Receiver<bool>,
+) {
+    let started = Instant::now();
+    let mut last_received = Instant::now();
+    let mut closing_since: Option<Instant> = None;
+    let mut heartbeat_secs = 0;
+    let mut ticker = interval(HANDSHAKE_TICK);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    while connection.phase() != Phase::Closed {
+        if buf.capacity() - buf.len() < frame_header_room() {
+            buf.reserve(READ_CHUNK_BYTES);
+        }
+        tokio::select! {
+            read = reader.read_buf(buf) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    last_received = Instant::now();
+                    connection.process(buf);
+                }
+            },
+            _ = ticker.tick() => {
+                let phase = connection.phase();
+                if matches!(phase, Phase::AwaitStartOk | Phase::AwaitTuneOk | Phase::AwaitOpen)
+                    && started.elapsed() > config.handshake_timeout
+                {
+                    tracing::info!("handshake timed out");
+                    return;
+                }
+                if phase == Phase::Closing {
+                    let since = *closing_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > config.close_timeout {
+                        return;
+                    }
+                }
+                let tuned = connection.tuning().heartbeat_secs;
+                if phase == Phase::Open && tuned != heartbeat_secs {
+                    heartbeat_secs = tuned;
+                    if tuned > 0 {
+                        // Beat twice per interval; a peer silent for two intervals is gone.
+                        ticker = interval(Duration::from_millis(u64::from(tuned) * 500));
+                        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                    }
+                }
+                if heartbeat_secs > 0 && phase == Phase::Open {
+                    if last_received.elapsed() > Duration::from_secs(2 * u64::from(heartbeat_secs)) {
+                        tracing::info!("missed heartbeats from client; closing");
+                        return;
+                    }
+                    connection.send_heartbeat();
+                }
+            },
+            _ = shutdown.changed() => {
+                if connection.phase() == Phase::Open {
+                    connection.close_connection(BrokerError::new(ReplyCode::ConnectionForced, "broker shutdown"));
+                } else {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn frame_header_room() -> usize {
+    crate::frame::FRAME_OVERHEAD_BYTES * 8
+}

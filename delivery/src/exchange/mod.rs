@@ -1,0 +1,239 @@
+//! Exchanges: their definitions, their bindings, and routing a message to destinations.
+
+mod headers_match;
+mod topic_trie;
+
+pub use headers_match::HeadersMatcher;
+pub use topic_trie::TopicTrie;
+
+use crate::error::{BrokerError, BrokerResult};
+use crate::message::Message;
+use amq_protocol::types::{AMQPValue, FieldTable};
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The routing algorithm of an exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExchangeKind {
+    /// Routing key equals binding key.
+    Direct,
+    /// Every bound destination.
+    Fanout,
+    /// Binding keys with `*` and `#` wildcards.
+    Topic,
+    /// Binding arguments against message headers.
+    Headers,
+}
+
+impl ExchangeKind {
+    /// Parses the `type` field of `exchange.declare`; unknown types are 503 COMMAND_INVALID.
+    pub fn parse(kind: &str) -> BrokerResult<Self> {
+        match kind {
+            "direct" => Ok(ExchangeKind::Direct),
+            "fanout" => Ok(ExchangeKind::Fanout),
+            "topic" => Ok(ExchangeKind::Topic),
+            "headers" => Ok(ExchangeKind::Headers),
+            other => Err(BrokerError::command_invalid(format!("unknown exchange type '{other}'"))),
+        }
+    }
+
+    /// The name clients use for this type.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeKind::Direct => "direct",
+            ExchangeKind::Fanout => "fanout",
+            ExchangeKind::Topic => "topic",
+            ExchangeKind::Headers => "headers",
+        }
+    }
+}
+
+/// What `exchange.declare` asked for; compared field by field on redeclaration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExchangeDefinition {
+    /// The exchange's name.
+    pub name: String,
+    /// Its routing algorithm.
+    pub kind: ExchangeKind,
+    /// Whether it survives a broker restart.
+    pub durable: bool,
+    /// Whether it is deleted when its last binding goes.
+    pub auto_delete: bool,
+    /// Whether clients may not publish to it directly.
+    pub internal: bool,
+    /// Declared arguments (`alternate-exchange`, ...).
+    pub arguments: FieldTable,
+}
+
+impl ExchangeDefinition {
+    /// The `alternate-exchange` argument: where unroutable messages go.
+    pub fn alternate_exchange(&self) -> Option<String> {
+        match self.arguments.inner().get("alternate-exchange") {
+            Some(AMQPValue::LongString(s)) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+            Some(AMQPValue::ShortString(s)) => Some(s.to_string()),
+            _ => None,
+        }
+    }
+}
+
+/// Where a binding leads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Destination {
+    /// A queue, by name.
+    Queue(Arc<str>),
+    /// Another exchange, by name (exchange-to-exchange binding).
+    Exchange(Arc<str>),
+}
+
+/// One binding from an exchange to a destination.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Binding {
+    /// Where it leads.
+    pub destination: Destination,
+    /// The binding key.
+    pub routing_key: String,
+    /// The binding arguments (the headers exchange matches on them).
+    pub arguments: FieldTable,
+}
+
+/// The per-kind index that answers "which destinations does this message go to".
+#[derive(Debug)]
+enum Router {
+    Direct(HashMap<String, Vec<Destination>>),
+    Fanout,
+    Topic(TopicTrie<Destination>),
+    Headers(Vec<(HeadersMatcher, Destination)>),
+}
+
+#[derive(Debug)]
+struct Bindings {
+    all: Vec<Binding>,
+    router: Router,
+}
+
+/// An exchange: its definition and its bindings.
+#[derive(Debug)]
+pub struct Exchange {
+    definition: ExchangeDefinition,
+    bindings: RwLock<Bindings>,
+}
+
+impl Exchange {
+    /// A new exchange with no bindings.
+    pub fn new(definition: ExchangeDefinition) -> Self {
+        let router = match definition.kind {
+            ExchangeKind::Direct => Router::Direct(HashMap::new()),
+            ExchangeKind::Fanout => Router::Fanout,
+            ExchangeKind::Topic => Router::Topic(TopicTrie::default()),
+            ExchangeKind::Headers => Router::Headers(Vec::new()),
+        };
+        Exchange { definition, bindings: RwLock::new(Bindings { all: Vec::new(), router }) }
+    }
+
+    /// Its definition.
+    pub fn definition(&self) -> &ExchangeDefinition {
+        &self.definition
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.definition.name
+    }
+
+    /// Adds a binding; returns false if an identical one exists. Bad headers arguments are 406.
+    pub fn bind(&self, binding: Binding) -> BrokerResult<bool> {
+        let mut bindings = self.bindings.write();
+        if bindings.all.contains(&binding) {
+            return Ok(false);
+        }
+        let destination = binding.destination.clone();
+        match &mut bindings.router {
+            Router::Direct(map) => map.entry(binding.routing_key.clone()).or_default().push(destination),
+            Router::Fanout => {}
+            Router::Topic(trie) => trie.insert(&binding.routing_key, destination),
+            Router::Headers(list) => list.push((HeadersMatcher::compile(&binding.arguments)?, destination)),
+        }
+        bindings.all.push(binding);
+        Ok(true)
+    }
+
+    /// Removes a binding; returns whether it existed.
+    pub fn unbind(&self, binding: &Binding) -> bool {
+        let mut bindings = self.bindings.write();
+        let Some(position) = bindings.all.iter().position(|b| b == binding) else {
+            return false;
+        };
+        bindings.all.remove(position);
+        let Bindings { all, router } = &mut *bindings;
+        Self::unindex(router, all, binding);
+        true
+    }
+
+    fn unindex(router: &mut Router, remaining: &[Binding], binding: &Binding) {
+        let destination = &binding.destination;
+        match router {
+            Router::Direct(map) => {
+                if let Some(list) = map.get_mut(&binding.routing_key) {
+                    if let Some(i) = list.iter().position(|d| d == destination) {
+                        list.remove(i);
+                    }
+                    if list.is_empty() {
+                        map.remove(&binding.routing_key);
+                    }
+                }
+            }
+            Router::Fanout => {}
+            Router::Topic(trie) => {
+                // Another binding with the same key and destination (other arguments) keeps it.
+                let still_bound =
+                    remaining.iter().any(|b| b.routing_key == binding.routing_key && &b.destination == destination);
+                if !still_bound {
+                    trie.remove(&binding.routing_key, destination);
+                }
+            }
+            Router::Headers(list) => {
+                if let Ok(matcher) = HeadersMatcher::compile(&binding.arguments) {
+                    if let Some(i) = list.iter().position(|(m, d)| m == &matcher && d == destination) {
+                        list.remove(i);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Removes every binding to `destination`; returns how many there were.
+    pub fn unbind_destination(&self, destination: &Destination) -> usize {
+        let doomed: Vec<Binding> =
+            self.bindings.read().all.iter().filter(|b| &b.destination == destination).cloned().collect();
+        doomed.iter().filter(|b| self.unbind(b)).count()
+    }
+
+    /// Number of bindings whose source is this exchange.
+    pub fn binding_count(&self) -> usize {
+        self.bindings.read().all.len()
+    }
+
+    /// A copy of this exchange's bindings.
+    pub fn bindings(&self) -> Vec<Binding> {
+        self.bindings.read().all.clone()
+    }
+
+    /// Appends the destinations `message` is routed to (possibly with repeats).
+    pub fn route(&self, message: &Message, out: &mut Vec<Destination>) {
+        let bindings = self.bindings.read();
+        match &bindings.router {
+            Router::Direct(map) => {
+                if let Some(list) = map.get(message.routing_key.as_str()) {
+                    out.extend(list.iter().cloned());
+                }
+            }
+            Router::Fanout => out.extend(bindings.all.iter().map(|b| b.destination.clone())),
+            Router::Topic(trie) => trie.matches(message.routing_key.as_str(), out),
+            Router::Headers(list) => {
+                let headers = message.properties.headers();
+                out.extend(list.iter().filter(|(m, _)| m.matches(headers)).map(|(_, d)| d.clone()));
+            }
+        }
+    }
+}

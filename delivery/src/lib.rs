@@ -1,0 +1,25 @@
+//! warren-delivery: the broker core.
+//!
+//! Virtual hosts, exchanges and routing, queues, consumers, QoS and acknowledgements. It knows
+//! AMQP's semantics (reply codes, properties, field tables) but nothing of sockets or frames:
+//! the protocol layer calls into it and receives deliveries through [`DeliverySink`].
+
+pub mod broker;
+pub mod consumer;
+pub mod error;
+pub mod exchange;
+pub mod message;
+pub mod properties;
+pub mod queue;
+pub mod session;
+pub mod user;
+pub mod vhost;
+
+pub use broker::{Broker, DEFAULT_VHOST};
+pub use consumer::{Consumer, ConsumerOptions};
+pub use error::{BrokerError, BrokerResult, ReplyCode};
+pub use message::Message;
+pub use properties::{Properties, PropertiesError};
+pub use queue::{ConnectionId, Queue, QueueDefinition};
+pub use session::{Delivery, DeliverySink, Session};
+pub use vhost::VirtualHost;

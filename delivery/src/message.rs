@@ -1,0 +1,25 @@
+//! A published message as the broker holds it: where it was published, and its content.
+
+use crate::properties::Properties;
+use amq_protocol::types::ShortString;
+use bytes::Bytes;
+
+/// One message. Shared (`Arc`) between every queue it was routed to; never copied.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// The exchange it was published to ("" for the default exchange).
+    pub exchange: ShortString,
+    /// The routing key it was published with.
+    pub routing_key: ShortString,
+    /// The basic properties, raw and scanned.
+    pub properties: Properties,
+    /// The body, as the slices of the read buffer it arrived in.
+    pub body: Bytes,
+}
+
+impl Message {
+    /// Bytes this message accounts for in queue length limits and memory figures.
+    pub fn size_bytes(&self) -> usize {
+        self.body.len() + self.properties.raw().len()
+    }
+}

@@ -1,0 +1,224 @@
+//! The content header's basic properties, kept as the raw bytes the publisher sent.
+//!
+//! Deliveries copy these bytes back out unchanged, which is what makes properties and headers
+//! round-trip byte-exact (a decoded `FieldTable` would reorder keys). The broker reads the few
+//! fields it acts on (delivery mode, priority, expiration, headers) in one scan at publish.
+
+use amq_protocol::types::{parsing::parse_field_table, FieldTable};
+use bytes::Bytes;
+
+/// Property flag bits, in the order the fields appear on the wire (bit 15 first).
+mod flag {
+    pub const CONTENT_TYPE: u16 = 1 << 15;
+    pub const CONTENT_ENCODING: u16 = 1 << 14;
+    pub const HEADERS: u16 = 1 << 13;
+    pub const DELIVERY_MODE: u16 = 1 << 12;
+    pub const PRIORITY: u16 = 1 << 11;
+    pub const CORRELATION_ID: u16 = 1 << 10;
+    pub const REPLY_TO: u16 = 1 << 9;
+    pub const EXPIRATION: u16 = 1 << 8;
+    pub const MESSAGE_ID: u16 = 1 << 7;
+    pub const TIMESTAMP: u16 = 1 << 6;
+    pub const TYPE: u16 = 1 << 5;
+    pub const USER_ID: u16 = 1 << 4;
+    pub const APP_ID: u16 = 1 << 3;
+    pub const CLUSTER_ID: u16 = 1 << 2;
+    /// Bits 1 and 0 (reserved, and the continuation flag) must be clear in 0-9-1.
+    pub const RESERVED: u16 = 0b11;
+}
+
+/// `delivery_mode` value of a persistent message.
+pub const DELIVERY_MODE_PERSISTENT: u8 = 2;
+
+/// Why a property list was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PropertiesError {
+    /// The list ends before the fields its flags announce.
+    #[error("property list truncated in field {0}")]
+    Truncated(&'static str),
+    /// A reserved or continuation flag bit is set.
+    #[error("reserved property flag bits set: {0:#06x}")]
+    ReservedFlags(u16),
+    /// The headers table does not decode.
+    #[error("headers table does not decode")]
+    BadHeaders,
+    /// The list is longer than its flags announce.
+    #[error("{0} trailing bytes after the property list")]
+    Trailing(usize),
+}
+
+/// Basic properties: the raw wire bytes plus the fields the broker acts on.
+#[derive(Debug, Clone, Default)]
+pub struct Properties {
+    raw: Bytes,
+    delivery_mode: Option<u8>,
+    priority: Option<u8>,
+    expiration: Option<Bytes>,
+    headers: Option<FieldTable>,
+}
+
+impl Properties {
+    /// Scans a property list (flags, then fields) as found after the content header's body size.
+    pub fn decode(raw: Bytes) -> Result<Self, PropertiesError> {
+        let mut cursor = Cursor { buf: &raw, pos: 0 };
+        let flags = u16::from_be_bytes(cursor.take::<2>("flags")?);
+        if flags & flag::RESERVED != 0 {
+            return Err(PropertiesError::ReservedFlags(flags));
+        }
+        let mut props = Properties::default();
+        cursor.skip_short_string_if(flags & flag::CONTENT_TYPE, "content-type")?;
+        cursor.skip_short_string_if(flags & flag::CONTENT_ENCODING, "content-encoding")?;
+        if flags & flag::HEADERS != 0 {
+            props.headers = Some(cursor.field_table()?);
+        }
+        if flags & flag::DELIVERY_MODE != 0 {
+            props.delivery_mode = Some(cursor.take::<1>("delivery-mode")?[0]);
+        }
+        if flags & flag::PRIORITY != 0 {
+            props.priority = Some(cursor.take::<1>("priority")?[0]);
+        }
+        cursor.skip_short_string_if(flags & flag::CORRELATION_ID, "correlation-id")?;
+        cursor.skip_short_string_if(flags & flag::REPLY_TO, "reply-to")?;
+        if flags & flag::EXPIRATION != 0 {
+            let range = cursor.short_string("expiration")?;
+            props.expiration = Some(raw.slice(range));
+        }
+        cursor.skip_short_string_if(flags & flag::MESSAGE_ID, "message-id")?;
+        if flags & flag::TIMESTAMP != 0 {
+            cursor.take::<8>("timestamp")?;
+        }
+        for (bit, name) in [
+            (flag::TYPE, "type"),
+            (flag::USER_ID, "user-id"),
+            (flag::APP_ID, "app-id"),
+            (flag::CLUSTER_ID, "cluster-id"),
+        ] {
+            cursor.skip_short_string_if(flags & bit, name)?;
+        }
+        if cursor.pos != raw.len() {
+            return Err(PropertiesError::Trailing(raw.len() - cursor.pos));
+        }
+        props.raw = raw;
+        Ok(props)
+    }
+
+    /// An empty property list (no flags set).
+    pub fn empty() -> Self {
+        Properties { raw: Bytes::from_static(&[0, 0]), ..Default::default() }
+    }
+
+    /// The property list exactly as received.
+    pub fn raw(&self) -> &Bytes {
+        &self.raw
+    }
+
+    /// True for `delivery_mode = 2`.
+    pub fn is_persistent(&self) -> bool {
+        self.delivery_mode == Some(DELIVERY_MODE_PERSISTENT)
+    }
+
+    /// The `priority` property, if set.
+    pub fn priority(&self) -> Option<u8> {
+        self.priority
+    }
+
+    /// The `expiration` property's raw bytes, if set.
+    pub fn expiration(&self) -> Option<&[u8]> {
+        self.expiration.as_deref()
+    }
+
+    /// The `headers` table, if set.
+    pub fn headers(&self) -> Option<&FieldTable> {
+        self.headers.as_ref()
+    }
+}
+
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl Cursor<'_> {
+    fn take<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], PropertiesError> {
+        let bytes = self.buf.get(self.pos..self.pos + N).ok_or(PropertiesError::Truncated(field))?;
+        self.pos += N;
+        let mut out = [0; N];
+        out.copy_from_slice(bytes);
+        Ok(out)
+    }
+
+    fn short_string(&mut self, field: &'static str) -> Result<std::ops::Range<usize>, PropertiesError> {
+        let len = self.take::<1>(field)?[0] as usize;
+        let start = self.pos;
+        if self.buf.len() < start + len {
+            return Err(PropertiesError::Truncated(field));
+        }
+        self.pos += len;
+        Ok(start..start + len)
+    }
+
+    fn skip_short_string_if(&mut self, present: u16, field: &'static str) -> Result<(), PropertiesError> {
+        if present != 0 {
+            self.short_string(field)?;
+        }
+        Ok(())
+    }
+
+    fn field_table(&mut self) -> Result<FieldTable, PropertiesError> {
+        let len = u32::from_be_bytes(self.take::<4>("headers")?) as usize;
+        let start = self.pos - 4;
+        let end = self.pos.checked_add(len).filter(|end| *end <= self.buf.len());
+        let end = end.ok_or(PropertiesError::Truncated("headers"))?;
+        self.pos = end;
+        match parse_field_table(&self.buf[start..end]) {
+            Ok((rest, table)) if rest.is_empty() => Ok(table),
+            _ => Err(PropertiesError::BadHeaders),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use amq_protocol::protocol::basic::{gen_properties, AMQPProperties};
+    use amq_protocol::types::{AMQPValue, ShortString};
+
+    fn encode(props: &AMQPProperties) -> Bytes {
+        let ctx = gen_properties(props)(amq_protocol::frame::WriteContext::from(Vec::new()));
+        Bytes::from(ctx.map(|c| c.write).unwrap_or_default())
+    }
+
+    #[test]
+    fn reads_the_fields_the_broker_acts_on() {
+        let mut headers = FieldTable::default();
+        headers.insert(ShortString::from("k"), AMQPValue::LongInt(7));
+        let props = AMQPProperties::default()
+            .with_content_type("text/plain".into())
+            .with_headers(headers.clone())
+            .with_delivery_mode(2)
+            .with_priority(5)
+            .with_expiration("60000".into())
+            .with_timestamp(12)
+            .with_app_id("app".into());
+        let decoded = Properties::decode(encode(&props)).expect("valid list");
+        assert!(decoded.is_persistent());
+        assert_eq!(decoded.priority(), Some(5));
+        assert_eq!(decoded.expiration(), Some(&b"60000"[..]));
+        assert_eq!(decoded.headers(), Some(&headers));
+    }
+
+    #[test]
+    fn refuses_truncated_and_trailing_lists() {
+        let props = AMQPProperties::default().with_correlation_id("abc".into());
+        let raw = encode(&props);
+        let cut = raw.slice(..raw.len() - 1);
+        assert_eq!(Properties::decode(cut).err(), Some(PropertiesError::Truncated("correlation-id")));
+        let mut long = raw.to_vec();
+        long.push(0);
+        assert_eq!(Properties::decode(Bytes::from(long)).err(), Some(PropertiesError::Trailing(1)));
+        assert!(matches!(
+            Properties::decode(Bytes::from_static(&[0, 1])),
+            Err(PropertiesError::ReservedFlags(_))
+        ));
+    }
+}

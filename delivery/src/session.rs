@@ -1,0 +1,321 @@
+//! A session: the broker-side half of one AMQP channel.
+//!
+//! It owns the channel's consumers, its unacknowledged deliveries (by delivery tag) and its
+//! QoS. Queues call [`Session::push`] under their own lock to hand over a delivery; the session
+//! numbers it and passes it to the [`DeliverySink`] the protocol layer gave it. Acks travel
+//! the other way: the session finds the deliveries, releases its lock, then settles them in
+//! their queues. Lock order is always queue, then session.
+
+use crate::consumer::{Consumer, ConsumerOptions};
+use crate::error::{BrokerError, BrokerResult, ReplyCode};
+use crate::message::Message;
+use crate::queue::Queue;
+use crate::vhost::VirtualHost;
+use amq_protocol::types::ShortString;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// One message on its way to a consumer.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The consumer it is for.
+    pub consumer: Arc<Consumer>,
+    /// Its tag on the channel.
+    pub delivery_tag: u64,
+    /// Whether it was delivered before.
+    pub redelivered: bool,
+    /// The message.
+    pub message: Arc<Message>,
+}
+
+/// Where a session sends what it has for the client: implemented by the protocol layer.
+///
+/// Called with queue and session locks held: implementations must not block or call back.
+pub trait DeliverySink: Send + Sync {
+    /// Sends a delivery to the client.
+    fn deliver(&self, delivery: Delivery);
+    /// Tells the client the broker cancelled its consumer (its queue was deleted).
+    fn consumer_cancelled(&self, consumer_tag: &ShortString);
+}
+
+/// A delivery not yet settled.
+#[derive(Debug)]
+struct Unacked {
+    tag: u64,
+    queue: Arc<Queue>,
+    offset: u64,
+    consumer: Option<Arc<Consumer>>,
+}
+
+#[derive(Debug, Default)]
+struct SessionState {
+    next_tag: u64,
+    /// Sorted by tag.
+    unacked: VecDeque<Unacked>,
+    consumers: Vec<Arc<Consumer>>,
+    /// `basic.qos` with global=false: the limit for consumers started from now on.
+    consumer_prefetch: u32,
+    closed: bool,
+}
+
+/// The broker-side state of one channel.
+pub struct Session {
+    vhost: Arc<VirtualHost>,
+    sink: Arc<dyn DeliverySink>,
+    state: Mutex<SessionState>,
+    flow_active: AtomicBool,
+    /// `basic.qos` with global=true: a limit shared by all the channel's consumers (0 = none).
+    channel_prefetch: AtomicU32,
+    unacked_total: AtomicU32,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// A session in `vhost` whose deliveries go to `sink`.
+    pub fn new(vhost: Arc<VirtualHost>, sink: Arc<dyn DeliverySink>) -> Arc<Self> {
+        Arc::new(Session {
+            vhost,
+            sink,
+            state: Mutex::new(SessionState { next_tag: 1, ..Default::default() }),
+            flow_active: AtomicBool::new(true),
+            channel_prefetch: AtomicU32::new(0),
+            unacked_total: AtomicU32::new(0),
+        })
+    }
+
+    /// The virtual host the channel works in.
+    pub fn vhost(&self) -> &Arc<VirtualHost> {
+        &self.vhost
+    }
+
+    pub(crate) fn flow_active(&self) -> bool {
+        self.flow_active.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn has_credit(&self) -> bool {
+        let limit = self.channel_prefetch.load(Ordering::Acquire);
+        self.flow_active() && (limit == 0 || self.unacked_total.load(Ordering::Acquire) < limit)
+    }
+
+    /// `basic.qos`: global=false sets the limit of consumers started later, global=true the
+    /// channel's shared limit, as RabbitMQ interprets them.
+    pub fn set_prefetch(&self, prefetch_count: u16, global: bool) {
+        if global {
+            self.channel_prefetch.store(u32::from(prefetch_count), Ordering::Release);
+            self.kick_consumers();
+        } else {
+            self.state.lock().consumer_prefetch = u32::from(prefetch_count);
+        }
+    }
+
+    /// `channel.flow`: pauses or resumes deliveries.
+    pub fn set_flow(&self, active: bool) {
+        self.flow_active.store(active, Ordering::Release);
+        if active {
+            self.kick_consumers();
+        }
+    }
+
+    /// Starts a consumer on `queue`. A tag already used on this channel is 530 NOT_ALLOWED.
+    pub fn consume(
+        self: &Arc<Self>,
+        queue: Arc<Queue>,
+        tag: ShortString,
+        options: ConsumerOptions,
+    ) -> BrokerResult<Arc<Consumer>> {
+        let prefetch = {
+            let state = self.state.lock();
+            if state.consumers.iter().any(|c| c.tag() == &tag) {
+                return Err(BrokerError::new(
+                    ReplyCode::NotAllowed,
+                    format!("attempt to reuse consumer tag '{tag}'"),
+                ));
+            }
+            state.consumer_prefetch
+        };
+        let consumer = Arc::new(Consumer::new(tag, Arc::clone(&queue), Arc::clone(self), options, prefetch));
+        self.state.lock().consumers.push(Arc::clone(&consumer));
+        if let Err(error) = queue.add_consumer(Arc::clone(&consumer)) {
+            self.state.lock().consumers.retain(|c| !Arc::ptr_eq(c, &consumer));
+            return Err(error);
+        }
+        Ok(consumer)
+    }
+
+    /// Whether a consumer with this tag exists on the channel.
+    pub fn has_consumer(&self, tag: &str) -> bool {
+        self.state.lock().consumers.iter().any(|c| c.tag().as_str() == tag)
+    }
+
+    /// `basic.cancel` from the client; returns whether the tag was known.
+    pub fn cancel(&self, tag: &str) -> bool {
+        let consumer = {
+            let mut state = self.state.lock();
+            let Some(index) = state.consumers.iter().position(|c| c.tag().as_str() == tag) else {
+                return false;
+            };
+            state.consumers.remove(index)
+        };
+        self.detach(&consumer);
+        true
+    }
+
+    fn detach(&self, consumer: &Arc<Consumer>) {
+        let queue = consumer.queue();
+        if queue.remove_consumer(consumer) && queue.definition().auto_delete {
+            self.vhost.delete_auto_delete_queue(queue);
+        }
+    }
+
+    /// The broker cancels a consumer whose queue went away, and tells the client.
+    pub(crate) fn cancelled_by_broker(&self, consumer: &Arc<Consumer>) {
+        let removed = {
+            let mut state = self.state.lock();
+            let before = state.consumers.len();
+            state.consumers.retain(|c| !Arc::ptr_eq(c, consumer));
+            before != state.consumers.len() && !state.closed
+        };
+        if removed {
+            self.sink.consumer_cancelled(consumer.tag());
+        }
+    }
+
+    /// Called by a queue, under its lock: numbers a delivery and hands it to the sink.
+    pub(crate) fn push(
+        &self,
+        consumer: &Arc<Consumer>,
+        queue: &Arc<Queue>,
+        offset: u64,
+        redelivered: bool,
+        message: Arc<Message>,
+    ) {
+        let mut state = self.state.lock();
+        let delivery_tag = state.next_tag;
+        state.next_tag += 1;
+        if !consumer.no_ack() {
+            consumer.delivered();
+            self.unacked_total.fetch_add(1, Ordering::AcqRel);
+            let entry =
+                Unacked { tag: delivery_tag, queue: Arc::clone(queue), offset, consumer: Some(Arc::clone(consumer)) };
+            state.unacked.push_back(entry);
+        }
+        // Sent under the session lock so that tags reach the client in order.
+        self.sink.deliver(Delivery { consumer: Arc::clone(consumer), delivery_tag, redelivered, message });
+    }
+
+    /// Called by a queue, under its lock: numbers a `basic.get` result.
+    pub(crate) fn record_get(&self, queue: &Arc<Queue>, offset: u64, no_ack: bool) -> u64 {
+        let mut state = self.state.lock();
+        let delivery_tag = state.next_tag;
+        state.next_tag += 1;
+        if !no_ack {
+            self.unacked_total.fetch_add(1, Ordering::AcqRel);
+            state.unacked.push_back(Unacked { tag: delivery_tag, queue: Arc::clone(queue), offset, consumer: None });
+        }
+        delivery_tag
+    }
+
+    /// Takes the unacked deliveries `tag`/`multiple` name; an unknown tag is 406.
+    fn take(&self, tag: u64, multiple: bool) -> BrokerResult<Vec<Unacked>> {
+        let mut state = self.state.lock();
+        let taken: Vec<Unacked> = if multiple {
+            let end = if tag == 0 { state.unacked.len() } else { state.unacked.partition_point(|u| u.tag <= tag) };
+            if end == 0 && tag != 0 {
+                return Err(unknown_tag(tag));
+            }
+            state.unacked.drain(..end).collect()
+        } else {
+            let index = state.unacked.binary_search_by_key(&tag, |u| u.tag).map_err(|_| unknown_tag(tag))?;
+            state.unacked.remove(index).into_iter().collect()
+        };
+        drop(state);
+        self.unacked_total.fetch_sub(taken.len() as u32, Ordering::AcqRel);
+        for entry in &taken {
+            if let Some(consumer) = &entry.consumer {
+                consumer.settled();
+            }
+        }
+        Ok(taken)
+    }
+
+    /// `basic.ack`.
+    pub fn ack(&self, tag: u64, multiple: bool) -> BrokerResult<()> {
+        let taken = self.take(tag, multiple)?;
+        self.settle(taken, false);
+        Ok(())
+    }
+
+    /// `basic.nack` / `basic.reject`: requeue, or drop.
+    pub fn reject(&self, tag: u64, multiple: bool, requeue: bool) -> BrokerResult<()> {
+        let taken = self.take(tag, multiple)?;
+        self.settle(taken, requeue);
+        Ok(())
+    }
+
+    /// `basic.recover`: every unacked delivery goes back to its queue.
+    pub fn recover(&self) {
+        if let Ok(taken) = self.take(0, true) {
+            self.settle(taken, true);
+        }
+    }
+
+    fn settle(&self, taken: Vec<Unacked>, requeue: bool) {
+        for (queue, offsets) in group_by_queue(taken) {
+            if requeue {
+                queue.requeue(&offsets);
+            } else {
+                queue.settle(&offsets);
+                queue.dispatch();
+            }
+        }
+        if self.channel_prefetch.load(Ordering::Acquire) != 0 {
+            self.kick_consumers();
+        }
+    }
+
+    fn kick_consumers(&self) {
+        let consumers = self.state.lock().consumers.clone();
+        for consumer in consumers {
+            consumer.queue().dispatch();
+        }
+    }
+
+    /// The channel closed: cancel its consumers and requeue what it had not acked.
+    pub fn close(&self) {
+        let consumers = {
+            let mut state = self.state.lock();
+            state.closed = true;
+            std::mem::take(&mut state.consumers)
+        };
+        for consumer in &consumers {
+            self.detach(consumer);
+        }
+        self.recover();
+    }
+}
+
+fn unknown_tag(tag: u64) -> BrokerError {
+    BrokerError::precondition_failed(format!("unknown delivery tag {tag}"))
+}
+
+/// Groups settled deliveries by queue, keeping each queue's offsets in delivery order.
+fn group_by_queue(taken: Vec<Unacked>) -> Vec<(Arc<Queue>, Vec<u64>)> {
+    let mut groups: Vec<(Arc<Queue>, Vec<u64>)> = Vec::new();
+    for entry in taken {
+        match groups.iter_mut().find(|(q, _)| Arc::ptr_eq(q, &entry.queue)) {
+            Some((_, offsets)) => offsets.push(entry.offset),
+            None => groups.push((entry.queue, vec![entry.offset])),
+        }
+    }
+    for (_, offsets) in &mut groups {
+        offsets.sort_unstable();
+    }
+    groups
+}

@@ -1,0 +1,70 @@
+//! warren-server: the `warren` broker process.
+//!
+//! Configuration, the listeners, and the lifecycle: start, run, shut down gracefully. The
+//! binary (`main.rs`) adds logging and signal handling; tests start brokers through [`start`].
+
+pub mod config;
+
+pub use config::Config;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use warren_delivery::Broker;
+
+/// A broker that could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The data directory cannot be created.
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The AMQP address cannot be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why (in use, no permission).
+        source: std::io::Error,
+    },
+}
+
+/// A started broker.
+pub struct RunningBroker {
+    /// The address the AMQP listener is bound to.
+    pub amqp_addr: SocketAddr,
+    /// The broker core.
+    pub broker: Arc<Broker>,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl RunningBroker {
+    /// Closes every connection (320 CONNECTION_FORCED) and waits for the listener to stop.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// Creates the data directory, binds the listener and starts serving.
+pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
+    let listener = TcpListener::bind(config.amqp_listen)
+        .await
+        .map_err(|source| StartError::Listen { addr: config.amqp_listen, source })?;
+    let amqp_addr = listener.local_addr().map_err(|source| StartError::Listen { addr: config.amqp_listen, source })?;
+    let broker = Broker::new();
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let protocol = Arc::new(config.protocol.clone());
+    let task = tokio::spawn(warren_amqp::listener::run(listener, Arc::clone(&broker), protocol, shutdown_rx));
+    tracing::info!(%amqp_addr, data_dir = %config.data_dir.display(), "Warren is accepting AMQP 0-9-1 connections");
+    Ok(RunningBroker { amqp_addr, broker, shutdown, task })
+}

@@ -1,0 +1,34 @@
+//! The `warren` binary: parse settings, start the broker, stop on SIGINT or SIGTERM.
+
+use anyhow::Context;
+use tracing_subscriber::EnvFilter;
+use warren_server::Config;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let config = match Config::from_args() {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("warren: {error}");
+            std::process::exit(2);
+        }
+    };
+    let running = warren_server::start(config).await.context("starting the broker")?;
+    wait_for_signal().await?;
+    tracing::info!("shutting down: closing connections");
+    running.shutdown().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.context("waiting for SIGINT")?,
+        _ = terminate.recv() => {}
+    }
+    Ok(())
+}
