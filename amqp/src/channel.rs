@@ -14,8 +14,7 @@ use rand::distributions::{Alphanumeric, DistString};
 use std::sync::Arc;
 use warren_delivery::exchange::{Binding, Destination, ExchangeDefinition, ExchangeKind};
 use warren_delivery::{
-    BrokerError, BrokerResult, ConnectionId, ConsumerOptions, Message, QueueDefinition, ReplyCode, Session,
-    VirtualHost,
+    BrokerError, BrokerResult, ConnectionId, ConsumerOptions, Message, QueueDefinition, ReplyCode, Session, VirtualHost,
 };
 
 /// Length of the random part of a server-generated consumer tag.
@@ -148,9 +147,7 @@ impl Channel {
         if !name.as_str().is_empty() {
             return Ok(name.to_string());
         }
-        self.last_queue
-            .clone()
-            .ok_or_else(|| BrokerError::not_found("no previously declared queue on this channel"))
+        self.last_queue.clone().ok_or_else(|| BrokerError::not_found("no previously declared queue on this channel"))
     }
 
     /// Looks up a queue this connection may use (404, 405).
@@ -237,11 +234,9 @@ impl Channel {
             }
             basic::AMQPMethod::Get(get) => self.get(ctx, get),
             basic::AMQPMethod::Ack(ack) => self.settle(TxOp::Ack { tag: ack.delivery_tag, multiple: ack.multiple }),
-            basic::AMQPMethod::Nack(nack) => self.settle(TxOp::Reject {
-                tag: nack.delivery_tag,
-                multiple: nack.multiple,
-                requeue: nack.requeue,
-            }),
+            basic::AMQPMethod::Nack(nack) => {
+                self.settle(TxOp::Reject { tag: nack.delivery_tag, multiple: nack.multiple, requeue: nack.requeue })
+            }
             basic::AMQPMethod::Reject(reject) => {
                 self.settle(TxOp::Reject { tag: reject.delivery_tag, multiple: false, requeue: reject.requeue })
             }
@@ -301,13 +296,7 @@ impl Channel {
     fn send_content(&self, ctx: &ConnectionContext, method: AMQPClass, message: &Message) {
         let mut out = bytes::BytesMut::new();
         crate::frame::put_method(&mut out, self.id, method);
-        crate::frame::put_content(
-            &mut out,
-            self.id,
-            message.properties.raw(),
-            &message.body,
-            ctx.frame_max,
-        );
+        crate::frame::put_content(&mut out, self.id, message.properties.raw(), &message.body, ctx.frame_max);
         ctx.outbox.send(Outbound::Frames(out.freeze()));
     }
 

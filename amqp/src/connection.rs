@@ -91,8 +91,11 @@ impl Connection {
         frame_max: Arc<AtomicU32>,
     ) -> Self {
         frame_max.store(config.frame_max, Ordering::Release);
-        let tuning =
-            Tuning { channel_max: config.channel_max, frame_max: config.frame_max, heartbeat_secs: config.heartbeat_secs };
+        let tuning = Tuning {
+            channel_max: config.channel_max,
+            frame_max: config.frame_max,
+            heartbeat_secs: config.heartbeat_secs,
+        };
         let connection = Connection {
             id: broker.next_connection_id(),
             broker,
@@ -318,7 +321,8 @@ impl Connection {
             }
             Ok(AMQPClass::Channel(channel::AMQPMethod::Close(_))) => {
                 self.closing_channels.remove(&frame.channel);
-                self.outbox.method(frame.channel, AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})));
+                self.outbox
+                    .method(frame.channel, AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})));
             }
             _ => {}
         }
@@ -373,9 +377,7 @@ impl Connection {
                 Ok(())
             }
             AMQPClass::Channel(method) => self.channel_class_method(id, method),
-            AMQPClass::Connection(_) => {
-                Err(BrokerError::command_invalid(format!("connection method on channel {id}")))
-            }
+            AMQPClass::Connection(_) => Err(BrokerError::command_invalid(format!("connection method on channel {id}"))),
             other => {
                 let channel = self.channels.get_mut(&id).ok_or_else(|| channel_not_open(id))?;
                 channel.handle_method(ctx, other)
@@ -410,7 +412,8 @@ impl Connection {
         }
         self.closing_channels.insert(id);
         let (class_id, method_id) = self.current_method;
-        let close = channel::Close { reply_code: error.code.code(), reply_text: reply_text(&error), class_id, method_id };
+        let close =
+            channel::Close { reply_code: error.code.code(), reply_text: reply_text(&error), class_id, method_id };
         self.outbox.method(id, AMQPClass::Channel(channel::AMQPMethod::Close(close)));
     }
 

@@ -216,9 +216,6 @@ mod tests {
         let mut long = raw.to_vec();
         long.push(0);
         assert_eq!(Properties::decode(Bytes::from(long)).err(), Some(PropertiesError::Trailing(1)));
-        assert!(matches!(
-            Properties::decode(Bytes::from_static(&[0, 1])),
-            Err(PropertiesError::ReservedFlags(_))
-        ));
+        assert!(matches!(Properties::decode(Bytes::from_static(&[0, 1])), Err(PropertiesError::ReservedFlags(_))));
     }
 }

@@ -133,10 +133,7 @@ impl Session {
         let prefetch = {
             let state = self.state.lock();
             if state.consumers.iter().any(|c| c.tag() == &tag) {
-                return Err(BrokerError::new(
-                    ReplyCode::NotAllowed,
-                    format!("attempt to reuse consumer tag '{tag}'"),
-                ));
+                return Err(BrokerError::new(ReplyCode::NotAllowed, format!("attempt to reuse consumer tag '{tag}'")));
             }
             state.consumer_prefetch
         };

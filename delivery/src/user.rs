@@ -93,9 +93,6 @@ mod tests {
         assert!(store.authenticate("guest", "guest", true).is_ok());
         assert_eq!(store.authenticate("guest", "nope", true).err(), Some(AuthError::BadCredentials));
         assert_eq!(store.authenticate("nobody", "guest", true).err(), Some(AuthError::BadCredentials));
-        assert_eq!(
-            store.authenticate("guest", "guest", false).err(),
-            Some(AuthError::LoopbackOnly("guest".into()))
-        );
+        assert_eq!(store.authenticate("guest", "guest", false).err(), Some(AuthError::LoopbackOnly("guest".into())));
     }
 }

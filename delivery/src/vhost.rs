@@ -241,16 +241,10 @@ impl VirtualHost {
         let queue = self.queue(name)?;
         queue.check_owner(connection)?;
         if if_unused && queue.consumer_count() > 0 {
-            return Err(BrokerError::precondition_failed(format!(
-                "queue '{name}' in vhost '{}' in use",
-                self.name
-            )));
+            return Err(BrokerError::precondition_failed(format!("queue '{name}' in vhost '{}' in use", self.name)));
         }
         if if_empty && queue.message_count() > 0 {
-            return Err(BrokerError::precondition_failed(format!(
-                "queue '{name}' in vhost '{}' not empty",
-                self.name
-            )));
+            return Err(BrokerError::precondition_failed(format!("queue '{name}' in vhost '{}' not empty", self.name)));
         }
         Ok(self.remove_queue(&queue))
     }
@@ -357,7 +351,11 @@ fn inequivalent(arg: &str, kind: &str, name: &str, vhost: &str, received: String
     ))
 }
 
-fn check_equivalent_exchange(current: &ExchangeDefinition, asked: &ExchangeDefinition, vhost: &str) -> BrokerResult<()> {
+fn check_equivalent_exchange(
+    current: &ExchangeDefinition,
+    asked: &ExchangeDefinition,
+    vhost: &str,
+) -> BrokerResult<()> {
     let name = &current.name;
     let fail = |arg: &str, received: String, current: String| {
         Err(inequivalent(arg, "exchange", name, vhost, received, current))
@@ -382,9 +380,8 @@ fn check_equivalent_exchange(current: &ExchangeDefinition, asked: &ExchangeDefin
 
 fn check_equivalent_queue(current: &QueueDefinition, asked: &QueueDefinition, vhost: &str) -> BrokerResult<()> {
     let name = &current.name;
-    let fail = |arg: &str, received: String, current: String| {
-        Err(inequivalent(arg, "queue", name, vhost, received, current))
-    };
+    let fail =
+        |arg: &str, received: String, current: String| Err(inequivalent(arg, "queue", name, vhost, received, current));
     if current.durable != asked.durable {
         return fail("durable", asked.durable.to_string(), current.durable.to_string());
     }

@@ -133,10 +133,8 @@ impl Config {
     }
 
     fn from_matches(matches: ArgMatches) -> Result<Self, ConfigError> {
-        let cli = Cli::from_arg_matches(&matches).map_err(|e| ConfigError::Invalid {
-            key: "arguments",
-            message: e.to_string(),
-        })?;
+        let cli = Cli::from_arg_matches(&matches)
+            .map_err(|e| ConfigError::Invalid { key: "arguments", message: e.to_string() })?;
         let file = match &cli.config {
             Some(path) => read_file(path)?,
             None => FileSettings::default(),
@@ -212,7 +210,11 @@ mod tests {
     }
 
     fn tempfile_in_target() -> (PathBuf, std::fs::File) {
-        let path = std::env::temp_dir().join(format!("warren-config-{}-{:?}.toml", std::process::id(), std::thread::current().id()));
+        let path = std::env::temp_dir().join(format!(
+            "warren-config-{}-{:?}.toml",
+            std::process::id(),
+            std::thread::current().id()
+        ));
         let file = std::fs::File::create(&path).expect("create temp file");
         (path, file)
     }

@@ -32,3 +32,46 @@ fn next_id() -> u64 {
 pub fn amqp_uri(running: &RunningBroker) -> String {
     format!("amqp://guest:guest@{}/%2f", running.amqp_addr)
 }
+
+/// Connects lapin to a running test broker.
+pub async fn connect(running: &RunningBroker) -> lapin::Connection {
+    match lapin::Connection::connect(&amqp_uri(running), lapin::ConnectionProperties::default()).await {
+        Ok(connection) => connection,
+        Err(error) => panic!("cannot connect to the test broker: {error}"),
+    }
+}
+
+/// Opens a channel, failing the test if it cannot.
+pub async fn channel(connection: &lapin::Connection) -> lapin::Channel {
+    match connection.create_channel().await {
+        Ok(channel) => channel,
+        Err(error) => panic!("cannot open a channel: {error}"),
+    }
+}
+
+/// The AMQP reply code a lapin error carries, if the broker sent one.
+pub fn reply_code(error: &lapin::Error) -> Option<u16> {
+    match error.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) => Some(amqp.get_id()),
+        _ => None,
+    }
+}
+
+/// Takes the next delivery from a consumer within a few seconds.
+pub async fn next_delivery(consumer: &mut lapin::Consumer) -> lapin::message::Delivery {
+    use futures_util::StreamExt;
+    match tokio::time::timeout(std::time::Duration::from_secs(5), consumer.next()).await {
+        Ok(Some(Ok(delivery))) => delivery,
+        Ok(Some(Err(error))) => panic!("consumer failed: {error}"),
+        Ok(None) => panic!("consumer ended"),
+        Err(_) => panic!("no delivery within 5 s"),
+    }
+}
+
+/// Asserts that no delivery arrives within `millis`.
+pub async fn assert_no_delivery(consumer: &mut lapin::Consumer, millis: u64) {
+    use futures_util::StreamExt;
+    if let Ok(Some(delivery)) = tokio::time::timeout(std::time::Duration::from_millis(millis), consumer.next()).await {
+        panic!("unexpected delivery: {delivery:?}");
+    }
+}

@@ -111,10 +111,7 @@ impl<D: Clone + PartialEq> TopicTrie<D> {
 
 impl<D: Clone> Node<D> {
     fn is_empty(&self) -> bool {
-        self.destinations.is_empty()
-            && self.words.is_empty()
-            && self.star.is_none()
-            && self.hash.is_none()
+        self.destinations.is_empty() && self.words.is_empty() && self.star.is_none() && self.hash.is_none()
     }
 
     fn collect(&self, key: &[&str], out: &mut Vec<D>) {

@@ -181,7 +181,9 @@ impl Queue {
     }
 
     /// Attaches a consumer; exclusivity conflicts are 403 ACCESS_REFUSED, as in RabbitMQ.
-    pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> BrokerResult<()> {
+    /// Dispatch does not start here: the caller first tells the client (`consume-ok`), then
+    /// calls [`Queue::dispatch`].
+    pub fn add_consumer(&self, consumer: Arc<Consumer>) -> BrokerResult<()> {
         let mut state = self.state.lock();
         if state.deleted {
             return Err(BrokerError::not_found(format!("no queue '{}' in vhost '/'", self.name())));
@@ -199,7 +201,6 @@ impl Queue {
             )));
         }
         state.consumers.push(consumer);
-        self.dispatch_locked(&mut state);
         Ok(())
     }
 
