@@ -1,0 +1,346 @@
+"""Warren against pika (Python, BlockingConnection): core AMQP 0-9-1 behaviour.
+
+Every assertion states what RabbitMQ does for the same frames.
+"""
+
+import time
+
+import pika
+import pika.exceptions
+import pytest
+from pika.spec import BasicProperties
+
+WAIT_S = 5.0  # how long to wait for something that should happen
+SETTLE_S = 0.3  # how long to watch for something that should not happen
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def declare_queue(channel, name, **kwargs):
+    channel.queue_declare(queue=name, **kwargs)
+    return name
+
+
+def publish(channel, routing_key, body, exchange="", **kwargs):
+    channel.basic_publish(exchange=exchange, routing_key=routing_key, body=body, **kwargs)
+
+
+def get_message(channel, queue, auto_ack=True, timeout=WAIT_S):
+    """basic.get until a message arrives; returns (method, properties, body)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        method, properties, body = channel.basic_get(queue=queue, auto_ack=auto_ack)
+        if method is not None:
+            return method, properties, body
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no message arrived on {queue!r} within {timeout}s")
+        time.sleep(0.02)
+
+
+def get_bodies(channel, queue, expected_count):
+    """Takes exactly expected_count messages (auto-ack), then asserts the queue is empty."""
+    bodies = [get_message(channel, queue)[2] for _ in range(expected_count)]
+    assert channel.basic_get(queue=queue, auto_ack=True) == (None, None, None), (
+        f"{queue!r} holds more than the {expected_count} expected messages"
+    )
+    return bodies
+
+
+def message_count(connection, queue):
+    """Ready-message count, read with a passive declare on a fresh channel."""
+    channel = connection.channel()
+    try:
+        return channel.queue_declare(queue=queue, passive=True).method.message_count
+    finally:
+        channel.close()
+
+
+def pump_until(connection, predicate, timeout=WAIT_S):
+    """Runs pika's I/O loop (which dispatches deliveries) until predicate() is true."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        connection.process_data_events(time_limit=0.02)
+    return True
+
+
+def pump_for(connection, seconds):
+    pump_until(connection, lambda: False, timeout=seconds)
+
+
+class Deliveries(list):
+    """A basic_consume callback that records (method, properties, body) triples."""
+
+    def __call__(self, channel, method, properties, body):
+        self.append((method, properties, body))
+
+    def wait_for(self, connection, count, timeout=WAIT_S):
+        assert pump_until(connection, lambda: len(self) >= count, timeout), (
+            f"expected {count} deliveries, got {len(self)} within {timeout}s"
+        )
+
+
+def assert_connection_usable(connection, names):
+    """A new channel on the connection can declare, publish and get."""
+    channel = connection.channel()
+    queue = declare_queue(channel, names("after-error"))
+    publish(channel, queue, b"still alive")
+    assert get_message(channel, queue)[2] == b"still alive"
+    channel.close()
+
+
+def assert_closed_by_broker(excinfo, code, text):
+    error = excinfo.value
+    assert error.reply_code == code, f"reply code {error.reply_code} ({error.reply_text})"
+    assert error.reply_text.startswith(text), error.reply_text
+
+
+# --------------------------------------------------------------------------- topology
+
+
+def test_direct_exchange_routes_to_bound_queue_by_key(channel, names):
+    exchange, queue = names("x"), names("q")
+    channel.exchange_declare(exchange=exchange, exchange_type="direct")
+    declare_queue(channel, queue)
+    channel.queue_bind(queue=queue, exchange=exchange, routing_key="green")
+
+    publish(channel, "red", b"unbound key", exchange=exchange)
+    publish(channel, "green", b"bound key", exchange=exchange)
+
+    method, _, body = get_message(channel, queue)
+    assert body == b"bound key"
+    assert method.exchange == exchange
+    assert method.routing_key == "green"
+    assert get_bodies(channel, queue, 0) == []
+
+
+def test_topic_star_matches_one_word_and_hash_matches_zero_or_more(channel, names):
+    exchange = names("topic")
+    channel.exchange_declare(exchange=exchange, exchange_type="topic")
+    patterns = {"star": "stock.*.nyse", "hash": "stock.#", "tail": "#.error"}
+    queues = {}
+    for label, pattern in patterns.items():
+        queues[label] = declare_queue(channel, names(label))
+        channel.queue_bind(queue=queues[label], exchange=exchange, routing_key=pattern)
+
+    keys = ["stock.ibm.nyse", "stock.nyse", "stock.ibm.x.nyse", "stock", "bond.ibm.nyse", "app.db.error", "error"]
+    for key in keys:
+        publish(channel, key, key.encode(), exchange=exchange)
+
+    assert get_bodies(channel, queues["star"], 1) == [b"stock.ibm.nyse"]
+    assert get_bodies(channel, queues["hash"], 4) == [b"stock.ibm.nyse", b"stock.nyse", b"stock.ibm.x.nyse", b"stock"]
+    assert get_bodies(channel, queues["tail"], 2) == [b"app.db.error", b"error"]
+
+
+def test_fanout_delivers_a_copy_to_every_bound_queue(channel, names):
+    exchange = names("fanout")
+    channel.exchange_declare(exchange=exchange, exchange_type="fanout")
+    first, second = declare_queue(channel, names("q1")), declare_queue(channel, names("q2"))
+    channel.queue_bind(queue=first, exchange=exchange, routing_key="ignored")
+    channel.queue_bind(queue=second, exchange=exchange)
+
+    publish(channel, "any-key", b"broadcast", exchange=exchange)
+
+    assert get_bodies(channel, first, 1) == [b"broadcast"]
+    assert get_bodies(channel, second, 1) == [b"broadcast"]
+
+
+# --------------------------------------------------------------------------- consuming
+
+
+def test_consumed_message_is_gone_once_acked(connection, channel, names):
+    queue = declare_queue(channel, names("q"))
+    publish(channel, queue, b"hello")
+    deliveries = Deliveries()
+    tag = channel.basic_consume(queue=queue, on_message_callback=deliveries)
+
+    deliveries.wait_for(connection, 1)
+    method, _, body = deliveries[0]
+    assert body == b"hello"
+    assert method.consumer_tag == tag
+    assert method.redelivered is False
+    channel.basic_ack(method.delivery_tag)
+    channel.basic_cancel(tag)
+    channel.close()  # an unacked message would be requeued here
+
+    assert message_count(connection, queue) == 0
+
+
+def test_nack_with_requeue_redelivers_same_body_flagged_redelivered(connection, channel, names):
+    queue = declare_queue(channel, names("q"))
+    publish(channel, queue, b"try again")
+    deliveries = Deliveries()
+    channel.basic_consume(queue=queue, on_message_callback=deliveries)
+
+    deliveries.wait_for(connection, 1)
+    first, _, _ = deliveries[0]
+    assert first.redelivered is False
+    channel.basic_nack(first.delivery_tag, requeue=True)
+
+    deliveries.wait_for(connection, 2)
+    second, _, body = deliveries[1]
+    assert body == b"try again"
+    assert second.redelivered is True
+    assert second.delivery_tag != first.delivery_tag
+    channel.basic_ack(second.delivery_tag)
+    pump_for(connection, SETTLE_S)
+    assert len(deliveries) == 2
+
+
+def test_basic_get_returns_the_message_then_get_empty(channel, names):
+    queue = declare_queue(channel, names("q"))
+    publish(channel, queue, b"one")
+    publish(channel, queue, b"two")
+
+    method, _, body = get_message(channel, queue, auto_ack=False)
+    assert body == b"one"
+    assert method.redelivered is False
+    assert method.message_count == 1  # messages still in the queue
+    channel.basic_ack(method.delivery_tag)
+
+    method, _, body = get_message(channel, queue)
+    assert body == b"two"
+    assert method.message_count == 0
+
+    assert channel.basic_get(queue=queue, auto_ack=True) == (None, None, None)
+
+
+def test_prefetch_count_caps_unacked_deliveries(connection, channel, names):
+    queue = declare_queue(channel, names("q"))
+    for i in range(5):
+        publish(channel, queue, f"m{i}".encode())
+    channel.basic_qos(prefetch_count=2)
+    deliveries = Deliveries()
+    channel.basic_consume(queue=queue, on_message_callback=deliveries)
+
+    deliveries.wait_for(connection, 2)
+    pump_for(connection, SETTLE_S)
+    assert [body for _, _, body in deliveries] == [b"m0", b"m1"]
+
+    channel.basic_ack(deliveries[0][0].delivery_tag)
+    deliveries.wait_for(connection, 3)
+    pump_for(connection, SETTLE_S)
+    assert len(deliveries) == 3
+
+    channel.basic_ack(deliveries[2][0].delivery_tag, multiple=True)
+    deliveries.wait_for(connection, 5)
+    assert [body for _, _, body in deliveries] == [f"m{i}".encode() for i in range(5)]
+
+
+def test_properties_and_headers_round_trip(channel, names):
+    queue = declare_queue(channel, names("q"))
+    headers = {
+        "string": "héllo",
+        "int": 42,
+        "negative": -7,
+        "int64": 2**40,
+        "true": True,
+        "false": False,
+        "array": [1, "two", True, {"in": "array"}],
+        "table": {"nested": {"deeper": "yes", "n": 3}, "list": ["a", "b"]},
+    }
+    sent = BasicProperties(
+        content_type="application/json",
+        content_encoding="utf-8",
+        headers=headers,
+        delivery_mode=2,
+        priority=5,
+        correlation_id="corr-123",
+        reply_to="reply.queue",
+        message_id="msg-456",
+        timestamp=1_700_000_000,
+        type="order.created",
+        app_id="pika-test",
+    )
+    publish(channel, queue, b'{"k": 1}', properties=sent)
+
+    _, received, body = get_message(channel, queue)
+
+    assert body == b'{"k": 1}'
+    assert received.headers == headers
+    for field in ("content_type", "content_encoding", "delivery_mode", "priority", "correlation_id",
+                  "reply_to", "message_id", "timestamp", "type", "app_id"):
+        assert getattr(received, field) == getattr(sent, field), field
+    assert received.expiration is None and received.user_id is None
+
+
+# --------------------------------------------------------------------------- publishing
+
+
+def test_publisher_confirms_ack_every_publish(connection, channel, names):
+    queue = declare_queue(channel, names("q"))
+    channel.confirm_delivery()
+
+    for i in range(10):
+        # With confirms on, pika blocks until basic.ack; a basic.nack raises NackError.
+        publish(channel, queue, f"c{i}".encode(), mandatory=True)
+
+    assert message_count(connection, queue) == 10
+
+
+def test_mandatory_unroutable_publish_is_returned_with_312_no_route(connection, channel, names):
+    exchange = names("x")
+    channel.exchange_declare(exchange=exchange, exchange_type="direct")
+    returned = []
+    channel.add_on_return_callback(lambda _ch, method, props, body: returned.append((method, props, body)))
+
+    publish(channel, "nowhere", b"lost", exchange=exchange, mandatory=True,
+            properties=BasicProperties(correlation_id="r1"))
+
+    assert pump_until(connection, lambda: returned), "no basic.return arrived"
+    method, properties, body = returned[0]
+    assert method.reply_code == 312
+    assert method.reply_text == "NO_ROUTE"
+    assert method.exchange == exchange
+    assert method.routing_key == "nowhere"
+    assert body == b"lost"
+    assert properties.correlation_id == "r1"
+
+
+def test_mandatory_unroutable_publish_with_confirms_is_returned_then_acked(channel, names):
+    channel.confirm_delivery()
+
+    # pika raises UnroutableError when basic.return precedes the basic.ack.
+    with pytest.raises(pika.exceptions.UnroutableError) as excinfo:
+        publish(channel, names("no-such-queue"), b"lost", mandatory=True)
+
+    [returned] = excinfo.value.messages
+    assert returned.method.reply_code == 312
+    assert returned.method.reply_text == "NO_ROUTE"
+    assert returned.body == b"lost"
+    assert channel.is_open
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_passive_declare_of_missing_queue_closes_only_that_channel_with_404(connection, names):
+    bystander = connection.channel()
+    doomed = connection.channel()
+
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
+        doomed.queue_declare(queue=names("missing"), passive=True)
+
+    assert_closed_by_broker(excinfo, 404, "NOT_FOUND")
+    assert doomed.is_closed
+    assert connection.is_open
+    assert bystander.is_open
+    bystander.queue_declare(queue=names("bystander"))
+    assert_connection_usable(connection, names)
+
+
+def test_redeclaring_queue_with_different_durable_closes_channel_with_406(connection, channel, names):
+    queue = declare_queue(channel, names("q"), durable=False)
+    doomed = connection.channel()
+
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
+        doomed.queue_declare(queue=queue, durable=True)
+
+    assert_closed_by_broker(excinfo, 406, "PRECONDITION_FAILED")
+    assert doomed.is_closed
+    assert connection.is_open
+    assert channel.is_open
+    assert channel.queue_declare(queue=queue, passive=True).method.queue == queue
+    assert_connection_usable(connection, names)
