@@ -174,7 +174,7 @@ impl Connection {
         let method_id = u16::from_be_bytes([payload[2], payload[3]]);
         self.current_method = (class_id, method_id);
         match parse_class(&payload[..]) {
-            Ok((rest, method)) if rest.is_empty() => Ok(method),
+            Ok(([], method)) => Ok(method),
             Ok(_) => Err(BrokerError::new(
                 ReplyCode::FrameError,
                 format!("method {class_id}.{method_id} has trailing bytes"),

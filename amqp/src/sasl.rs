@@ -50,7 +50,7 @@ fn decode_amqplain(response: &[u8]) -> Result<Login, SaslError> {
     let mut framed = (response.len() as u32).to_be_bytes().to_vec();
     framed.extend_from_slice(response);
     let table = match parse_field_table(&framed[..]) {
-        Ok((rest, table)) if rest.is_empty() => table,
+        Ok(([], table)) => table,
         _ => return Err(SaslError::Malformed("AMQPLAIN")),
     };
     let field = |name: &str| match table.inner().get(name) {

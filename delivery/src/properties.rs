@@ -171,7 +171,7 @@ impl Cursor<'_> {
         let end = end.ok_or(PropertiesError::Truncated("headers"))?;
         self.pos = end;
         match parse_field_table(&self.buf[start..end]) {
-            Ok((rest, table)) if rest.is_empty() => Ok(table),
+            Ok(([], table)) => Ok(table),
             _ => Err(PropertiesError::BadHeaders),
         }
     }

@@ -3,6 +3,8 @@
 //! The tests live in `tests/tests/`; this library holds what they share: starting a broker
 //! in-process on a free loopback port.
 
+pub mod raw_client;
+
 use std::net::SocketAddr;
 use warren_server::{Config, RunningBroker};
 

@@ -1,0 +1,213 @@
+//! The connection: protocol header, start, SASL, tune, heartbeats, close, shutdown.
+
+use amq_protocol::frame::AMQPFrame;
+use amq_protocol::protocol::{connection, AMQPClass};
+use amq_protocol::types::{AMQPValue, FieldTable, LongString};
+use lapin::options::QueueDeclareOptions;
+use std::time::Duration;
+use warren_tests::raw_client::{Next, RawClient, PROTOCOL_HEADER};
+use warren_tests::*;
+
+fn start_ok(mechanism: &str, response: &[u8]) -> AMQPClass {
+    AMQPClass::Connection(connection::AMQPMethod::StartOk(connection::StartOk {
+        client_properties: FieldTable::default(),
+        mechanism: mechanism.into(),
+        response: LongString::from(response),
+        locale: "en_US".into(),
+    }))
+}
+
+async fn raw_after_start(broker: &warren_server::RunningBroker) -> (RawClient, connection::Start) {
+    let mut client = RawClient::connect(broker.amqp_addr).await;
+    client.send(PROTOCOL_HEADER).await;
+    match client.expect_method().await {
+        (0, AMQPClass::Connection(connection::AMQPMethod::Start(start))) => (client, start),
+        other => panic!("expected connection.start, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn wrong_protocol_header_gets_ours_back_then_close() {
+    let broker = start_broker().await;
+    for header in [&b"AMQP\x00\x00\x08\x00"[..], b"AMQP\x01\x01\x00\x0a", b"GET / HTTP/1.1\r\n"] {
+        let mut client = RawClient::connect(broker.amqp_addr).await;
+        client.send(header).await;
+        assert_eq!(client.read_raw().await, PROTOCOL_HEADER, "reply to {header:?}");
+    }
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn start_announces_product_and_capabilities() {
+    let broker = start_broker().await;
+    let (_client, start) = raw_after_start(&broker).await;
+    assert_eq!((start.version_major, start.version_minor), (0, 9));
+    let props = start.server_properties.inner();
+    assert_eq!(props.get("product"), Some(&AMQPValue::LongString("Warren".into())));
+    assert!(props.contains_key("version") && props.contains_key("platform"));
+    let Some(AMQPValue::FieldTable(capabilities)) = props.get("capabilities") else { panic!("no capabilities") };
+    for name in [
+        "publisher_confirms",
+        "exchange_exchange_bindings",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "connection.blocked",
+        "authentication_failure_close",
+        "per_consumer_qos",
+    ] {
+        assert_eq!(capabilities.inner().get(name), Some(&AMQPValue::Boolean(true)), "{name}");
+    }
+    let mechanisms = String::from_utf8_lossy(start.mechanisms.as_bytes()).to_string();
+    assert!(mechanisms.contains("PLAIN") && mechanisms.contains("AMQPLAIN"), "{mechanisms}");
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_credentials_and_unknown_mechanisms_are_refused_with_403() {
+    let broker = start_broker().await;
+    for (mechanism, response) in [("PLAIN", &b"\0guest\0wrong"[..]), ("PLAIN", b"\0nobody\0guest"), ("EXTERNAL", b"")] {
+        let (mut client, _) = raw_after_start(&broker).await;
+        client.send_method(0, start_ok(mechanism, response)).await;
+        let (code, _, _) = client.expect_connection_close().await;
+        assert_eq!(code, 403, "{mechanism} {response:?}");
+    }
+    let uri = format!("amqp://guest:wrong@{}/%2f", broker.amqp_addr);
+    assert!(lapin::Connection::connect(&uri, lapin::ConnectionProperties::default()).await.is_err());
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn amqplain_login_reaches_tune() {
+    let broker = start_broker().await;
+    let (mut client, _) = raw_after_start(&broker).await;
+    let mut table = FieldTable::default();
+    table.insert("LOGIN".into(), AMQPValue::LongString("guest".into()));
+    table.insert("PASSWORD".into(), AMQPValue::LongString("guest".into()));
+    let encoded =
+        amq_protocol::types::generation::gen_field_table(&table)(amq_protocol::frame::WriteContext::from(Vec::new()))
+            .expect("encode")
+            .write;
+    client.send_method(0, start_ok("AMQPLAIN", &encoded[4..])).await;
+    let (_, tune) = client.expect_method().await;
+    assert!(matches!(tune, AMQPClass::Connection(connection::AMQPMethod::Tune(_))), "{tune:?}");
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_vhost_is_530() {
+    let broker = start_broker().await;
+    let uri = format!("amqp://guest:guest@{}/nope", broker.amqp_addr);
+    let error = lapin::Connection::connect(&uri, lapin::ConnectionProperties::default()).await.expect_err("refused");
+    assert_eq!(reply_code(&error), Some(530), "{error}");
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn tune_values_are_negotiated() {
+    let broker = start_broker_with(|c| {
+        c.protocol.frame_max = 8192;
+        c.protocol.channel_max = 16;
+        c.protocol.heartbeat_secs = 30;
+    })
+    .await;
+    let conn = connect(&broker).await;
+    let config = conn.configuration();
+    assert_eq!(config.frame_max(), 8192);
+    assert_eq!(config.channel_max(), 16);
+    assert_eq!(config.heartbeat(), 30);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn tune_ok_out_of_range_is_530() {
+    let broker = start_broker().await;
+    let (mut client, _) = raw_after_start(&broker).await;
+    client.send_method(0, start_ok("PLAIN", b"\0guest\0guest")).await;
+    client.expect_method().await;
+    let tune_ok = connection::TuneOk { channel_max: 10, frame_max: 1024, heartbeat: 0 };
+    client.send_method(0, AMQPClass::Connection(connection::AMQPMethod::TuneOk(tune_ok))).await;
+    assert_eq!(client.expect_connection_close().await.0, 530);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn frames_over_frame_max_are_501() {
+    let broker = start_broker_with(|c| c.protocol.frame_max = 4096).await;
+    let mut client = RawClient::handshake(broker.amqp_addr).await;
+    client.open_channel(1).await;
+    // A body frame announcing 10000 bytes of payload.
+    client.send(&[3, 0, 1, 0, 0, 0x27, 0x10]).await;
+    assert_eq!(client.expect_connection_close().await.0, 501);
+    assert_eq!(client.next().await, Next::Closed);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn broker_sends_heartbeats_and_drops_a_silent_client() {
+    let broker = start_broker_with(|c| c.protocol.heartbeat_secs = 1).await;
+    let (mut client, _) = raw_after_start(&broker).await;
+    client.send_method(0, start_ok("PLAIN", b"\0guest\0guest")).await;
+    client.expect_method().await;
+    let tune_ok = connection::TuneOk { channel_max: 0, frame_max: 131_072, heartbeat: 1 };
+    client.send_method(0, AMQPClass::Connection(connection::AMQPMethod::TuneOk(tune_ok))).await;
+    let open = connection::Open { virtual_host: "/".into() };
+    client.send_method(0, AMQPClass::Connection(connection::AMQPMethod::Open(open))).await;
+    client.expect_method().await;
+    // Heartbeats are skipped by `next`; a silent client must be cut off after two intervals.
+    let started = std::time::Instant::now();
+    let outcome = loop {
+        match client.next().await {
+            Next::Frame(_) => continue,
+            other => break other,
+        }
+    };
+    assert_eq!(outcome, Next::Closed);
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_that_beats_stays_connected() {
+    let broker = start_broker_with(|c| c.protocol.heartbeat_secs = 1).await;
+    let conn = connect(&broker).await;
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let ch = channel(&conn).await;
+    ch.queue_declare("alive".into(), QueueDeclareOptions::default(), lapin::types::FieldTable::default())
+        .await
+        .expect("connection still usable after 3.5 heartbeat intervals");
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn client_close_is_answered_with_close_ok() {
+    let broker = start_broker().await;
+    let mut client = RawClient::handshake(broker.amqp_addr).await;
+    let close = connection::Close { reply_code: 200, reply_text: "bye".into(), class_id: 0, method_id: 0 };
+    client.send_method(0, AMQPClass::Connection(connection::AMQPMethod::Close(close))).await;
+    let (_, ok) = client.expect_method().await;
+    assert!(matches!(ok, AMQPClass::Connection(connection::AMQPMethod::CloseOk(_))), "{ok:?}");
+    assert_eq!(client.next().await, Next::Closed);
+    let conn = connect(&broker).await;
+    conn.close(200, "bye".into()).await.expect("lapin close");
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_closes_clients_with_320() {
+    let broker = start_broker().await;
+    let mut client = RawClient::handshake(broker.amqp_addr).await;
+    let stopping = tokio::spawn(broker.shutdown());
+    let (code, _, _) = client.expect_connection_close().await;
+    assert_eq!(code, 320);
+    client.send_method(0, AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {}))).await;
+    tokio::time::timeout(Duration::from_secs(5), stopping).await.expect("shutdown finishes").expect("join");
+}
+
+#[tokio::test]
+async fn heartbeat_frame_is_accepted_on_channel_zero() {
+    let broker = start_broker().await;
+    let mut client = RawClient::handshake(broker.amqp_addr).await;
+    client.send_frame(AMQPFrame::Heartbeat).await;
+    client.open_channel(1).await;
+    broker.shutdown().await;
+}
