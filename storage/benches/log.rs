@@ -14,11 +14,7 @@ const WARM_UP: Duration = Duration::from_millis(500);
 const BENCH_RETENTION_BYTES: u64 = 2 << 30;
 
 fn config(policy: FlushPolicy) -> LogConfig {
-    LogConfig {
-        flush_policy: policy,
-        retention_bytes: Some(BENCH_RETENTION_BYTES),
-        ..LogConfig::default()
-    }
+    LogConfig { flush_policy: policy, retention_bytes: Some(BENCH_RETENTION_BYTES), ..LogConfig::default() }
 }
 
 fn open(dir: &Path, policy: FlushPolicy) -> Log {
@@ -55,9 +51,7 @@ fn appends(c: &mut Criterion) {
 
 /// Where benchmark logs live: the target directory, on the same disk as `dd` measured.
 fn bench_dir() -> std::path::PathBuf {
-    let dir = std::env::var_os("WARREN_BENCH_DIR")
-        .map(Into::into)
-        .unwrap_or_else(|| std::env::temp_dir());
+    let dir = std::env::var_os("WARREN_BENCH_DIR").map(Into::into).unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -110,11 +104,7 @@ fn open_time(c: &mut Criterion) {
     let mut group = c.benchmark_group("open");
     group.sample_size(10).measurement_time(MEASURE).warm_up_time(WARM_UP);
     group.bench_function("1GB_log", |b| {
-        b.iter_batched(
-            || (),
-            |()| open(dir.path(), FlushPolicy::Batch),
-            BatchSize::PerIteration,
-        )
+        b.iter_batched(|| (), |()| open(dir.path(), FlushPolicy::Batch), BatchSize::PerIteration)
     });
     group.finish();
 }

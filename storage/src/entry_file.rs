@@ -32,23 +32,12 @@ impl<const N: usize> EntryFile<N> {
     /// `grow` is set; otherwise maps the file as it is (a sealed segment's index).
     /// `len` starts at the number of whole entries in the file; callers validate them.
     pub(crate) fn open(path: &Path, capacity: usize, grow: bool) -> Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .at(path)?;
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).at(path)?;
         let file_bytes = file.metadata().at(path)?.len() as usize;
         if grow && file_bytes < capacity * N {
             zero_extend(&file, path, file_bytes, capacity * N)?;
         }
-        let mut this = EntryFile {
-            path: path.to_path_buf(),
-            map: None,
-            len: file_bytes / N,
-            capacity: 0,
-        };
+        let mut this = EntryFile { path: path.to_path_buf(), map: None, len: file_bytes / N, capacity: 0 };
         this.remap(&file)?;
         this.len = this.len.min(this.capacity);
         Ok(this)
@@ -66,11 +55,7 @@ impl<const N: usize> EntryFile<N> {
     }
 
     fn reopen(&self) -> Result<File> {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&self.path)
-            .at(&self.path)
+        OpenOptions::new().read(true).write(true).open(&self.path).at(&self.path)
     }
 
     /// Entries in use.

@@ -82,9 +82,7 @@ impl StorageError {
     pub(crate) fn from_io(path: &Path, source: io::Error) -> Self {
         let path = path.to_path_buf();
         match source.kind() {
-            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => {
-                StorageError::DiskFull { path, source }
-            }
+            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => StorageError::DiskFull { path, source },
             io::ErrorKind::PermissionDenied => StorageError::PermissionDenied { path, source },
             _ => StorageError::Io { path, source },
         }
@@ -92,11 +90,7 @@ impl StorageError {
 
     /// Builds a corruption error for `path` at `position`.
     pub(crate) fn corruption(path: &Path, position: u64, reason: impl Into<String>) -> Self {
-        StorageError::Corruption {
-            path: path.to_path_buf(),
-            position,
-            reason: reason.into(),
-        }
+        StorageError::Corruption { path: path.to_path_buf(), position, reason: reason.into() }
     }
 }
 

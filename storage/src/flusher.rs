@@ -92,14 +92,9 @@ impl Flusher {
             thread::Builder::new()
                 .name(format!("warren-flush-{i}"))
                 .spawn(move || run(&q))
-                .map_err(|e| StorageError::Io {
-                    path: "<flusher thread>".into(),
-                    source: e,
-                })?;
+                .map_err(|e| StorageError::Io { path: "<flusher thread>".into(), source: e })?;
         }
-        Ok(Flusher {
-            workers: Arc::new(Workers { queue }),
-        })
+        Ok(Flusher { workers: Arc::new(Workers { queue }) })
     }
 
     /// The process-wide flusher, started on first use.
@@ -151,11 +146,7 @@ fn next_job(queue: &Queue) -> Option<Job> {
         if due <= Instant::now() {
             let job = st.heap.pop().map(|Reverse(j)| j);
             // Another worker may be needed for the next job that is already due.
-            if st
-                .heap
-                .peek()
-                .is_some_and(|Reverse(j)| j.due <= Instant::now())
-            {
+            if st.heap.peek().is_some_and(|Reverse(j)| j.due <= Instant::now()) {
                 queue.wake.notify_one();
             }
             return job;

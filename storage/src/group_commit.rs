@@ -23,10 +23,7 @@ enum Terminal {
 
 impl Durability {
     pub(crate) fn new(durable_end: u64) -> Self {
-        Durability {
-            tx: watch::Sender::new(durable_end),
-            terminal: Mutex::new(None),
-        }
+        Durability { tx: watch::Sender::new(durable_end), terminal: Mutex::new(None) }
     }
 
     /// Exclusive end of the durable prefix.
@@ -36,6 +33,14 @@ impl Durability {
 
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.tx.subscribe()
+    }
+
+    /// Raises the watermark only if someone watches it: under the `never` policy this
+    /// runs on every append, and waking nobody should cost nothing.
+    pub(crate) fn publish_if_watched(&self, end: u64) {
+        if self.tx.receiver_count() > 0 {
+            self.publish(end);
+        }
     }
 
     /// Raises the watermark to `end` (never lowers it).
@@ -62,9 +67,7 @@ impl Durability {
 
     /// Records a fatal write/fsync error and wakes every waiter.
     pub(crate) fn fail(&self, err: &StorageError) {
-        self.terminal
-            .lock()
-            .get_or_insert(Terminal::Failed(err.to_string()));
+        self.terminal.lock().get_or_insert(Terminal::Failed(err.to_string()));
         self.tx.send_modify(|_| {});
     }
 

@@ -73,9 +73,7 @@ impl State {
 
     /// Index of the segment holding `offset` (which must be in range).
     pub(crate) fn segment_index(&self, offset: u64) -> usize {
-        self.segments
-            .partition_point(|s| s.base <= offset)
-            .saturating_sub(1)
+        self.segments.partition_point(|s| s.base <= offset).saturating_sub(1)
     }
 }
 
@@ -89,11 +87,7 @@ impl Log {
     ///
     /// Only the tail of the last segment is read; older segments are checked when first
     /// used. A torn or corrupt tail is truncated (and logged).
-    pub fn open_with_flusher(
-        dir: impl AsRef<Path>,
-        config: LogConfig,
-        flusher: Flusher,
-    ) -> Result<Log> {
+    pub fn open_with_flusher(dir: impl AsRef<Path>, config: LogConfig, flusher: Flusher) -> Result<Log> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
         fs::create_dir_all(&dir).at(&dir)?;
@@ -103,12 +97,7 @@ impl Log {
             durability: Durability::new(next),
             dir,
             config,
-            state: Mutex::new(State {
-                segments,
-                epoch: 0,
-                unsynced: Vec::new(),
-                pending_bytes: 0,
-            }),
+            state: Mutex::new(State { segments, epoch: 0, unsynced: Vec::new(), pending_bytes: 0 }),
             flusher,
             flush_scheduled: AtomicBool::new(false),
             urgent_scheduled: AtomicBool::new(false),
@@ -118,8 +107,7 @@ impl Log {
 
     /// Appends one record and returns its offset.
     pub fn append(&self, rec: NewRecord<'_>) -> Result<u64> {
-        self.append_batch(std::slice::from_ref(&rec))
-            .map(|r| r.start)
+        self.append_batch(std::slice::from_ref(&rec)).map(|r| r.start)
     }
 
     /// Appends records in order and returns their offsets. The batch takes the log's
@@ -129,10 +117,7 @@ impl Log {
         let sh = &self.shared;
         let max = sh.config.max_record_bytes;
         if let Some(r) = recs.iter().find(|r| r.payload.len() > max) {
-            return Err(StorageError::RecordTooLarge {
-                len: r.payload.len(),
-                max,
-            });
+            return Err(StorageError::RecordTooLarge { len: r.payload.len(), max });
         }
         let mut st = sh.state.lock();
         sh.durability.check()?;
@@ -166,7 +151,7 @@ impl Log {
         let sh = &self.shared;
         match sh.config.flush_policy {
             FlushPolicy::Always => return sh.flush_now(true),
-            FlushPolicy::Never => sh.durability.publish(end),
+            FlushPolicy::Never => sh.durability.publish_if_watched(end),
             FlushPolicy::Batch => {}
         }
         let urgent = pending_bytes >= sh.config.flush_bytes;
@@ -191,8 +176,7 @@ impl Log {
         if st.active().record_count() == 0 {
             return Ok(());
         }
-        self.roll_locked(&mut st)
-            .inspect_err(|e| self.shared.durability.fail(e))
+        self.roll_locked(&mut st).inspect_err(|e| self.shared.durability.fail(e))
     }
 
     pub(crate) fn roll_locked(&self, st: &mut State) -> Result<()> {
@@ -208,8 +192,7 @@ impl Log {
                 f.sync()?;
             }
         }
-        st.segments
-            .push_back(Segment::create(&sh.dir, base, &sh.config)?);
+        st.segments.push_back(Segment::create(&sh.dir, base, &sh.config)?);
         if sh.config.flush_policy != FlushPolicy::Never {
             sync_dir(&sh.dir)?;
         }
@@ -243,29 +226,34 @@ impl Log {
 
     /// Exclusive end of the durable prefix: every offset below it is durable.
     pub fn durable_offset(&self) -> u64 {
+        if self.shared.config.flush_policy == FlushPolicy::Never {
+            return self.next_offset();
+        }
         self.shared.durability.current()
     }
 
     /// A watch of [`Log::durable_offset`], updated by every group commit.
     pub fn subscribe_durable(&self) -> watch::Receiver<u64> {
-        self.shared.durability.subscribe()
+        let rx = self.shared.durability.subscribe();
+        if self.shared.config.flush_policy == FlushPolicy::Never {
+            // Appends publish only while watched; catch up now that someone is.
+            self.shared.durability.publish(self.next_offset());
+        }
+        rx
     }
 
     /// Resolves once the record at `offset` is durable; errors if the log fails or
     /// closes first.
     pub async fn wait_durable(&self, offset: u64) -> Result<()> {
+        if self.shared.config.flush_policy == FlushPolicy::Never && offset < self.next_offset() {
+            return Ok(());
+        }
         self.shared.durability.wait(offset).await
     }
 
     /// Total bytes of all segments.
     pub fn size_bytes(&self) -> u64 {
-        self.shared
-            .state
-            .lock()
-            .segments
-            .iter()
-            .map(|s| s.size)
-            .sum()
+        self.shared.state.lock().segments.iter().map(|s| s.size).sum()
     }
 
     /// Number of segments (including the active one).
@@ -368,11 +356,7 @@ fn open_segments(dir: &Path, config: &LogConfig) -> Result<VecDeque<Segment>> {
         if path.extension().and_then(|e| e.to_str()) != Some(LOG_EXT) {
             continue;
         }
-        let Some(base) = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .and_then(|s| s.parse().ok())
-        else {
+        let Some(base) = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse().ok()) else {
             continue;
         };
         found.push((base, entry.metadata().at(&path)?.len()));

@@ -15,7 +15,7 @@ use crate::recovery;
 use crate::segment::SegmentFile;
 
 /// Smallest read issued, so short reads still amortize the syscall.
-const MIN_READ_BYTES: usize = 64 * 1024;
+const MIN_READ_BYTES: usize = 16 * 1024;
 /// Records fetched per step while seeking by timestamp.
 const TIME_SCAN_BATCH_RECORDS: usize = 4096;
 /// Bytes fetched per step while seeking by timestamp.
@@ -49,11 +49,7 @@ impl Log {
     pub fn read(&self, from: u64, max_records: usize, max_bytes: usize) -> Result<Vec<Record>> {
         let mut out = Vec::new();
         let mut next = from;
-        let mut budget = Budget {
-            records: max_records,
-            bytes: max_bytes,
-            at_least_one: true,
-        };
+        let mut budget = Budget { records: max_records, bytes: max_bytes, at_least_one: true };
         while budget.records > 0 {
             let Some(plan) = self.plan_read(next)? else {
                 break;
@@ -79,11 +75,7 @@ impl Log {
         let (first, next) = self.bounds();
         match self.read(offset, 1, 0)?.pop() {
             Some(r) => Ok(r),
-            None => Err(StorageError::OffsetOutOfRange {
-                offset,
-                first,
-                next,
-            }),
+            None => Err(StorageError::OffsetOutOfRange { offset, first, next }),
         }
     }
 
@@ -98,11 +90,7 @@ impl Log {
         let mut st = sh.state.lock();
         let (first, next) = (st.first_offset(), st.next_offset());
         if offset < first || offset > next {
-            return Err(StorageError::OffsetOutOfRange {
-                offset,
-                first,
-                next,
-            });
+            return Err(StorageError::OffsetOutOfRange { offset, first, next });
         }
         if offset == next {
             return Ok(None);
@@ -188,10 +176,7 @@ fn read_segment(
     config: &LogConfig,
     out: &mut Vec<Record>,
 ) -> Result<()> {
-    let window = budget
-        .bytes
-        .saturating_add(config.index_interval_bytes as usize + HEADER_BYTES)
-        .max(MIN_READ_BYTES);
+    let window = budget.bytes.saturating_add(config.index_interval_bytes as usize + HEADER_BYTES).max(MIN_READ_BYTES);
     let (mut pos, mut offset) = (plan.pos, plan.offset);
     let mut want = window;
     while pos < plan.end && budget.records > 0 {
@@ -250,10 +235,7 @@ fn take(budget: &mut Budget, payload_len: usize) -> bool {
 fn read_chunk(plan: &ReadPlan, pos: u64, len: usize) -> Result<Bytes> {
     let len = len.min((plan.end - pos) as usize);
     let mut buf = vec![0; len];
-    plan.file
-        .file
-        .read_exact_at(&mut buf, pos)
-        .at(&plan.file.path)?;
+    plan.file.file.read_exact_at(&mut buf, pos).at(&plan.file.path)?;
     Ok(Bytes::from(buf))
 }
 

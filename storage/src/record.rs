@@ -39,12 +39,7 @@ pub struct NewRecord<'a> {
 impl<'a> NewRecord<'a> {
     /// A record with no tag and no flags.
     pub fn new(timestamp_ms: i64, payload: &'a [u8]) -> Self {
-        NewRecord {
-            timestamp_ms,
-            tag_hash: 0,
-            flags: 0,
-            payload,
-        }
+        NewRecord { timestamp_ms, tag_hash: 0, flags: 0, payload }
     }
 
     /// Size of the encoded record on disk.
@@ -188,21 +183,13 @@ mod tests {
     #[test]
     fn round_trip_and_layout() {
         let mut out = Vec::new();
-        let rec = NewRecord {
-            timestamp_ms: -5,
-            tag_hash: 0xdead_beef,
-            flags: 3,
-            payload: b"hello",
-        };
+        let rec = NewRecord { timestamp_ms: -5, tag_hash: 0xdead_beef, flags: 3, payload: b"hello" };
         encode(&mut out, 42, &rec);
         assert_eq!(out.len(), HEADER_BYTES + 5);
         assert_eq!(u32_at(&out, 0), 26 + 5);
         assert_eq!(out[8], MAGIC_V1);
         let h = decode(&out, 1 << 20).unwrap();
-        assert_eq!(
-            (h.offset, h.timestamp_ms, h.tag_hash, h.flags),
-            (42, -5, 0xdead_beef, 3)
-        );
+        assert_eq!((h.offset, h.timestamp_ms, h.tag_hash, h.flags), (42, -5, 0xdead_beef, 3));
         let bytes = Bytes::from(out);
         assert_eq!(&to_record(&bytes, 0, &h).payload[..], b"hello");
     }

@@ -82,28 +82,15 @@ pub(crate) fn scan(
         pos += header.total_len as u64;
         offset += 1;
     };
-    Ok(ScanEnd {
-        pos,
-        next_offset: offset,
-        stop,
-    })
+    Ok(ScanEnd { pos, next_offset: offset, stop })
 }
 
 fn stop_at(pos: u64, reason: &str) -> ScanStop {
-    ScanStop {
-        pos,
-        reason: reason.to_string(),
-    }
+    ScanStop { pos, reason: reason.to_string() }
 }
 
 /// Timestamp of the record at `pos`, if one decodes there with offset `offset`.
-fn record_ts_at(
-    file: &SegmentFile,
-    pos: u64,
-    offset: u64,
-    size: u64,
-    config: &LogConfig,
-) -> Option<i64> {
+fn record_ts_at(file: &SegmentFile, pos: u64, offset: u64, size: u64, config: &LogConfig) -> Option<i64> {
     let len = (size.saturating_sub(pos) as usize).min(HEADER_BYTES + config.max_record_bytes);
     let head = file.read_exact_at(pos, len.min(HEADER_BYTES)).ok()?;
     let header = record::decode_header(&head, config.max_record_bytes).ok()?;
@@ -111,9 +98,7 @@ fn record_ts_at(
         return None;
     }
     let whole = file.read_exact_at(pos, header.total_len).ok()?;
-    record::decode(&whole, config.max_record_bytes)
-        .ok()
-        .map(|h| h.timestamp_ms)
+    record::decode(&whole, config.max_record_bytes).ok().map(|h| h.timestamp_ms)
 }
 
 /// Opens the last segment for appending: validates its indexes, scans from the newest
@@ -123,21 +108,13 @@ pub(crate) fn recover_active(dir: &Path, base: u64, config: &LogConfig) -> Resul
     let size = files.log.file.metadata().at(&files.log.path)?.len();
     files.index.keep_valid_prefix(size);
     files.time.keep_valid_prefix(u64::from(u32::MAX));
-    let first_ts = if size > 0 {
-        record_ts_at(&files.log, 0, base, size, config)
-    } else {
-        None
-    };
+    let first_ts = if size > 0 { record_ts_at(&files.log, 0, base, size, config) } else { None };
     let start = trusted_entries(&files, base, size, first_ts, config);
     let (start_rel, start_pos, max_ts) = match start {
         0 => (0, 0, None),
         k => {
             let e = files.index.entry(k - 1);
-            (
-                e.rel,
-                u64::from(e.pos),
-                Some(files.time.entry(k - 1).max_ts),
-            )
+            (e.rel, u64::from(e.pos), Some(files.time.entry(k - 1).max_ts))
         }
     };
     files.index.truncate_from_rel(start_rel);
@@ -149,14 +126,9 @@ pub(crate) fn recover_active(dir: &Path, base: u64, config: &LogConfig) -> Resul
     seg.first_ts = first_ts;
     seg.bytes_since_index = u64::from(config.index_interval_bytes);
     seg.next_offset = base + u64::from(start_rel);
-    let end = scan(
-        &log,
-        start_pos,
-        size,
-        seg.next_offset,
-        config,
-        |off, pos, ts, len| seg.note_record(off, pos, ts, len, config),
-    )?;
+    let end = scan(&log, start_pos, size, seg.next_offset, config, |off, pos, ts, len| {
+        seg.note_record(off, pos, ts, len, config)
+    })?;
     if let Some(stop) = &end.stop {
         warn!(segment = %log.path.display(), position = stop.pos, reason = %stop.reason,
             dropped_bytes = size - end.pos, "truncating damaged tail of the active segment");
@@ -173,13 +145,7 @@ pub(crate) fn recover_active(dir: &Path, base: u64, config: &LogConfig) -> Resul
 /// How many leading index entries (paired sparse + time entries) can be trusted: the
 /// time index must start at the first record's timestamp, and the newest kept entry
 /// must point at a record that decodes with the right offset.
-fn trusted_entries(
-    files: &SegmentFiles,
-    base: u64,
-    size: u64,
-    first_ts: Option<i64>,
-    config: &LogConfig,
-) -> usize {
+fn trusted_entries(files: &SegmentFiles, base: u64, size: u64, first_ts: Option<i64>, config: &LogConfig) -> usize {
     let paired = (0..files.index.len().min(files.time.len()))
         .take_while(|&i| files.index.entry(i).rel == files.time.entry(i).rel)
         .count();
@@ -230,35 +196,19 @@ fn sealed_time_pairs(files: &SegmentFiles) -> bool {
 
 /// Scans from the last index entry to the end of the file.
 fn verify_sealed_tail(files: &SegmentFiles, seg: &Segment, config: &LogConfig) -> Result<()> {
-    let e = files
-        .index
-        .last()
-        .unwrap_or(crate::sparse_index::IndexEntry { rel: 0, pos: 0 });
+    let e = files.index.last().unwrap_or(crate::sparse_index::IndexEntry { rel: 0, pos: 0 });
     let from = seg.base + u64::from(e.rel);
-    let end = scan(
-        &files.log,
-        u64::from(e.pos),
-        seg.size,
-        from,
-        config,
-        |_, _, _, _| {},
-    )?;
+    let end = scan(&files.log, u64::from(e.pos), seg.size, from, config, |_, _, _, _| {})?;
     check_complete(&files.log, seg, &end)
 }
 
 fn check_complete(log: &SegmentFile, seg: &Segment, end: &ScanEnd) -> Result<()> {
     if let Some(stop) = &end.stop {
-        return Err(StorageError::corruption(
-            &log.path,
-            stop.pos,
-            stop.reason.clone(),
-        ));
+        return Err(StorageError::corruption(&log.path, stop.pos, stop.reason.clone()));
     }
     if end.next_offset != seg.next_offset {
-        let why = format!(
-            "segment ends at offset {} but the next segment starts at {}",
-            end.next_offset, seg.next_offset
-        );
+        let why =
+            format!("segment ends at offset {} but the next segment starts at {}", end.next_offset, seg.next_offset);
         return Err(StorageError::corruption(&log.path, end.pos, why));
     }
     Ok(())
@@ -279,9 +229,7 @@ fn rebuild_sealed(seg: &mut Segment, mut files: SegmentFiles, config: &LogConfig
     seg.max_ts = None;
     seg.first_ts = None;
     seg.bytes_since_index = 0;
-    let end = scan(&log, 0, size, seg.base, config, |off, pos, ts, len| {
-        seg.note_record(off, pos, ts, len, config)
-    })?;
+    let end = scan(&log, 0, size, seg.base, config, |off, pos, ts, len| seg.note_record(off, pos, ts, len, config))?;
     seg.next_offset = expected_next;
     check_complete(&log, seg, &end)?;
     seg.size = size;

@@ -14,9 +14,7 @@ use crate::segment::Segment;
 
 /// Milliseconds since the Unix epoch, now.
 pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// What a retention pass removed.
@@ -56,11 +54,7 @@ impl Log {
         Ok(outcome)
     }
 
-    pub(crate) fn apply_retention_locked(
-        &self,
-        st: &mut State,
-        now_ms: i64,
-    ) -> Result<RetentionOutcome> {
+    pub(crate) fn apply_retention_locked(&self, st: &mut State, now_ms: i64) -> Result<RetentionOutcome> {
         let config = &self.shared.config;
         let mut outcome = RetentionOutcome::default();
         if let Some(limit) = config.retention_bytes {

@@ -35,17 +35,8 @@ pub(crate) struct SegmentFile {
 
 impl SegmentFile {
     fn open(path: &Path, create: bool) -> Result<Arc<Self>> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(create)
-            .truncate(false)
-            .open(path)
-            .at(path)?;
-        Ok(Arc::new(SegmentFile {
-            path: path.to_path_buf(),
-            file,
-        }))
+        let file = OpenOptions::new().read(true).write(true).create(create).truncate(false).open(path).at(path)?;
+        Ok(Arc::new(SegmentFile { path: path.to_path_buf(), file }))
     }
 
     /// Reads exactly `len` bytes at `pos`.
@@ -177,9 +168,7 @@ impl Segment {
         let too_big = self.size + rec.encoded_len() as u64 > config.segment_bytes;
         let too_many = self.record_count() >= u64::from(u32::MAX);
         let too_old = match (config.segment_age, self.first_ts) {
-            (Some(age), Some(first)) => {
-                rec.timestamp_ms.saturating_sub(first) >= age.as_millis() as i64
-            }
+            (Some(age), Some(first)) => rec.timestamp_ms.saturating_sub(first) >= age.as_millis() as i64,
             _ => false,
         };
         too_big || too_many || too_old
@@ -190,13 +179,7 @@ impl Segment {
         let offset = self.next_offset;
         let pos = self.size;
         record::encode(&mut self.buf, offset, rec);
-        self.note_record(
-            offset,
-            pos,
-            rec.timestamp_ms,
-            rec.encoded_len() as u64,
-            config,
-        );
+        self.note_record(offset, pos, rec.timestamp_ms, rec.encoded_len() as u64, config);
         if self.buf.len() >= config.write_buffer_bytes {
             self.write_out()?;
         }
@@ -205,14 +188,7 @@ impl Segment {
 
     /// Accounts for a record at `pos` (appended or found by recovery): sizes, the
     /// timestamp bounds, and an index entry once enough bytes have passed.
-    pub(crate) fn note_record(
-        &mut self,
-        offset: u64,
-        pos: u64,
-        ts: i64,
-        len: u64,
-        config: &LogConfig,
-    ) {
+    pub(crate) fn note_record(&mut self, offset: u64, pos: u64, ts: i64, len: u64, config: &LogConfig) {
         let max_ts = self.max_ts.map_or(ts, |m| m.max(ts));
         self.max_ts = Some(max_ts);
         self.first_ts.get_or_insert(ts);
@@ -237,9 +213,7 @@ impl Segment {
         }
         if let Some(files) = &self.files {
             let log = &files.log;
-            log.file
-                .write_all_at(&self.buf, self.written)
-                .at(&log.path)?;
+            log.file.write_all_at(&self.buf, self.written).at(&log.path)?;
         }
         self.written += self.buf.len() as u64;
         self.buf.clear();

@@ -34,19 +34,14 @@ fn encode(e: IndexEntry) -> [u8; ENTRY_BYTES] {
 
 fn decode(b: [u8; ENTRY_BYTES]) -> IndexEntry {
     let [a0, a1, a2, a3, b0, b1, b2, b3] = b;
-    IndexEntry {
-        rel: u32::from_le_bytes([a0, a1, a2, a3]),
-        pos: u32::from_le_bytes([b0, b1, b2, b3]),
-    }
+    IndexEntry { rel: u32::from_le_bytes([a0, a1, a2, a3]), pos: u32::from_le_bytes([b0, b1, b2, b3]) }
 }
 
 impl SparseIndex {
     /// Opens the index; see [`EntryFile::open`]. Entries are unvalidated until
     /// [`SparseIndex::keep_valid_prefix`] runs.
     pub(crate) fn open(path: &Path, capacity: usize, grow: bool) -> Result<Self> {
-        Ok(SparseIndex {
-            file: EntryFile::open(path, capacity, grow)?,
-        })
+        Ok(SparseIndex { file: EntryFile::open(path, capacity, grow)? })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -85,9 +80,7 @@ impl SparseIndex {
 
     /// Drops entries for records at or after `rel`.
     pub(crate) fn truncate_from_rel(&mut self, rel: u32) {
-        let keep = (0..self.len())
-            .position(|i| self.entry(i).rel >= rel)
-            .unwrap_or(self.len());
+        let keep = (0..self.len()).position(|i| self.entry(i).rel >= rel).unwrap_or(self.len());
         self.file.truncate(keep);
     }
 

@@ -38,18 +38,13 @@ fn decode(b: [u8; ENTRY_BYTES]) -> TimeEntry {
     ts.copy_from_slice(&b[..8]);
     let mut rel = [0; 4];
     rel.copy_from_slice(&b[8..]);
-    TimeEntry {
-        max_ts: i64::from_le_bytes(ts),
-        rel: u32::from_le_bytes(rel),
-    }
+    TimeEntry { max_ts: i64::from_le_bytes(ts), rel: u32::from_le_bytes(rel) }
 }
 
 impl TimeIndex {
     /// Opens the index; see [`EntryFile::open`].
     pub(crate) fn open(path: &Path, capacity: usize, grow: bool) -> Result<Self> {
-        Ok(TimeIndex {
-            file: EntryFile::open(path, capacity, grow)?,
-        })
+        Ok(TimeIndex { file: EntryFile::open(path, capacity, grow)? })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -94,9 +89,7 @@ impl TimeIndex {
 
     /// Drops entries for records at or after `rel`.
     pub(crate) fn truncate_from_rel(&mut self, rel: u32) {
-        let keep = (0..self.len())
-            .position(|i| self.entry(i).rel >= rel)
-            .unwrap_or(self.len());
+        let keep = (0..self.len()).position(|i| self.entry(i).rel >= rel).unwrap_or(self.len());
         self.file.truncate(keep);
     }
 

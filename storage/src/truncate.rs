@@ -20,11 +20,7 @@ impl Log {
             return Ok(());
         }
         if offset < first {
-            return Err(StorageError::OffsetOutOfRange {
-                offset,
-                first,
-                next,
-            });
+            return Err(StorageError::OffsetOutOfRange { offset, first, next });
         }
         let result = self.truncate_locked(&mut st, offset);
         if let Err(e) = &result {
@@ -55,8 +51,7 @@ impl Log {
             }
         }
         cut_indexes(seg, offset)?;
-        st.segments
-            .push_back(recovery::recover_active(&sh.dir, base, &sh.config)?);
+        st.segments.push_back(recovery::recover_active(&sh.dir, base, &sh.config)?);
         st.unsynced.clear();
         st.pending_bytes = 0;
         st.epoch += 1;
@@ -76,25 +71,15 @@ impl Log {
         let entry = files.index.lookup((offset - seg.base) as u32);
         let mut found = None;
         let from = seg.base + u64::from(entry.rel);
-        let end = recovery::scan(
-            &files.log,
-            u64::from(entry.pos),
-            seg.size,
-            from,
-            &self.shared.config,
-            |off, pos, _, _| {
+        let end =
+            recovery::scan(&files.log, u64::from(entry.pos), seg.size, from, &self.shared.config, |off, pos, _, _| {
                 if off == offset && found.is_none() {
                     found = Some(pos);
                 }
-            },
-        )?;
+            })?;
         match (found, end.stop) {
             (Some(pos), _) => Ok(pos),
-            (None, Some(stop)) => Err(StorageError::corruption(
-                &files.log.path,
-                stop.pos,
-                stop.reason,
-            )),
+            (None, Some(stop)) => Err(StorageError::corruption(&files.log.path, stop.pos, stop.reason)),
             (None, None) => Ok(end.pos),
         }
     }

@@ -41,10 +41,7 @@ fn read_checked(log: &Log) -> u64 {
 
 fn run(cut_frac: f64, flips: Vec<(f64, u8)>, segment_bytes: u64) {
     let dir = tempfile::tempdir().unwrap();
-    let config = warren_storage::LogConfig {
-        segment_bytes,
-        ..small_config()
-    };
+    let config = warren_storage::LogConfig { segment_bytes, ..small_config() };
     let log = open(dir.path(), config.clone());
     append_n(&log, 0, RECORDS);
     log.close().unwrap();
@@ -74,19 +71,10 @@ fn run(cut_frac: f64, flips: Vec<(f64, u8)>, segment_bytes: u64) {
     }
     std::fs::write(&seg, &bytes).unwrap();
     // Records wholly before the first damaged byte must survive.
-    let intact = base
-        + starts
-            .iter()
-            .skip(1)
-            .take_while(|&&end| end <= damage)
-            .count() as u64;
+    let intact = base + starts.iter().skip(1).take_while(|&&end| end <= damage).count() as u64;
 
     let log = open(dir.path(), config.clone());
-    assert!(
-        log.next_offset() >= intact,
-        "lost intact records: next {} < {intact}",
-        log.next_offset()
-    );
+    assert!(log.next_offset() >= intact, "lost intact records: next {} < {intact}", log.next_offset());
     let readable = read_checked(&log);
     assert!(readable >= intact, "read {readable} < intact {intact}");
     // The log takes appends at its new end and they read back.
@@ -116,10 +104,7 @@ proptest! {
 #[test]
 fn garbage_index_of_active_segment_is_rebuilt() {
     let dir = tempfile::tempdir().unwrap();
-    let config = warren_storage::LogConfig {
-        segment_bytes: 1 << 20,
-        ..small_config()
-    };
+    let config = warren_storage::LogConfig { segment_bytes: 1 << 20, ..small_config() };
     let log = open(dir.path(), config.clone());
     append_n(&log, 0, RECORDS);
     log.close().unwrap();

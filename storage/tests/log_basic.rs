@@ -12,15 +12,9 @@ use warren_storage::{FlushPolicy, LogConfig, NewRecord, StorageError};
 fn empty_log() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), small_config());
-    assert_eq!(
-        (log.first_offset(), log.next_offset(), log.last_offset()),
-        (0, 0, None)
-    );
+    assert_eq!((log.first_offset(), log.next_offset(), log.last_offset()), (0, 0, None));
     assert!(log.read(0, 10, 1000).unwrap().is_empty());
-    assert!(matches!(
-        log.read(1, 10, 1000),
-        Err(StorageError::OffsetOutOfRange { .. })
-    ));
+    assert!(matches!(log.read(1, 10, 1000), Err(StorageError::OffsetOutOfRange { .. })));
     assert_eq!(log.offset_for_timestamp(0).unwrap(), None);
     drop(log);
     let log = open(dir.path(), small_config());
@@ -44,10 +38,7 @@ fn many_segments_read_back_and_reopen() {
     log.close().unwrap();
     drop(log);
     let log = open(dir.path(), small_config());
-    assert_eq!(
-        (log.first_offset(), log.next_offset(), log.last_offset()),
-        (0, 500, Some(499))
-    );
+    assert_eq!((log.first_offset(), log.next_offset(), log.last_offset()), (0, 500, Some(499)));
     for (i, r) in read_all(&log, 123).iter().enumerate() {
         check_record(r, 123 + i as u64);
     }
@@ -93,14 +84,8 @@ fn timestamp_lookup_non_monotonic() {
         log.append(NewRecord::new(t, &[7; 100])).unwrap();
     }
     for target in [0, 10, 45, 55, 65, 70, 71] {
-        let expect = (0..200)
-            .find(|&i| stamps[i % stamps.len()] >= target)
-            .map(|i| i as u64);
-        assert_eq!(
-            log.offset_for_timestamp(target).unwrap(),
-            expect,
-            "target {target}"
-        );
+        let expect = (0..200).find(|&i| stamps[i % stamps.len()] >= target).map(|i| i as u64);
+        assert_eq!(log.offset_for_timestamp(target).unwrap(), expect, "target {target}");
     }
 }
 
@@ -131,24 +116,14 @@ fn truncate_then_append() {
 #[test]
 fn retention_by_bytes_and_below_offset() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig {
-        retention_bytes: Some(20_000),
-        ..small_config()
-    };
+    let config = LogConfig { retention_bytes: Some(20_000), ..small_config() };
     let log = open(dir.path(), config);
     append_n(&log, 0, 1000);
-    assert!(
-        log.size_bytes() <= 20_000 + 4096,
-        "size {}",
-        log.size_bytes()
-    );
+    assert!(log.size_bytes() <= 20_000 + 4096, "size {}", log.size_bytes());
     let first = log.first_offset();
     assert!(first > 0);
     check_record(&log.read_one(first).unwrap(), first);
-    assert!(matches!(
-        log.read(first - 1, 1, 1),
-        Err(StorageError::OffsetOutOfRange { .. })
-    ));
+    assert!(matches!(log.read(first - 1, 1, 1), Err(StorageError::OffsetOutOfRange { .. })));
     let out = log.delete_below(900).unwrap();
     assert!(out.first_offset <= 900 && out.first_offset > first);
     for (i, r) in read_all(&log, out.first_offset).iter().enumerate() {
@@ -162,15 +137,9 @@ fn retention_by_bytes_and_below_offset() {
 #[test]
 fn retention_by_age() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig {
-        retention_age: Some(Duration::from_millis(5_000)),
-        ..small_config()
-    };
+    let config = LogConfig { retention_age: Some(Duration::from_millis(5_000)), ..small_config() };
     let log = open(dir.path(), config);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
     let stamp = |i: u64| now - 10_000 + i as i64 * 10;
     for i in 0..1000u64 {
         log.append(NewRecord::new(stamp(i), &[1; 100])).unwrap();
@@ -181,20 +150,13 @@ fn retention_by_age() {
     let out = log.enforce_retention_at(now + 3_000).unwrap();
     assert!(out.segments_deleted > 0);
     assert!(out.first_offset > 700 && out.first_offset <= 800, "{out:?}");
-    assert_eq!(
-        log.read_one(out.first_offset).unwrap().timestamp_ms,
-        stamp(out.first_offset)
-    );
+    assert_eq!(log.read_one(out.first_offset).unwrap().timestamp_ms, stamp(out.first_offset));
 }
 
 #[test]
 fn age_rolls_segments() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig {
-        segment_bytes: 1 << 20,
-        segment_age: Some(Duration::from_millis(100)),
-        ..small_config()
-    };
+    let config = LogConfig { segment_bytes: 1 << 20, segment_age: Some(Duration::from_millis(100)), ..small_config() };
     let log = open(dir.path(), config);
     append_n(&log, 0, 100); // 10 ms apart: a new segment every 10 records
     assert_eq!(log.segment_count(), 10);
@@ -221,10 +183,7 @@ fn damaged_sealed_segment_is_reported_with_its_path() {
     drop(log);
     std::fs::remove_file(dir.path().join(format!("{:020}.idx", 0))).unwrap();
     let log = open(dir.path(), small_config());
-    assert!(matches!(
-        log.read(0, 10, 10_000),
-        Err(StorageError::Corruption { .. })
-    ));
+    assert!(matches!(log.read(0, 10, 10_000), Err(StorageError::Corruption { .. })));
 }
 
 fn read_all_result(log: &warren_storage::Log) -> Result<usize, StorageError> {
@@ -268,27 +227,18 @@ async fn group_commit_publishes_durable_offset() {
     };
     let log = open(dir.path(), config);
     append_n(&log, 0, 100);
-    tokio::time::timeout(Duration::from_secs(5), log.wait_durable(99))
-        .await
-        .unwrap()
-        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), log.wait_durable(99)).await.unwrap().unwrap();
     assert_eq!(log.durable_offset(), 100);
     let mut rx = log.subscribe_durable();
     append_n(&log, 100, 1);
-    tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|&d| d > 100))
-        .await
-        .unwrap()
-        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|&d| d > 100)).await.unwrap().unwrap();
 }
 
 #[tokio::test]
 async fn always_and_never_policies() {
     for policy in [FlushPolicy::Always, FlushPolicy::Never] {
         let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig {
-            flush_policy: policy,
-            ..LogConfig::default()
-        };
+        let config = LogConfig { flush_policy: policy, ..LogConfig::default() };
         let log = open(dir.path(), config);
         append_n(&log, 0, 10);
         assert_eq!(log.durable_offset(), 10, "{policy:?}");
@@ -299,36 +249,21 @@ async fn always_and_never_policies() {
 #[tokio::test]
 async fn close_fails_waiters() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig {
-        flush_policy: FlushPolicy::Batch,
-        flush_interval: Duration::from_secs(60),
-        ..LogConfig::default()
-    };
+    let config =
+        LogConfig { flush_policy: FlushPolicy::Batch, flush_interval: Duration::from_secs(60), ..LogConfig::default() };
     let log = open(dir.path(), config);
     append_n(&log, 0, 10);
     log.close().unwrap();
     log.wait_durable(9).await.unwrap();
-    assert!(matches!(
-        log.wait_durable(10).await,
-        Err(StorageError::Closed)
-    ));
-    assert!(matches!(
-        log.append(NewRecord::new(0, b"x")),
-        Err(StorageError::Closed)
-    ));
+    assert!(matches!(log.wait_durable(10).await, Err(StorageError::Closed)));
+    assert!(matches!(log.append(NewRecord::new(0, b"x")), Err(StorageError::Closed)));
 }
 
 #[test]
 fn bad_config_is_rejected() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig {
-        segment_bytes: 10,
-        ..LogConfig::default()
-    };
-    assert!(matches!(
-        warren_storage::Log::open(dir.path(), config),
-        Err(StorageError::BadConfig(_))
-    ));
+    let config = LogConfig { segment_bytes: 10, ..LogConfig::default() };
+    assert!(matches!(warren_storage::Log::open(dir.path(), config), Err(StorageError::BadConfig(_))));
 }
 
 #[test]

@@ -9,11 +9,7 @@ use warren_storage::{Log, LogConfig, NewRecord};
 #[derive(Debug, Clone)]
 enum Op {
     Append(Vec<usize>),
-    Read {
-        at: usize,
-        count: usize,
-        bytes: usize,
-    },
+    Read { at: usize, count: usize, bytes: usize },
     Roll,
     DeleteBelow(usize),
     Retention,
@@ -46,21 +42,14 @@ impl Model {
         self.first + self.records.len() as u64
     }
     fn drop_below(&mut self, first: u64) {
-        assert!(
-            first >= self.first && first <= self.next(),
-            "first {first} vs model {}",
-            self.first
-        );
+        assert!(first >= self.first && first <= self.next(), "first {first} vs model {}", self.first);
         self.records.drain(..(first - self.first) as usize);
         self.first = first;
     }
 }
 
 fn config() -> LogConfig {
-    LogConfig {
-        retention_bytes: Some(30_000),
-        ..common::small_config()
-    }
+    LogConfig { retention_bytes: Some(30_000), ..common::small_config() }
 }
 
 fn pick(model: &Model, n: usize) -> u64 {
@@ -71,18 +60,12 @@ fn pick(model: &Model, n: usize) -> u64 {
 fn run(ops: Vec<Op>) {
     let dir = tempfile::tempdir().unwrap();
     let mut log = common::open(dir.path(), config());
-    let mut model = Model {
-        first: 0,
-        records: Vec::new(),
-    };
+    let mut model = Model { first: 0, records: Vec::new() };
     for op in ops {
         match op {
             Op::Append(sizes) => {
-                let payloads: Vec<Vec<u8>> = sizes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &n)| vec![(model.next() as usize + i) as u8; n])
-                    .collect();
+                let payloads: Vec<Vec<u8>> =
+                    sizes.iter().enumerate().map(|(i, &n)| vec![(model.next() as usize + i) as u8; n]).collect();
                 let recs: Vec<NewRecord> = payloads
                     .iter()
                     .enumerate()
@@ -139,10 +122,7 @@ fn run(ops: Vec<Op>) {
             }
             Op::Flush => log.flush().unwrap(),
         }
-        assert_eq!(
-            (log.first_offset(), log.next_offset()),
-            (model.first, model.next())
-        );
+        assert_eq!((log.first_offset(), log.next_offset()), (model.first, model.next()));
     }
     check_all(&log, &model);
 }

@@ -33,12 +33,7 @@ pub fn ts(i: u64) -> i64 {
 pub fn append_n(log: &Log, from: u64, n: u64) {
     for i in from..from + n {
         let p = payload(i);
-        let rec = NewRecord {
-            timestamp_ms: ts(i),
-            tag_hash: i as u32,
-            flags: (i % 7) as u8,
-            payload: &p,
-        };
+        let rec = NewRecord { timestamp_ms: ts(i), tag_hash: i as u32, flags: (i % 7) as u8, payload: &p };
         assert_eq!(log.append(rec).unwrap(), i);
     }
 }
