@@ -241,8 +241,10 @@ impl Channel {
                 self.settle(TxOp::Reject { tag: reject.delivery_tag, multiple: false, requeue: reject.requeue })
             }
             basic::AMQPMethod::Recover(_) => {
-                self.session.recover();
+                // recover-ok goes first: clients drop what they hold when it arrives, so the
+                // redeliveries must come after it.
                 self.reply(ctx, AMQPClass::Basic(basic::AMQPMethod::RecoverOk(basic::RecoverOk {})));
+                self.session.recover();
                 Ok(())
             }
             basic::AMQPMethod::RecoverAsync(_) => {
