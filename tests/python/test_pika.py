@@ -266,6 +266,84 @@ def test_properties_and_headers_round_trip(channel, names):
     assert received.expiration is None and received.user_id is None
 
 
+def test_unacked_messages_are_requeued_flagged_redelivered_when_channel_closes(connection, channel, names):
+    queue = declare_queue(channel, names("q"))
+    publish(channel, queue, b"unfinished")
+    consumer = connection.channel()
+    deliveries = Deliveries()
+    consumer.basic_consume(queue=queue, on_message_callback=deliveries)
+    deliveries.wait_for(connection, 1)
+    consumer.close()
+
+    method, _, body = get_message(channel, queue)
+    assert body == b"unfinished"
+    assert method.redelivered is True
+
+
+def test_reject_without_requeue_drops_the_message(connection, channel, names):
+    queue = declare_queue(channel, names("q"))
+    publish(channel, queue, b"poison")
+    method, _, _ = get_message(channel, queue, auto_ack=False)
+
+    channel.basic_reject(method.delivery_tag, requeue=False)
+
+    assert message_count(connection, queue) == 0
+    assert channel.basic_get(queue=queue, auto_ack=True) == (None, None, None)
+
+
+@pytest.mark.parametrize("size", [0, 1_000_000], ids=["empty", "1MB-many-frames"])
+def test_body_round_trips_at_size(channel, names, size):
+    queue = declare_queue(channel, names("q"))
+    body = bytes(i % 251 for i in range(size))
+
+    publish(channel, queue, body)
+
+    assert get_message(channel, queue)[2] == body
+
+
+def test_server_named_exclusive_queue_is_locked_to_and_deleted_with_its_connection(broker, channel, names):
+    queue = channel.queue_declare(queue="", exclusive=True).method.queue
+    assert queue.startswith("amq.gen-")
+    other = pika.BlockingConnection(broker)
+    try:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
+            other.channel().queue_declare(queue=queue, passive=True)
+        assert_closed_by_broker(excinfo, 405, "RESOURCE_LOCKED")
+
+        channel.connection.close()
+
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
+            other.channel().queue_declare(queue=queue, passive=True)
+        assert_closed_by_broker(excinfo, 404, "NOT_FOUND")
+    finally:
+        other.close()
+
+
+def test_deleting_a_consumed_queue_sends_basic_cancel_to_the_consumer(connection, channel, names):
+    queue = declare_queue(channel, names("q"))
+    cancelled = []
+    channel.add_on_cancel_callback(lambda frame: cancelled.append(frame.method))
+    tag = channel.basic_consume(queue=queue, on_message_callback=Deliveries())
+
+    deleter = connection.channel()
+    deleter.queue_delete(queue=queue)
+
+    assert pump_until(connection, lambda: cancelled), "no basic.cancel from the broker"
+    assert cancelled[0].consumer_tag == tag
+    assert channel.is_open
+
+
+def test_purge_and_delete_report_message_counts(connection, channel, names):
+    queue = declare_queue(channel, names("q"))
+    for i in range(3):
+        publish(channel, queue, f"p{i}".encode())
+    assert message_count(connection, queue) == 3
+
+    assert channel.queue_purge(queue=queue).method.message_count == 3
+    publish(channel, queue, b"after purge")
+    assert channel.queue_delete(queue=queue).method.message_count == 1
+
+
 # --------------------------------------------------------------------------- publishing
 
 
@@ -343,4 +421,35 @@ def test_redeclaring_queue_with_different_durable_closes_channel_with_406(connec
     assert connection.is_open
     assert channel.is_open
     assert channel.queue_declare(queue=queue, passive=True).method.queue == queue
+    assert_connection_usable(connection, names)
+
+
+def test_publish_to_missing_exchange_closes_channel_with_404(connection, channel, names):
+    publish(channel, "key", b"nowhere", exchange=names("missing-x"))
+
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
+        # The publish has no reply: the channel.close arrives while pika awaits this one.
+        channel.queue_declare(queue=names("q"))
+
+    assert_closed_by_broker(excinfo, 404, "NOT_FOUND")
+    assert connection.is_open
+    assert_connection_usable(connection, names)
+
+
+def test_ack_of_unknown_delivery_tag_closes_channel_with_406(connection, channel, names):
+    channel.basic_ack(delivery_tag=99)
+
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
+        channel.queue_declare(queue=names("q"))
+
+    assert_closed_by_broker(excinfo, 406, "PRECONDITION_FAILED")
+    assert connection.is_open
+    assert_connection_usable(connection, names)
+
+
+def test_declaring_a_queue_with_reserved_amq_prefix_is_refused_with_403(connection, channel, names):
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
+        channel.queue_declare(queue="amq." + names("q"))
+
+    assert_closed_by_broker(excinfo, 403, "ACCESS_REFUSED")
     assert_connection_usable(connection, names)
