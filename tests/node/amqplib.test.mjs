@@ -142,6 +142,9 @@ async function channelExpectingError(connection) {
 
 const QUEUE_CLASS = 50;
 const QUEUE_DECLARE = 10;
+const BASIC_CLASS = 60;
+const BASIC_PUBLISH = 40;
+const BASIC_ACK = 80;
 
 // ----------------------------------------------------------------------------- topology
 
@@ -320,6 +323,88 @@ it('properties and headers round-trip unchanged', async (t) => {
   assert.equal(message.properties.userId, undefined);
 });
 
+it('unacked messages are requeued flagged redelivered when their channel closes', async (t) => {
+  const { connection, channel, names } = await setup(t);
+  const queue = await declareQueue(channel, names('q'));
+  channel.sendToQueue(queue, Buffer.from('unfinished'));
+  const consumer = await connection.createChannel();
+  const messages = await consume(consumer, queue);
+  await messages.waitFor(1);
+  await consumer.close();
+
+  const message = await getMessage(channel, queue);
+  assert.equal(message.content.toString(), 'unfinished');
+  assert.equal(message.fields.redelivered, true);
+});
+
+it('reject without requeue drops the message', async (t) => {
+  const { connection, channel, names } = await setup(t);
+  const queue = await declareQueue(channel, names('q'));
+  channel.sendToQueue(queue, Buffer.from('poison'));
+  const message = await getMessage(channel, queue, { noAck: false });
+
+  channel.reject(message, false);
+
+  assert.equal(await messageCount(connection, queue), 0);
+  assert.equal(await channel.get(queue, { noAck: true }), false);
+});
+
+for (const [label, size] of [['empty', 0], ['1 MB, many frames', 1_000_000]]) {
+  it(`body round-trips: ${label}`, async (t) => {
+    const { channel, names } = await setup(t);
+    const queue = await declareQueue(channel, names('q'));
+    const body = Buffer.alloc(size, 0);
+    for (let i = 0; i < size; i++) body[i] = i % 251;
+
+    channel.sendToQueue(queue, body);
+
+    assert.ok((await getMessage(channel, queue)).content.equals(body));
+  });
+}
+
+it('server-named exclusive queue is locked to, and deleted with, its connection', async (t) => {
+  const { connection, channel } = await setup(t);
+  const { queue } = await channel.assertQueue('', { exclusive: true });
+  assert.match(queue, /^amq\.gen-/);
+  const other = await connect(t);
+
+  const intruder = await channelExpectingError(other);
+  await assert.rejects(intruder.checkQueue(queue), closedWith(405, 'RESOURCE_LOCKED', QUEUE_CLASS, QUEUE_DECLARE));
+
+  await connection.close();
+
+  const checker = await channelExpectingError(other);
+  await assert.rejects(checker.checkQueue(queue), closedWith(404, 'NOT_FOUND', QUEUE_CLASS, QUEUE_DECLARE));
+});
+
+it('deleting a consumed queue sends basic.cancel to the consumer', async (t) => {
+  const { connection, channel, names } = await setup(t);
+  const queue = await declareQueue(channel, names('q'));
+  const deliveries = [];
+  const cancels = [];
+  channel.on('cancel', (fields) => cancels.push(fields));
+  const { consumerTag } = await channel.consume(queue, (message) => deliveries.push(message));
+
+  const deleter = await connection.createChannel();
+  await deleter.deleteQueue(queue);
+
+  await waitUntil(() => cancels.length > 0, 'basic.cancel from the broker');
+  assert.equal(cancels[0].consumerTag, consumerTag);
+  assert.deepEqual(deliveries, [null]); // amqplib tells the consumer with null
+  await declareQueue(channel, names('still-open'));
+});
+
+it('purge and delete report message counts', async (t) => {
+  const { connection, channel, names } = await setup(t);
+  const queue = await declareQueue(channel, names('q'));
+  for (let i = 0; i < 3; i++) channel.sendToQueue(queue, Buffer.from(`p${i}`));
+  assert.equal(await messageCount(connection, queue), 3);
+
+  assert.equal((await channel.purgeQueue(queue)).messageCount, 3);
+  channel.sendToQueue(queue, Buffer.from('after purge'));
+  assert.equal((await channel.deleteQueue(queue)).messageCount, 1);
+});
+
 // ----------------------------------------------------------------------------- publishing
 
 it('publisher confirms ack every publish', async (t) => {
@@ -399,5 +484,45 @@ it('redeclaring a queue with a different durable flag closes the channel with 40
   assert.equal(doomed.errors[0].code, 406);
   assert.equal(connection.closedByBroker(), false);
   assert.equal((await channel.checkQueue(queue)).queue, queue);
+  await assertConnectionUsable(connection, names);
+});
+
+it('publishing to a missing exchange closes the channel with 404', async (t) => {
+  const { connection, names } = await setup(t);
+  const doomed = await channelExpectingError(connection);
+
+  doomed.publish(names('missing-x'), 'key', Buffer.from('nowhere'));
+
+  await doomed.closed;
+  assert.equal(doomed.errors.length, 1);
+  closedWith(404, 'NOT_FOUND', BASIC_CLASS, BASIC_PUBLISH)(doomed.errors[0]);
+  assert.equal(connection.closedByBroker(), false);
+  await assertConnectionUsable(connection, names);
+});
+
+it('acking an unknown delivery tag closes the channel with 406', async (t) => {
+  const { connection, names } = await setup(t);
+  const doomed = await channelExpectingError(connection);
+
+  doomed.ack({ fields: { deliveryTag: 99 } });
+
+  await doomed.closed;
+  assert.equal(doomed.errors.length, 1);
+  closedWith(406, 'PRECONDITION_FAILED', BASIC_CLASS, BASIC_ACK)(doomed.errors[0]);
+  assert.equal(connection.closedByBroker(), false);
+  await assertConnectionUsable(connection, names);
+});
+
+it('declaring a queue with the reserved amq. prefix is refused with 403', async (t) => {
+  const { connection, names } = await setup(t);
+  const doomed = await channelExpectingError(connection);
+
+  await assert.rejects(
+    doomed.assertQueue(`amq.${names('q')}`),
+    closedWith(403, 'ACCESS_REFUSED', QUEUE_CLASS, QUEUE_DECLARE),
+  );
+
+  await doomed.closed;
+  assert.equal(connection.closedByBroker(), false);
   await assertConnectionUsable(connection, names);
 });
