@@ -89,6 +89,23 @@ impl RawClient {
         }
     }
 
+    /// The broker's next frame as (type, channel, payload), undecoded.
+    pub async fn next_raw_frame(&mut self) -> Option<(u8, u16, Vec<u8>)> {
+        loop {
+            if self.buf.len() >= 7 {
+                let size = u32::from_be_bytes([self.buf[3], self.buf[4], self.buf[5], self.buf[6]]) as usize;
+                if self.buf.len() >= size + 8 {
+                    let frame = self.buf.split_to(size + 8);
+                    return Some((frame[0], u16::from_be_bytes([frame[1], frame[2]]), frame[7..7 + size].to_vec()));
+                }
+            }
+            match tokio::time::timeout(REPLY_TIMEOUT, self.stream.read_buf(&mut self.buf)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return None,
+            }
+        }
+    }
+
     /// The next method frame, or a panic naming what came instead.
     pub async fn expect_method(&mut self) -> (u16, AMQPClass) {
         match self.next().await {
