@@ -405,6 +405,25 @@ it('purge and delete report message counts', async (t) => {
   assert.equal((await channel.deleteQueue(queue)).messageCount, 1);
 });
 
+it('many confirmed messages are consumed in publish order', async (t) => {
+  const { connection, channel, names } = await setup(t, { confirm: true });
+  const queue = await declareQueue(channel, names('q'));
+  const count = 1000;
+  for (let i = 0; i < count; i++) channel.publish('', queue, Buffer.from(String(i)));
+  await channel.waitForConfirms();
+
+  const consumer = await connection.createChannel();
+  await consumer.prefetch(50);
+  const received = [];
+  await consumer.consume(queue, (message) => {
+    received.push(Number(message.content.toString()));
+    consumer.ack(message);
+  });
+
+  await waitUntil(() => received.length >= count, `${count} deliveries (have ${received.length})`);
+  assert.deepEqual(received, Array.from({ length: count }, (_, i) => i));
+});
+
 // ----------------------------------------------------------------------------- publishing
 
 it('publisher confirms ack every publish', async (t) => {
@@ -525,4 +544,24 @@ it('declaring a queue with the reserved amq. prefix is refused with 403', async 
   await doomed.closed;
   assert.equal(connection.closedByBroker(), false);
   await assertConnectionUsable(connection, names);
+});
+
+// ----------------------------------------------------------------------------- broker lifecycle
+
+it('broker shutdown closes connections with 320 CONNECTION_FORCED', async () => {
+  const ownBroker = await startBroker();
+  try {
+    const connection = await amqp.connect(ownBroker.url);
+    connection.on('error', () => {});
+    const closed = new Promise((resolve) => connection.once('close', resolve));
+
+    await ownBroker.stop(); // SIGTERM, then wait for the process to exit
+
+    const error = await closed;
+    assert.equal(error?.code, 320);
+    assert.match(error.message, /CONNECTION_FORCED/);
+    assert.equal(ownBroker.exitCode(), 0);
+  } finally {
+    await ownBroker.stop();
+  }
 });

@@ -39,7 +39,10 @@ function canConnect(port) {
   });
 }
 
-/** Starts the broker; resolves to { url, stop } once it accepts TCP connections. */
+/**
+ * Starts the broker; resolves once it accepts TCP connections to
+ * { url, stop() (SIGTERM, wait, remove its data; safe to call twice), log(), exitCode() }.
+ */
 export async function startBroker() {
   const binary = process.env.WARREN_BIN || path.join(REPO_ROOT, 'target', 'debug', 'warren');
   if (!fs.existsSync(binary)) {
@@ -56,8 +59,10 @@ export async function startBroker() {
   );
   fs.closeSync(logFd);
   let exited = false;
-  child.once('exit', () => {
+  let exitCode = null;
+  child.once('exit', (code, signal) => {
     exited = true;
+    exitCode = code ?? signal;
   });
   const log = () => fs.readFileSync(logPath, 'utf8');
 
@@ -82,5 +87,5 @@ export async function startBroker() {
     }
     await sleep(50);
   }
-  return { url: `amqp://guest:guest@127.0.0.1:${port}`, stop, log };
+  return { url: `amqp://guest:guest@127.0.0.1:${port}`, stop, log, exitCode: () => exitCode };
 }

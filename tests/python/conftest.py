@@ -1,10 +1,12 @@
 """Fixtures that run a real Warren broker for the pika cross-client tests.
 
 The broker binary is taken from $WARREN_BIN (default: target/debug/warren in
-the repository root). One broker process serves the whole test session; it
-listens on a free loopback port and keeps its data in a temporary directory.
+the repository root). One broker process serves the whole test session (and
+tests that stop the broker get their own); each listens on a free loopback
+port and keeps its data in a temporary directory.
 """
 
+import contextlib
 import os
 import signal
 import socket
@@ -45,6 +47,7 @@ def wait_until_listening(port: int, process: subprocess.Popen, log_path: Path) -
 
 
 def stop(process: subprocess.Popen) -> None:
+    """SIGTERM, then wait; SIGKILL if the broker does not exit in time."""
     if process.poll() is not None:
         return
     process.send_signal(signal.SIGTERM)
@@ -55,13 +58,12 @@ def stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-@pytest.fixture(scope="session")
-def broker(tmp_path_factory):
-    """A running broker; yields pika connection parameters for it."""
+@contextlib.contextmanager
+def run_broker(workdir: Path):
+    """Runs warren in workdir until the block ends; yields (process, pika parameters)."""
     binary = Path(os.environ.get("WARREN_BIN", DEFAULT_BIN))
     if not binary.is_file():
         pytest.fail(f"broker binary not found at {binary}; run `cargo build --bin warren` or set WARREN_BIN")
-    workdir = tmp_path_factory.mktemp("warren")
     log_path = workdir / "warren.log"
     port = free_port()
     with open(log_path, "wb") as log:
@@ -73,7 +75,7 @@ def broker(tmp_path_factory):
         )
     try:
         wait_until_listening(port, process, log_path)
-        yield pika.ConnectionParameters(
+        yield process, pika.ConnectionParameters(
             host="127.0.0.1",
             port=port,
             virtual_host="/",
@@ -85,6 +87,20 @@ def broker(tmp_path_factory):
         )
     finally:
         stop(process)
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    """The broker shared by the session's tests; yields pika connection parameters for it."""
+    with run_broker(tmp_path_factory.mktemp("warren")) as (_, parameters):
+        yield parameters
+
+
+@pytest.fixture
+def private_broker(tmp_path):
+    """A broker for this test alone (for tests that stop it); yields (process, parameters)."""
+    with run_broker(tmp_path) as running:
+        yield running
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 Every assertion states what RabbitMQ does for the same frames.
 """
 
+import signal
 import time
 
 import pika
@@ -344,6 +345,26 @@ def test_purge_and_delete_report_message_counts(connection, channel, names):
     assert channel.queue_delete(queue=queue).method.message_count == 1
 
 
+def test_many_confirmed_messages_are_consumed_in_publish_order(connection, channel, names):
+    queue = declare_queue(channel, names("q"))
+    channel.confirm_delivery()
+    count = 1000
+    for i in range(count):
+        publish(channel, queue, str(i).encode())
+    consumer = connection.channel()
+    consumer.basic_qos(prefetch_count=50)
+    received = []
+
+    def on_message(ch, method, _properties, body):
+        received.append(int(body))
+        ch.basic_ack(method.delivery_tag)
+
+    consumer.basic_consume(queue=queue, on_message_callback=on_message)
+
+    assert pump_until(connection, lambda: len(received) >= count), f"got {len(received)} of {count}"
+    assert received == list(range(count))
+
+
 # --------------------------------------------------------------------------- publishing
 
 
@@ -453,3 +474,19 @@ def test_declaring_a_queue_with_reserved_amq_prefix_is_refused_with_403(connecti
 
     assert_closed_by_broker(excinfo, 403, "ACCESS_REFUSED")
     assert_connection_usable(connection, names)
+
+
+# --------------------------------------------------------------------------- broker lifecycle
+
+
+def test_broker_shutdown_closes_connections_with_320_connection_forced(private_broker):
+    process, parameters = private_broker
+    connection = pika.BlockingConnection(parameters)
+
+    process.send_signal(signal.SIGTERM)
+
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as excinfo:
+        pump_until(connection, lambda: False)
+    assert excinfo.value.reply_code == 320
+    assert excinfo.value.reply_text.startswith("CONNECTION_FORCED")
+    assert process.wait(timeout=10) == 0
