@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use lapin::options::*;
-use lapin::types::FieldTable;
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
 use warren_tests::*;
 
@@ -219,6 +219,11 @@ async fn exclusive_queue_is_locked_to_its_connection_and_dies_with_it() {
     assert_code(ch.queue_purge("mine".into(), QueuePurgeOptions::default()).await, RESOURCE_LOCKED, "purge");
     let ch = channel(&other).await;
     assert_code(ch.queue_delete("mine".into(), QueueDeleteOptions::default()).await, RESOURCE_LOCKED, "delete");
+    let ch = channel(&other).await;
+    let result = ch
+        .queue_bind("mine".into(), "amq.fanout".into(), "".into(), QueueBindOptions::default(), FieldTable::default())
+        .await;
+    assert_code(result, RESOURCE_LOCKED, "bind");
     assert_connection_usable(&other).await;
 
     // None of that touched the queue.
@@ -458,5 +463,115 @@ async fn declaring_an_amq_prefixed_queue_is_403() {
     let ch = channel(&conn).await;
     assert_code(passive(&ch, "amq.foo").await, NOT_FOUND, "amq.foo must not exist");
     assert_connection_usable(&conn).await;
+    broker.shutdown().await;
+}
+
+fn args(entries: &[(&str, AMQPValue)]) -> FieldTable {
+    let mut table = FieldTable::default();
+    for (key, value) in entries {
+        table.insert((*key).into(), value.clone());
+    }
+    table
+}
+
+async fn declare_args(ch: &lapin::Channel, name: &str, arguments: FieldTable) -> lapin::Result<lapin::Queue> {
+    ch.queue_declare(name.into(), QueueDeclareOptions::default(), arguments).await
+}
+
+#[tokio::test]
+async fn redeclare_with_a_different_x_argument_is_406() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    let ttl = |millis: i32| args(&[("x-message-ttl", AMQPValue::LongInt(millis))]);
+    declare_args(&ch, "ttl", ttl(1000)).await.expect("declare with x-message-ttl");
+    declare_args(&ch, "ttl", ttl(1000)).await.expect("same redeclare");
+    assert_code(declare_args(&ch, "ttl", ttl(2000)).await, PRECONDITION_FAILED, "another x-message-ttl");
+    let ch = channel(&conn).await;
+    assert_code(declare_args(&ch, "ttl", FieldTable::default()).await, PRECONDITION_FAILED, "without x-message-ttl");
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+#[ignore = "broker bug: queue redeclare compares every argument by wire type; RabbitMQ checks only the arguments it \
+            interprets, integers by value (delivery/src/vhost.rs check_equivalent_queue)"]
+async fn redeclare_ignores_arguments_rabbitmq_does_not_check() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    declare_args(&ch, "loose", args(&[("x-custom", AMQPValue::LongInt(1))])).await.expect("declare");
+    declare_args(&ch, "loose", FieldTable::default()).await.expect("redeclare without an uninterpreted argument");
+    declare_args(&ch, "loose", args(&[("x-custom", AMQPValue::LongInt(2))])).await.expect("with another value");
+
+    // x-message-ttl is compared, but as a number: a 32-bit and a 64-bit 1000 are the same.
+    declare_args(&ch, "ttl-width", args(&[("x-message-ttl", AMQPValue::LongInt(1000))])).await.expect("declare");
+    declare_args(&ch, "ttl-width", args(&[("x-message-ttl", AMQPValue::LongLongInt(1000))]))
+        .await
+        .expect("redeclare with a wider integer of the same value");
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn purge_of_a_missing_queue_is_404() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    assert_code(ch.queue_purge("no-such-queue".into(), QueuePurgeOptions::default()).await, NOT_FOUND, "purge");
+    assert_connection_usable(&conn).await;
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+#[ignore = "broker bug: queue.delete of a missing queue is 404 instead of delete-ok with message_count 0 \
+            (delivery/src/vhost.rs delete_queue)"]
+async fn deleting_a_missing_queue_is_ok() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    // RabbitMQ's queue.delete is idempotent.
+    let deleted = ch.queue_delete("never-declared".into(), QueueDeleteOptions::default()).await.expect("delete");
+    assert_eq!(deleted, 0);
+    declare(&ch, "once").await;
+    ch.queue_delete("once".into(), QueueDeleteOptions::default()).await.expect("delete");
+    assert_eq!(ch.queue_delete("once".into(), QueueDeleteOptions::default()).await.expect("delete again"), 0);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn empty_queue_name_means_the_last_declared_queue() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    // Before any declare on the channel, "" names nothing.
+    assert_code(ch.queue_purge("".into(), QueuePurgeOptions::default()).await, NOT_FOUND, "purge \"\" first");
+
+    let ch = confirm_channel(&conn).await;
+    let name = declare(&ch, "").await.name().to_string();
+    // queue.bind with "" binds the last declared queue; with an empty key too, the key is its name.
+    ch.queue_bind("".into(), "amq.direct".into(), "".into(), QueueBindOptions::default(), FieldTable::default())
+        .await
+        .expect("bind \"\"");
+    publish_to(&ch, "amq.direct", &name, b"by queue name").await;
+    publish_to(&ch, "amq.direct", "", b"empty key").await;
+    assert_eq!(passive(&ch, "").await.expect("passive \"\"").message_count(), 1);
+    assert_eq!(ch.queue_purge("".into(), QueuePurgeOptions::default()).await.expect("purge \"\""), 1);
+    assert_eq!(ch.queue_delete("".into(), QueueDeleteOptions::default()).await.expect("delete \"\""), 0);
+    assert_code(passive(&ch, &name).await, NOT_FOUND, "the server-named queue was deleted");
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn auto_delete_queue_goes_when_its_consumers_channel_closes() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    declare_with(&ch, "fleeting", QueueDeclareOptions { auto_delete: true, ..Default::default() })
+        .await
+        .expect("declare auto-delete");
+    let consumer_ch = channel(&conn).await;
+    let _consumer = consume(&consumer_ch, "fleeting", "c").await;
+    assert_eq!(passive(&ch, "fleeting").await.expect("passive").consumer_count(), 1);
+    consumer_ch.close(200, "bye".into()).await.expect("close the consumer's channel");
+    assert_deleted_soon(&conn, "fleeting").await;
     broker.shutdown().await;
 }
