@@ -85,9 +85,9 @@ impl Channel {
     }
 
     /// Sends any confirms collected while processing a batch of frames.
-    pub fn flush_confirms(&mut self, ctx: &ConnectionContext) {
+    pub fn flush_confirms(&mut self) {
         if let Some(confirms) = &mut self.confirms {
-            confirms.flush(self.id, &ctx.outbox);
+            confirms.flush();
         }
     }
 
@@ -164,13 +164,16 @@ impl Channel {
                 let declared = if d.passive {
                     vhost.declare_queue_passive(&self.queue_name(&d.queue)?, ctx.id)?
                 } else {
-                    vhost.declare_queue(QueueDefinition {
-                        name: d.queue.to_string(),
-                        durable: d.durable,
-                        exclusive_owner: d.exclusive.then_some(ctx.id),
-                        auto_delete: d.auto_delete,
-                        arguments: d.arguments,
-                    })?
+                    vhost.declare_queue(
+                        QueueDefinition {
+                            name: d.queue.to_string(),
+                            durable: d.durable,
+                            exclusive_owner: d.exclusive.then_some(ctx.id),
+                            auto_delete: d.auto_delete,
+                            arguments: d.arguments,
+                        },
+                        ctx.id,
+                    )?
                 };
                 let name = declared.queue.name().to_string();
                 self.last_queue = Some(name.clone());
@@ -367,15 +370,27 @@ impl Channel {
             };
             self.send_content(ctx, AMQPClass::Basic(basic::AMQPMethod::Return(ret)), &message);
         }
-        let mut stored = true;
+        let mut failure = None;
         for queue in queues {
-            if let Err(error) = queue.publish(Arc::clone(&message)) {
-                tracing::error!(queue = queue.name(), %error, "cannot store message");
-                stored = false;
+            match queue.publish(Arc::clone(&message)) {
+                Ok(Some(mark)) => match (&mut self.confirms, &mut self.transaction) {
+                    (Some(confirms), _) => confirms.wait_for(mark),
+                    (None, Some(transaction)) => transaction.wait_for(mark),
+                    (None, None) => {}
+                },
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::error!(queue = queue.name(), %error, "cannot store message");
+                    failure = Some(error);
+                }
             }
         }
-        if let (Some(confirms), Some(sequence)) = (&mut self.confirms, sequence) {
-            confirms.settle(sequence, stored, self.id, &ctx.outbox);
+        match (&mut self.confirms, sequence, failure) {
+            (Some(confirms), Some(sequence), failure) => confirms.settle(sequence, failure.is_none()),
+            (_, _, Some(error)) => {
+                return Err(BrokerError::new(ReplyCode::InternalError, format!("cannot store message: {error}")))
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -384,7 +399,9 @@ impl Channel {
         if self.transaction.is_some() {
             return Err(BrokerError::precondition_failed("cannot switch from tx to confirm mode"));
         }
-        self.confirms.get_or_insert_with(Confirms::default);
+        if self.confirms.is_none() {
+            self.confirms = Some(Confirms::new(self.id, ctx.outbox.clone()));
+        }
         if !nowait {
             self.reply(ctx, AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(confirm::SelectOk {})));
         }
@@ -407,6 +424,17 @@ impl Channel {
                         TxOp::Publish(..) => self.publish(ctx, op)?,
                         settlement => self.apply_settlement(settlement)?,
                     }
+                }
+                let marks = self.transaction_mut()?.take_marks();
+                if !marks.is_empty() {
+                    // commit-ok promises the published messages are safe: send it after the fsync.
+                    let (outbox, id) = (ctx.outbox.clone(), self.id);
+                    tokio::spawn(async move {
+                        if crate::publish::wait_durable(&marks).await {
+                            outbox.method(id, AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {})));
+                        }
+                    });
+                    return Ok(());
                 }
                 tx::AMQPMethod::CommitOk(tx::CommitOk {})
             }

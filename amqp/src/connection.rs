@@ -147,9 +147,7 @@ impl Connection {
             }
         }
         for channel in self.channels.values_mut() {
-            if let Some(ctx) = &self.context {
-                channel.flush_confirms(ctx);
-            }
+            channel.flush_confirms();
         }
     }
 

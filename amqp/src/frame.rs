@@ -144,6 +144,16 @@ pub fn put_ack(out: &mut BytesMut, channel: u16, delivery_tag: u64, multiple: bo
     out.put_u8(FRAME_END);
 }
 
+/// Appends `basic.nack` (class 60, method 120) with requeue=false, as sent for confirms.
+pub fn put_nack(out: &mut BytesMut, channel: u16, delivery_tag: u64, multiple: bool) {
+    put_frame_header(out, FRAME_METHOD, channel, 4 + 8 + 1);
+    out.put_u16(BASIC_CLASS_ID);
+    out.put_u16(120);
+    out.put_u64(delivery_tag);
+    out.put_u8(u8::from(multiple));
+    out.put_u8(FRAME_END);
+}
+
 /// Appends a content header frame carrying the raw property bytes, then the body split into
 /// frames no larger than `frame_max`.
 pub fn put_content(out: &mut BytesMut, channel: u16, properties: &[u8], body: &[u8], frame_max: u32) {
@@ -179,6 +189,7 @@ mod tests {
         let mut out = BytesMut::new();
         put_deliver(&mut out, 3, "ctag", 42, true, "ex", "rk");
         put_ack(&mut out, 3, 7, true);
+        put_nack(&mut out, 3, 8, false);
         let (rest, frame) = parse_frame(&out[..]).expect("deliver parses");
         let expected = basic::Deliver {
             consumer_tag: "ctag".into(),
@@ -188,9 +199,12 @@ mod tests {
             routing_key: "rk".into(),
         };
         assert_eq!(frame, AMQPFrame::Method(3, AMQPClass::Basic(basic::AMQPMethod::Deliver(expected))));
-        let (_, frame) = parse_frame(rest).expect("ack parses");
+        let (rest, frame) = parse_frame(rest).expect("ack parses");
         let ack = basic::Ack { delivery_tag: 7, multiple: true };
         assert_eq!(frame, AMQPFrame::Method(3, AMQPClass::Basic(basic::AMQPMethod::Ack(ack))));
+        let (_, frame) = parse_frame(rest).expect("nack parses");
+        let nack = basic::Nack { delivery_tag: 8, multiple: false, requeue: false };
+        assert_eq!(frame, AMQPFrame::Method(3, AMQPClass::Basic(basic::AMQPMethod::Nack(nack))));
     }
 
     #[test]

@@ -2,56 +2,148 @@
 
 use crate::frame;
 use crate::outbox::{Outbound, Outbox};
-use amq_protocol::protocol::basic::{self, Publish};
-use amq_protocol::protocol::AMQPClass;
-use bytes::BytesMut;
+use amq_protocol::protocol::basic::Publish;
+use bytes::{Bytes, BytesMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use tokio::sync::mpsc;
+use warren_delivery::queue::DurableMark;
 use warren_delivery::Message;
 
-/// Confirm mode: numbers publishes and acks (or nacks) them.
-///
-/// Acks are coalesced: consecutive acks collected while a batch of frames is processed go out
-/// as one `basic.ack` with multiple=true when the batch ends. A nack first sends the acks
-/// before it, so the client always sees outcomes in publish order.
+/// What a batch of publishes owes the client, in publish order.
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    /// Every sequence up to and including this one is acknowledged.
+    AckUpTo(u64),
+    /// This sequence is refused.
+    Nack(u64),
+}
+
+/// Outcomes of a batch of frames, and the disk writes they wait on.
 #[derive(Debug, Default)]
+struct Batch {
+    outcomes: Vec<Outcome>,
+    /// The highest offset written per log: the batch is safe once each is durable.
+    marks: Vec<DurableMark>,
+}
+
+impl Batch {
+    fn encode(&self, channel: u16, durable: bool) -> Bytes {
+        let mut out = BytesMut::new();
+        for outcome in &self.outcomes {
+            match *outcome {
+                Outcome::AckUpTo(sequence) if durable => frame::put_ack(&mut out, channel, sequence, true),
+                Outcome::AckUpTo(sequence) => frame::put_nack(&mut out, channel, sequence, true),
+                Outcome::Nack(sequence) => frame::put_nack(&mut out, channel, sequence, false),
+            }
+        }
+        out.freeze()
+    }
+}
+
+/// Confirm mode: numbers publishes and confirms them once they are as safe as promised.
+///
+/// Outcomes are collected while a batch of frames is processed and sent when it ends, with
+/// consecutive acks coalesced into one `basic.ack` (multiple). A batch that wrote to disk is
+/// handed to a waiter task that sends its confirms after the fsync covering it; later batches
+/// queue behind it, so confirms always reach the client in publish order.
+#[derive(Debug)]
 pub struct Confirms {
-    /// The sequence number of the last publish.
+    channel: u16,
+    outbox: Outbox,
     last_sequence: u64,
-    /// Highest sequence acknowledged to the client.
-    sent_upto: u64,
-    /// Highest sequence ready to be acknowledged, if above `sent_upto`.
-    pending_upto: u64,
+    batch: Batch,
+    waiter: Option<mpsc::UnboundedSender<Batch>>,
+    /// Batches handed to the waiter and not yet sent.
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Confirms {
+    /// Confirm mode on `channel`.
+    pub fn new(channel: u16, outbox: Outbox) -> Self {
+        Confirms {
+            channel,
+            outbox,
+            last_sequence: 0,
+            batch: Batch::default(),
+            waiter: None,
+            in_flight: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
     /// Numbers the next publish.
     pub fn next_sequence(&mut self) -> u64 {
         self.last_sequence += 1;
         self.last_sequence
     }
 
-    /// Records the outcome of publish `sequence`; a nack goes out at once.
-    pub fn settle(&mut self, sequence: u64, stored: bool, channel: u16, outbox: &Outbox) {
-        if stored {
-            self.pending_upto = sequence;
-            return;
-        }
-        self.flush(channel, outbox);
-        let nack = basic::Nack { delivery_tag: sequence, multiple: false, requeue: false };
-        outbox.method(channel, AMQPClass::Basic(basic::AMQPMethod::Nack(nack)));
-        self.sent_upto = sequence;
+    /// Notes a disk write that publish `sequence` must wait for.
+    pub fn wait_for(&mut self, mark: DurableMark) {
+        add_mark(&mut self.batch.marks, mark);
     }
 
-    /// Sends the pending acks, as one frame.
-    pub fn flush(&mut self, channel: u16, outbox: &Outbox) {
-        if self.pending_upto <= self.sent_upto {
+    /// Records the outcome of publish `sequence`.
+    pub fn settle(&mut self, sequence: u64, stored: bool) {
+        let outcomes = &mut self.batch.outcomes;
+        match (outcomes.last_mut(), stored) {
+            (Some(Outcome::AckUpTo(upto)), true) => *upto = sequence,
+            (_, true) => outcomes.push(Outcome::AckUpTo(sequence)),
+            (_, false) => outcomes.push(Outcome::Nack(sequence)),
+        }
+    }
+
+    /// Sends (or hands to the waiter) what the batch owes.
+    pub fn flush(&mut self) {
+        if self.batch.outcomes.is_empty() {
             return;
         }
-        let multiple = self.pending_upto - self.sent_upto > 1;
-        let mut out = BytesMut::with_capacity(frame::FRAME_OVERHEAD_BYTES + 13);
-        frame::put_ack(&mut out, channel, self.pending_upto, multiple);
-        outbox.send(Outbound::Frames(out.freeze()));
-        self.sent_upto = self.pending_upto;
+        let batch = std::mem::take(&mut self.batch);
+        if batch.marks.is_empty() && self.in_flight.load(Ordering::Acquire) == 0 {
+            self.outbox.send(Outbound::Frames(batch.encode(self.channel, true)));
+            return;
+        }
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        let waiter = self.waiter.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(send_when_durable(self.channel, self.outbox.clone(), rx, Arc::clone(&self.in_flight)));
+            tx
+        });
+        if waiter.send(batch).is_err() {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Keeps one mark per log, the highest offset.
+pub fn add_mark(marks: &mut Vec<DurableMark>, mark: DurableMark) {
+    match marks.iter_mut().find(|m| Arc::ptr_eq(&m.log, &mark.log)) {
+        Some(existing) => existing.offset = existing.offset.max(mark.offset),
+        None => marks.push(mark),
+    }
+}
+
+/// Waits until every mark is durable; false if a log failed first.
+pub async fn wait_durable(marks: &[DurableMark]) -> bool {
+    let mut durable = true;
+    for mark in marks {
+        if let Err(error) = mark.log.wait_durable(mark.offset).await {
+            tracing::error!(%error, "a log failed before the fsync covering a publish");
+            durable = false;
+        }
+    }
+    durable
+}
+
+async fn send_when_durable(
+    channel: u16,
+    outbox: Outbox,
+    mut batches: mpsc::UnboundedReceiver<Batch>,
+    in_flight: Arc<AtomicUsize>,
+) {
+    while let Some(batch) = batches.recv().await {
+        let durable = wait_durable(&batch.marks).await;
+        outbox.send(Outbound::Frames(batch.encode(channel, durable)));
+        in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -82,9 +174,21 @@ pub enum TxOp {
 #[derive(Debug, Default)]
 pub struct Transaction {
     ops: Vec<TxOp>,
+    /// Disk writes made by the commit in progress.
+    marks: Vec<DurableMark>,
 }
 
 impl Transaction {
+    /// Notes a disk write the commit must wait for.
+    pub fn wait_for(&mut self, mark: DurableMark) {
+        add_mark(&mut self.marks, mark);
+    }
+
+    /// Takes the disk writes of the commit.
+    pub fn take_marks(&mut self) -> Vec<DurableMark> {
+        std::mem::take(&mut self.marks)
+    }
+
     /// Holds an operation until commit or rollback.
     pub fn push(&mut self, op: TxOp) {
         self.ops.push(op);

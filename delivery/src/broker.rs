@@ -1,9 +1,12 @@
 //! The broker: its virtual hosts and users, shared by every connection.
 
-use crate::queue::ConnectionId;
+use crate::definitions::VhostStorage;
+use crate::error::BrokerError;
+use crate::queue::{ConnectionId, LogStoreConfig};
 use crate::user::UserStore;
 use crate::vhost::VirtualHost;
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -18,11 +21,25 @@ pub struct Broker {
     next_connection: AtomicU64,
 }
 
+/// Where virtual hosts live under the data directory.
+const VHOSTS_DIR: &str = "vhosts";
+
 impl Broker {
-    /// A broker with the default vhost and the default user.
-    pub fn new() -> Arc<Self> {
+    /// A broker kept wholly in memory, with the default vhost and the default user.
+    pub fn in_memory() -> Arc<Self> {
+        Self::with_vhost(VirtualHost::new(DEFAULT_VHOST))
+    }
+
+    /// A broker on `data_dir`: durable definitions and messages are recovered from it.
+    pub fn open(data_dir: &Path, store_config: LogStoreConfig) -> Result<Arc<Self>, BrokerError> {
+        let hex: String = DEFAULT_VHOST.bytes().map(|b| format!("{b:02x}")).collect();
+        let storage = VhostStorage::new(data_dir.join(VHOSTS_DIR).join(hex), store_config);
+        Ok(Self::with_vhost(VirtualHost::open(DEFAULT_VHOST, storage)?))
+    }
+
+    fn with_vhost(vhost: Arc<VirtualHost>) -> Arc<Self> {
         let mut vhosts = HashMap::new();
-        vhosts.insert(DEFAULT_VHOST.to_string(), VirtualHost::new(DEFAULT_VHOST));
+        vhosts.insert(vhost.name().to_string(), vhost);
         Arc::new(Broker { vhosts, users: UserStore::with_default_user(), next_connection: AtomicU64::new(1) })
     }
 
@@ -34,6 +51,13 @@ impl Broker {
     /// The user store.
     pub fn users(&self) -> &UserStore {
         &self.users
+    }
+
+    /// The broker is stopping: flush and fsync every durable queue.
+    pub fn close(&self) {
+        for vhost in self.vhosts.values() {
+            vhost.close();
+        }
     }
 
     /// A fresh connection id.

@@ -6,8 +6,11 @@
 
 pub mod broker;
 pub mod consumer;
+pub mod definitions;
+mod equivalence;
 pub mod error;
 pub mod exchange;
+mod field_value;
 pub mod message;
 pub mod properties;
 pub mod queue;

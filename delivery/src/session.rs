@@ -9,7 +9,7 @@
 use crate::consumer::{Consumer, ConsumerOptions};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
-use crate::queue::Queue;
+use crate::queue::{MessageRef, Queue};
 use crate::vhost::VirtualHost;
 use amq_protocol::types::ShortString;
 use parking_lot::Mutex;
@@ -45,7 +45,7 @@ pub trait DeliverySink: Send + Sync {
 struct Unacked {
     tag: u64,
     queue: Arc<Queue>,
-    offset: u64,
+    message: MessageRef,
     consumer: Option<Arc<Consumer>>,
 }
 
@@ -189,7 +189,7 @@ impl Session {
         &self,
         consumer: &Arc<Consumer>,
         queue: &Arc<Queue>,
-        offset: u64,
+        message_ref: MessageRef,
         redelivered: bool,
         message: Arc<Message>,
     ) {
@@ -199,8 +199,12 @@ impl Session {
         if !consumer.no_ack() {
             consumer.delivered();
             self.unacked_total.fetch_add(1, Ordering::AcqRel);
-            let entry =
-                Unacked { tag: delivery_tag, queue: Arc::clone(queue), offset, consumer: Some(Arc::clone(consumer)) };
+            let entry = Unacked {
+                tag: delivery_tag,
+                queue: Arc::clone(queue),
+                message: message_ref,
+                consumer: Some(Arc::clone(consumer)),
+            };
             state.unacked.push_back(entry);
         }
         // Sent under the session lock so that tags reach the client in order.
@@ -208,13 +212,13 @@ impl Session {
     }
 
     /// Called by a queue, under its lock: numbers a `basic.get` result.
-    pub(crate) fn record_get(&self, queue: &Arc<Queue>, offset: u64, no_ack: bool) -> u64 {
+    pub(crate) fn record_get(&self, queue: &Arc<Queue>, message: MessageRef, no_ack: bool) -> u64 {
         let mut state = self.state.lock();
         let delivery_tag = state.next_tag;
         state.next_tag += 1;
         if !no_ack {
             self.unacked_total.fetch_add(1, Ordering::AcqRel);
-            state.unacked.push_back(Unacked { tag: delivery_tag, queue: Arc::clone(queue), offset, consumer: None });
+            state.unacked.push_back(Unacked { tag: delivery_tag, queue: Arc::clone(queue), message, consumer: None });
         }
         delivery_tag
     }
@@ -264,11 +268,11 @@ impl Session {
     }
 
     fn settle(&self, taken: Vec<Unacked>, requeue: bool) {
-        for (queue, offsets) in group_by_queue(taken) {
+        for (queue, messages) in group_by_queue(taken) {
             if requeue {
-                queue.requeue(&offsets);
+                queue.requeue(&messages);
             } else {
-                queue.settle(&offsets);
+                queue.settle(&messages);
                 queue.dispatch();
             }
         }
@@ -302,17 +306,14 @@ fn unknown_tag(tag: u64) -> BrokerError {
     BrokerError::precondition_failed(format!("unknown delivery tag {tag}"))
 }
 
-/// Groups settled deliveries by queue, keeping each queue's offsets in delivery order.
-fn group_by_queue(taken: Vec<Unacked>) -> Vec<(Arc<Queue>, Vec<u64>)> {
-    let mut groups: Vec<(Arc<Queue>, Vec<u64>)> = Vec::new();
+/// Groups settled deliveries by queue, in delivery order within each queue.
+fn group_by_queue(taken: Vec<Unacked>) -> Vec<(Arc<Queue>, Vec<MessageRef>)> {
+    let mut groups: Vec<(Arc<Queue>, Vec<MessageRef>)> = Vec::new();
     for entry in taken {
         match groups.iter_mut().find(|(q, _)| Arc::ptr_eq(q, &entry.queue)) {
-            Some((_, offsets)) => offsets.push(entry.offset),
-            None => groups.push((entry.queue, vec![entry.offset])),
+            Some((_, messages)) => messages.push(entry.message),
+            None => groups.push((entry.queue, vec![entry.message])),
         }
-    }
-    for (_, offsets) in &mut groups {
-        offsets.sort_unstable();
     }
     groups
 }

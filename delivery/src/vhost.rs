@@ -3,10 +3,12 @@
 //! The name maps are read on every publish and written only by declare and delete, so they sit
 //! behind read-write locks that are never held while a queue's own lock is taken.
 
-use crate::error::{BrokerError, BrokerResult};
+use crate::definitions::{BindingRecord, Definitions, ExchangeRecord, QueueRecord, VhostStorage};
+use crate::equivalence;
+use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::exchange::{Binding, Destination, Exchange, ExchangeDefinition, ExchangeKind};
 use crate::message::Message;
-use crate::queue::{ConnectionId, MemoryStore, Queue, QueueDefinition};
+use crate::queue::{ConnectionId, MessageStore, Queue, QueueDefinition};
 use amq_protocol::types::FieldTable;
 use parking_lot::RwLock;
 use rand::distributions::{Alphanumeric, DistString};
@@ -35,15 +37,36 @@ pub struct VirtualHost {
     name: String,
     exchanges: RwLock<HashMap<String, Arc<Exchange>>>,
     queues: RwLock<HashMap<String, Arc<Queue>>>,
+    /// Where durable definitions and messages go; `None` keeps everything in memory.
+    storage: Option<VhostStorage>,
+}
+
+fn internal_error(what: &str, error: impl std::fmt::Display) -> BrokerError {
+    tracing::error!(%error, "{what}");
+    BrokerError::new(ReplyCode::InternalError, format!("{what}: {error}"))
 }
 
 impl VirtualHost {
-    /// A virtual host with the standard exchanges (the default one, `amq.*`).
+    /// A virtual host kept in memory, with the standard exchanges.
     pub fn new(name: &str) -> Arc<Self> {
+        Arc::new(Self::with_standard_exchanges(name, None))
+    }
+
+    /// A virtual host on disk: its durable definitions and queues are recovered from `storage`.
+    pub fn open(name: &str, storage: VhostStorage) -> Result<Arc<Self>, BrokerError> {
+        let definitions = storage.load().map_err(|e| internal_error("cannot read definitions", e))?;
+        storage.remove_orphan_queue_dirs(&definitions.queues);
+        let vhost = Self::with_standard_exchanges(name, Some(storage));
+        vhost.restore(definitions)?;
+        Ok(Arc::new(vhost))
+    }
+
+    fn with_standard_exchanges(name: &str, storage: Option<VhostStorage>) -> Self {
         let vhost = VirtualHost {
             name: name.to_string(),
             exchanges: RwLock::new(HashMap::new()),
             queues: RwLock::new(HashMap::new()),
+            storage,
         };
         for (name, kind) in [
             ("", ExchangeKind::Direct),
@@ -63,7 +86,103 @@ impl VirtualHost {
             };
             vhost.exchanges.write().insert(name.to_string(), Arc::new(Exchange::new(definition)));
         }
-        Arc::new(vhost)
+        vhost
+    }
+
+    fn restore(&self, definitions: Definitions) -> BrokerResult<()> {
+        let Some(storage) = &self.storage else { return Ok(()) };
+        for record in definitions.exchanges {
+            let definition = ExchangeDefinition {
+                kind: ExchangeKind::parse(&record.kind)?,
+                name: record.name,
+                durable: true,
+                auto_delete: record.auto_delete,
+                internal: record.internal,
+                arguments: record.arguments,
+            };
+            self.exchanges.write().insert(definition.name.clone(), Arc::new(Exchange::new(definition)));
+        }
+        for record in definitions.queues {
+            let store = storage.open_queue(&record.name).map_err(|e| internal_error("cannot recover a queue", e))?;
+            let definition = QueueDefinition {
+                name: record.name,
+                durable: true,
+                exclusive_owner: None,
+                auto_delete: record.auto_delete,
+                arguments: record.arguments,
+            };
+            let queue = Queue::recover(definition, store);
+            tracing::info!(queue = queue.name(), messages = queue.message_count(), "recovered queue");
+            self.queues.write().insert(queue.name().to_string(), Arc::new(queue));
+        }
+        for record in definitions.bindings {
+            let destination = if record.to_exchange {
+                Destination::Exchange(record.destination.as_str().into())
+            } else {
+                Destination::Queue(record.destination.as_str().into())
+            };
+            let binding = Binding { destination, routing_key: record.routing_key, arguments: record.arguments };
+            if let Ok(source) = self.exchange(&record.source) {
+                source.bind(binding)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the durable definitions, if this virtual host is on disk.
+    fn save_definitions(&self) -> BrokerResult<()> {
+        let Some(storage) = &self.storage else { return Ok(()) };
+        storage.save(|| self.durable_definitions()).map_err(|e| internal_error("cannot save definitions", e))
+    }
+
+    fn durable_definitions(&self) -> Definitions {
+        let exchanges = self.exchanges();
+        let queues = self.queues();
+        let durable_exchange = |name: &str| exchanges.iter().any(|e| e.name() == name && e.definition().durable);
+        let durable_queue = |name: &str| queues.iter().any(|q| q.name() == name && is_stored(q.definition()));
+        let mut definitions = Definitions::default();
+        for exchange in &exchanges {
+            let d = exchange.definition();
+            if d.durable && !is_standard_exchange(&d.name) {
+                definitions.exchanges.push(ExchangeRecord {
+                    name: d.name.clone(),
+                    kind: d.kind.as_str().to_string(),
+                    auto_delete: d.auto_delete,
+                    internal: d.internal,
+                    arguments: d.arguments.clone(),
+                });
+            }
+            if !d.durable {
+                continue;
+            }
+            for binding in exchange.bindings() {
+                let (destination, to_exchange) = match &binding.destination {
+                    Destination::Queue(name) => (name.to_string(), false),
+                    Destination::Exchange(name) => (name.to_string(), true),
+                };
+                let durable = if to_exchange { durable_exchange(&destination) } else { durable_queue(&destination) };
+                if durable {
+                    definitions.bindings.push(BindingRecord {
+                        source: d.name.clone(),
+                        destination,
+                        to_exchange,
+                        routing_key: binding.routing_key,
+                        arguments: binding.arguments,
+                    });
+                }
+            }
+        }
+        for queue in &queues {
+            let d = queue.definition();
+            if is_stored(d) {
+                definitions.queues.push(QueueRecord {
+                    name: d.name.clone(),
+                    auto_delete: d.auto_delete,
+                    arguments: d.arguments.clone(),
+                });
+            }
+        }
+        definitions
     }
 
     /// Its name.
@@ -111,22 +230,32 @@ impl VirtualHost {
 
     /// `exchange.declare` (not passive): creates it, or checks that it is equivalent.
     pub fn declare_exchange(&self, definition: ExchangeDefinition) -> BrokerResult<()> {
-        Self::check_not_reserved("exchange", &definition.name)?;
-        let mut exchanges = self.exchanges.write();
-        if let Some(existing) = exchanges.get(&definition.name) {
-            return check_equivalent_exchange(existing.definition(), &definition, &self.name);
+        if definition.name.is_empty() {
+            return Self::check_not_reserved("exchange", "");
         }
-        let name = definition.name.clone();
-        exchanges.insert(name, Arc::new(Exchange::new(definition)));
+        let durable = definition.durable;
+        {
+            let mut exchanges = self.exchanges.write();
+            if let Some(existing) = exchanges.get(&definition.name) {
+                return equivalence::check_exchange(existing.definition(), &definition, &self.name);
+            }
+            Self::check_not_reserved("exchange", &definition.name)?;
+            let name = definition.name.clone();
+            exchanges.insert(name, Arc::new(Exchange::new(definition)));
+        }
+        if durable {
+            self.save_definitions()?;
+        }
         Ok(())
     }
 
     /// `exchange.delete`.
+    /// Deleting an exchange that does not exist succeeds, as in RabbitMQ.
     pub fn delete_exchange(&self, name: &str, if_unused: bool) -> BrokerResult<()> {
         Self::check_not_reserved("exchange", name)?;
         let exchange = {
             let mut exchanges = self.exchanges.write();
-            let exchange = exchanges.get(name).ok_or_else(|| self.exchange_not_found(name))?;
+            let Some(exchange) = exchanges.get(name) else { return Ok(()) };
             if if_unused && exchange.binding_count() > 0 {
                 return Err(BrokerError::precondition_failed(format!(
                     "exchange '{name}' in vhost '{}' in use",
@@ -135,8 +264,11 @@ impl VirtualHost {
             }
             exchanges.remove(name)
         };
-        if exchange.is_some() {
+        if let Some(exchange) = exchange {
             self.remove_bindings_to(&Destination::Exchange(name.into()));
+            if exchange.definition().durable {
+                self.save_definitions()?;
+            }
         }
         Ok(())
     }
@@ -182,7 +314,9 @@ impl VirtualHost {
     /// `queue.bind` / `exchange.bind`.
     pub fn bind(&self, source: &str, binding: Binding) -> BrokerResult<()> {
         let exchange = self.check_bindable(source, &binding.destination)?;
-        exchange.bind(binding)?;
+        if exchange.bind(binding)? && exchange.definition().durable {
+            self.save_definitions()?;
+        }
         Ok(())
     }
 
@@ -191,12 +325,20 @@ impl VirtualHost {
         let exchange = self.check_bindable(source, &binding.destination)?;
         if exchange.unbind(binding) {
             self.delete_if_auto_delete_exchange(&exchange);
+            if exchange.definition().durable {
+                self.save_definitions()?;
+            }
         }
         Ok(())
     }
 
-    /// `queue.declare` (not passive). An empty name gets a server-generated one.
-    pub fn declare_queue(&self, mut definition: QueueDefinition) -> BrokerResult<DeclaredQueue> {
+    /// `queue.declare` (not passive) from `connection`. An empty name gets a server-generated
+    /// one. Exclusivity is checked first: any mismatch with an existing queue is 405.
+    pub fn declare_queue(
+        &self,
+        mut definition: QueueDefinition,
+        connection: ConnectionId,
+    ) -> BrokerResult<DeclaredQueue> {
         if definition.name.is_empty() {
             let random = Alphanumeric.sample_string(&mut rand::thread_rng(), GENERATED_NAME_CHARS);
             definition.name = format!("amq.gen-{random}");
@@ -206,16 +348,41 @@ impl VirtualHost {
                 definition.name
             )));
         }
-        let mut queues = self.queues.write();
-        if let Some(existing) = queues.get(&definition.name) {
-            if let Some(owner) = definition.exclusive_owner.or(existing.definition().exclusive_owner) {
-                existing.check_owner(owner)?;
+        if let Ok(existing) = self.queue(&definition.name) {
+            existing.check_owner(connection)?;
+            if existing.definition().exclusive_owner != definition.exclusive_owner {
+                return Err(existing_locked(&existing));
             }
-            check_equivalent_queue(existing.definition(), &definition, &self.name)?;
-            return Ok(Self::declared(Arc::clone(existing)));
+            equivalence::check_queue(existing.definition(), &definition, &self.name)?;
+            return Ok(Self::declared(existing));
         }
-        let queue = Arc::new(Queue::new(definition, Box::new(MemoryStore::default())));
-        queues.insert(queue.name().to_string(), Arc::clone(&queue));
+        let stored = is_stored(&definition);
+        let store = match (&self.storage, stored) {
+            (Some(storage), true) => {
+                let store =
+                    storage.create_queue(&definition.name).map_err(|e| internal_error("cannot create queue", e))?;
+                Some(Box::new(store) as Box<dyn MessageStore>)
+            }
+            _ => None,
+        };
+        let queue = {
+            let mut queues = self.queues.write();
+            if let Some(existing) = queues.get(&definition.name) {
+                // Declared by another connection meanwhile: answer as for an existing queue.
+                let existing = Arc::clone(existing);
+                drop(queues);
+                if let Some(store) = store {
+                    store.destroy();
+                }
+                return Ok(Self::declared(existing));
+            }
+            let queue = Arc::new(Queue::new(definition, store));
+            queues.insert(queue.name().to_string(), Arc::clone(&queue));
+            queue
+        };
+        if stored {
+            self.save_definitions()?;
+        }
         Ok(Self::declared(queue))
     }
 
@@ -230,7 +397,8 @@ impl VirtualHost {
         DeclaredQueue { message_count: queue.message_count(), consumer_count: queue.consumer_count(), queue }
     }
 
-    /// `queue.delete`; returns the number of messages it held.
+    /// `queue.delete`; returns the number of messages it held. Deleting a queue that does not
+    /// exist succeeds with 0, as in RabbitMQ.
     pub fn delete_queue(
         &self,
         name: &str,
@@ -238,7 +406,7 @@ impl VirtualHost {
         if_empty: bool,
         connection: ConnectionId,
     ) -> BrokerResult<u32> {
-        let queue = self.queue(name)?;
+        let Ok(queue) = self.queue(name) else { return Ok(0) };
         queue.check_owner(connection)?;
         if if_unused && queue.consumer_count() > 0 {
             return Err(BrokerError::precondition_failed(format!("queue '{name}' in vhost '{}' in use", self.name)));
@@ -246,7 +414,11 @@ impl VirtualHost {
         if if_empty && queue.message_count() > 0 {
             return Err(BrokerError::precondition_failed(format!("queue '{name}' in vhost '{}' not empty", self.name)));
         }
-        Ok(self.remove_queue(&queue))
+        let count = self.remove_queue(&queue);
+        if is_stored(queue.definition()) {
+            self.save_definitions()?;
+        }
+        Ok(count)
     }
 
     fn remove_queue(&self, queue: &Arc<Queue>) -> u32 {
@@ -269,6 +441,18 @@ impl VirtualHost {
     pub(crate) fn delete_auto_delete_queue(&self, queue: &Arc<Queue>) {
         if queue.consumer_count() == 0 {
             self.remove_queue(queue);
+            if is_stored(queue.definition()) {
+                if let Err(error) = self.save_definitions() {
+                    tracing::error!(%error, "auto-deleted queue stays in the stored definitions");
+                }
+            }
+        }
+    }
+
+    /// The broker is stopping: every queue makes what it stores durable.
+    pub fn close(&self) {
+        for queue in self.queues() {
+            queue.close();
         }
     }
 
@@ -314,7 +498,13 @@ impl VirtualHost {
     ) {
         let mut destinations = Vec::new();
         exchange.route(message, &mut destinations);
-        let before = queues.len();
+        if destinations.is_empty() {
+            // The alternate exchange takes what this exchange's own bindings do not match.
+            if let Some(alternate) = exchange.definition().alternate_exchange() {
+                self.route_via(&alternate, message, visited, queues);
+            }
+            return;
+        }
         for destination in destinations {
             match destination {
                 Destination::Queue(name) => {
@@ -325,11 +515,6 @@ impl VirtualHost {
                     }
                 }
                 Destination::Exchange(name) => self.route_via(&name, message, visited, queues),
-            }
-        }
-        if queues.len() == before {
-            if let Some(alternate) = exchange.definition().alternate_exchange() {
-                self.route_via(&alternate, message, visited, queues);
             }
         }
     }
@@ -345,60 +530,18 @@ impl VirtualHost {
     }
 }
 
-fn inequivalent(arg: &str, kind: &str, name: &str, vhost: &str, received: String, current: String) -> BrokerError {
-    BrokerError::precondition_failed(format!(
-        "inequivalent arg '{arg}' for {kind} '{name}' in vhost '{vhost}': received '{received}' but current is '{current}'"
+/// Whether a queue's definition and persistent messages are kept on disk.
+fn is_stored(definition: &QueueDefinition) -> bool {
+    definition.durable && definition.exclusive_owner.is_none()
+}
+
+fn is_standard_exchange(name: &str) -> bool {
+    name.is_empty() || name.starts_with(RESERVED_PREFIX)
+}
+
+fn existing_locked(queue: &Queue) -> BrokerError {
+    BrokerError::resource_locked(format!(
+        "cannot obtain exclusive access to locked queue '{}' in vhost '/'",
+        queue.name()
     ))
-}
-
-fn check_equivalent_exchange(
-    current: &ExchangeDefinition,
-    asked: &ExchangeDefinition,
-    vhost: &str,
-) -> BrokerResult<()> {
-    let name = &current.name;
-    let fail = |arg: &str, received: String, current: String| {
-        Err(inequivalent(arg, "exchange", name, vhost, received, current))
-    };
-    if current.kind != asked.kind {
-        return fail("type", asked.kind.as_str().into(), current.kind.as_str().into());
-    }
-    if current.durable != asked.durable {
-        return fail("durable", asked.durable.to_string(), current.durable.to_string());
-    }
-    if current.auto_delete != asked.auto_delete {
-        return fail("auto_delete", asked.auto_delete.to_string(), current.auto_delete.to_string());
-    }
-    if current.internal != asked.internal {
-        return fail("internal", asked.internal.to_string(), current.internal.to_string());
-    }
-    if current.arguments != asked.arguments {
-        return fail("arguments", format!("{:?}", asked.arguments), format!("{:?}", current.arguments));
-    }
-    Ok(())
-}
-
-fn check_equivalent_queue(current: &QueueDefinition, asked: &QueueDefinition, vhost: &str) -> BrokerResult<()> {
-    let name = &current.name;
-    let fail =
-        |arg: &str, received: String, current: String| Err(inequivalent(arg, "queue", name, vhost, received, current));
-    if current.durable != asked.durable {
-        return fail("durable", asked.durable.to_string(), current.durable.to_string());
-    }
-    let (asked_exclusive, current_exclusive) = (asked.exclusive_owner.is_some(), current.exclusive_owner.is_some());
-    if asked_exclusive != current_exclusive {
-        return fail("exclusive", asked_exclusive.to_string(), current_exclusive.to_string());
-    }
-    if current.auto_delete != asked.auto_delete {
-        return fail("auto_delete", asked.auto_delete.to_string(), current.auto_delete.to_string());
-    }
-    let (asked_args, current_args) = (asked.arguments.inner(), current.arguments.inner());
-    for key in asked_args.keys().chain(current_args.keys()) {
-        let (received, had) = (asked_args.get(key), current_args.get(key));
-        if received != had {
-            let show = |v: Option<&amq_protocol::types::AMQPValue>| v.map_or("none".to_string(), |v| format!("{v:?}"));
-            return fail(key.as_str(), show(received), show(had));
-        }
-    }
-    Ok(())
 }

@@ -12,6 +12,30 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use warren_amqp::ProtocolConfig;
+use warren_storage::FlushPolicy;
+
+/// When appends to durable queues are fsynced, and so when publisher confirms go out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fsync {
+    /// Every append is fsynced before it is confirmed (slowest, one fsync per write).
+    Always,
+    /// Appends are fsynced in groups every few milliseconds; confirms wait for their group.
+    Batch,
+    /// Never fsync explicitly; confirms go out once the page cache has the data.
+    Never,
+}
+
+impl Fsync {
+    /// The storage engine's policy.
+    pub fn flush_policy(self) -> FlushPolicy {
+        match self {
+            Fsync::Always => FlushPolicy::Always,
+            Fsync::Batch => FlushPolicy::Batch,
+            Fsync::Never => FlushPolicy::Never,
+        }
+    }
+}
 
 /// Warren: an AMQP 0-9-1 message broker. Settings come from flags, then the TOML file given
 /// with --config (keys named like the flags, with underscores: amqp_listen = "0.0.0.0:5672"),
@@ -30,6 +54,10 @@ pub struct Cli {
     /// Directory for the broker's data; created if missing.
     #[arg(long, env = "WARREN_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
+
+    /// When durable queues fsync: always, batch (group commit, the default) or never.
+    #[arg(long, env = "WARREN_FSYNC", value_enum, default_value = "batch")]
+    pub fsync: Fsync,
 
     /// Highest channel number a client may open (offered in connection.tune).
     #[arg(long, env = "WARREN_CHANNEL_MAX", default_value_t = 2047)]
@@ -59,6 +87,7 @@ pub struct Cli {
 struct FileSettings {
     amqp_listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
+    fsync: Option<Fsync>,
     channel_max: Option<u16>,
     frame_max: Option<u32>,
     heartbeat: Option<u16>,
@@ -102,6 +131,8 @@ pub struct Config {
     pub amqp_listen: SocketAddr,
     /// Data directory.
     pub data_dir: PathBuf,
+    /// fsync policy of durable queues.
+    pub fsync: Fsync,
     /// Protocol limits.
     pub protocol: ProtocolConfig,
 }
@@ -111,6 +142,7 @@ impl Default for Config {
         Config {
             amqp_listen: ([0, 0, 0, 0], 5672).into(),
             data_dir: PathBuf::from("./data"),
+            fsync: Fsync::Batch,
             protocol: ProtocolConfig::default(),
         }
     }
@@ -160,6 +192,7 @@ impl Config {
         Ok(Config {
             amqp_listen: pick(m, "amqp_listen", cli.amqp_listen, file.amqp_listen),
             data_dir: pick(m, "data_dir", cli.data_dir, file.data_dir),
+            fsync: pick(m, "fsync", cli.fsync, file.fsync),
             protocol,
         })
     }

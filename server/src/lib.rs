@@ -12,6 +12,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use warren_delivery::queue::LogStoreConfig;
 use warren_delivery::Broker;
 
 /// A broker that could not start.
@@ -24,6 +25,14 @@ pub enum StartError {
         path: std::path::PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// The stored definitions or queues cannot be recovered.
+    #[error("cannot recover the broker's data in {path}: {source}")]
+    Recovery {
+        /// The data directory.
+        path: std::path::PathBuf,
+        /// What failed.
+        source: warren_delivery::BrokerError,
     },
     /// The AMQP address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
@@ -50,6 +59,7 @@ impl RunningBroker {
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
+        self.broker.close();
     }
 }
 
@@ -61,7 +71,16 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         .await
         .map_err(|source| StartError::Listen { addr: config.amqp_listen, source })?;
     let amqp_addr = listener.local_addr().map_err(|source| StartError::Listen { addr: config.amqp_listen, source })?;
-    let broker = Broker::new();
+    let store_config = LogStoreConfig {
+        flush_policy: config.fsync.flush_policy(),
+        // A record holds the whole message: the body plus routing and properties.
+        max_record_bytes: usize::try_from(config.protocol.max_message_bytes)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1 << 20),
+        ..LogStoreConfig::default()
+    };
+    let broker = Broker::open(&config.data_dir, store_config)
+        .map_err(|source| StartError::Recovery { path: config.data_dir.clone(), source })?;
     let (shutdown, shutdown_rx) = watch::channel(false);
     let protocol = Arc::new(config.protocol.clone());
     let task = tokio::spawn(warren_amqp::listener::run(listener, Arc::clone(&broker), protocol, shutdown_rx));

@@ -26,7 +26,7 @@ pub struct RawClient {
 #[derive(Debug, PartialEq)]
 pub enum Next {
     /// It sent a frame.
-    Frame(AMQPFrame),
+    Frame(Box<AMQPFrame>),
     /// It closed the socket.
     Closed,
     /// Nothing arrived in time.
@@ -79,7 +79,7 @@ impl RawClient {
                 if frame == AMQPFrame::Heartbeat {
                     continue;
                 }
-                return Next::Frame(frame);
+                return Next::Frame(Box::new(frame));
             }
             match tokio::time::timeout(REPLY_TIMEOUT, self.stream.read_buf(&mut self.buf)).await {
                 Ok(Ok(0)) | Ok(Err(_)) => return Next::Closed,
@@ -109,7 +109,10 @@ impl RawClient {
     /// The next method frame, or a panic naming what came instead.
     pub async fn expect_method(&mut self) -> (u16, AMQPClass) {
         match self.next().await {
-            Next::Frame(AMQPFrame::Method(channel, method)) => (channel, method),
+            Next::Frame(frame) => match *frame {
+                AMQPFrame::Method(channel, method) => (channel, method),
+                other => panic!("expected a method frame, got {other:?}"),
+            },
             other => panic!("expected a method frame, got {other:?}"),
         }
     }
@@ -118,10 +121,11 @@ impl RawClient {
     pub async fn expect_connection_close(&mut self) -> (u16, u16, u16) {
         loop {
             match self.next().await {
-                Next::Frame(AMQPFrame::Method(0, AMQPClass::Connection(connection::AMQPMethod::Close(close)))) => {
-                    return (close.reply_code, close.class_id, close.method_id)
+                Next::Frame(frame) => {
+                    if let AMQPFrame::Method(0, AMQPClass::Connection(connection::AMQPMethod::Close(close))) = *frame {
+                        return (close.reply_code, close.class_id, close.method_id);
+                    }
                 }
-                Next::Frame(_) => continue,
                 other => panic!("expected connection.close, got {other:?}"),
             }
         }
@@ -131,12 +135,13 @@ impl RawClient {
     pub async fn expect_channel_close(&mut self, id: u16) -> u16 {
         loop {
             match self.next().await {
-                Next::Frame(AMQPFrame::Method(ch, AMQPClass::Channel(channel::AMQPMethod::Close(close))))
-                    if ch == id =>
-                {
-                    return close.reply_code
+                Next::Frame(frame) => {
+                    if let AMQPFrame::Method(ch, AMQPClass::Channel(channel::AMQPMethod::Close(close))) = *frame {
+                        if ch == id {
+                            return close.reply_code;
+                        }
+                    }
                 }
-                Next::Frame(_) => continue,
                 other => panic!("expected channel.close on {id}, got {other:?}"),
             }
         }

@@ -633,8 +633,6 @@ async fn binding_to_the_default_exchange_is_403() {
 }
 
 #[tokio::test]
-#[ignore = "broker bug: redeclaring an existing amq.* exchange is 403 instead of an equivalence check \
-            (delivery/src/vhost.rs declare_exchange checks the reserved prefix before the lookup)"]
 async fn redeclaring_a_builtin_exchange_checks_equivalence_not_the_name() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -668,8 +666,6 @@ async fn deleting_builtin_exchanges_is_403() {
 }
 
 #[tokio::test]
-#[ignore = "broker bug: exchange.delete of a missing exchange is 404 instead of delete-ok \
-            (delivery/src/vhost.rs delete_exchange)"]
 async fn deleting_a_missing_exchange_is_ok() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -683,8 +679,6 @@ async fn deleting_a_missing_exchange_is_ok() {
 }
 
 #[tokio::test]
-#[ignore = "broker bug: exchange redeclare compares every argument; RabbitMQ compares only alternate-exchange \
-            (delivery/src/vhost.rs check_equivalent_exchange)"]
 async fn redeclare_compares_only_the_alternate_exchange_argument() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -727,8 +721,6 @@ async fn redeclare_with_a_different_alternate_exchange_is_406() {
 }
 
 #[tokio::test]
-#[ignore = "broker bug: the alternate exchange is used whenever no NEW queue was reached, not when the exchange's own \
-            bindings match nothing (delivery/src/vhost.rs route_from)"]
 async fn alternate_exchange_is_used_only_when_the_exchange_itself_matches_nothing() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;

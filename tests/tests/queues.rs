@@ -240,8 +240,6 @@ async fn exclusive_queue_is_locked_to_its_connection_and_dies_with_it() {
 /// RabbitMQ checks exclusivity strictly on a non-passive redeclare, before any other property:
 /// another connection, or a mismatched `exclusive` flag, gets 405 RESOURCE_LOCKED, not 406.
 #[tokio::test]
-#[ignore = "broker bug: redeclaring an exclusive queue from another connection (or with a different exclusive flag) \
-            is 406 PRECONDITION_FAILED instead of 405 RESOURCE_LOCKED (delivery/src/vhost.rs declare_queue)"]
 async fn redeclaring_with_a_different_exclusive_owner_is_405() {
     let broker = start_broker().await;
     let owner = connect(&broker).await;
@@ -493,8 +491,6 @@ async fn redeclare_with_a_different_x_argument_is_406() {
 }
 
 #[tokio::test]
-#[ignore = "broker bug: queue redeclare compares every argument by wire type; RabbitMQ checks only the arguments it \
-            interprets, integers by value (delivery/src/vhost.rs check_equivalent_queue)"]
 async fn redeclare_ignores_arguments_rabbitmq_does_not_check() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -522,8 +518,6 @@ async fn purge_of_a_missing_queue_is_404() {
 }
 
 #[tokio::test]
-#[ignore = "broker bug: queue.delete of a missing queue is 404 instead of delete-ok with message_count 0 \
-            (delivery/src/vhost.rs delete_queue)"]
 async fn deleting_a_missing_queue_is_ok() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;

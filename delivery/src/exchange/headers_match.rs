@@ -6,6 +6,7 @@
 //! not by wire type (a short string equals a long string with the same bytes, 1 equals 1.0).
 
 use crate::error::{BrokerError, BrokerResult};
+use crate::field_value::{string_of, values_equal};
 use amq_protocol::types::{AMQPValue, FieldTable};
 
 /// The `x-match` modes.
@@ -27,7 +28,7 @@ impl HeadersMatcher {
     pub fn compile(arguments: &FieldTable) -> BrokerResult<Self> {
         let (mode, with_x) = match arguments.inner().get("x-match") {
             None => (Mode::All, false),
-            Some(value) => match string_of(value).as_deref() {
+            Some(value) => match string_of(value) {
                 Some(b"all") => (Mode::All, false),
                 Some(b"any") => (Mode::Any, false),
                 Some(b"all-with-x") => (Mode::All, true),
@@ -64,40 +65,6 @@ impl HeadersMatcher {
             Mode::Any => self.pairs.iter().any(pair_matches),
         }
     }
-}
-
-fn string_of(value: &AMQPValue) -> Option<Vec<u8>> {
-    match value {
-        AMQPValue::ShortString(s) => Some(s.as_str().as_bytes().to_vec()),
-        AMQPValue::LongString(s) => Some(s.as_bytes().to_vec()),
-        _ => None,
-    }
-}
-
-fn number_of(value: &AMQPValue) -> Option<f64> {
-    Some(match value {
-        AMQPValue::ShortShortInt(v) => f64::from(*v),
-        AMQPValue::ShortShortUInt(v) => f64::from(*v),
-        AMQPValue::ShortInt(v) => f64::from(*v),
-        AMQPValue::ShortUInt(v) => f64::from(*v),
-        AMQPValue::LongInt(v) => f64::from(*v),
-        AMQPValue::LongUInt(v) => f64::from(*v),
-        AMQPValue::LongLongInt(v) => *v as f64,
-        AMQPValue::Float(v) => f64::from(*v),
-        AMQPValue::Double(v) => *v,
-        AMQPValue::Timestamp(v) => *v as f64,
-        _ => return None,
-    })
-}
-
-fn values_equal(a: &AMQPValue, b: &AMQPValue) -> bool {
-    if let (Some(x), Some(y)) = (string_of(a), string_of(b)) {
-        return x == y;
-    }
-    if let (Some(x), Some(y)) = (number_of(a), number_of(b)) {
-        return x == y;
-    }
-    a == b
 }
 
 #[cfg(test)]

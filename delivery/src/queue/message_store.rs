@@ -1,12 +1,13 @@
 //! Where a queue keeps the bodies of its messages, behind one trait.
 //!
-//! A queue addresses its messages by offset: dense, increasing, assigned at append. That is the
-//! shape of a log, so the durable store (a log per queue) implements this trait without the
-//! queue's delivery logic changing. The in-memory store here serves transient queues.
+//! A store addresses its messages by offset: dense, increasing, assigned at append. That is
+//! the shape of a log, so the durable store ([`super::LogStore`]) and the in-memory one here
+//! implement the same trait, and the queue's delivery logic does not know which it has.
 
 use crate::message::Message;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use warren_storage::Log;
 
 /// A message store failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -19,14 +20,50 @@ pub enum StoreError {
     Io(String),
 }
 
+/// The point a publisher confirm must wait for: `offset` durable in `log`.
+#[derive(Clone)]
+pub struct DurableMark {
+    /// The log written to.
+    pub log: Arc<Log>,
+    /// The offset appended.
+    pub offset: u64,
+}
+
+impl std::fmt::Debug for DurableMark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DurableMark").field("offset", &self.offset).finish_non_exhaustive()
+    }
+}
+
+/// What an append produced.
+#[derive(Debug)]
+pub struct Appended {
+    /// The message's offset in the store.
+    pub offset: u64,
+    /// What a confirm must wait for, if the store is durable.
+    pub durable: Option<DurableMark>,
+}
+
 /// The storage of one queue's messages, addressed by offset.
 pub trait MessageStore: Send {
-    /// Stores a message; returns its offset, one past the previous append's.
-    fn append(&mut self, message: Arc<Message>) -> Result<u64, StoreError>;
+    /// Stores a message; its offset is one past the previous append's.
+    fn append(&mut self, message: &Arc<Message>) -> Result<Appended, StoreError>;
     /// Reads a stored, unsettled message.
-    fn read(&self, offset: u64) -> Result<Arc<Message>, StoreError>;
-    /// Forgets a settled message; its space may be reclaimed.
-    fn remove(&mut self, offset: u64);
+    fn read(&mut self, offset: u64) -> Result<Arc<Message>, StoreError>;
+    /// Forgets settled messages; their space may be reclaimed.
+    fn remove(&mut self, offsets: &[u64]) -> Result<(), StoreError>;
+    /// Notes that the message at `offset` was handed to a consumer.
+    fn delivered(&mut self, _offset: u64) {}
+    /// Records what `delivered` noted, where the store keeps such things.
+    fn sync(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// The broker is stopping: make everything stored durable.
+    fn close(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// The queue was deleted: release the store and whatever it holds on disk.
+    fn destroy(self: Box<Self>) {}
 }
 
 /// Messages in memory, in a ring indexed by `offset - base`.
@@ -37,12 +74,12 @@ pub struct MemoryStore {
 }
 
 impl MessageStore for MemoryStore {
-    fn append(&mut self, message: Arc<Message>) -> Result<u64, StoreError> {
-        self.slots.push_back(Some(message));
-        Ok(self.base + self.slots.len() as u64 - 1)
+    fn append(&mut self, message: &Arc<Message>) -> Result<Appended, StoreError> {
+        self.slots.push_back(Some(Arc::clone(message)));
+        Ok(Appended { offset: self.base + self.slots.len() as u64 - 1, durable: None })
     }
 
-    fn read(&self, offset: u64) -> Result<Arc<Message>, StoreError> {
+    fn read(&mut self, offset: u64) -> Result<Arc<Message>, StoreError> {
         offset
             .checked_sub(self.base)
             .and_then(|i| self.slots.get(i as usize))
@@ -50,16 +87,18 @@ impl MessageStore for MemoryStore {
             .ok_or(StoreError::Missing(offset))
     }
 
-    fn remove(&mut self, offset: u64) {
-        let Some(index) = offset.checked_sub(self.base) else { return };
-        if let Some(slot) = self.slots.get_mut(index as usize) {
-            *slot = None;
+    fn remove(&mut self, offsets: &[u64]) -> Result<(), StoreError> {
+        for &offset in offsets {
+            if let Some(slot) = offset.checked_sub(self.base).and_then(|i| self.slots.get_mut(i as usize)) {
+                *slot = None;
+            }
         }
         // Settled messages at the head free their slots, as a log deletes settled segments.
         while let Some(None) = self.slots.front() {
             self.slots.pop_front();
             self.base += 1;
         }
+        Ok(())
     }
 }
 
@@ -78,17 +117,21 @@ mod tests {
         })
     }
 
+    fn append(store: &mut MemoryStore, body: &'static [u8]) -> u64 {
+        store.append(&message(body)).map(|a| a.offset).unwrap_or(u64::MAX)
+    }
+
     #[test]
     fn offsets_are_dense_and_removal_frees_the_head() {
         let mut store = MemoryStore::default();
-        assert_eq!(store.append(message(b"a")), Ok(0));
-        assert_eq!(store.append(message(b"b")), Ok(1));
-        assert_eq!(store.append(message(b"c")), Ok(2));
-        store.remove(1);
+        assert_eq!(append(&mut store, b"a"), 0);
+        assert_eq!(append(&mut store, b"b"), 1);
+        assert_eq!(append(&mut store, b"c"), 2);
+        store.remove(&[1]).expect("remove");
         assert_eq!(store.read(1).err(), Some(StoreError::Missing(1)));
-        store.remove(0);
+        store.remove(&[0]).expect("remove");
         assert_eq!(store.slots.len(), 1);
         assert_eq!(store.read(2).map(|m| m.body.clone()), Ok(Bytes::from_static(b"c")));
-        assert_eq!(store.append(message(b"d")), Ok(3));
+        assert_eq!(append(&mut store, b"d"), 3);
     }
 }

@@ -3,10 +3,17 @@
 //! Each queue owns its state behind its own lock; there is no broker-wide lock on the publish
 //! or deliver path. Dispatch runs inline, on the task that made progress possible (a publish,
 //! an ack, a new consumer), and hands deliveries to each consumer's session without waiting.
+//!
+//! A queue has two message stores: persistent messages of a durable queue go to its
+//! [`LogStore`], everything else to a [`MemoryStore`]. The ready list orders messages by their
+//! position in the queue, whichever store holds them.
 
+mod log_store;
+mod message_codec;
 mod message_store;
 
-pub use message_store::{MemoryStore, MessageStore, StoreError};
+pub use log_store::{LogStore, LogStoreConfig};
+pub use message_store::{Appended, DurableMark, MemoryStore, MessageStore, StoreError};
 
 use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult};
@@ -14,7 +21,7 @@ use crate::message::Message;
 use crate::session::Session;
 use amq_protocol::types::FieldTable;
 use parking_lot::Mutex;
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
 /// Identifies a client connection, for exclusive queues.
@@ -36,21 +43,82 @@ pub struct QueueDefinition {
     pub arguments: FieldTable,
 }
 
-/// A message waiting for a consumer.
-#[derive(Debug, Clone, Copy)]
-struct Ready {
-    offset: u64,
-    redelivered: bool,
+/// The bit of [`MessageRef::location`] that says the message is in the memory store.
+const IN_MEMORY_BIT: u64 = 1 << 63;
+
+/// A queued message: its place in the queue, and where it is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageRef {
+    position: u64,
+    /// The store offset, with [`IN_MEMORY_BIT`] set for the memory store.
+    location: u64,
+}
+
+impl MessageRef {
+    fn new(position: u64, offset: u64, in_memory: bool) -> Self {
+        MessageRef { position, location: offset | if in_memory { IN_MEMORY_BIT } else { 0 } }
+    }
+
+    fn offset(self) -> u64 {
+        self.location & !IN_MEMORY_BIT
+    }
+
+    fn in_memory(self) -> bool {
+        self.location & IN_MEMORY_BIT != 0
+    }
 }
 
 struct QueueState {
-    store: Box<dyn MessageStore>,
-    /// Sorted by offset, so a requeued message goes back to its place.
-    ready: VecDeque<Ready>,
+    /// Persistent messages of a durable queue (`None` for other queues).
+    durable_store: Option<Box<dyn MessageStore>>,
+    memory_store: MemoryStore,
+    /// Sorted by position, so a requeued message goes back to its place.
+    ready: VecDeque<MessageRef>,
+    next_position: u64,
+    /// Recovered messages below this position may have been delivered before a restart.
+    redelivered_below: u64,
+    /// Positions delivered at least once and returned to the queue.
+    requeued: HashSet<u64>,
     unacked: usize,
     consumers: Vec<Arc<Consumer>>,
     next_consumer: usize,
     deleted: bool,
+}
+
+impl QueueState {
+    fn store(&mut self, message: MessageRef) -> &mut dyn MessageStore {
+        match (&mut self.durable_store, message.in_memory()) {
+            (Some(store), false) => store.as_mut(),
+            _ => &mut self.memory_store,
+        }
+    }
+
+    fn read(&mut self, message: MessageRef) -> Result<Arc<Message>, StoreError> {
+        let store = self.store(message);
+        let read = store.read(message.offset());
+        if read.is_ok() {
+            store.delivered(message.offset());
+        }
+        read
+    }
+
+    fn is_redelivered(&self, message: MessageRef) -> bool {
+        message.position < self.redelivered_below || self.requeued.contains(&message.position)
+    }
+
+    /// Removes settled messages from their stores.
+    fn remove(&mut self, messages: &[MessageRef]) -> Result<(), StoreError> {
+        let (in_memory, durable): (Vec<MessageRef>, Vec<MessageRef>) = messages.iter().partition(|m| m.in_memory());
+        for message in messages {
+            self.requeued.remove(&message.position);
+        }
+        let offsets = |list: &[MessageRef]| list.iter().map(|m| m.offset()).collect::<Vec<u64>>();
+        self.memory_store.remove(&offsets(&in_memory))?;
+        if let Some(store) = &mut self.durable_store {
+            store.remove(&offsets(&durable))?;
+        }
+        Ok(())
+    }
 }
 
 /// A message taken by `basic.get`.
@@ -79,11 +147,34 @@ impl std::fmt::Debug for Queue {
 }
 
 impl Queue {
-    /// A new, empty queue over `store`.
-    pub fn new(definition: QueueDefinition, store: Box<dyn MessageStore>) -> Self {
+    /// A new, empty queue; `durable_store` holds the persistent messages of a durable queue.
+    pub fn new(definition: QueueDefinition, durable_store: Option<Box<dyn MessageStore>>) -> Self {
+        Self::with_backlog(definition, durable_store, VecDeque::new(), 0, 0)
+    }
+
+    /// A durable queue reopened from its store: the unsettled messages are ready again.
+    pub fn recover(definition: QueueDefinition, store: LogStore) -> Self {
+        let ready: VecDeque<MessageRef> =
+            store.unsettled().map(|offset| MessageRef::new(offset, offset, false)).collect();
+        let redelivered_below = store.delivered_up_to().map_or(0, |d| d + 1);
+        let next_position = store.next_offset();
+        Self::with_backlog(definition, Some(Box::new(store)), ready, next_position, redelivered_below)
+    }
+
+    fn with_backlog(
+        definition: QueueDefinition,
+        durable_store: Option<Box<dyn MessageStore>>,
+        ready: VecDeque<MessageRef>,
+        next_position: u64,
+        redelivered_below: u64,
+    ) -> Self {
         let state = QueueState {
-            store,
-            ready: VecDeque::new(),
+            durable_store,
+            memory_store: MemoryStore::default(),
+            ready,
+            next_position,
+            redelivered_below,
+            requeued: HashSet::new(),
             unacked: 0,
             consumers: Vec::new(),
             next_consumer: 0,
@@ -128,16 +219,23 @@ impl Queue {
         }
     }
 
-    /// Stores a message and dispatches it if a consumer has credit.
-    pub fn publish(self: &Arc<Self>, message: Arc<Message>) -> Result<(), StoreError> {
+    /// Stores a message and dispatches it if a consumer has credit. Returns what a publisher
+    /// confirm must wait for, if the message went to disk.
+    pub fn publish(self: &Arc<Self>, message: Arc<Message>) -> Result<Option<DurableMark>, StoreError> {
         let mut state = self.state.lock();
         if state.deleted {
-            return Ok(());
+            return Ok(None);
         }
-        let offset = state.store.append(message)?;
-        state.ready.push_back(Ready { offset, redelivered: false });
+        let persistent = message.properties.is_persistent() && state.durable_store.is_some();
+        let appended = match (&mut state.durable_store, persistent) {
+            (Some(store), true) => store.append(&message)?,
+            _ => state.memory_store.append(&message)?,
+        };
+        let position = state.next_position;
+        state.next_position += 1;
+        state.ready.push_back(MessageRef::new(position, appended.offset, !persistent));
         self.dispatch_locked(&mut state);
-        Ok(())
+        Ok(appended.durable)
     }
 
     /// Delivers ready messages to consumers with credit.
@@ -148,22 +246,32 @@ impl Queue {
 
     fn dispatch_locked(self: &Arc<Self>, state: &mut QueueState) {
         while !state.ready.is_empty() {
-            let Some(consumer) = Self::next_consumer_with_credit(state) else { return };
-            let Some(ready) = state.ready.pop_front() else { return };
-            let message = match state.store.read(ready.offset) {
+            let Some(consumer) = Self::next_consumer_with_credit(state) else { break };
+            let Some(next) = state.ready.pop_front() else { break };
+            let message = match state.read(next) {
                 Ok(message) => message,
                 Err(error) => {
                     tracing::error!(queue = self.name(), %error, "cannot read message; dispatch paused");
-                    state.ready.push_front(ready);
-                    return;
+                    state.ready.push_front(next);
+                    break;
                 }
             };
+            let redelivered = state.is_redelivered(next);
             if consumer.no_ack() {
-                state.store.remove(ready.offset);
+                self.settle_locked(state, &[next]);
             } else {
                 state.unacked += 1;
             }
-            consumer.session().push(&consumer, self, ready.offset, ready.redelivered, message);
+            consumer.session().push(&consumer, self, next, redelivered, message);
+        }
+        self.sync_locked(state);
+    }
+
+    fn sync_locked(&self, state: &mut QueueState) {
+        if let Some(store) = &mut state.durable_store {
+            if let Err(error) = store.sync() {
+                tracing::error!(queue = self.name(), %error, "cannot record deliveries");
+            }
         }
     }
 
@@ -214,48 +322,50 @@ impl Queue {
     /// Takes the next ready message for `basic.get`, recorded on `session`.
     pub fn get(self: &Arc<Self>, session: &Session, no_ack: bool) -> Option<GetResult> {
         let mut state = self.state.lock();
-        let ready = state.ready.pop_front()?;
-        let message = match state.store.read(ready.offset) {
+        let next = state.ready.pop_front()?;
+        let message = match state.read(next) {
             Ok(message) => message,
             Err(error) => {
                 tracing::error!(queue = self.name(), %error, "cannot read message for basic.get");
-                state.ready.push_front(ready);
+                state.ready.push_front(next);
                 return None;
             }
         };
+        let redelivered = state.is_redelivered(next);
         if no_ack {
-            state.store.remove(ready.offset);
+            self.settle_locked(&mut state, &[next]);
         } else {
             state.unacked += 1;
         }
-        let delivery_tag = session.record_get(self, ready.offset, no_ack);
-        Some(GetResult {
-            delivery_tag,
-            redelivered: ready.redelivered,
-            message,
-            message_count: state.ready.len() as u32,
-        })
+        self.sync_locked(&mut state);
+        let delivery_tag = session.record_get(self, next, no_ack);
+        Some(GetResult { delivery_tag, redelivered, message, message_count: state.ready.len() as u32 })
+    }
+
+    fn settle_locked(&self, state: &mut QueueState, messages: &[MessageRef]) {
+        if let Err(error) = state.remove(messages) {
+            tracing::error!(queue = self.name(), %error, "cannot record settlement");
+        }
     }
 
     /// Settles delivered messages (ack, or reject without requeue).
-    pub fn settle(&self, offsets: &[u64]) {
+    pub fn settle(&self, messages: &[MessageRef]) {
         let mut state = self.state.lock();
-        for &offset in offsets {
-            state.store.remove(offset);
-        }
-        state.unacked = state.unacked.saturating_sub(offsets.len());
+        state.unacked = state.unacked.saturating_sub(messages.len());
+        self.settle_locked(&mut state, messages);
     }
 
     /// Puts delivered messages back at their places, marked redelivered, and dispatches.
-    pub fn requeue(self: &Arc<Self>, offsets: &[u64]) {
+    pub fn requeue(self: &Arc<Self>, messages: &[MessageRef]) {
         let mut state = self.state.lock();
         if state.deleted {
             return;
         }
-        state.unacked = state.unacked.saturating_sub(offsets.len());
-        for &offset in offsets {
-            let place = state.ready.partition_point(|r| r.offset < offset);
-            state.ready.insert(place, Ready { offset, redelivered: true });
+        state.unacked = state.unacked.saturating_sub(messages.len());
+        for &message in messages {
+            state.requeued.insert(message.position);
+            let place = state.ready.partition_point(|r| r.position < message.position);
+            state.ready.insert(place, message);
         }
         self.dispatch_locked(&mut state);
     }
@@ -263,19 +373,32 @@ impl Queue {
     /// Drops every ready message; returns how many.
     pub fn purge(&self) -> u32 {
         let mut state = self.state.lock();
-        let ready = std::mem::take(&mut state.ready);
-        for entry in &ready {
-            state.store.remove(entry.offset);
-        }
+        let ready: Vec<MessageRef> = std::mem::take(&mut state.ready).into();
+        self.settle_locked(&mut state, &ready);
         ready.len() as u32
     }
 
-    /// Marks the queue deleted and detaches its consumers, which are returned for cancelling.
+    /// Makes what the queue stores durable (the broker is stopping).
+    pub fn close(&self) {
+        let mut state = self.state.lock();
+        if let Some(store) = &mut state.durable_store {
+            if let Err(error) = store.close() {
+                tracing::error!(queue = self.name(), %error, "cannot close the queue's store");
+            }
+        }
+    }
+
+    /// Marks the queue deleted, releases its stores, and detaches its consumers, which are
+    /// returned for cancelling.
     pub(crate) fn mark_deleted(&self) -> (u32, Vec<Arc<Consumer>>) {
         let mut state = self.state.lock();
         state.deleted = true;
         let count = state.ready.len() as u32;
         state.ready.clear();
+        state.memory_store = MemoryStore::default();
+        if let Some(store) = state.durable_store.take() {
+            store.destroy();
+        }
         (count, std::mem::take(&mut state.consumers))
     }
 }

@@ -1,0 +1,100 @@
+//! Redeclaration: what must match for a declare of an existing exchange or queue to succeed.
+//!
+//! As in RabbitMQ, only the properties and the arguments the broker interprets are compared;
+//! any other argument is free to differ. A mismatch is 406 PRECONDITION_FAILED with a text
+//! naming the argument, what was received and what is current.
+
+use crate::error::{BrokerError, BrokerResult};
+use crate::exchange::ExchangeDefinition;
+use crate::field_value::values_equal;
+use crate::queue::QueueDefinition;
+use amq_protocol::types::{AMQPValue, FieldTable};
+
+/// Exchange arguments compared on redeclaration.
+const EXCHANGE_ARGUMENTS: &[&str] = &["alternate-exchange", "x-delayed-type"];
+
+/// Queue arguments compared on redeclaration: the ones that change a queue's behaviour.
+const QUEUE_ARGUMENTS: &[&str] = &[
+    "x-queue-type",
+    "x-max-priority",
+    "x-message-ttl",
+    "x-expires",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-overflow",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-delivery-limit",
+    "x-single-active-consumer",
+    "x-quorum-initial-group-size",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-queue-mode",
+    "x-queue-version",
+];
+
+fn inequivalent(arg: &str, kind: &str, name: &str, vhost: &str, received: String, current: String) -> BrokerError {
+    BrokerError::precondition_failed(format!(
+        "inequivalent arg '{arg}' for {kind} '{name}' in vhost '{vhost}': received '{received}' but current is '{current}'"
+    ))
+}
+
+fn show(value: Option<&AMQPValue>) -> String {
+    value.map_or_else(|| "none".to_string(), |v| format!("{v:?}"))
+}
+
+fn check_arguments(
+    keys: &[&str],
+    asked: &FieldTable,
+    current: &FieldTable,
+    fail: impl Fn(&str, String, String) -> BrokerError,
+) -> BrokerResult<()> {
+    for key in keys {
+        let (received, had) = (asked.inner().get(*key), current.inner().get(*key));
+        let equal = match (received, had) {
+            (Some(a), Some(b)) => values_equal(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !equal {
+            return Err(fail(key, show(received), show(had)));
+        }
+    }
+    Ok(())
+}
+
+/// Checks an `exchange.declare` against the existing exchange.
+pub(crate) fn check_exchange(
+    current: &ExchangeDefinition,
+    asked: &ExchangeDefinition,
+    vhost: &str,
+) -> BrokerResult<()> {
+    let fail =
+        |arg: &str, received: String, had: String| inequivalent(arg, "exchange", &current.name, vhost, received, had);
+    if current.kind != asked.kind {
+        return Err(fail("type", asked.kind.as_str().into(), current.kind.as_str().into()));
+    }
+    if current.durable != asked.durable {
+        return Err(fail("durable", asked.durable.to_string(), current.durable.to_string()));
+    }
+    if current.auto_delete != asked.auto_delete {
+        return Err(fail("auto_delete", asked.auto_delete.to_string(), current.auto_delete.to_string()));
+    }
+    if current.internal != asked.internal {
+        return Err(fail("internal", asked.internal.to_string(), current.internal.to_string()));
+    }
+    check_arguments(EXCHANGE_ARGUMENTS, &asked.arguments, &current.arguments, fail)
+}
+
+/// Checks a `queue.declare` against the existing queue (exclusivity is checked before).
+pub(crate) fn check_queue(current: &QueueDefinition, asked: &QueueDefinition, vhost: &str) -> BrokerResult<()> {
+    let fail =
+        |arg: &str, received: String, had: String| inequivalent(arg, "queue", &current.name, vhost, received, had);
+    if current.durable != asked.durable {
+        return Err(fail("durable", asked.durable.to_string(), current.durable.to_string()));
+    }
+    if current.auto_delete != asked.auto_delete {
+        return Err(fail("auto_delete", asked.auto_delete.to_string(), current.auto_delete.to_string()));
+    }
+    check_arguments(QUEUE_ARGUMENTS, &asked.arguments, &current.arguments, fail)
+}

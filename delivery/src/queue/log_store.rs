@@ -1,0 +1,346 @@
+//! The durable message store: a queue's persistent messages in a log, its settlements in a
+//! second, small log.
+//!
+//! Settlement is recorded, not applied in place: the ack log holds batches of settled offsets
+//! and the highest offset ever delivered. On open, the unsettled messages are the message
+//! log's offsets minus the settled ones, and those at or below the delivered mark come back
+//! marked redelivered. Message segments are deleted once every message in them is settled;
+//! the ack log is rewritten (compacted) when it grows past a bound. Bodies are read from the
+//! log when delivered; a bounded cache keeps recent appends so a consumer that keeps up never
+//! reads the disk.
+
+use super::message_codec;
+use super::message_store::{Appended, DurableMark, MessageStore, StoreError};
+use crate::message::Message;
+use std::collections::{BTreeSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use warren_storage::{FlushPolicy, Log, LogConfig, NewRecord, StorageError};
+
+const MESSAGES_DIR: &str = "messages";
+const ACKS_DIR: &str = "acks";
+const ACKS_COMPACT_DIR: &str = "acks.compact";
+const ACKS_OLD_DIR: &str = "acks.old";
+/// Ack-log record kinds (first payload byte).
+const ACK_RECORD_SETTLED: u8 = 1;
+const ACK_RECORD_DELIVERED: u8 = 2;
+/// The ack log is compacted when it grows past this.
+const ACK_LOG_COMPACT_BYTES: u64 = 8 * 1024 * 1024;
+/// Segment size of ack logs: small, so compaction frees space soon.
+const ACK_SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
+/// Recent appends kept in memory per queue.
+const RECENT_CACHE_BYTES: usize = 8 * 1024 * 1024;
+/// How much a cache miss reads ahead.
+const READ_AHEAD_RECORDS: usize = 256;
+const READ_AHEAD_BYTES: usize = 1024 * 1024;
+/// Offsets per settled record, so that records stay well under the record size limit.
+const OFFSETS_PER_ACK_RECORD: usize = 64 * 1024;
+
+/// Settings of a queue's logs.
+#[derive(Debug, Clone)]
+pub struct LogStoreConfig {
+    /// When appends are fsynced.
+    pub flush_policy: FlushPolicy,
+    /// Segment size of the message log.
+    pub segment_bytes: u64,
+    /// Largest message payload.
+    pub max_record_bytes: usize,
+}
+
+impl Default for LogStoreConfig {
+    fn default() -> Self {
+        LogStoreConfig {
+            flush_policy: FlushPolicy::Batch,
+            segment_bytes: warren_storage::DEFAULT_SEGMENT_BYTES,
+            max_record_bytes: 129 * 1024 * 1024,
+        }
+    }
+}
+
+fn io_error(error: StorageError) -> StoreError {
+    StoreError::Io(error.to_string())
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Messages appended recently, by offset.
+#[derive(Debug, Default)]
+struct RecentCache {
+    base: u64,
+    messages: VecDeque<Option<Arc<Message>>>,
+    bytes: usize,
+}
+
+impl RecentCache {
+    fn push(&mut self, offset: u64, message: Arc<Message>) {
+        if self.messages.is_empty() || offset != self.base + self.messages.len() as u64 {
+            self.messages.clear();
+            self.bytes = 0;
+            self.base = offset;
+        }
+        self.bytes += message.size_bytes();
+        self.messages.push_back(Some(message));
+        while self.bytes > RECENT_CACHE_BYTES {
+            self.pop_front();
+        }
+    }
+
+    fn pop_front(&mut self) {
+        if let Some(evicted) = self.messages.pop_front() {
+            self.bytes -= evicted.map_or(0, |m| m.size_bytes());
+            self.base += 1;
+        }
+    }
+
+    fn get(&self, offset: u64) -> Option<Arc<Message>> {
+        let index = offset.checked_sub(self.base)?;
+        self.messages.get(index as usize).cloned().flatten()
+    }
+
+    fn forget(&mut self, offset: u64) {
+        if let Some(slot) = offset.checked_sub(self.base).and_then(|i| self.messages.get_mut(i as usize)) {
+            self.bytes -= slot.take().map_or(0, |m| m.size_bytes());
+        }
+        while let Some(None) = self.messages.front() {
+            self.pop_front();
+        }
+    }
+}
+
+/// A queue's persistent messages on disk.
+pub struct LogStore {
+    dir: PathBuf,
+    messages: Arc<Log>,
+    acks: Log,
+    /// Settled offsets at or above `first_live`.
+    settled: BTreeSet<u64>,
+    /// Every offset below it is settled.
+    first_live: u64,
+    delivered_up_to: Option<u64>,
+    recorded_delivered_up_to: Option<u64>,
+    recent: RecentCache,
+    read_ahead: VecDeque<(u64, Arc<Message>)>,
+    scratch: Vec<u8>,
+}
+
+impl std::fmt::Debug for LogStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogStore").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+impl LogStore {
+    /// Opens (or creates) the store in `dir` and recovers its settlement state.
+    pub fn open(dir: &Path, config: &LogStoreConfig) -> Result<Self, StoreError> {
+        let message_config = LogConfig {
+            flush_policy: config.flush_policy,
+            segment_bytes: config.segment_bytes,
+            max_record_bytes: config.max_record_bytes,
+            write_buffer_bytes: 64 * 1024,
+            ..LogConfig::default()
+        };
+        let messages = Log::open(dir.join(MESSAGES_DIR), message_config).map_err(io_error)?;
+        let acks = open_ack_log(dir, config.flush_policy)?;
+        let mut store = LogStore {
+            dir: dir.to_path_buf(),
+            first_live: messages.first_offset(),
+            messages: Arc::new(messages),
+            acks,
+            settled: BTreeSet::new(),
+            delivered_up_to: None,
+            recorded_delivered_up_to: None,
+            recent: RecentCache::default(),
+            read_ahead: VecDeque::new(),
+            scratch: Vec::new(),
+        };
+        store.replay_acks()?;
+        store.advance_first_live();
+        store.recorded_delivered_up_to = store.delivered_up_to;
+        Ok(store)
+    }
+
+    fn replay_acks(&mut self) -> Result<(), StoreError> {
+        let mut next = self.acks.first_offset();
+        while next < self.acks.next_offset() {
+            let records = self.acks.read(next, 1024, 4 * 1024 * 1024).map_err(io_error)?;
+            let Some(last) = records.last() else { break };
+            next = last.offset + 1;
+            for record in records {
+                self.apply_ack_record(&record.payload);
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_ack_record(&mut self, payload: &[u8]) {
+        let Some((&kind, rest)) = payload.split_first() else { return };
+        let offsets =
+            rest.chunks_exact(8).map(|c| u64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
+        match kind {
+            ACK_RECORD_SETTLED => self.settled.extend(offsets.filter(|o| *o >= self.first_live)),
+            ACK_RECORD_DELIVERED => self.delivered_up_to = offsets.max().max(self.delivered_up_to),
+            _ => tracing::warn!(dir = %self.dir.display(), kind, "unknown ack record kind; ignored"),
+        }
+    }
+
+    /// The unsettled offsets, in order: the queue's backlog after a restart.
+    pub fn unsettled(&self) -> impl Iterator<Item = u64> + '_ {
+        (self.first_live..self.messages.next_offset()).filter(|o| !self.settled.contains(o))
+    }
+
+    /// Offsets at or below this were delivered before; they come back redelivered.
+    pub fn delivered_up_to(&self) -> Option<u64> {
+        self.delivered_up_to
+    }
+
+    /// One past the last message offset.
+    pub fn next_offset(&self) -> u64 {
+        self.messages.next_offset()
+    }
+
+    fn advance_first_live(&mut self) {
+        let before = self.first_live;
+        while self.settled.first() == Some(&self.first_live) {
+            self.settled.pop_first();
+            self.first_live += 1;
+        }
+        if self.first_live > before {
+            if let Err(error) = self.messages.delete_below(self.first_live) {
+                tracing::warn!(dir = %self.dir.display(), %error, "cannot delete settled segments");
+            }
+        }
+    }
+
+    fn append_ack_record(&mut self, kind: u8, offsets: &[u64]) -> Result<(), StoreError> {
+        for chunk in offsets.chunks(OFFSETS_PER_ACK_RECORD) {
+            self.scratch.clear();
+            self.scratch.push(kind);
+            for offset in chunk {
+                self.scratch.extend_from_slice(&offset.to_be_bytes());
+            }
+            self.acks.append(NewRecord::new(now_ms(), &self.scratch)).map_err(io_error)?;
+        }
+        Ok(())
+    }
+
+    fn compact_acks_if_large(&mut self) -> Result<(), StoreError> {
+        if self.acks.size_bytes() < ACK_LOG_COMPACT_BYTES {
+            return Ok(());
+        }
+        let compact_dir = self.dir.join(ACKS_COMPACT_DIR);
+        let _ = std::fs::remove_dir_all(&compact_dir);
+        let compact = Log::open(&compact_dir, ack_log_config(FlushPolicy::Always)).map_err(io_error)?;
+        let _ = std::mem::replace(&mut self.acks, compact).close();
+        // The compacted log holds the whole settlement state in a few records.
+        let settled: Vec<u64> = self.settled.iter().copied().collect();
+        self.append_ack_record(ACK_RECORD_SETTLED, &settled)?;
+        if let Some(delivered) = self.delivered_up_to {
+            self.append_ack_record(ACK_RECORD_DELIVERED, &[delivered])?;
+        }
+        self.acks.flush().map_err(io_error)?;
+        let _ = self.acks.close();
+        swap_compacted_ack_log(&self.dir)?;
+        self.acks = open_ack_log(&self.dir, FlushPolicy::Batch)?;
+        Ok(())
+    }
+}
+
+fn ack_log_config(flush_policy: FlushPolicy) -> LogConfig {
+    LogConfig { flush_policy, segment_bytes: ACK_SEGMENT_BYTES, write_buffer_bytes: 16 * 1024, ..LogConfig::default() }
+}
+
+/// Finishes (or rolls back) an interrupted compaction, then opens the ack log.
+fn open_ack_log(dir: &Path, flush_policy: FlushPolicy) -> Result<Log, StoreError> {
+    let (acks, compact, old) = (dir.join(ACKS_DIR), dir.join(ACKS_COMPACT_DIR), dir.join(ACKS_OLD_DIR));
+    if !acks.exists() && compact.exists() {
+        std::fs::rename(&compact, &acks).map_err(|e| StoreError::Io(e.to_string()))?;
+    }
+    let _ = std::fs::remove_dir_all(&compact);
+    let _ = std::fs::remove_dir_all(&old);
+    Log::open(acks, ack_log_config(flush_policy)).map_err(io_error)
+}
+
+fn swap_compacted_ack_log(dir: &Path) -> Result<(), StoreError> {
+    let (acks, compact, old) = (dir.join(ACKS_DIR), dir.join(ACKS_COMPACT_DIR), dir.join(ACKS_OLD_DIR));
+    let io = |e: std::io::Error| StoreError::Io(e.to_string());
+    std::fs::rename(&acks, &old).map_err(io)?;
+    std::fs::rename(&compact, &acks).map_err(io)?;
+    std::fs::remove_dir_all(&old).map_err(io)
+}
+
+impl MessageStore for LogStore {
+    fn append(&mut self, message: &Arc<Message>) -> Result<Appended, StoreError> {
+        self.scratch.clear();
+        message_codec::encode(message, &mut self.scratch);
+        let record = NewRecord { timestamp_ms: now_ms(), tag_hash: 0, flags: 0, payload: &self.scratch };
+        let offset = self.messages.append(record).map_err(io_error)?;
+        self.recent.push(offset, Arc::clone(message));
+        let durable = DurableMark { log: Arc::clone(&self.messages), offset };
+        Ok(Appended { offset, durable: Some(durable) })
+    }
+
+    fn read(&mut self, offset: u64) -> Result<Arc<Message>, StoreError> {
+        if let Some(message) = self.recent.get(offset) {
+            return Ok(message);
+        }
+        if let Ok(i) = self.read_ahead.binary_search_by_key(&offset, |(o, _)| *o) {
+            return Ok(Arc::clone(&self.read_ahead[i].1));
+        }
+        let records = self.messages.read(offset, READ_AHEAD_RECORDS, READ_AHEAD_BYTES).map_err(io_error)?;
+        self.read_ahead.clear();
+        for record in records {
+            let message = message_codec::decode(record.payload).map_err(|e| StoreError::Io(e.to_string()))?;
+            self.read_ahead.push_back((record.offset, Arc::new(message)));
+        }
+        match self.read_ahead.front() {
+            Some((first, message)) if *first == offset => Ok(Arc::clone(message)),
+            _ => Err(StoreError::Missing(offset)),
+        }
+    }
+
+    fn delivered(&mut self, offset: u64) {
+        self.delivered_up_to = self.delivered_up_to.max(Some(offset));
+    }
+
+    fn sync(&mut self) -> Result<(), StoreError> {
+        if self.delivered_up_to > self.recorded_delivered_up_to {
+            if let Some(delivered) = self.delivered_up_to {
+                self.append_ack_record(ACK_RECORD_DELIVERED, &[delivered])?;
+            }
+            self.recorded_delivered_up_to = self.delivered_up_to;
+        }
+        Ok(())
+    }
+
+    fn remove(&mut self, offsets: &[u64]) -> Result<(), StoreError> {
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        self.append_ack_record(ACK_RECORD_SETTLED, offsets)?;
+        for &offset in offsets {
+            self.recent.forget(offset);
+            if offset >= self.first_live {
+                self.settled.insert(offset);
+            }
+        }
+        self.advance_first_live();
+        self.compact_acks_if_large()
+    }
+
+    fn close(&mut self) -> Result<(), StoreError> {
+        self.sync()?;
+        self.messages.close().map_err(io_error)?;
+        self.acks.close().map_err(io_error)
+    }
+
+    fn destroy(self: Box<Self>) {
+        let _ = self.messages.close();
+        let _ = self.acks.close();
+        if let Err(error) = std::fs::remove_dir_all(&self.dir) {
+            tracing::warn!(dir = %self.dir.display(), %error, "cannot remove a deleted queue's files");
+        }
+    }
+}

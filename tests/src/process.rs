@@ -1,0 +1,103 @@
+//! The real `warren` binary as a child process, for tests that signal or kill it.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long the broker may take to start listening.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The `warren` binary of this workspace's debug build (or `$WARREN_BIN`).
+pub fn warren_binary() -> PathBuf {
+    if let Ok(path) = std::env::var("WARREN_BIN") {
+        return PathBuf::from(path);
+    }
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target"));
+    let binary = target.join("debug").join("warren");
+    assert!(binary.exists(), "{} is missing: build it with `cargo build --bin warren`", binary.display());
+    binary
+}
+
+/// A running `warren` process.
+pub struct WarrenProcess {
+    child: Child,
+    /// Where it accepts AMQP connections.
+    pub amqp_addr: SocketAddr,
+}
+
+impl WarrenProcess {
+    /// Starts `warren` on a free loopback port with `data_dir`, plus `extra_args`.
+    pub fn start(data_dir: &Path, extra_args: &[&str]) -> WarrenProcess {
+        let mut child = Command::new(warren_binary())
+            .args(["--amqp-listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .args(extra_args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn warren");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = mpsc::channel();
+        // Reads the log until the listening line, then keeps draining so the pipe never fills.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.split("amqp_addr=").nth(1).and_then(|rest| rest.split(' ').next()) {
+                    let _ = tx.send(addr.to_string());
+                }
+            }
+        });
+        let deadline = Instant::now() + START_TIMEOUT;
+        let addr = loop {
+            if let Ok(addr) = rx.recv_timeout(Duration::from_millis(100)) {
+                break addr;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("warren exited during startup: {status}");
+            }
+            assert!(Instant::now() < deadline, "warren did not start listening in time");
+        };
+        WarrenProcess { child, amqp_addr: addr.parse().expect("listening address") }
+    }
+
+    /// The AMQP URI for lapin.
+    pub fn uri(&self) -> String {
+        format!("amqp://guest:guest@{}/%2f", self.amqp_addr)
+    }
+
+    /// Sends a signal by name (TERM, INT, KILL).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill").args(["-s", name, &self.child.id().to_string()]).status().expect("kill");
+        assert!(status.success(), "kill -s {name} failed");
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "warren did not exit in time");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Kills the process at once (SIGKILL) and reaps it.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for WarrenProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
