@@ -1,0 +1,110 @@
+//! Disk trouble ends in clear errors, never in lost confirmed messages or a crash.
+
+use lapin::options::*;
+use lapin::types::FieldTable;
+use lapin::BasicProperties;
+use std::path::Path;
+use std::process::Command;
+use warren_tests::*;
+
+/// Space on the tiny filesystem the full-disk test writes to.
+const TINY_DISK: &str = "size=3m";
+const MESSAGE_BYTES: usize = 64 * 1024;
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0\n")).unwrap_or(false)
+}
+
+/// A tmpfs of a few MiB, unmounted on drop.
+struct TinyDisk<'a>(&'a Path);
+
+impl<'a> TinyDisk<'a> {
+    fn mount(dir: &'a Path) -> Self {
+        let status = Command::new("mount").args(["-t", "tmpfs", "-o", TINY_DISK, "tmpfs"]).arg(dir).status();
+        assert!(status.is_ok_and(|s| s.success()), "mounting a tmpfs at {} failed", dir.display());
+        TinyDisk(dir)
+    }
+}
+
+impl Drop for TinyDisk<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0).status();
+    }
+}
+
+#[tokio::test]
+async fn a_full_disk_nacks_publishes_and_keeps_what_was_confirmed() {
+    if !is_root() {
+        eprintln!("skipped: mounting a small tmpfs needs root (CI runs as root)");
+        return;
+    }
+    let mount_point = tempfile::tempdir().expect("tempdir");
+    let _disk = TinyDisk::mount(mount_point.path());
+    let data_dir = mount_point.path().join("data");
+    let dir = data_dir.clone();
+    let broker = start_broker_with(move |c| c.data_dir = dir).await;
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
+    let durable = QueueDeclareOptions { durable: true, ..Default::default() };
+    ch.queue_declare("full".into(), durable, FieldTable::default()).await.expect("declare");
+    let body = vec![7u8; MESSAGE_BYTES];
+    let persistent = BasicProperties::default().with_delivery_mode(2);
+    let mut confirmed = 0;
+    let mut refused = false;
+    for _ in 0..200 {
+        let outcome = ch.basic_publish("".into(), "full".into(), Default::default(), &body, persistent.clone()).await;
+        match outcome {
+            Ok(confirm) => match confirm.await {
+                Ok(c) if c.is_ack() => confirmed += 1,
+                _ => {
+                    refused = true;
+                    break;
+                }
+            },
+            Err(_) => {
+                refused = true;
+                break;
+            }
+        }
+    }
+    assert!(refused, "a 3 MiB disk cannot take 200 x 64 KiB; the broker must refuse, not pretend");
+    assert!(confirmed > 0, "some publishes fit before the disk filled");
+
+    // The broker still serves what does not need the disk.
+    let other = connect(&broker).await;
+    let ch = channel(&other).await;
+    ch.queue_declare("in-memory".into(), Default::default(), FieldTable::default()).await.expect("declare");
+    ch.basic_publish("".into(), "in-memory".into(), Default::default(), b"fine", Default::default())
+        .await
+        .expect("publish");
+    let got = ch.basic_get("in-memory".into(), BasicGetOptions { no_ack: true }).await.expect("get");
+    assert_eq!(got.expect("message").delivery.data, b"fine");
+    broker.shutdown().await;
+
+    // Everything confirmed is still there after a restart.
+    let dir = data_dir.clone();
+    let broker = start_broker_with(move |c| c.data_dir = dir).await;
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+    let recovered =
+        ch.queue_declare("full".into(), passive, FieldTable::default()).await.expect("queue").message_count();
+    assert!(recovered >= confirmed, "confirmed {confirmed}, recovered {recovered}");
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unusable_data_directory_stops_startup_with_a_clear_error() {
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    let config = warren_server::Config {
+        data_dir: file.path().join("data"),
+        amqp_listen: ([127, 0, 0, 1], 0).into(),
+        ..Default::default()
+    };
+    let error = match warren_server::start(config).await {
+        Ok(_) => panic!("a data directory inside a regular file cannot work"),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains("cannot create data directory"), "{error}");
+}
