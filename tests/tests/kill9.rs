@@ -17,8 +17,8 @@
 
 use futures_util::StreamExt;
 use lapin::options::*;
-use lapin::PublisherConfirm;
 use lapin::types::FieldTable;
+use lapin::PublisherConfirm;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -37,6 +37,8 @@ const MIN_DELAY_MS: u64 = 100;
 const MAX_DELAY_MS: u64 = 800;
 /// How long a confirm may take while the broker is alive.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a publish or an ack may take to be written by lapin.
+const CLIENT_OP_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long the client tasks may take to notice the broker died.
 const TASK_END_TIMEOUT: Duration = Duration::from_secs(5);
 const PERSISTENT: u8 = 2;
@@ -69,15 +71,23 @@ struct Seen {
     nacked: usize,
     /// Confirms that did not arrive within [`CONFIRM_TIMEOUT`] while the broker was alive.
     confirm_timeouts: usize,
+    /// Publishes and acks that lapin did not complete within [`CLIENT_OP_TIMEOUT`].
+    client_timeouts: usize,
     /// Ids delivered to the consumer.
     delivered: HashSet<String>,
     /// Ids delivered more than once before the kill (every delivery is acked, so none should be).
     delivered_twice: Vec<String>,
     /// Ids the consumer acked (recorded just before the ack is sent).
     acked: HashSet<String>,
+    /// What each client task is doing (consumer first), to name one that hangs.
+    phase: HashMap<String, &'static str>,
 }
 
 type Shared = Arc<Mutex<Seen>>;
+
+fn phase(shared: &Shared, task: &str, phase: &'static str) {
+    seen(shared).phase.insert(task.to_string(), phase);
+}
 
 fn seen(shared: &Shared) -> std::sync::MutexGuard<'_, Seen> {
     shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -127,8 +137,17 @@ async fn settle(shared: &Shared, id: String, confirm: PublisherConfirm, wait: Du
 
 /// Publishes persistent messages with up to [`WINDOW`] unconfirmed, until the broker dies.
 async fn publisher(uri: String, publisher: usize, padding: usize, shared: Shared) {
-    let Ok(connection) = connect(&uri).await else { return };
+    let task = format!("publisher {publisher}");
+    publish_until_dead(&uri, &task, publisher, padding, &shared).await;
+    phase(&shared, &task, "done");
+}
+
+async fn publish_until_dead(uri: &str, task: &str, publisher: usize, padding: usize, shared: &Shared) {
+    phase(shared, task, "connect");
+    let Ok(connection) = connect(uri).await else { return };
+    phase(shared, task, "channel.open");
     let Ok(channel) = connection.create_channel().await else { return };
+    phase(shared, task, "confirm.select");
     if channel.confirm_select(ConfirmSelectOptions::default()).await.is_err() {
         return;
     }
@@ -137,52 +156,78 @@ async fn publisher(uri: String, publisher: usize, padding: usize, shared: Shared
     for n in 0u64.. {
         if window.len() >= WINDOW {
             let Some((id, confirm)) = window.pop_front() else { break };
-            if !settle(&shared, id, confirm, CONFIRM_TIMEOUT).await {
+            phase(shared, task, "confirm");
+            if !settle(shared, id, confirm, CONFIRM_TIMEOUT).await {
                 break;
             }
         }
         let id = format!("p{publisher}-{n}");
         let body = body_of(&id, padding);
-        seen(&shared).attempted.insert(id.clone());
-        match channel
-            .basic_publish("".into(), QUEUE.into(), BasicPublishOptions::default(), &body, properties.clone())
-            .await
-        {
-            Ok(confirm) => window.push_back((id, confirm)),
-            Err(_) => break,
+        seen(shared).attempted.insert(id.clone());
+        phase(shared, task, "publish");
+        let publish =
+            channel.basic_publish("".into(), QUEUE.into(), BasicPublishOptions::default(), &body, properties.clone());
+        match timeout(CLIENT_OP_TIMEOUT, publish).await {
+            Ok(Ok(confirm)) => window.push_back((id, confirm)),
+            Ok(Err(_)) => break,
+            Err(_) => {
+                seen(shared).client_timeouts += 1;
+                break;
+            }
         }
     }
     // The broker is gone; confirms it sent before dying may still be waiting here.
+    phase(shared, task, "last confirms");
     for (id, confirm) in window {
-        settle(&shared, id, confirm, Duration::from_millis(500)).await;
+        settle(shared, id, confirm, Duration::from_millis(500)).await;
     }
 }
 
 /// Consumes and acks every delivery, until the broker dies.
 async fn consumer(uri: String, shared: Shared, ready: tokio::sync::oneshot::Sender<()>) {
-    let Ok(connection) = connect(&uri).await else { return };
+    consume_until_dead(&uri, &shared, ready).await;
+    phase(&shared, "consumer", "done");
+}
+
+async fn consume_until_dead(uri: &str, shared: &Shared, ready: tokio::sync::oneshot::Sender<()>) {
+    let task = "consumer";
+    phase(shared, task, "connect");
+    let Ok(connection) = connect(uri).await else { return };
+    phase(shared, task, "channel.open");
     let Ok(channel) = connection.create_channel().await else { return };
+    phase(shared, task, "basic.qos");
     if channel.basic_qos(PREFETCH, BasicQosOptions::default()).await.is_err() {
         return;
     }
-    let Ok(mut deliveries) =
-        channel.basic_consume(QUEUE.into(), "kill9".into(), BasicConsumeOptions::default(), FieldTable::default()).await
+    phase(shared, task, "basic.consume");
+    let Ok(mut deliveries) = channel
+        .basic_consume(QUEUE.into(), "kill9".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .await
     else {
         return;
     };
     let _ = ready.send(());
+    phase(shared, task, "next delivery");
     while let Some(Ok(delivery)) = deliveries.next().await {
         let id = id_of(&delivery.data);
         {
-            let mut seen = seen(&shared);
+            let mut seen = seen(shared);
             if !seen.delivered.insert(id.clone()) {
                 seen.delivered_twice.push(id.clone());
             }
             seen.acked.insert(id);
         }
-        if delivery.ack(BasicAckOptions::default()).await.is_err() {
-            break;
+        phase(shared, task, "ack");
+        // lapin may never resolve an ack written as the connection dies: bound the wait.
+        match timeout(CLIENT_OP_TIMEOUT, delivery.ack(BasicAckOptions::default())).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => break,
+            Err(_) => {
+                seen(shared).client_timeouts += 1;
+                break;
+            }
         }
+        phase(shared, task, "next delivery");
     }
 }
 
@@ -248,14 +293,20 @@ async fn round(round: u64, base_seed: u64, seed: u64, totals: &mut Totals) {
     tokio::time::sleep(delay).await;
     tokio::task::spawn_blocking(move || broker.kill9()).await.expect("kill -9");
     let killed_at = started.elapsed();
-    let mut hung = 0;
+    let mut hung = Vec::new();
+    let deadline = tokio::time::Instant::now() + TASK_END_TIMEOUT;
     for task in tasks {
         let abort = task.abort_handle();
-        if timeout(TASK_END_TIMEOUT, task).await.is_err() {
+        if tokio::time::timeout_at(deadline, task).await.is_err() {
             abort.abort();
-            hung += 1;
         }
     }
+    for (task, phase) in &seen(&shared).phase {
+        if *phase != "done" {
+            hung.push(format!("{task} in {phase}"));
+        }
+    }
+    hung.sort();
     drop(setup);
 
     let broker = start(dir.path().to_path_buf()).await;
@@ -284,8 +335,12 @@ async fn round(round: u64, base_seed: u64, seed: u64, totals: &mut Totals) {
         recovered.len(),
         acked_and_recovered,
         delivered_not_flagged,
-        if seen.confirm_timeouts > 0 { format!(", {} confirm timeouts", seen.confirm_timeouts) } else { String::new() },
-        if hung > 0 { format!(", {hung} client tasks hung after the kill") } else { String::new() },
+        if seen.confirm_timeouts + seen.client_timeouts > 0 {
+            format!(", timeouts: {} confirms, {} publishes/acks", seen.confirm_timeouts, seen.client_timeouts)
+        } else {
+            String::new()
+        },
+        if hung.is_empty() { String::new() } else { format!(", client tasks hung after the kill: {hung:?}") },
         started.elapsed(),
     );
 
