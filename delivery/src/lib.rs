@@ -15,6 +15,7 @@ pub mod message;
 pub mod properties;
 pub mod queue;
 pub mod session;
+pub mod timing_wheel;
 pub mod user;
 pub mod vhost;
 
