@@ -79,11 +79,17 @@ struct Seen {
     delivered_twice: Vec<String>,
     /// Ids the consumer acked (recorded just before the ack is sent).
     acked: HashSet<String>,
+    /// When the clients started, and when the first publish and the first confirm happened.
+    started: Option<Instant>,
+    first_publish: Option<Duration>,
+    first_confirm: Option<Duration>,
     /// What each client task is doing (consumer first), to name one that hangs.
     phase: HashMap<String, &'static str>,
 }
 
 type Shared = Arc<Mutex<Seen>>;
+/// A client task says it is set up (connected, channel open, consuming or in confirm mode).
+type Ready = tokio::sync::mpsc::Sender<()>;
 
 fn phase(shared: &Shared, task: &str, phase: &'static str) {
     seen(shared).phase.insert(task.to_string(), phase);
@@ -122,6 +128,9 @@ async fn settle(shared: &Shared, id: String, confirm: PublisherConfirm, wait: Du
             let mut seen = seen(shared);
             if confirmation.is_ack() {
                 seen.confirmed.insert(id);
+                if seen.first_confirm.is_none() {
+                    seen.first_confirm = seen.started.map(|s| s.elapsed());
+                }
             } else {
                 seen.nacked += 1;
             }
@@ -136,13 +145,13 @@ async fn settle(shared: &Shared, id: String, confirm: PublisherConfirm, wait: Du
 }
 
 /// Publishes persistent messages with up to [`WINDOW`] unconfirmed, until the broker dies.
-async fn publisher(uri: String, publisher: usize, padding: usize, shared: Shared) {
+async fn publisher(uri: String, publisher: usize, padding: usize, shared: Shared, ready: Ready) {
     let task = format!("publisher {publisher}");
-    publish_until_dead(&uri, &task, publisher, padding, &shared).await;
+    publish_until_dead(&uri, &task, publisher, padding, &shared, ready).await;
     phase(&shared, &task, "done");
 }
 
-async fn publish_until_dead(uri: &str, task: &str, publisher: usize, padding: usize, shared: &Shared) {
+async fn publish_until_dead(uri: &str, task: &str, publisher: usize, padding: usize, shared: &Shared, ready: Ready) {
     phase(shared, task, "connect");
     let Ok(connection) = connect(uri).await else { return };
     phase(shared, task, "channel.open");
@@ -151,6 +160,8 @@ async fn publish_until_dead(uri: &str, task: &str, publisher: usize, padding: us
     if channel.confirm_select(ConfirmSelectOptions::default()).await.is_err() {
         return;
     }
+    let _ = ready.send(()).await;
+    drop(ready);
     let properties = BasicProperties::default().with_delivery_mode(PERSISTENT);
     let mut window: VecDeque<(String, PublisherConfirm)> = VecDeque::with_capacity(WINDOW);
     for n in 0u64.. {
@@ -163,7 +174,13 @@ async fn publish_until_dead(uri: &str, task: &str, publisher: usize, padding: us
         }
         let id = format!("p{publisher}-{n}");
         let body = body_of(&id, padding);
-        seen(shared).attempted.insert(id.clone());
+        {
+            let mut seen = seen(shared);
+            seen.attempted.insert(id.clone());
+            if seen.first_publish.is_none() {
+                seen.first_publish = seen.started.map(|s| s.elapsed());
+            }
+        }
         phase(shared, task, "publish");
         let publish =
             channel.basic_publish("".into(), QUEUE.into(), BasicPublishOptions::default(), &body, properties.clone());
@@ -184,12 +201,12 @@ async fn publish_until_dead(uri: &str, task: &str, publisher: usize, padding: us
 }
 
 /// Consumes and acks every delivery, until the broker dies.
-async fn consumer(uri: String, shared: Shared, ready: tokio::sync::oneshot::Sender<()>) {
+async fn consumer(uri: String, shared: Shared, ready: Ready) {
     consume_until_dead(&uri, &shared, ready).await;
     phase(&shared, "consumer", "done");
 }
 
-async fn consume_until_dead(uri: &str, shared: &Shared, ready: tokio::sync::oneshot::Sender<()>) {
+async fn consume_until_dead(uri: &str, shared: &Shared, ready: Ready) {
     let task = "consumer";
     phase(shared, task, "connect");
     let Ok(connection) = connect(uri).await else { return };
@@ -206,7 +223,8 @@ async fn consume_until_dead(uri: &str, shared: &Shared, ready: tokio::sync::ones
     else {
         return;
     };
-    let _ = ready.send(());
+    let _ = ready.send(()).await;
+    drop(ready);
     phase(shared, task, "next delivery");
     while let Some(Ok(delivery)) = deliveries.next().await {
         let id = id_of(&delivery.data);
@@ -284,11 +302,21 @@ async fn round(round: u64, base_seed: u64, seed: u64, totals: &mut Totals) {
     channel.queue_declare(QUEUE.into(), durable, FieldTable::default()).await.expect("declare");
 
     let shared: Shared = Arc::default();
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-    let mut tasks = vec![tokio::spawn(consumer(uri.clone(), Arc::clone(&shared), ready_tx))];
-    ready_rx.await.expect("consumer started");
+    seen(&shared).started = Some(Instant::now());
+    // The kill delay counts from when every client is set up, so that short delays still
+    // kill the broker under load rather than during the clients' handshakes.
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(PUBLISHERS + 1);
+    let mut tasks = vec![tokio::spawn(consumer(uri.clone(), Arc::clone(&shared), ready_tx.clone()))];
+    ready_rx.recv().await.expect("consumer set up");
     for p in 0..PUBLISHERS {
-        tasks.push(tokio::spawn(publisher(uri.clone(), p, padding, Arc::clone(&shared))));
+        tasks.push(tokio::spawn(publisher(uri.clone(), p, padding, Arc::clone(&shared), ready_tx.clone())));
+    }
+    drop(ready_tx);
+    for p in 0..PUBLISHERS {
+        timeout(Duration::from_secs(10), ready_rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("publisher {p} of {PUBLISHERS} not set up in 10 s"))
+            .expect("publisher set up");
     }
     tokio::time::sleep(delay).await;
     tokio::task::spawn_blocking(move || broker.kill9()).await.expect("kill -9");
@@ -325,7 +353,7 @@ async fn round(round: u64, base_seed: u64, seed: u64, totals: &mut Totals) {
     println!(
         "round {round:2} seed {seed:#018x} kill after {delay:?} (at {killed_at:?}), padding {}: published {}, \
          confirmed {}, nacked {}, delivered {}, acked {}, recovered {} ({} of them acked, {} delivered before but \
-         not flagged redelivered){}{}; {:?}",
+         not flagged redelivered); first publish {:?}, first confirm {:?}{}{}; {:?}",
         padding,
         seen.attempted.len(),
         seen.confirmed.len(),
@@ -335,6 +363,8 @@ async fn round(round: u64, base_seed: u64, seed: u64, totals: &mut Totals) {
         recovered.len(),
         acked_and_recovered,
         delivered_not_flagged,
+        seen.first_publish,
+        seen.first_confirm,
         if seen.confirm_timeouts + seen.client_timeouts > 0 {
             format!(", timeouts: {} confirms, {} publishes/acks", seen.confirm_timeouts, seen.client_timeouts)
         } else {
