@@ -1,0 +1,178 @@
+//! A producer: one connection, one channel, publishing stamped bodies as fast as allowed.
+//!
+//! Publishes are pipelined: up to a window of them are in flight at once, each a future that
+//! writes the message and, with confirms on, waits for the broker's basic.ack. Without confirms
+//! the window only keeps the socket busy ([`PIPELINE_WITHOUT_CONFIRMS`]); with confirms it is
+//! the publisher-confirm window of the command line.
+
+use super::body;
+use super::stats::Counters;
+use super::topology::Topology;
+use anyhow::Context;
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::ShortString;
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Publishes in flight per producer when confirms are off: enough to batch socket writes.
+const PIPELINE_WITHOUT_CONFIRMS: usize = 64;
+/// AMQP delivery_mode of a persistent message.
+const DELIVERY_MODE_PERSISTENT: u8 = 2;
+
+/// What a producer publishes and how fast.
+#[derive(Debug, Clone)]
+pub struct PublishPlan {
+    pub size: usize,
+    pub persistent: bool,
+    /// Publisher-confirm window; 0 turns confirms off.
+    pub confirm_window: usize,
+    /// Messages per second; 0 is as fast as possible.
+    pub rate: u64,
+    /// Messages to publish; `None` until told to stop.
+    pub count: Option<u64>,
+}
+
+/// A connected producer, ready to run.
+pub struct Producer {
+    id: usize,
+    connection: Connection,
+    channel: Channel,
+    topology: Topology,
+    plan: PublishPlan,
+}
+
+/// How one publish ended.
+enum Outcome {
+    /// Written; confirms are off.
+    Sent,
+    Acked,
+    Nacked,
+}
+
+impl Producer {
+    pub async fn connect(id: usize, uri: &str, topology: Topology, plan: PublishPlan) -> anyhow::Result<Self> {
+        let connection = Connection::connect(uri, ConnectionProperties::default())
+            .await
+            .with_context(|| format!("producer {id}: connecting to {uri}"))?;
+        let channel = connection.create_channel().await.with_context(|| format!("producer {id}: opening a channel"))?;
+        if plan.confirm_window > 0 {
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await
+                .with_context(|| format!("producer {id}: confirm.select"))?;
+        }
+        Ok(Producer { id, connection, channel, topology, plan })
+    }
+
+    /// Publishes until the plan's count is reached or `stop` is set, then waits for the
+    /// outstanding confirms and closes the connection.
+    pub async fn run(self, counters: Arc<Counters>, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+        let Producer { id, connection, channel, topology, plan } = self;
+        let properties = if plan.persistent {
+            BasicProperties::default().with_delivery_mode(DELIVERY_MODE_PERSISTENT)
+        } else {
+            BasicProperties::default()
+        };
+        let confirms = plan.confirm_window > 0;
+        let window = if confirms { plan.confirm_window } else { PIPELINE_WITHOUT_CONFIRMS };
+        let pacer = Pacer::new(plan.rate);
+        let mut in_flight = FuturesUnordered::new();
+        let mut sequence: u64 = 0;
+        while !stop.load(Ordering::Relaxed) && plan.count.is_none_or(|count| sequence < count) {
+            if in_flight.len() >= window {
+                if let Some(outcome) = in_flight.next().await {
+                    settle(outcome, &counters, id)?;
+                }
+                continue;
+            }
+            if let Some(wait) = pacer.wait_before(sequence) {
+                let sleep = tokio::time::sleep(wait);
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => break,
+                        Some(outcome) = in_flight.next() => settle(outcome, &counters, id)?,
+                    }
+                }
+                continue;
+            }
+            let queue = (id as u64 + sequence) as usize % topology.queues.len();
+            let message = Message {
+                exchange: topology.exchange.clone(),
+                routing_key: topology.routing_keys[queue].clone(),
+                body: body::stamped(plan.size, id, sequence),
+                properties: properties.clone(),
+            };
+            in_flight.push(publish(&channel, message, confirms));
+            sequence += 1;
+            // Let the new publish reach the socket now, and collect whatever has completed.
+            while let Some(Some(outcome)) = in_flight.next().now_or_never() {
+                settle(outcome, &counters, id)?;
+            }
+        }
+        while let Some(outcome) = in_flight.next().await {
+            settle(outcome, &counters, id)?;
+        }
+        drop(in_flight);
+        let _ = connection.close(200, "warren-perf done".into()).await;
+        Ok(())
+    }
+}
+
+/// One message about to be published.
+struct Message {
+    exchange: ShortString,
+    routing_key: ShortString,
+    body: Vec<u8>,
+    properties: BasicProperties,
+}
+
+async fn publish(channel: &Channel, message: Message, confirms: bool) -> lapin::Result<Outcome> {
+    let Message { exchange, routing_key, body, properties } = message;
+    let confirm =
+        channel.basic_publish(exchange, routing_key, BasicPublishOptions::default(), &body, properties).await?;
+    if !confirms {
+        return Ok(Outcome::Sent);
+    }
+    let confirmation = confirm.await?;
+    Ok(if confirmation.is_nack() { Outcome::Nacked } else { Outcome::Acked })
+}
+
+fn settle(outcome: lapin::Result<Outcome>, counters: &Counters, producer: usize) -> anyhow::Result<()> {
+    match outcome.with_context(|| format!("producer {producer}: publishing"))? {
+        Outcome::Sent => counters.published.add(1),
+        Outcome::Acked => {
+            counters.published.add(1);
+            counters.confirmed.add(1);
+        }
+        Outcome::Nacked => {
+            counters.published.add(1);
+            counters.nacked.add(1);
+        }
+    }
+    Ok(())
+}
+
+/// Spaces messages evenly at a fixed rate: message n is due at start + n / rate.
+struct Pacer {
+    start: Instant,
+    nanos_per_message: Option<u64>,
+}
+
+impl Pacer {
+    fn new(rate: u64) -> Self {
+        const NANOS_PER_SEC: u64 = 1_000_000_000;
+        Pacer { start: Instant::now(), nanos_per_message: (rate > 0).then(|| NANOS_PER_SEC / rate) }
+    }
+
+    /// How long to wait before sending message `sequence`, if it is not due yet.
+    fn wait_before(&self, sequence: u64) -> Option<Duration> {
+        let nanos = self.nanos_per_message?;
+        let due = self.start + Duration::from_nanos(nanos.saturating_mul(sequence));
+        due.checked_duration_since(Instant::now()).filter(|wait| !wait.is_zero())
+    }
+}

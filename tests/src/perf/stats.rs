@@ -1,0 +1,130 @@
+//! Counters shared by every task, and the latency histogram each consumer keeps.
+
+use hdrhistogram::Histogram;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Highest latency the histogram records, in microseconds (one hour); larger values are clamped.
+const MAX_LATENCY_MICROS: u64 = 3_600_000_000;
+/// Significant decimal digits kept by the histogram.
+const LATENCY_PRECISION_DIGITS: u8 = 3;
+
+/// One counter on its own cache line, so producers and consumers on different cores do not contend.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Totals of the run so far, read by the progress line and the end-of-run check.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Messages written to the socket.
+    pub published: Counter,
+    /// Messages the broker confirmed with basic.ack.
+    pub confirmed: Counter,
+    /// Messages the broker refused with basic.nack.
+    pub nacked: Counter,
+    /// Deliveries received by consumers.
+    pub consumed: Counter,
+    /// Deliveries flagged as redelivered.
+    pub redelivered: Counter,
+}
+
+/// A snapshot of [`Counters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub published: u64,
+    pub confirmed: u64,
+    pub nacked: u64,
+    pub consumed: u64,
+    pub redelivered: u64,
+}
+
+impl Counters {
+    pub fn totals(&self) -> Totals {
+        Totals {
+            published: self.published.get(),
+            confirmed: self.confirmed.get(),
+            nacked: self.nacked.get(),
+            consumed: self.consumed.get(),
+            redelivered: self.redelivered.get(),
+        }
+    }
+}
+
+/// End-to-end latencies in microseconds.
+pub struct Latencies(Histogram<u64>);
+
+impl Latencies {
+    pub fn new() -> Self {
+        match Histogram::new_with_bounds(1, MAX_LATENCY_MICROS, LATENCY_PRECISION_DIGITS) {
+            Ok(histogram) => Latencies(histogram),
+            Err(error) => unreachable!("constant histogram bounds are valid: {error}"),
+        }
+    }
+
+    /// Records one message sent at `sent_nanos` and received at `received_nanos` (UNIX epoch).
+    pub fn record(&mut self, sent_nanos: u64, received_nanos: u64) {
+        let micros = received_nanos.saturating_sub(sent_nanos) / 1_000;
+        self.0.saturating_record(micros.clamp(1, MAX_LATENCY_MICROS));
+    }
+
+    pub fn merge(&mut self, other: &Latencies) {
+        // Same bounds on both sides, so adding cannot fail.
+        let _ = self.0.add(&other.0);
+    }
+
+    /// Percentiles in milliseconds, or `None` when nothing was recorded.
+    pub fn summary(&self) -> Option<LatencySummary> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let millis = |micros: u64| micros as f64 / 1_000.0;
+        Some(LatencySummary {
+            p50_ms: millis(self.0.value_at_quantile(0.50)),
+            p95_ms: millis(self.0.value_at_quantile(0.95)),
+            p99_ms: millis(self.0.value_at_quantile(0.99)),
+            max_ms: millis(self.0.max()),
+        })
+    }
+}
+
+impl Default for Latencies {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Latency percentiles of a run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LatencySummary {
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_in_milliseconds() {
+        let mut latencies = Latencies::new();
+        for micros in 1..=1000u64 {
+            latencies.record(0, micros * 1_000);
+        }
+        let summary = latencies.summary().unwrap();
+        assert!((summary.p50_ms - 0.5).abs() < 0.01);
+        assert!((summary.max_ms - 1.0).abs() < 0.01);
+        assert!(Latencies::new().summary().is_none());
+    }
+}
