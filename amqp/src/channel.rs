@@ -13,6 +13,7 @@ use bytes::Bytes;
 use rand::distributions::{Alphanumeric, DistString};
 use std::sync::Arc;
 use warren_delivery::exchange::{Binding, Destination, ExchangeDefinition, ExchangeKind};
+use warren_delivery::queue::Published;
 use warren_delivery::{
     BrokerError, BrokerResult, ConnectionId, ConsumerOptions, Message, QueueDefinition, ReplyCode, Session, VirtualHost,
 };
@@ -371,28 +372,31 @@ impl Channel {
             self.send_content(ctx, AMQPClass::Basic(basic::AMQPMethod::Return(ret)), &message);
         }
         let mut failure = None;
+        let mut rejected = false;
         for queue in queues {
             match queue.publish(Arc::clone(&message)) {
-                Ok(Some(mark)) => match (&mut self.confirms, &mut self.transaction) {
+                Ok(Published::Stored(Some(mark))) => match (&mut self.confirms, &mut self.transaction) {
                     (Some(confirms), _) => confirms.wait_for(mark),
                     (None, Some(transaction)) => transaction.wait_for(mark),
                     (None, None) => {}
                 },
-                Ok(None) => {}
+                Ok(Published::Stored(None)) => {}
+                Ok(Published::Rejected) => rejected = true,
                 Err(error) => {
                     tracing::error!(queue = queue.name(), %error, "cannot store message");
                     failure = Some(error);
                 }
             }
         }
-        match (&mut self.confirms, sequence, failure) {
-            (Some(confirms), Some(sequence), failure) => confirms.settle(sequence, failure.is_none()),
-            (_, _, Some(error)) => {
-                return Err(BrokerError::new(ReplyCode::InternalError, format!("cannot store message: {error}")))
-            }
-            _ => {}
+        if let (Some(confirms), Some(sequence)) = (&mut self.confirms, sequence) {
+            // A queue at its length limit with x-overflow reject-publish refuses: nack.
+            confirms.settle(sequence, failure.is_none() && !rejected);
+            return Ok(());
         }
-        Ok(())
+        match failure {
+            Some(error) => Err(BrokerError::new(ReplyCode::InternalError, format!("cannot store message: {error}"))),
+            None => Ok(()),
+        }
     }
 
     fn confirm_select(&mut self, ctx: &ConnectionContext, nowait: bool) -> BrokerResult<()> {

@@ -3,6 +3,7 @@
 use crate::definitions::VhostStorage;
 use crate::error::BrokerError;
 use crate::queue::{ConnectionId, LogStoreConfig};
+use crate::scheduler::Scheduler;
 use crate::user::UserStore;
 use crate::vhost::VirtualHost;
 use std::collections::HashMap;
@@ -19,6 +20,7 @@ pub struct Broker {
     vhosts: HashMap<String, Arc<VirtualHost>>,
     users: UserStore,
     next_connection: AtomicU64,
+    scheduler: Arc<Scheduler>,
 }
 
 /// Where virtual hosts live under the data directory.
@@ -27,20 +29,29 @@ const VHOSTS_DIR: &str = "vhosts";
 impl Broker {
     /// A broker kept wholly in memory, with the default vhost and the default user.
     pub fn in_memory() -> Arc<Self> {
-        Self::with_vhost(VirtualHost::new(DEFAULT_VHOST))
+        let scheduler = Arc::new(Scheduler::default());
+        Self::with_vhost(VirtualHost::new(DEFAULT_VHOST, Arc::clone(&scheduler)), scheduler)
     }
 
     /// A broker on `data_dir`: durable definitions and messages are recovered from it.
     pub fn open(data_dir: &Path, store_config: LogStoreConfig) -> Result<Arc<Self>, BrokerError> {
         let hex: String = DEFAULT_VHOST.bytes().map(|b| format!("{b:02x}")).collect();
         let storage = VhostStorage::new(data_dir.join(VHOSTS_DIR).join(hex), store_config);
-        Ok(Self::with_vhost(VirtualHost::open(DEFAULT_VHOST, storage)?))
+        let scheduler = Arc::new(Scheduler::default());
+        Ok(Self::with_vhost(VirtualHost::open(DEFAULT_VHOST, storage, Arc::clone(&scheduler))?, scheduler))
     }
 
-    fn with_vhost(vhost: Arc<VirtualHost>) -> Arc<Self> {
+    fn with_vhost(vhost: Arc<VirtualHost>, scheduler: Arc<Scheduler>) -> Arc<Self> {
         let mut vhosts = HashMap::new();
         vhosts.insert(vhost.name().to_string(), vhost);
-        Arc::new(Broker { vhosts, users: UserStore::with_default_user(), next_connection: AtomicU64::new(1) })
+        let users = UserStore::with_default_user();
+        Arc::new(Broker { vhosts, users, next_connection: AtomicU64::new(1), scheduler })
+    }
+
+    /// Handles the timers due at `now_ms` (TTLs, queue expiry, delayed messages). Whoever runs
+    /// the broker calls this every [`crate::scheduler::TICK_MS`].
+    pub fn fire_timers(&self, now_ms: u64) {
+        self.scheduler.fire_due(now_ms);
     }
 
     /// A virtual host by name.

@@ -1,8 +1,11 @@
 //! A consumer: one `basic.consume` subscription, its QoS credit and where its deliveries go.
 
+use crate::error::{BrokerError, BrokerResult};
+use crate::field_value::{number_of, string_of};
+use crate::message::Message;
 use crate::queue::Queue;
 use crate::session::Session;
-use amq_protocol::types::{FieldTable, ShortString};
+use amq_protocol::types::{AMQPValue, FieldTable, ShortString};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -18,6 +21,72 @@ pub struct Consumer {
     prefetch: u32,
     unacked: AtomicU32,
     arguments: FieldTable,
+    /// `x-priority`: higher goes first.
+    priority: i64,
+    /// `x-stream-filter` and `x-stream-match-unfiltered`.
+    filter: Option<TagFilter>,
+}
+
+/// The header that carries a message's tag, as RabbitMQ's stream filtering names it.
+pub const TAG_HEADER: &str = "x-stream-filter-value";
+
+/// Which tagged messages a consumer wants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagFilter {
+    tags: Vec<Vec<u8>>,
+    match_unfiltered: bool,
+}
+
+impl TagFilter {
+    /// Whether a message with this tag (or none) is wanted.
+    pub fn matches(&self, tag: Option<&[u8]>) -> bool {
+        match tag {
+            Some(tag) => self.tags.iter().any(|t| t == tag),
+            None => self.match_unfiltered,
+        }
+    }
+}
+
+/// A message's tag: its `x-stream-filter-value` header.
+pub fn message_tag(message: &Message) -> Option<&[u8]> {
+    message.properties.headers().and_then(|h| h.inner().get(TAG_HEADER)).and_then(string_of)
+}
+
+fn invalid(name: &str, expected: &str, value: &AMQPValue) -> BrokerError {
+    BrokerError::precondition_failed(format!("invalid consumer arg '{name}': expected {expected}, got {value:?}"))
+}
+
+impl ConsumerOptions {
+    /// Checks the consumer arguments Warren interprets (406 if malformed).
+    pub fn parse_priority_and_filter(&self) -> BrokerResult<(i64, Option<TagFilter>)> {
+        let args = self.arguments.inner();
+        let priority = match args.get("x-priority") {
+            None => 0,
+            Some(value) => match number_of(value) {
+                Some(n) if n.fract() == 0.0 => n as i64,
+                _ => return Err(invalid("x-priority", "an integer", value)),
+            },
+        };
+        let tags = match args.get("x-stream-filter") {
+            None => None,
+            Some(AMQPValue::FieldArray(array)) => Some(
+                array
+                    .as_slice()
+                    .iter()
+                    .map(|v| string_of(v).map(<[u8]>::to_vec).ok_or_else(|| invalid("x-stream-filter", "strings", v)))
+                    .collect::<BrokerResult<Vec<_>>>()?,
+            ),
+            Some(value) => Some(vec![string_of(value)
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| invalid("x-stream-filter", "a string or an array of strings", value))?]),
+        };
+        let match_unfiltered = match args.get("x-stream-match-unfiltered") {
+            None => false,
+            Some(AMQPValue::Boolean(on)) => *on,
+            Some(value) => return Err(invalid("x-stream-match-unfiltered", "a boolean", value)),
+        };
+        Ok((priority, tags.map(|tags| TagFilter { tags, match_unfiltered })))
+    }
 }
 
 /// What `basic.consume` asked for.
@@ -38,8 +107,11 @@ impl Consumer {
         session: Arc<Session>,
         options: ConsumerOptions,
         prefetch: u32,
-    ) -> Self {
-        Consumer {
+    ) -> BrokerResult<Self> {
+        let (priority, filter) = options.parse_priority_and_filter()?;
+        Ok(Consumer {
+            priority,
+            filter,
             tag,
             queue,
             session,
@@ -48,7 +120,22 @@ impl Consumer {
             prefetch,
             unacked: AtomicU32::new(0),
             arguments: options.arguments,
-        }
+        })
+    }
+
+    /// `x-priority` (0 by default).
+    pub fn priority(&self) -> i64 {
+        self.priority
+    }
+
+    /// Whether the consumer wants this message (its tag filter, if any).
+    pub fn wants(&self, message: &Message) -> bool {
+        self.filter.as_ref().is_none_or(|f| f.matches(message_tag(message)))
+    }
+
+    /// Whether the consumer filters by tag.
+    pub fn filters(&self) -> bool {
+        self.filter.is_some()
     }
 
     /// The consumer tag.

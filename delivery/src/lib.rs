@@ -14,6 +14,7 @@ mod field_value;
 pub mod message;
 pub mod properties;
 pub mod queue;
+pub mod scheduler;
 pub mod session;
 pub mod timing_wheel;
 pub mod user;

@@ -137,7 +137,7 @@ impl Session {
             }
             state.consumer_prefetch
         };
-        let consumer = Arc::new(Consumer::new(tag, Arc::clone(&queue), Arc::clone(self), options, prefetch));
+        let consumer = Arc::new(Consumer::new(tag, Arc::clone(&queue), Arc::clone(self), options, prefetch)?);
         self.state.lock().consumers.push(Arc::clone(&consumer));
         if let Err(error) = queue.add_consumer(Arc::clone(&consumer)) {
             self.state.lock().consumers.retain(|c| !Arc::ptr_eq(c, &consumer));
@@ -249,31 +249,30 @@ impl Session {
     /// `basic.ack`.
     pub fn ack(&self, tag: u64, multiple: bool) -> BrokerResult<()> {
         let taken = self.take(tag, multiple)?;
-        self.settle(taken, false);
+        self.settle(taken, Settlement::Ack);
         Ok(())
     }
 
-    /// `basic.nack` / `basic.reject`: requeue, or drop.
+    /// `basic.nack` / `basic.reject`: requeue, or drop (dead-letter).
     pub fn reject(&self, tag: u64, multiple: bool, requeue: bool) -> BrokerResult<()> {
         let taken = self.take(tag, multiple)?;
-        self.settle(taken, requeue);
+        self.settle(taken, if requeue { Settlement::Requeue } else { Settlement::Reject });
         Ok(())
     }
 
     /// `basic.recover`: every unacked delivery goes back to its queue.
     pub fn recover(&self) {
         if let Ok(taken) = self.take(0, true) {
-            self.settle(taken, true);
+            self.settle(taken, Settlement::Requeue);
         }
     }
 
-    fn settle(&self, taken: Vec<Unacked>, requeue: bool) {
+    fn settle(&self, taken: Vec<Unacked>, outcome: Settlement) {
         for (queue, messages) in group_by_queue(taken) {
-            if requeue {
-                queue.requeue(&messages);
-            } else {
-                queue.settle(&messages);
-                queue.dispatch();
+            match outcome {
+                Settlement::Ack => queue.settle(&messages),
+                Settlement::Reject => queue.reject(&messages),
+                Settlement::Requeue => queue.requeue(&messages),
             }
         }
         if self.channel_prefetch.load(Ordering::Acquire) != 0 {
@@ -300,6 +299,14 @@ impl Session {
         }
         self.recover();
     }
+}
+
+/// What happens to deliveries being settled.
+#[derive(Debug, Clone, Copy)]
+enum Settlement {
+    Ack,
+    Reject,
+    Requeue,
 }
 
 fn unknown_tag(tag: u64) -> BrokerError {

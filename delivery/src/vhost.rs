@@ -8,12 +8,14 @@ use crate::equivalence;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::exchange::{Binding, Destination, Exchange, ExchangeDefinition, ExchangeKind};
 use crate::message::Message;
-use crate::queue::{ConnectionId, MessageStore, Queue, QueueDefinition};
+use crate::queue::dead_letter;
+use crate::queue::{ConnectionId, MessageStore, Published, Queue, QueueArguments, QueueContext, QueueDefinition};
+use crate::scheduler::SchedulerHandle;
 use amq_protocol::types::FieldTable;
 use parking_lot::RwLock;
 use rand::distributions::{Alphanumeric, DistString};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// The prefix of names only the broker may create.
 const RESERVED_PREFIX: &str = "amq.";
@@ -39,6 +41,8 @@ pub struct VirtualHost {
     queues: RwLock<HashMap<String, Arc<Queue>>>,
     /// Where durable definitions and messages go; `None` keeps everything in memory.
     storage: Option<VhostStorage>,
+    scheduler: SchedulerHandle,
+    me: Weak<VirtualHost>,
 }
 
 fn internal_error(what: &str, error: impl std::fmt::Display) -> BrokerError {
@@ -48,26 +52,28 @@ fn internal_error(what: &str, error: impl std::fmt::Display) -> BrokerError {
 
 impl VirtualHost {
     /// A virtual host kept in memory, with the standard exchanges.
-    pub fn new(name: &str) -> Arc<Self> {
-        Arc::new(Self::with_standard_exchanges(name, None))
+    pub fn new(name: &str, scheduler: SchedulerHandle) -> Arc<Self> {
+        Self::with_standard_exchanges(name, None, scheduler)
     }
 
     /// A virtual host on disk: its durable definitions and queues are recovered from `storage`.
-    pub fn open(name: &str, storage: VhostStorage) -> Result<Arc<Self>, BrokerError> {
+    pub fn open(name: &str, storage: VhostStorage, scheduler: SchedulerHandle) -> Result<Arc<Self>, BrokerError> {
         let definitions = storage.load().map_err(|e| internal_error("cannot read definitions", e))?;
         storage.remove_orphan_queue_dirs(&definitions.queues);
-        let vhost = Self::with_standard_exchanges(name, Some(storage));
+        let vhost = Self::with_standard_exchanges(name, Some(storage), scheduler);
         vhost.restore(definitions)?;
-        Ok(Arc::new(vhost))
+        Ok(vhost)
     }
 
-    fn with_standard_exchanges(name: &str, storage: Option<VhostStorage>) -> Self {
-        let vhost = VirtualHost {
+    fn with_standard_exchanges(name: &str, storage: Option<VhostStorage>, scheduler: SchedulerHandle) -> Arc<Self> {
+        let vhost = Arc::new_cyclic(|me| VirtualHost {
             name: name.to_string(),
             exchanges: RwLock::new(HashMap::new()),
             queues: RwLock::new(HashMap::new()),
             storage,
-        };
+            scheduler,
+            me: Weak::clone(me),
+        });
         for (name, kind) in [
             ("", ExchangeKind::Direct),
             ("amq.direct", ExchangeKind::Direct),
@@ -111,9 +117,9 @@ impl VirtualHost {
                 auto_delete: record.auto_delete,
                 arguments: record.arguments,
             };
-            let queue = Queue::recover(definition, store);
+            let queue = Queue::recover(definition, store, self.queue_context())?;
             tracing::info!(queue = queue.name(), messages = queue.message_count(), "recovered queue");
-            self.queues.write().insert(queue.name().to_string(), Arc::new(queue));
+            self.queues.write().insert(queue.name().to_string(), queue);
         }
         for record in definitions.bindings {
             let destination = if record.to_exchange {
@@ -127,6 +133,10 @@ impl VirtualHost {
             }
         }
         Ok(())
+    }
+
+    fn queue_context(&self) -> QueueContext {
+        QueueContext { vhost: Weak::clone(&self.me), scheduler: Arc::clone(&self.scheduler) }
     }
 
     /// Writes the durable definitions, if this virtual host is on disk.
@@ -354,8 +364,10 @@ impl VirtualHost {
                 return Err(existing_locked(&existing));
             }
             equivalence::check_queue(existing.definition(), &definition, &self.name)?;
+            existing.touch();
             return Ok(Self::declared(existing));
         }
+        QueueArguments::parse(&definition.arguments)?;
         let stored = is_stored(&definition);
         let store = match (&self.storage, stored) {
             (Some(storage), true) => {
@@ -376,7 +388,7 @@ impl VirtualHost {
                 }
                 return Ok(Self::declared(existing));
             }
-            let queue = Arc::new(Queue::new(definition, store));
+            let queue = Queue::new(definition, store, self.queue_context())?;
             queues.insert(queue.name().to_string(), Arc::clone(&queue));
             queue
         };
@@ -453,6 +465,40 @@ impl VirtualHost {
     pub fn close(&self) {
         for queue in self.queues() {
             queue.close();
+        }
+    }
+
+    /// Deletes a queue whose `x-expires` ran out.
+    pub(crate) fn delete_expired_queue(&self, queue: &Arc<Queue>) {
+        self.remove_queue(queue);
+        if is_stored(queue.definition()) {
+            if let Err(error) = self.save_definitions() {
+                tracing::error!(%error, "expired queue stays in the stored definitions");
+            }
+        }
+    }
+
+    /// Routes a dead-lettered message (its exchange is the dead-letter exchange) to its queues,
+    /// skipping any queue it would reach in a cycle with no rejection. A missing dead-letter
+    /// exchange drops it, as in RabbitMQ.
+    pub(crate) fn publish_dead_letter(&self, from: &str, message: crate::message::Message) {
+        let queues = match self.route(message.exchange.as_str(), &message) {
+            Ok(queues) => queues,
+            Err(error) => {
+                tracing::warn!(queue = from, %error, "dead-letter exchange unusable; message dropped");
+                return;
+            }
+        };
+        let message = Arc::new(message);
+        for queue in queues {
+            if dead_letter::is_cycle(&message, queue.name()) {
+                tracing::debug!(queue = from, target = queue.name(), "dead-letter cycle; message dropped");
+                continue;
+            }
+            match queue.publish(Arc::clone(&message)) {
+                Ok(Published::Stored(_)) | Ok(Published::Rejected) => {}
+                Err(error) => tracing::error!(queue = queue.name(), %error, "cannot store a dead letter"),
+            }
         }
     }
 

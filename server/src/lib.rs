@@ -63,6 +63,18 @@ impl RunningBroker {
     }
 }
 
+/// Drives the broker's timing wheel (TTLs, queue expiry, delayed messages) until the broker
+/// is dropped.
+async fn run_timers(broker: std::sync::Weak<Broker>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(warren_delivery::scheduler::TICK_MS));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let Some(broker) = broker.upgrade() else { return };
+        broker.fire_timers(warren_delivery::scheduler::now_ms());
+    }
+}
+
 /// Creates the data directory, binds the listener and starts serving.
 pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
     std::fs::create_dir_all(&config.data_dir)
@@ -84,6 +96,7 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
     let (shutdown, shutdown_rx) = watch::channel(false);
     let protocol = Arc::new(config.protocol.clone());
     let task = tokio::spawn(warren_amqp::listener::run(listener, Arc::clone(&broker), protocol, shutdown_rx));
+    tokio::spawn(run_timers(Arc::downgrade(&broker)));
     tracing::info!(%amqp_addr, data_dir = %config.data_dir.display(), "Warren is accepting AMQP 0-9-1 connections");
     Ok(RunningBroker { amqp_addr, broker, shutdown, task })
 }

@@ -25,6 +25,9 @@ const ACKS_OLD_DIR: &str = "acks.old";
 /// Ack-log record kinds (first payload byte).
 const ACK_RECORD_SETTLED: u8 = 1;
 const ACK_RECORD_DELIVERED: u8 = 2;
+/// Every offset below the one recorded is settled (written by compaction, which drops the
+/// settled offsets below it).
+const ACK_RECORD_FIRST_LIVE: u8 = 3;
 /// The ack log is compacted when it grows past this.
 const ACK_LOG_COMPACT_BYTES: u64 = 8 * 1024 * 1024;
 /// Segment size of ack logs: small, so compaction frees space soon.
@@ -124,6 +127,9 @@ pub struct LogStore {
     recent: RecentCache,
     read_ahead: VecDeque<(u64, Arc<Message>)>,
     scratch: Vec<u8>,
+    flush_policy: FlushPolicy,
+    /// Size of the ack log right after the last compaction.
+    compacted_bytes: u64,
 }
 
 impl std::fmt::Debug for LogStore {
@@ -155,6 +161,8 @@ impl LogStore {
             recent: RecentCache::default(),
             read_ahead: VecDeque::new(),
             scratch: Vec::new(),
+            flush_policy: config.flush_policy,
+            compacted_bytes: 0,
         };
         store.replay_acks()?;
         store.advance_first_live();
@@ -182,6 +190,12 @@ impl LogStore {
         match kind {
             ACK_RECORD_SETTLED => self.settled.extend(offsets.filter(|o| *o >= self.first_live)),
             ACK_RECORD_DELIVERED => self.delivered_up_to = offsets.max().max(self.delivered_up_to),
+            ACK_RECORD_FIRST_LIVE => {
+                if let Some(first_live) = offsets.max() {
+                    self.first_live = self.first_live.max(first_live);
+                    self.settled = self.settled.split_off(&self.first_live);
+                }
+            }
             _ => tracing::warn!(dir = %self.dir.display(), kind, "unknown ack record kind; ignored"),
         }
     }
@@ -227,7 +241,8 @@ impl LogStore {
     }
 
     fn compact_acks_if_large(&mut self) -> Result<(), StoreError> {
-        if self.acks.size_bytes() < ACK_LOG_COMPACT_BYTES {
+        // Twice the compacted size at least, so a large settled set is not rewritten per ack.
+        if self.acks.size_bytes() < ACK_LOG_COMPACT_BYTES.max(2 * self.compacted_bytes) {
             return Ok(());
         }
         let compact_dir = self.dir.join(ACKS_COMPACT_DIR);
@@ -235,6 +250,7 @@ impl LogStore {
         let compact = Log::open(&compact_dir, ack_log_config(FlushPolicy::Always)).map_err(io_error)?;
         let _ = std::mem::replace(&mut self.acks, compact).close();
         // The compacted log holds the whole settlement state in a few records.
+        self.append_ack_record(ACK_RECORD_FIRST_LIVE, &[self.first_live])?;
         let settled: Vec<u64> = self.settled.iter().copied().collect();
         self.append_ack_record(ACK_RECORD_SETTLED, &settled)?;
         if let Some(delivered) = self.delivered_up_to {
@@ -243,7 +259,8 @@ impl LogStore {
         self.acks.flush().map_err(io_error)?;
         let _ = self.acks.close();
         swap_compacted_ack_log(&self.dir)?;
-        self.acks = open_ack_log(&self.dir, FlushPolicy::Batch)?;
+        self.acks = open_ack_log(&self.dir, self.flush_policy)?;
+        self.compacted_bytes = self.acks.size_bytes();
         Ok(())
     }
 }

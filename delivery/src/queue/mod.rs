@@ -5,24 +5,35 @@
 //! an ack, a new consumer), and hands deliveries to each consumer's session without waiting.
 //!
 //! A queue has two message stores: persistent messages of a durable queue go to its
-//! [`LogStore`], everything else to a [`MemoryStore`]. The ready list orders messages by their
-//! position in the queue, whichever store holds them.
+//! [`LogStore`], everything else to a [`MemoryStore`]. The ready list orders messages by
+//! priority (for `x-max-priority` queues) and then by position, whichever store holds them.
+//! Messages leaving for the dead-letter exchange are published after the lock is released.
 
+mod arguments;
+pub mod dead_letter;
 mod log_store;
 mod message_codec;
 mod message_store;
+mod ready_list;
+mod state;
 
+pub use arguments::{Overflow, QueueArguments, MAX_PRIORITY};
 pub use log_store::{LogStore, LogStoreConfig};
 pub use message_store::{Appended, DurableMark, MemoryStore, MessageStore, StoreError};
 
 use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::Message;
+use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
 use crate::session::Session;
-use amq_protocol::types::FieldTable;
-use parking_lot::Mutex;
-use std::collections::{HashSet, VecDeque};
-use std::sync::Arc;
+use crate::vhost::VirtualHost;
+use amq_protocol::types::{AMQPValue, FieldTable};
+use dead_letter::DeathReason;
+use parking_lot::{Mutex, MutexGuard};
+use ready_list::ReadyList;
+use state::QueueState;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
 
 /// Identifies a client connection, for exclusive queues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -43,24 +54,35 @@ pub struct QueueDefinition {
     pub arguments: FieldTable,
 }
 
-/// The bit of [`MessageRef::location`] that says the message is in the memory store.
+/// Bits of [`MessageRef::location`]: the store offset, the priority, and which store.
+const OFFSET_MASK: u64 = (1 << 55) - 1;
+const PRIORITY_SHIFT: u32 = 55;
 const IN_MEMORY_BIT: u64 = 1 << 63;
 
-/// A queued message: its place in the queue, and where it is stored.
+/// Ready messages scanned per dispatch round for one that a filtering consumer wants.
+const FILTER_SCAN_LIMIT: usize = 4096;
+/// The header a redelivery carries under `x-delivery-limit`: deliveries before this one.
+const DELIVERY_COUNT_HEADER: &str = "x-delivery-count";
+
+/// A queued message: its place in the queue, its priority, and where it is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MessageRef {
     position: u64,
-    /// The store offset, with [`IN_MEMORY_BIT`] set for the memory store.
     location: u64,
 }
 
 impl MessageRef {
-    fn new(position: u64, offset: u64, in_memory: bool) -> Self {
-        MessageRef { position, location: offset | if in_memory { IN_MEMORY_BIT } else { 0 } }
+    fn new(position: u64, offset: u64, in_memory: bool, priority: u8) -> Self {
+        let store = if in_memory { IN_MEMORY_BIT } else { 0 };
+        MessageRef { position, location: (offset & OFFSET_MASK) | (u64::from(priority) << PRIORITY_SHIFT) | store }
     }
 
     fn offset(self) -> u64 {
-        self.location & !IN_MEMORY_BIT
+        self.location & OFFSET_MASK
+    }
+
+    fn priority(self) -> u8 {
+        ((self.location >> PRIORITY_SHIFT) & 0xff) as u8
     }
 
     fn in_memory(self) -> bool {
@@ -68,57 +90,13 @@ impl MessageRef {
     }
 }
 
-struct QueueState {
-    /// Persistent messages of a durable queue (`None` for other queues).
-    durable_store: Option<Box<dyn MessageStore>>,
-    memory_store: MemoryStore,
-    /// Sorted by position, so a requeued message goes back to its place.
-    ready: VecDeque<MessageRef>,
-    next_position: u64,
-    /// Recovered messages below this position may have been delivered before a restart.
-    redelivered_below: u64,
-    /// Positions delivered at least once and returned to the queue.
-    requeued: HashSet<u64>,
-    unacked: usize,
-    consumers: Vec<Arc<Consumer>>,
-    next_consumer: usize,
-    deleted: bool,
-}
-
-impl QueueState {
-    fn store(&mut self, message: MessageRef) -> &mut dyn MessageStore {
-        match (&mut self.durable_store, message.in_memory()) {
-            (Some(store), false) => store.as_mut(),
-            _ => &mut self.memory_store,
-        }
-    }
-
-    fn read(&mut self, message: MessageRef) -> Result<Arc<Message>, StoreError> {
-        let store = self.store(message);
-        let read = store.read(message.offset());
-        if read.is_ok() {
-            store.delivered(message.offset());
-        }
-        read
-    }
-
-    fn is_redelivered(&self, message: MessageRef) -> bool {
-        message.position < self.redelivered_below || self.requeued.contains(&message.position)
-    }
-
-    /// Removes settled messages from their stores.
-    fn remove(&mut self, messages: &[MessageRef]) -> Result<(), StoreError> {
-        let (in_memory, durable): (Vec<MessageRef>, Vec<MessageRef>) = messages.iter().partition(|m| m.in_memory());
-        for message in messages {
-            self.requeued.remove(&message.position);
-        }
-        let offsets = |list: &[MessageRef]| list.iter().map(|m| m.offset()).collect::<Vec<u64>>();
-        self.memory_store.remove(&offsets(&in_memory))?;
-        if let Some(store) = &mut self.durable_store {
-            store.remove(&offsets(&durable))?;
-        }
-        Ok(())
-    }
+/// What became of a published message.
+#[derive(Debug)]
+pub enum Published {
+    /// Queued; a confirm must wait for the mark, if any.
+    Stored(Option<DurableMark>),
+    /// Refused by `x-overflow: reject-publish(-dlx)`: the publisher gets a nack.
+    Rejected,
 }
 
 /// A message taken by `basic.get`.
@@ -134,9 +112,20 @@ pub struct GetResult {
     pub message_count: u32,
 }
 
+/// What a queue needs from the broker around it.
+#[derive(Debug, Clone)]
+pub struct QueueContext {
+    /// Its virtual host, where dead letters are routed.
+    pub vhost: Weak<VirtualHost>,
+    /// The broker's timers.
+    pub scheduler: SchedulerHandle,
+}
+
 /// A queue.
 pub struct Queue {
     definition: QueueDefinition,
+    arguments: QueueArguments,
+    vhost: Weak<VirtualHost>,
     state: Mutex<QueueState>,
 }
 
@@ -148,44 +137,94 @@ impl std::fmt::Debug for Queue {
 
 impl Queue {
     /// A new, empty queue; `durable_store` holds the persistent messages of a durable queue.
-    pub fn new(definition: QueueDefinition, durable_store: Option<Box<dyn MessageStore>>) -> Self {
-        Self::with_backlog(definition, durable_store, VecDeque::new(), 0, 0)
+    /// Malformed `x-` arguments are 406.
+    pub fn new(
+        definition: QueueDefinition,
+        durable_store: Option<Box<dyn MessageStore>>,
+        context: QueueContext,
+    ) -> BrokerResult<Arc<Self>> {
+        let arguments = QueueArguments::parse(&definition.arguments)?;
+        Ok(Self::build(definition, arguments, durable_store, context, |_| {}))
     }
 
     /// A durable queue reopened from its store: the unsettled messages are ready again.
-    pub fn recover(definition: QueueDefinition, store: LogStore) -> Self {
-        let ready: VecDeque<MessageRef> =
-            store.unsettled().map(|offset| MessageRef::new(offset, offset, false)).collect();
+    /// Queues with priorities, a TTL or a byte limit read each message once to learn its
+    /// priority and size; TTLs of recovered messages restart from the recovery.
+    pub fn recover(definition: QueueDefinition, store: LogStore, context: QueueContext) -> BrokerResult<Arc<Self>> {
+        let arguments = QueueArguments::parse(&definition.arguments)?;
+        let unsettled: Vec<u64> = store.unsettled().collect();
         let redelivered_below = store.delivered_up_to().map_or(0, |d| d + 1);
         let next_position = store.next_offset();
-        Self::with_backlog(definition, Some(Box::new(store)), ready, next_position, redelivered_below)
+        let queue = Self::build(definition, arguments, Some(Box::new(store)), context, |state| {
+            state.next_position = next_position;
+            state.redelivered_below = redelivered_below;
+        });
+        let mut state = queue.state.lock();
+        let now = now_ms();
+        let args = &queue.arguments;
+        // Only these arguments need each message's properties; a plain queue recovers from
+        // offsets alone, without reading its backlog.
+        let read_each = args.max_priority.is_some() || args.message_ttl_ms.is_some() || args.max_length_bytes.is_some();
+        for offset in unsettled {
+            if !read_each {
+                state.ready.push_back(MessageRef::new(offset, offset, false, 0));
+                continue;
+            }
+            match state.read(MessageRef::new(offset, offset, false, 0)) {
+                Ok(message) => queue.enqueue_locked(&mut state, offset, offset, false, &message, now),
+                Err(error) => tracing::error!(queue = queue.name(), offset, %error, "unreadable message left out"),
+            }
+        }
+        drop(state);
+        Ok(queue)
     }
 
-    fn with_backlog(
+    fn build(
         definition: QueueDefinition,
+        arguments: QueueArguments,
         durable_store: Option<Box<dyn MessageStore>>,
-        ready: VecDeque<MessageRef>,
-        next_position: u64,
-        redelivered_below: u64,
-    ) -> Self {
-        let state = QueueState {
-            durable_store,
-            memory_store: MemoryStore::default(),
-            ready,
-            next_position,
-            redelivered_below,
-            requeued: HashSet::new(),
-            unacked: 0,
-            consumers: Vec::new(),
-            next_consumer: 0,
-            deleted: false,
-        };
-        Queue { definition, state: Mutex::new(state) }
+        context: QueueContext,
+        adjust: impl FnOnce(&mut QueueState),
+    ) -> Arc<Self> {
+        let expires = arguments.expires_ms;
+        let queue = Arc::new_cyclic(|me: &Weak<Queue>| {
+            let mut state = QueueState {
+                durable_store,
+                memory_store: MemoryStore::default(),
+                ready: ReadyList::new(arguments.max_priority),
+                ready_bytes: 0,
+                next_position: 0,
+                redelivered_below: 0,
+                delivery_counts: HashMap::new(),
+                deadlines: HashMap::new(),
+                unacked: 0,
+                consumers: Vec::new(),
+                next_consumer: 0,
+                deleted: false,
+                last_used_ms: now_ms(),
+                dead_letters: Vec::new(),
+                scheduler: context.scheduler,
+                me: Weak::clone(me),
+            };
+            adjust(&mut state);
+            Queue { definition, arguments, vhost: context.vhost, state: Mutex::new(state) }
+        });
+        if let Some(expires) = expires {
+            let state = queue.state.lock();
+            let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(&queue) };
+            state.scheduler.schedule(state.last_used_ms + expires, event);
+        }
+        queue
     }
 
     /// Its definition.
     pub fn definition(&self) -> &QueueDefinition {
         &self.definition
+    }
+
+    /// Its parsed arguments.
+    pub fn arguments(&self) -> &QueueArguments {
+        &self.arguments
     }
 
     /// Its name.
@@ -219,55 +258,110 @@ impl Queue {
         }
     }
 
-    /// Stores a message and dispatches it if a consumer has credit. Returns what a publisher
-    /// confirm must wait for, if the message went to disk.
-    pub fn publish(self: &Arc<Self>, message: Arc<Message>) -> Result<Option<DurableMark>, StoreError> {
-        let mut state = self.state.lock();
-        if state.deleted {
-            return Ok(None);
-        }
-        let persistent = message.properties.is_persistent() && state.durable_store.is_some();
-        let appended = match (&mut state.durable_store, persistent) {
-            (Some(store), true) => store.append(&message)?,
-            _ => state.memory_store.append(&message)?,
+    /// Marks the queue used now (for `x-expires`).
+    pub fn touch(&self) {
+        self.state.lock().last_used_ms = now_ms();
+    }
+
+    /// Runs `work` under the lock, then publishes the dead letters it produced.
+    fn with_state<R>(self: &Arc<Self>, work: impl FnOnce(&mut MutexGuard<'_, QueueState>) -> R) -> R {
+        let (result, letters) = {
+            let mut state = self.state.lock();
+            let result = work(&mut state);
+            (result, std::mem::take(&mut state.dead_letters))
         };
-        let position = state.next_position;
-        state.next_position += 1;
-        state.ready.push_back(MessageRef::new(position, appended.offset, !persistent));
-        self.dispatch_locked(&mut state);
-        Ok(appended.durable)
+        if !letters.is_empty() {
+            if let Some(vhost) = self.vhost.upgrade() {
+                for letter in letters {
+                    vhost.publish_dead_letter(self.name(), letter.message);
+                }
+            }
+        }
+        result
+    }
+
+    /// The TTL deadline of a message published now: the lower of the queue's and its own.
+    fn deadline(&self, message: &Message, now: u64) -> Option<u64> {
+        let own = message.properties.expiration().and_then(|e| std::str::from_utf8(e).ok()?.parse::<u64>().ok());
+        let ttl = match (self.arguments.message_ttl_ms, own) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        ttl.map(|ttl| now.saturating_add(ttl))
+    }
+
+    fn enqueue_locked(
+        &self,
+        state: &mut QueueState,
+        position: u64,
+        offset: u64,
+        in_memory: bool,
+        message: &Message,
+        now: u64,
+    ) {
+        let priority =
+            if self.arguments.max_priority.is_some() { message.properties.priority().unwrap_or(0) } else { 0 };
+        state.ready.push_back(MessageRef::new(position, offset, in_memory, priority));
+        state.count_bytes(&self.arguments, message.body.len(), true);
+        if let Some(deadline) = self.deadline(message, now) {
+            state.set_deadline(position, deadline);
+        }
+    }
+
+    /// Stores a message and dispatches it if a consumer has credit.
+    pub fn publish(self: &Arc<Self>, message: Arc<Message>) -> Result<Published, StoreError> {
+        self.with_state(|state| {
+            if state.deleted {
+                return Ok(Published::Stored(None));
+            }
+            if self.arguments.overflow != Overflow::DropHead
+                && state.would_overflow(&self.arguments, message.body.len())
+            {
+                if self.arguments.overflow == Overflow::RejectPublishDlx {
+                    state.dead_letter(self.name(), &self.arguments, &message, DeathReason::Maxlen);
+                }
+                return Ok(Published::Rejected);
+            }
+            let persistent = message.properties.is_persistent() && state.durable_store.is_some();
+            let appended = match (&mut state.durable_store, persistent) {
+                (Some(store), true) => store.append(&message)?,
+                _ => state.memory_store.append(&message)?,
+            };
+            let position = state.next_position;
+            state.next_position += 1;
+            let now = now_ms();
+            self.enqueue_locked(state, position, appended.offset, !persistent, &message, now);
+            state.drop_head(self.name(), &self.arguments);
+            self.dispatch_locked(state);
+            self.expire_due_locked(state, now);
+            Ok(Published::Stored(appended.durable))
+        })
     }
 
     /// Delivers ready messages to consumers with credit.
     pub fn dispatch(self: &Arc<Self>) {
-        let mut state = self.state.lock();
-        self.dispatch_locked(&mut state);
+        self.with_state(|state| self.dispatch_locked(state));
     }
 
     fn dispatch_locked(self: &Arc<Self>, state: &mut QueueState) {
-        while !state.ready.is_empty() {
-            let Some(consumer) = Self::next_consumer_with_credit(state) else { break };
-            let Some(next) = state.ready.pop_front() else { break };
-            let message = match state.read(next) {
-                Ok(message) => message,
-                Err(error) => {
-                    tracing::error!(queue = self.name(), %error, "cannot read message; dispatch paused");
-                    state.ready.push_front(next);
+        let now = now_ms();
+        while state.any_credit() {
+            let candidates: Vec<MessageRef> = if state.any_filter() {
+                state.ready.iter().take(FILTER_SCAN_LIMIT).collect()
+            } else {
+                state.ready.front().into_iter().collect()
+            };
+            let mut delivered = false;
+            for next in candidates {
+                if !state.any_credit() {
                     break;
                 }
-            };
-            let redelivered = state.is_redelivered(next);
-            if consumer.no_ack() {
-                self.settle_locked(state, &[next]);
-            } else {
-                state.unacked += 1;
+                delivered |= self.try_deliver(state, next, now);
             }
-            consumer.session().push(&consumer, self, next, redelivered, message);
+            if !delivered {
+                break;
+            }
         }
-        self.sync_locked(state);
-    }
-
-    fn sync_locked(&self, state: &mut QueueState) {
         if let Some(store) = &mut state.durable_store {
             if let Err(error) = store.sync() {
                 tracing::error!(queue = self.name(), %error, "cannot record deliveries");
@@ -275,17 +369,96 @@ impl Queue {
         }
     }
 
-    /// Round-robin from where the last delivery left off, skipping consumers without credit.
-    fn next_consumer_with_credit(state: &mut QueueState) -> Option<Arc<Consumer>> {
-        let count = state.consumers.len();
-        (0..count).find_map(|step| {
-            let index = (state.next_consumer + step) % count;
-            let consumer = &state.consumers[index];
-            consumer.has_credit().then(|| {
-                state.next_consumer = (index + 1) % count;
-                Arc::clone(consumer)
-            })
-        })
+    /// Delivers one ready message if a consumer wants it; expired ones are discarded instead.
+    fn try_deliver(self: &Arc<Self>, state: &mut QueueState, next: MessageRef, now: u64) -> bool {
+        if state.is_expired(next, now) {
+            self.expire_ready(state, next.position);
+            return true;
+        }
+        let message = match state.read(next) {
+            Ok(message) => message,
+            Err(error) => {
+                tracing::error!(queue = self.name(), %error, "cannot read message; dispatch paused");
+                return false;
+            }
+        };
+        let Some(consumer) = state.choose_consumer(&self.arguments, &message) else { return false };
+        state.ready.remove(next.position);
+        state.count_bytes(&self.arguments, message.body.len(), false);
+        let message = self.with_delivery_count(state, next, message);
+        let redelivered = state.is_redelivered(next);
+        state.store(next).delivered(next.offset());
+        if consumer.no_ack() {
+            self.settle_locked(state, &[next]);
+        } else {
+            state.unacked += 1;
+        }
+        consumer.session().push(&consumer, self, next, redelivered, message);
+        true
+    }
+
+    /// Under `x-delivery-limit`, a redelivery carries `x-delivery-count` (deliveries so far).
+    fn with_delivery_count(&self, state: &QueueState, next: MessageRef, message: Arc<Message>) -> Arc<Message> {
+        let Some(&count) = state.delivery_counts.get(&next.position) else { return message };
+        if self.arguments.delivery_limit.is_none() {
+            return message;
+        }
+        let counted = dead_letter::rewrite(&message, |_, headers| {
+            headers.insert(DELIVERY_COUNT_HEADER.into(), AMQPValue::LongLongInt(i64::from(count)));
+        });
+        counted.map(Arc::new).unwrap_or(message)
+    }
+
+    fn expire_ready(&self, state: &mut QueueState, position: u64) {
+        if let Some(removed) = state.ready.remove(position) {
+            if let Ok(content) = state.read(removed) {
+                state.count_bytes(&self.arguments, content.body.len(), false);
+            }
+            state.discard(self.name(), &self.arguments, removed, DeathReason::Expired);
+        }
+    }
+
+    /// Discards ready messages whose TTL has passed (those at the head first).
+    fn expire_due_locked(&self, state: &mut QueueState, now: u64) {
+        while let Some(head) = state.ready.front() {
+            if !state.is_expired(head, now) {
+                return;
+            }
+            self.expire_ready(state, head.position);
+        }
+    }
+
+    /// A message's TTL timer fired: it goes if it is still waiting in the queue.
+    pub fn expire(self: &Arc<Self>, position: u64) {
+        self.with_state(|state| {
+            let now = now_ms();
+            if state.deadlines.get(&position).is_some_and(|d| *d <= now) {
+                self.expire_ready(state, position);
+            }
+        });
+    }
+
+    /// `x-expires`: deletes the queue if it has been unused for that long, or re-arms.
+    pub fn check_unused(self: &Arc<Self>) {
+        let Some(expires) = self.arguments.expires_ms else { return };
+        let idle_since = {
+            let state = self.state.lock();
+            if state.deleted {
+                return;
+            }
+            let in_use = !state.consumers.is_empty();
+            let idle_since = if in_use { now_ms() } else { state.last_used_ms };
+            if in_use || now_ms() < idle_since + expires {
+                let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(self) };
+                state.scheduler.schedule(idle_since + expires, event);
+                return;
+            }
+            idle_since
+        };
+        tracing::info!(queue = self.name(), idle_since, "queue unused for x-expires; deleting it");
+        if let Some(vhost) = self.vhost.upgrade() {
+            vhost.delete_expired_queue(self);
+        }
     }
 
     /// Attaches a consumer; exclusivity conflicts are 403 ACCESS_REFUSED, as in RabbitMQ.
@@ -309,6 +482,7 @@ impl Queue {
             )));
         }
         state.consumers.push(consumer);
+        state.last_used_ms = now_ms();
         Ok(())
     }
 
@@ -316,30 +490,39 @@ impl Queue {
     pub fn remove_consumer(&self, consumer: &Arc<Consumer>) -> bool {
         let mut state = self.state.lock();
         state.consumers.retain(|c| !Arc::ptr_eq(c, consumer));
+        state.last_used_ms = now_ms();
         state.consumers.is_empty()
     }
 
     /// Takes the next ready message for `basic.get`, recorded on `session`.
     pub fn get(self: &Arc<Self>, session: &Session, no_ack: bool) -> Option<GetResult> {
-        let mut state = self.state.lock();
-        let next = state.ready.pop_front()?;
-        let message = match state.read(next) {
-            Ok(message) => message,
-            Err(error) => {
-                tracing::error!(queue = self.name(), %error, "cannot read message for basic.get");
-                state.ready.push_front(next);
-                return None;
+        self.with_state(|state| {
+            state.last_used_ms = now_ms();
+            self.expire_due_locked(state, now_ms());
+            let next = state.ready.pop_front()?;
+            let message = match state.read(next) {
+                Ok(message) => message,
+                Err(error) => {
+                    tracing::error!(queue = self.name(), %error, "cannot read message for basic.get");
+                    state.ready.insert(next);
+                    return None;
+                }
+            };
+            state.count_bytes(&self.arguments, message.body.len(), false);
+            let message = self.with_delivery_count(state, next, message);
+            let redelivered = state.is_redelivered(next);
+            state.store(next).delivered(next.offset());
+            if no_ack {
+                self.settle_locked(state, &[next]);
+            } else {
+                state.unacked += 1;
             }
-        };
-        let redelivered = state.is_redelivered(next);
-        if no_ack {
-            self.settle_locked(&mut state, &[next]);
-        } else {
-            state.unacked += 1;
-        }
-        self.sync_locked(&mut state);
-        let delivery_tag = session.record_get(self, next, no_ack);
-        Some(GetResult { delivery_tag, redelivered, message, message_count: state.ready.len() as u32 })
+            if let Some(store) = &mut state.durable_store {
+                let _ = store.sync();
+            }
+            let delivery_tag = session.record_get(self, next, no_ack);
+            Some(GetResult { delivery_tag, redelivered, message, message_count: state.ready.len() as u32 })
+        })
     }
 
     fn settle_locked(&self, state: &mut QueueState, messages: &[MessageRef]) {
@@ -348,34 +531,63 @@ impl Queue {
         }
     }
 
-    /// Settles delivered messages (ack, or reject without requeue).
-    pub fn settle(&self, messages: &[MessageRef]) {
-        let mut state = self.state.lock();
-        state.unacked = state.unacked.saturating_sub(messages.len());
-        self.settle_locked(&mut state, messages);
+    /// Settles acknowledged messages and dispatches what their credit allows.
+    pub fn settle(self: &Arc<Self>, messages: &[MessageRef]) {
+        self.with_state(|state| {
+            state.unacked = state.unacked.saturating_sub(messages.len());
+            self.settle_locked(state, messages);
+            self.dispatch_locked(state);
+        });
+    }
+
+    /// Settles rejected messages (reject, or nack without requeue): dead-lettered if the queue
+    /// has a dead-letter exchange, dropped otherwise.
+    pub fn reject(self: &Arc<Self>, messages: &[MessageRef]) {
+        self.with_state(|state| {
+            state.unacked = state.unacked.saturating_sub(messages.len());
+            for &message in messages {
+                state.discard(self.name(), &self.arguments, message, DeathReason::Rejected);
+            }
+            self.dispatch_locked(state);
+        });
     }
 
     /// Puts delivered messages back at their places, marked redelivered, and dispatches.
+    /// A message past `x-delivery-limit`, or past its TTL, is discarded instead.
     pub fn requeue(self: &Arc<Self>, messages: &[MessageRef]) {
-        let mut state = self.state.lock();
-        if state.deleted {
-            return;
-        }
-        state.unacked = state.unacked.saturating_sub(messages.len());
-        for &message in messages {
-            state.requeued.insert(message.position);
-            let place = state.ready.partition_point(|r| r.position < message.position);
-            state.ready.insert(place, message);
-        }
-        self.dispatch_locked(&mut state);
+        self.with_state(|state| {
+            if state.deleted {
+                return;
+            }
+            state.unacked = state.unacked.saturating_sub(messages.len());
+            let now = now_ms();
+            for &message in messages {
+                let count = state.delivery_counts.get(&message.position).copied().unwrap_or(0) + 1;
+                if self.arguments.delivery_limit.is_some_and(|limit| u64::from(count) > limit) {
+                    state.discard(self.name(), &self.arguments, message, DeathReason::DeliveryLimit);
+                } else if state.is_expired(message, now) {
+                    state.discard(self.name(), &self.arguments, message, DeathReason::Expired);
+                } else {
+                    state.delivery_counts.insert(message.position, count);
+                    if self.arguments.max_length_bytes.is_some() {
+                        let size = state.read(message).map_or(0, |m| m.body.len());
+                        state.count_bytes(&self.arguments, size, true);
+                    }
+                    state.ready.insert(message);
+                }
+            }
+            self.dispatch_locked(state);
+        });
     }
 
     /// Drops every ready message; returns how many.
-    pub fn purge(&self) -> u32 {
-        let mut state = self.state.lock();
-        let ready: Vec<MessageRef> = std::mem::take(&mut state.ready).into();
-        self.settle_locked(&mut state, &ready);
-        ready.len() as u32
+    pub fn purge(self: &Arc<Self>) -> u32 {
+        self.with_state(|state| {
+            let ready = state.ready.take_all();
+            state.ready_bytes = 0;
+            self.settle_locked(state, &ready);
+            ready.len() as u32
+        })
     }
 
     /// Makes what the queue stores durable (the broker is stopping).
@@ -394,7 +606,8 @@ impl Queue {
         let mut state = self.state.lock();
         state.deleted = true;
         let count = state.ready.len() as u32;
-        state.ready.clear();
+        state.ready.take_all();
+        state.deadlines.clear();
         state.memory_store = MemoryStore::default();
         if let Some(store) = state.durable_store.take() {
             store.destroy();

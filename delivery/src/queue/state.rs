@@ -1,0 +1,181 @@
+//! The state behind a queue's lock, and the operations on it that need no other lock.
+//!
+//! Everything here runs with the queue locked. What must happen after the lock is released
+//! (publishing dead letters to other queues) is collected in `dead_letters`.
+
+use super::arguments::{Overflow, QueueArguments};
+use super::dead_letter::{self, DeathReason};
+use super::ready_list::ReadyList;
+use super::{MemoryStore, MessageRef, MessageStore, StoreError};
+use crate::consumer::Consumer;
+use crate::message::Message;
+use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+/// A message on its way to the dead-letter exchange.
+#[derive(Debug)]
+pub(super) struct DeadLetter {
+    pub message: Message,
+}
+
+pub(super) struct QueueState {
+    pub durable_store: Option<Box<dyn MessageStore>>,
+    pub memory_store: MemoryStore,
+    pub ready: ReadyList,
+    /// Body bytes of the ready messages (kept only under `x-max-length-bytes`).
+    pub ready_bytes: u64,
+    pub next_position: u64,
+    /// Recovered messages below this position may have been delivered before a restart.
+    pub redelivered_below: u64,
+    /// Deliveries so far of messages that came back to the queue, by position.
+    pub delivery_counts: HashMap<u64, u32>,
+    /// TTL deadlines (ms since the epoch) of messages that have one, by position.
+    pub deadlines: HashMap<u64, u64>,
+    pub unacked: usize,
+    pub consumers: Vec<Arc<Consumer>>,
+    pub next_consumer: usize,
+    pub deleted: bool,
+    /// For `x-expires`: when the queue was last used (consumer, get, declare).
+    pub last_used_ms: u64,
+    pub dead_letters: Vec<DeadLetter>,
+    pub scheduler: SchedulerHandle,
+    pub me: Weak<super::Queue>,
+}
+
+impl QueueState {
+    pub fn store(&mut self, message: MessageRef) -> &mut dyn MessageStore {
+        match (&mut self.durable_store, message.in_memory()) {
+            (Some(store), false) => store.as_mut(),
+            _ => &mut self.memory_store,
+        }
+    }
+
+    pub fn read(&mut self, message: MessageRef) -> Result<Arc<Message>, StoreError> {
+        self.store(message).read(message.offset())
+    }
+
+    pub fn is_redelivered(&self, message: MessageRef) -> bool {
+        message.position < self.redelivered_below || self.delivery_counts.contains_key(&message.position)
+    }
+
+    /// Removes settled messages from their stores and forgets their bookkeeping.
+    pub fn remove(&mut self, messages: &[MessageRef]) -> Result<(), StoreError> {
+        for message in messages {
+            self.delivery_counts.remove(&message.position);
+            self.deadlines.remove(&message.position);
+        }
+        let offsets = |in_memory: bool| -> Vec<u64> {
+            messages.iter().filter(|m| m.in_memory() == in_memory).map(|m| m.offset()).collect()
+        };
+        let (memory, durable) = (offsets(true), offsets(false));
+        self.memory_store.remove(&memory)?;
+        if let Some(store) = &mut self.durable_store {
+            store.remove(&durable)?;
+        }
+        Ok(())
+    }
+
+    pub fn is_expired(&self, message: MessageRef, now: u64) -> bool {
+        self.deadlines.get(&message.position).is_some_and(|deadline| *deadline <= now)
+    }
+
+    /// Adds a message that just entered the ready list to the byte count, if counted.
+    pub fn count_bytes(&mut self, arguments: &QueueArguments, size: usize, entering: bool) {
+        if arguments.max_length_bytes.is_some() {
+            if entering {
+                self.ready_bytes += size as u64;
+            } else {
+                self.ready_bytes = self.ready_bytes.saturating_sub(size as u64);
+            }
+        }
+    }
+
+    /// Schedules the TTL timer of a message with a deadline.
+    pub fn set_deadline(&mut self, position: u64, deadline_ms: u64) {
+        self.deadlines.insert(position, deadline_ms);
+        let event = TimerEvent::MessageExpiry { queue: Weak::clone(&self.me), position };
+        self.scheduler.schedule(deadline_ms, event);
+    }
+
+    /// Queues a message for the dead-letter exchange, if the queue has one.
+    pub fn dead_letter(&mut self, queue: &str, arguments: &QueueArguments, message: &Message, reason: DeathReason) {
+        let Some(exchange) = &arguments.dead_letter_exchange else { return };
+        let routing_key = arguments.dead_letter_routing_key.as_deref().unwrap_or(message.routing_key.as_str());
+        let seconds = now_ms() / 1000;
+        match dead_letter::dead_letter(message, queue, reason, &routing_key.into(), &exchange.as_str().into(), seconds)
+        {
+            Ok(message) => self.dead_letters.push(DeadLetter { message }),
+            Err(error) => tracing::error!(queue, %error, "cannot dead-letter a message; dropped"),
+        }
+    }
+
+    /// Removes a ready or returned message for good, dead-lettering it for `reason`.
+    pub fn discard(&mut self, queue: &str, arguments: &QueueArguments, message: MessageRef, reason: DeathReason) {
+        match self.read(message) {
+            Ok(content) => {
+                self.dead_letter(queue, arguments, &content, reason);
+            }
+            Err(error) => tracing::error!(queue, %error, "cannot read a message being discarded"),
+        }
+        if let Err(error) = self.remove(&[message]) {
+            tracing::error!(queue, %error, "cannot record a discarded message");
+        }
+    }
+
+    /// Whether one more message of `size` bytes would exceed a length limit.
+    pub fn would_overflow(&self, arguments: &QueueArguments, size: usize) -> bool {
+        let by_count = arguments.max_length.is_some_and(|max| self.ready.len() as u64 >= max);
+        let by_bytes = arguments.max_length_bytes.is_some_and(|max| self.ready_bytes + size as u64 > max);
+        by_count || by_bytes
+    }
+
+    fn over_limits(&self, arguments: &QueueArguments) -> bool {
+        let by_count = arguments.max_length.is_some_and(|max| self.ready.len() as u64 > max);
+        let by_bytes = arguments.max_length_bytes.is_some_and(|max| self.ready_bytes > max);
+        by_count || by_bytes
+    }
+
+    /// `x-overflow: drop-head`: drops (dead-letters) the oldest ready messages until the queue
+    /// is within its limits.
+    pub fn drop_head(&mut self, queue: &str, arguments: &QueueArguments) {
+        if arguments.overflow != Overflow::DropHead {
+            return;
+        }
+        while self.over_limits(arguments) {
+            let Some(oldest) = self.ready.pop_oldest() else { return };
+            if let Ok(content) = self.read(oldest) {
+                self.count_bytes(arguments, content.body.len(), false);
+            }
+            self.discard(queue, arguments, oldest, DeathReason::Maxlen);
+        }
+    }
+
+    /// Picks the consumer for `message`: one with credit that wants it, highest `x-priority`
+    /// first, round-robin among equals; only the first consumer under single-active-consumer.
+    pub fn choose_consumer(&mut self, arguments: &QueueArguments, message: &Message) -> Option<Arc<Consumer>> {
+        let count = if arguments.single_active_consumer { self.consumers.len().min(1) } else { self.consumers.len() };
+        let mut best: Option<(i64, usize)> = None;
+        for step in 0..count {
+            let index = if arguments.single_active_consumer { 0 } else { (self.next_consumer + step) % count };
+            let consumer = &self.consumers[index];
+            if !consumer.has_credit() || !consumer.wants(message) {
+                continue;
+            }
+            if best.is_none_or(|(priority, _)| consumer.priority() > priority) {
+                best = Some((consumer.priority(), index));
+            }
+        }
+        let (_, index) = best?;
+        self.next_consumer = (index + 1) % count.max(1);
+        Some(Arc::clone(&self.consumers[index]))
+    }
+
+    pub fn any_credit(&self) -> bool {
+        self.consumers.iter().any(|c| c.has_credit())
+    }
+
+    pub fn any_filter(&self) -> bool {
+        self.consumers.iter().any(|c| c.filters())
+    }
+}

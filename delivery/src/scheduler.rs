@@ -1,0 +1,106 @@
+//! The broker's timers: one timing wheel for message TTLs, queue expiry and delayed messages.
+//!
+//! The core has no runtime of its own: whoever runs the broker calls [`Scheduler::fire_due`]
+//! every tick (the server does, from a tokio task). Firing takes the wheel's lock only to
+//! collect what is due; the events are handled after it is released, so handlers may lock
+//! queues (which themselves insert timers while locked) without any lock-order cycle.
+
+use crate::queue::Queue;
+use crate::timing_wheel::{TimerId, TimingWheel};
+use parking_lot::Mutex;
+use std::sync::{Arc, Weak};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The wheel's tick: timers fire at most this late.
+pub const TICK_MS: u64 = 5;
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Something to do at a given time.
+#[derive(Debug)]
+pub enum TimerEvent {
+    /// A message's TTL ends.
+    MessageExpiry {
+        /// The queue holding it.
+        queue: Weak<Queue>,
+        /// Its position in the queue.
+        position: u64,
+    },
+    /// A queue with `x-expires` may have been unused long enough.
+    QueueExpiry {
+        /// The queue.
+        queue: Weak<Queue>,
+    },
+    /// A delayed message is due.
+    Delayed {
+        /// What to call when it is due.
+        target: Weak<dyn DelayedTarget>,
+        /// Which message.
+        key: u64,
+    },
+}
+
+/// Something holding delayed messages (a delayed exchange).
+pub trait DelayedTarget: Send + Sync + std::fmt::Debug {
+    /// The message `key` is due.
+    fn fire(&self, key: u64);
+}
+
+/// The broker's timing wheel.
+#[derive(Debug)]
+pub struct Scheduler {
+    wheel: Mutex<TimingWheel<TimerEvent>>,
+}
+
+impl Default for Scheduler {
+    fn default() -> Self {
+        Scheduler { wheel: Mutex::new(TimingWheel::new(TICK_MS, now_ms())) }
+    }
+}
+
+impl Scheduler {
+    /// Schedules `event` at `deadline_ms`.
+    pub fn schedule(&self, deadline_ms: u64, event: TimerEvent) -> TimerId {
+        self.wheel.lock().insert(deadline_ms, event)
+    }
+
+    /// Cancels a timer.
+    pub fn cancel(&self, id: TimerId) {
+        self.wheel.lock().cancel(id);
+    }
+
+    /// Timers waiting.
+    pub fn pending(&self) -> usize {
+        self.wheel.lock().len()
+    }
+
+    /// Handles every timer due at `now_ms`.
+    pub fn fire_due(&self, now_ms: u64) {
+        let due = self.wheel.lock().advance(now_ms);
+        for event in due {
+            match event {
+                TimerEvent::MessageExpiry { queue, position } => {
+                    if let Some(queue) = queue.upgrade() {
+                        queue.expire(position);
+                    }
+                }
+                TimerEvent::QueueExpiry { queue } => {
+                    if let Some(queue) = queue.upgrade() {
+                        queue.check_unused();
+                    }
+                }
+                TimerEvent::Delayed { target, key } => {
+                    if let Some(target) = target.upgrade() {
+                        target.fire(key);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A shared handle, cheap to clone into queues.
+pub type SchedulerHandle = Arc<Scheduler>;
