@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 /// Connections being opened at the same time.
 const CONNECT_CONCURRENCY: usize = 50;
-/// Time given to the broker after the last connection, before its memory is read.
+/// Time given to the broker before its memory is read: before connecting (a broker just started
+/// is still settling), and after the last connection.
 const SETTLE_BEFORE_MEASURING: Duration = Duration::from_secs(2);
 
 /// Opens `count` connections, holds them for `--idle-secs`, and closes them.
@@ -27,6 +28,7 @@ pub async fn run(options: &Options, count: usize) -> anyhow::Result<IdleSummary>
         .queue_declare(queue.clone(), QueueDeclareOptions::default(), FieldTable::default())
         .await
         .context("declaring the idle queue")?;
+    tokio::time::sleep(SETTLE_BEFORE_MEASURING).await;
     let rss_before_kib = options.rss_pid.map(resident_kib).transpose()?;
 
     let started = Instant::now();
