@@ -12,8 +12,7 @@ use amq_protocol::types::{FieldTable, ShortString};
 use bytes::Bytes;
 use rand::distributions::{Alphanumeric, DistString};
 use std::sync::Arc;
-use warren_delivery::exchange::{Binding, Destination, ExchangeDefinition, ExchangeKind};
-use warren_delivery::queue::Published;
+use warren_delivery::exchange::{Binding, Destination, ExchangeDefinition};
 use warren_delivery::{
     BrokerError, BrokerResult, ConnectionId, ConsumerOptions, Message, QueueDefinition, ReplyCode, Session, VirtualHost,
 };
@@ -111,15 +110,14 @@ impl Channel {
                 if d.passive {
                     vhost.exchange(d.exchange.as_str())?;
                 } else {
-                    let kind = ExchangeKind::parse(d.kind.as_str())?;
-                    vhost.declare_exchange(ExchangeDefinition {
-                        name: d.exchange.to_string(),
-                        kind,
-                        durable: d.durable,
-                        auto_delete: d.auto_delete,
-                        internal: d.internal,
-                        arguments: d.arguments,
-                    })?;
+                    vhost.declare_exchange(ExchangeDefinition::declared(
+                        d.exchange.as_str(),
+                        d.kind.as_str(),
+                        d.durable,
+                        d.auto_delete,
+                        d.internal,
+                        d.arguments,
+                    )?)?;
                 }
                 (d.nowait, exchange::AMQPMethod::DeclareOk(exchange::DeclareOk {}))
             }
@@ -360,9 +358,9 @@ impl Channel {
 
     fn publish(&mut self, ctx: &ConnectionContext, op: TxOp) -> BrokerResult<()> {
         let TxOp::Publish(publish, message) = op else { return Ok(()) };
-        let queues = ctx.vhost.route(publish.exchange.as_str(), &message)?;
+        let outcome = ctx.vhost.publish(publish.exchange.as_str(), Arc::clone(&message))?;
         let sequence = self.confirms.as_mut().map(Confirms::next_sequence);
-        if queues.is_empty() && publish.mandatory {
+        if !outcome.routed && publish.mandatory {
             let ret = basic::Return {
                 reply_code: ReplyCode::NoRoute.code(),
                 reply_text: short(ReplyCode::NoRoute.name()),
@@ -371,29 +369,19 @@ impl Channel {
             };
             self.send_content(ctx, AMQPClass::Basic(basic::AMQPMethod::Return(ret)), &message);
         }
-        let mut failure = None;
-        let mut rejected = false;
-        for queue in queues {
-            match queue.publish(Arc::clone(&message)) {
-                Ok(Published::Stored(Some(mark))) => match (&mut self.confirms, &mut self.transaction) {
-                    (Some(confirms), _) => confirms.wait_for(mark),
-                    (None, Some(transaction)) => transaction.wait_for(mark),
-                    (None, None) => {}
-                },
-                Ok(Published::Stored(None)) => {}
-                Ok(Published::Rejected) => rejected = true,
-                Err(error) => {
-                    tracing::error!(queue = queue.name(), %error, "cannot store message");
-                    failure = Some(error);
-                }
+        for mark in outcome.marks {
+            match (&mut self.confirms, &mut self.transaction) {
+                (Some(confirms), _) => confirms.wait_for(mark),
+                (None, Some(transaction)) => transaction.wait_for(mark),
+                (None, None) => {}
             }
         }
         if let (Some(confirms), Some(sequence)) = (&mut self.confirms, sequence) {
-            // A queue at its length limit with x-overflow reject-publish refuses: nack.
-            confirms.settle(sequence, failure.is_none() && !rejected);
+            // A store failure, or a queue at its limit with x-overflow reject-publish: nack.
+            confirms.settle(sequence, outcome.failure.is_none() && !outcome.rejected);
             return Ok(());
         }
-        match failure {
+        match outcome.failure {
             Some(error) => Err(BrokerError::new(ReplyCode::InternalError, format!("cannot store message: {error}"))),
             None => Ok(()),
         }

@@ -15,6 +15,7 @@ use warren_storage::SnapshotFile;
 
 const DEFINITIONS_FILE: &str = "definitions.json";
 const QUEUES_DIR: &str = "queues";
+const DELAYED_DIR: &str = "delayed";
 
 /// A durable exchange as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -125,35 +126,57 @@ impl VhostStorage {
         Ok(())
     }
 
-    fn queue_dir(&self, name: &str) -> PathBuf {
+    fn store_dir(&self, kind: &str, name: &str) -> PathBuf {
         let digest = Sha256::digest(name.as_bytes());
         let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-        self.dir.join(QUEUES_DIR).join(hex)
+        self.dir.join(kind).join(hex)
     }
 
     /// Opens a durable queue's store, recovering what it holds.
     pub fn open_queue(&self, name: &str) -> Result<LogStore, StoreError> {
-        LogStore::open(&self.queue_dir(name), &self.store_config)
+        LogStore::open(&self.store_dir(QUEUES_DIR, name), &self.store_config)
     }
 
     /// Creates a new durable queue's store, discarding anything stale in its place.
     pub fn create_queue(&self, name: &str) -> Result<LogStore, StoreError> {
-        let dir = self.queue_dir(name);
+        self.create_store(QUEUES_DIR, name)
+    }
+
+    /// Opens the store of a durable delayed exchange's held messages.
+    pub fn open_delayed(&self, exchange: &str) -> Result<LogStore, StoreError> {
+        LogStore::open(&self.store_dir(DELAYED_DIR, exchange), &self.store_config)
+    }
+
+    /// Creates the store of a new durable delayed exchange.
+    pub fn create_delayed(&self, exchange: &str) -> Result<LogStore, StoreError> {
+        self.create_store(DELAYED_DIR, exchange)
+    }
+
+    fn create_store(&self, kind: &str, name: &str) -> Result<LogStore, StoreError> {
+        let dir = self.store_dir(kind, name);
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| StoreError::Io(format!("{}: {e}", dir.display())))?;
         }
         LogStore::open(&dir, &self.store_config)
     }
 
-    /// Removes queue directories that no stored queue owns (left by a crash mid-delete).
-    pub fn remove_orphan_queue_dirs(&self, live: &[QueueRecord]) {
-        let keep: Vec<PathBuf> = live.iter().map(|q| self.queue_dir(&q.name)).collect();
-        let Ok(entries) = std::fs::read_dir(self.dir.join(QUEUES_DIR)) else { return };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if !keep.contains(&path) {
-                tracing::info!(dir = %path.display(), "removing the files of a queue that no longer exists");
-                let _ = std::fs::remove_dir_all(&path);
+    /// Removes store directories that no stored queue or delayed exchange owns (left by a
+    /// crash in the middle of a delete).
+    pub fn remove_orphan_dirs(&self, definitions: &Definitions) {
+        let delayed = definitions.exchanges.iter().filter(|e| e.kind == crate::exchange::DELAYED_TYPE);
+        let keep: Vec<PathBuf> = definitions
+            .queues
+            .iter()
+            .map(|q| self.store_dir(QUEUES_DIR, &q.name))
+            .chain(delayed.map(|e| self.store_dir(DELAYED_DIR, &e.name)))
+            .collect();
+        for kind in [QUEUES_DIR, DELAYED_DIR] {
+            let Ok(entries) = std::fs::read_dir(self.dir.join(kind)) else { continue };
+            for path in entries.flatten().map(|entry| entry.path()) {
+                if !keep.contains(&path) {
+                    tracing::info!(dir = %path.display(), "removing the files of something that no longer exists");
+                    let _ = std::fs::remove_dir_all(&path);
+                }
             }
         }
     }

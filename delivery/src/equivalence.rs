@@ -71,8 +71,8 @@ pub(crate) fn check_exchange(
 ) -> BrokerResult<()> {
     let fail =
         |arg: &str, received: String, had: String| inequivalent(arg, "exchange", &current.name, vhost, received, had);
-    if current.kind != asked.kind {
-        return Err(fail("type", asked.kind.as_str().into(), current.kind.as_str().into()));
+    if current.type_name() != asked.type_name() {
+        return Err(fail("type", asked.type_name().into(), current.type_name().into()));
     }
     if current.durable != asked.durable {
         return Err(fail("durable", asked.durable.to_string(), current.durable.to_string()));

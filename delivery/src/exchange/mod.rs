@@ -1,8 +1,10 @@
 //! Exchanges: their definitions, their bindings, and routing a message to destinations.
 
+pub mod delayed;
 mod headers_match;
 mod topic_trie;
 
+pub use delayed::DelayedMessages;
 pub use headers_match::HeadersMatcher;
 pub use topic_trie::TopicTrie;
 
@@ -64,9 +66,48 @@ pub struct ExchangeDefinition {
     pub internal: bool,
     /// Declared arguments (`alternate-exchange`, ...).
     pub arguments: FieldTable,
+    /// Type `x-delayed-message`: holds messages by their `x-delay`, then routes by `kind`.
+    pub delayed: bool,
 }
 
+/// The exchange type whose messages wait for their `x-delay` before routing.
+pub const DELAYED_TYPE: &str = "x-delayed-message";
+
 impl ExchangeDefinition {
+    /// A definition from `exchange.declare`'s type and arguments. An unknown type is 503;
+    /// `x-delayed-message` without a valid `x-delayed-type` is 406.
+    pub fn declared(
+        name: &str,
+        type_name: &str,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: FieldTable,
+    ) -> BrokerResult<Self> {
+        let delayed = type_name == DELAYED_TYPE;
+        let kind = if delayed {
+            let routing = arguments.inner().get("x-delayed-type").and_then(crate::field_value::string_of);
+            let routing = routing.map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+            ExchangeKind::parse(&routing).map_err(|_| {
+                BrokerError::precondition_failed(format!(
+                    "invalid arg 'x-delayed-type': '{routing}' is not direct, fanout, topic or headers"
+                ))
+            })?
+        } else {
+            ExchangeKind::parse(type_name)?
+        };
+        Ok(ExchangeDefinition { name: name.to_string(), kind, durable, auto_delete, internal, arguments, delayed })
+    }
+
+    /// The type as declared.
+    pub fn type_name(&self) -> &'static str {
+        if self.delayed {
+            DELAYED_TYPE
+        } else {
+            self.kind.as_str()
+        }
+    }
+
     /// The `alternate-exchange` argument: where unroutable messages go.
     pub fn alternate_exchange(&self) -> Option<String> {
         match self.arguments.inner().get("alternate-exchange") {
@@ -117,6 +158,7 @@ struct Bindings {
 pub struct Exchange {
     definition: ExchangeDefinition,
     bindings: RwLock<Bindings>,
+    delayed: Option<Arc<DelayedMessages>>,
 }
 
 impl Exchange {
@@ -128,7 +170,17 @@ impl Exchange {
             ExchangeKind::Topic => Router::Topic(TopicTrie::default()),
             ExchangeKind::Headers => Router::Headers(Vec::new()),
         };
-        Exchange { definition, bindings: RwLock::new(Bindings { all: Vec::new(), router }) }
+        Exchange { definition, bindings: RwLock::new(Bindings { all: Vec::new(), router }), delayed: None }
+    }
+
+    /// A delayed exchange, holding its messages in `delayed`.
+    pub fn with_delayed(definition: ExchangeDefinition, delayed: Arc<DelayedMessages>) -> Self {
+        Exchange { delayed: Some(delayed), ..Self::new(definition) }
+    }
+
+    /// The messages it holds, for a delayed exchange.
+    pub fn delayed(&self) -> Option<&Arc<DelayedMessages>> {
+        self.delayed.as_ref()
     }
 
     /// Its definition.

@@ -205,6 +205,25 @@ impl LogStore {
         (self.first_live..self.messages.next_offset()).filter(|o| !self.settled.contains(o))
     }
 
+    /// Reads every unsettled message once, in order, with the time it was appended: what
+    /// recovery needs when a message's priority, TTL or delay matters.
+    pub fn for_each_unsettled(&mut self, mut visit: impl FnMut(u64, i64, Arc<Message>)) -> Result<(), StoreError> {
+        let mut next = self.first_live;
+        while next < self.messages.next_offset() {
+            let records = self.messages.read(next, READ_AHEAD_RECORDS, READ_AHEAD_BYTES).map_err(io_error)?;
+            let Some(last) = records.last() else { break };
+            next = last.offset + 1;
+            for record in records {
+                if self.settled.contains(&record.offset) {
+                    continue;
+                }
+                let message = message_codec::decode(record.payload).map_err(|e| StoreError::Io(e.to_string()))?;
+                visit(record.offset, record.timestamp_ms, Arc::new(message));
+            }
+        }
+        Ok(())
+    }
+
     /// Offsets at or below this were delivered before; they come back redelivered.
     pub fn delivered_up_to(&self) -> Option<u64> {
         self.delivered_up_to

@@ -22,7 +22,7 @@ pub use log_store::{LogStore, LogStoreConfig};
 pub use message_store::{Appended, DurableMark, MemoryStore, MessageStore, StoreError};
 
 use crate::consumer::Consumer;
-use crate::error::{BrokerError, BrokerResult};
+use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
 use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
 use crate::session::Session;
@@ -149,10 +149,21 @@ impl Queue {
 
     /// A durable queue reopened from its store: the unsettled messages are ready again.
     /// Queues with priorities, a TTL or a byte limit read each message once to learn its
-    /// priority and size; TTLs of recovered messages restart from the recovery.
-    pub fn recover(definition: QueueDefinition, store: LogStore, context: QueueContext) -> BrokerResult<Arc<Self>> {
+    /// priority, size and age.
+    pub fn recover(definition: QueueDefinition, mut store: LogStore, context: QueueContext) -> BrokerResult<Arc<Self>> {
         let arguments = QueueArguments::parse(&definition.arguments)?;
-        let unsettled: Vec<u64> = store.unsettled().collect();
+        // Only these arguments need each message's properties; a plain queue recovers from
+        // offsets alone, without reading its backlog.
+        let read_each = arguments.max_priority.is_some()
+            || arguments.message_ttl_ms.is_some()
+            || arguments.max_length_bytes.is_some();
+        let mut recovered: Vec<(u64, Option<(i64, Arc<Message>)>)> = Vec::new();
+        if read_each {
+            let visit = |offset, timestamp_ms, message| recovered.push((offset, Some((timestamp_ms, message))));
+            store.for_each_unsettled(visit).map_err(|e| BrokerError::new(ReplyCode::InternalError, e.to_string()))?;
+        } else {
+            recovered.extend(store.unsettled().map(|offset| (offset, None)));
+        }
         let redelivered_below = store.delivered_up_to().map_or(0, |d| d + 1);
         let next_position = store.next_offset();
         let queue = Self::build(definition, arguments, Some(Box::new(store)), context, |state| {
@@ -160,19 +171,14 @@ impl Queue {
             state.redelivered_below = redelivered_below;
         });
         let mut state = queue.state.lock();
-        let now = now_ms();
-        let args = &queue.arguments;
-        // Only these arguments need each message's properties; a plain queue recovers from
-        // offsets alone, without reading its backlog.
-        let read_each = args.max_priority.is_some() || args.message_ttl_ms.is_some() || args.max_length_bytes.is_some();
-        for offset in unsettled {
-            if !read_each {
-                state.ready.push_back(MessageRef::new(offset, offset, false, 0));
-                continue;
-            }
-            match state.read(MessageRef::new(offset, offset, false, 0)) {
-                Ok(message) => queue.enqueue_locked(&mut state, offset, offset, false, &message, now),
-                Err(error) => tracing::error!(queue = queue.name(), offset, %error, "unreadable message left out"),
+        for (offset, content) in recovered {
+            match content {
+                // TTLs count from when the message was first stored, as before the restart.
+                Some((timestamp_ms, message)) => {
+                    let published = u64::try_from(timestamp_ms).unwrap_or(0);
+                    queue.enqueue_locked(&mut state, offset, offset, false, &message, published);
+                }
+                None => state.ready.push_back(MessageRef::new(offset, offset, false, 0)),
             }
         }
         drop(state);

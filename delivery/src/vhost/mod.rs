@@ -1,21 +1,26 @@
-//! A virtual host: its exchanges, its queues, and routing between them.
+//! A virtual host: its exchanges and queues, declared, bound and deleted.
+//!
+//! Routing and publishing live in `routing`, durable definitions in `persistence`.
 //!
 //! The name maps are read on every publish and written only by declare and delete, so they sit
 //! behind read-write locks that are never held while a queue's own lock is taken.
 
-use crate::definitions::{BindingRecord, Definitions, ExchangeRecord, QueueRecord, VhostStorage};
+use crate::definitions::VhostStorage;
 use crate::equivalence;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
-use crate::exchange::{Binding, Destination, Exchange, ExchangeDefinition, ExchangeKind};
-use crate::message::Message;
-use crate::queue::dead_letter;
-use crate::queue::{ConnectionId, MessageStore, Published, Queue, QueueArguments, QueueContext, QueueDefinition};
+use crate::exchange::{Binding, DelayedMessages, Destination, Exchange, ExchangeDefinition, ExchangeKind};
+use crate::queue::{ConnectionId, MessageStore, Queue, QueueArguments, QueueContext, QueueDefinition};
 use crate::scheduler::SchedulerHandle;
 use amq_protocol::types::FieldTable;
 use parking_lot::RwLock;
 use rand::distributions::{Alphanumeric, DistString};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
+
+mod persistence;
+mod routing;
+
+pub use routing::PublishOutcome;
 
 /// The prefix of names only the broker may create.
 const RESERVED_PREFIX: &str = "amq.";
@@ -59,7 +64,7 @@ impl VirtualHost {
     /// A virtual host on disk: its durable definitions and queues are recovered from `storage`.
     pub fn open(name: &str, storage: VhostStorage, scheduler: SchedulerHandle) -> Result<Arc<Self>, BrokerError> {
         let definitions = storage.load().map_err(|e| internal_error("cannot read definitions", e))?;
-        storage.remove_orphan_queue_dirs(&definitions.queues);
+        storage.remove_orphan_dirs(&definitions);
         let vhost = Self::with_standard_exchanges(name, Some(storage), scheduler);
         vhost.restore(definitions)?;
         Ok(vhost)
@@ -89,110 +94,15 @@ impl VirtualHost {
                 auto_delete: false,
                 internal: false,
                 arguments: FieldTable::default(),
+                delayed: false,
             };
             vhost.exchanges.write().insert(name.to_string(), Arc::new(Exchange::new(definition)));
         }
         vhost
     }
 
-    fn restore(&self, definitions: Definitions) -> BrokerResult<()> {
-        let Some(storage) = &self.storage else { return Ok(()) };
-        for record in definitions.exchanges {
-            let definition = ExchangeDefinition {
-                kind: ExchangeKind::parse(&record.kind)?,
-                name: record.name,
-                durable: true,
-                auto_delete: record.auto_delete,
-                internal: record.internal,
-                arguments: record.arguments,
-            };
-            self.exchanges.write().insert(definition.name.clone(), Arc::new(Exchange::new(definition)));
-        }
-        for record in definitions.queues {
-            let store = storage.open_queue(&record.name).map_err(|e| internal_error("cannot recover a queue", e))?;
-            let definition = QueueDefinition {
-                name: record.name,
-                durable: true,
-                exclusive_owner: None,
-                auto_delete: record.auto_delete,
-                arguments: record.arguments,
-            };
-            let queue = Queue::recover(definition, store, self.queue_context())?;
-            tracing::info!(queue = queue.name(), messages = queue.message_count(), "recovered queue");
-            self.queues.write().insert(queue.name().to_string(), queue);
-        }
-        for record in definitions.bindings {
-            let destination = if record.to_exchange {
-                Destination::Exchange(record.destination.as_str().into())
-            } else {
-                Destination::Queue(record.destination.as_str().into())
-            };
-            let binding = Binding { destination, routing_key: record.routing_key, arguments: record.arguments };
-            if let Ok(source) = self.exchange(&record.source) {
-                source.bind(binding)?;
-            }
-        }
-        Ok(())
-    }
-
     fn queue_context(&self) -> QueueContext {
         QueueContext { vhost: Weak::clone(&self.me), scheduler: Arc::clone(&self.scheduler) }
-    }
-
-    /// Writes the durable definitions, if this virtual host is on disk.
-    fn save_definitions(&self) -> BrokerResult<()> {
-        let Some(storage) = &self.storage else { return Ok(()) };
-        storage.save(|| self.durable_definitions()).map_err(|e| internal_error("cannot save definitions", e))
-    }
-
-    fn durable_definitions(&self) -> Definitions {
-        let exchanges = self.exchanges();
-        let queues = self.queues();
-        let durable_exchange = |name: &str| exchanges.iter().any(|e| e.name() == name && e.definition().durable);
-        let durable_queue = |name: &str| queues.iter().any(|q| q.name() == name && is_stored(q.definition()));
-        let mut definitions = Definitions::default();
-        for exchange in &exchanges {
-            let d = exchange.definition();
-            if d.durable && !is_standard_exchange(&d.name) {
-                definitions.exchanges.push(ExchangeRecord {
-                    name: d.name.clone(),
-                    kind: d.kind.as_str().to_string(),
-                    auto_delete: d.auto_delete,
-                    internal: d.internal,
-                    arguments: d.arguments.clone(),
-                });
-            }
-            if !d.durable {
-                continue;
-            }
-            for binding in exchange.bindings() {
-                let (destination, to_exchange) = match &binding.destination {
-                    Destination::Queue(name) => (name.to_string(), false),
-                    Destination::Exchange(name) => (name.to_string(), true),
-                };
-                let durable = if to_exchange { durable_exchange(&destination) } else { durable_queue(&destination) };
-                if durable {
-                    definitions.bindings.push(BindingRecord {
-                        source: d.name.clone(),
-                        destination,
-                        to_exchange,
-                        routing_key: binding.routing_key,
-                        arguments: binding.arguments,
-                    });
-                }
-            }
-        }
-        for queue in &queues {
-            let d = queue.definition();
-            if is_stored(d) {
-                definitions.queues.push(QueueRecord {
-                    name: d.name.clone(),
-                    auto_delete: d.auto_delete,
-                    arguments: d.arguments.clone(),
-                });
-            }
-        }
-        definitions
     }
 
     /// Its name.
@@ -250,8 +160,8 @@ impl VirtualHost {
                 return equivalence::check_exchange(existing.definition(), &definition, &self.name);
             }
             Self::check_not_reserved("exchange", &definition.name)?;
-            let name = definition.name.clone();
-            exchanges.insert(name, Arc::new(Exchange::new(definition)));
+            let exchange = self.new_exchange(definition)?;
+            exchanges.insert(exchange.name().to_string(), Arc::new(exchange));
         }
         if durable {
             self.save_definitions()?;
@@ -260,6 +170,21 @@ impl VirtualHost {
     }
 
     /// `exchange.delete`.
+    fn new_exchange(&self, definition: ExchangeDefinition) -> BrokerResult<Exchange> {
+        if !definition.delayed {
+            return Ok(Exchange::new(definition));
+        }
+        let store = match (&self.storage, definition.durable) {
+            (Some(storage), true) => {
+                let store = storage.create_delayed(&definition.name).map_err(|e| internal_error("cannot create", e))?;
+                Some(Box::new(store) as Box<dyn MessageStore>)
+            }
+            _ => None,
+        };
+        let delayed = DelayedMessages::new(&definition.name, Weak::clone(&self.me), Arc::clone(&self.scheduler), store);
+        Ok(Exchange::with_delayed(definition, delayed))
+    }
+
     /// Deleting an exchange that does not exist succeeds, as in RabbitMQ.
     pub fn delete_exchange(&self, name: &str, if_unused: bool) -> BrokerResult<()> {
         Self::check_not_reserved("exchange", name)?;
@@ -275,6 +200,9 @@ impl VirtualHost {
             exchanges.remove(name)
         };
         if let Some(exchange) = exchange {
+            if let Some(delayed) = exchange.delayed() {
+                delayed.destroy();
+            }
             self.remove_bindings_to(&Destination::Exchange(name.into()));
             if exchange.definition().durable {
                 self.save_definitions()?;
@@ -466,6 +394,11 @@ impl VirtualHost {
         for queue in self.queues() {
             queue.close();
         }
+        for exchange in self.exchanges() {
+            if let Some(delayed) = exchange.delayed() {
+                delayed.close();
+            }
+        }
     }
 
     /// Deletes a queue whose `x-expires` ran out.
@@ -474,30 +407,6 @@ impl VirtualHost {
         if is_stored(queue.definition()) {
             if let Err(error) = self.save_definitions() {
                 tracing::error!(%error, "expired queue stays in the stored definitions");
-            }
-        }
-    }
-
-    /// Routes a dead-lettered message (its exchange is the dead-letter exchange) to its queues,
-    /// skipping any queue it would reach in a cycle with no rejection. A missing dead-letter
-    /// exchange drops it, as in RabbitMQ.
-    pub(crate) fn publish_dead_letter(&self, from: &str, message: crate::message::Message) {
-        let queues = match self.route(message.exchange.as_str(), &message) {
-            Ok(queues) => queues,
-            Err(error) => {
-                tracing::warn!(queue = from, %error, "dead-letter exchange unusable; message dropped");
-                return;
-            }
-        };
-        let message = Arc::new(message);
-        for queue in queues {
-            if dead_letter::is_cycle(&message, queue.name()) {
-                tracing::debug!(queue = from, target = queue.name(), "dead-letter cycle; message dropped");
-                continue;
-            }
-            match queue.publish(Arc::clone(&message)) {
-                Ok(Published::Stored(_)) | Ok(Published::Rejected) => {}
-                Err(error) => tracing::error!(queue = queue.name(), %error, "cannot store a dead letter"),
             }
         }
     }
@@ -513,65 +422,6 @@ impl VirtualHost {
             .collect();
         for queue in owned {
             self.remove_queue(&queue);
-        }
-    }
-
-    /// The queues a message published to `exchange` goes to, each once. A missing exchange is
-    /// 404; an internal one is 403.
-    pub fn route(&self, exchange: &str, message: &Message) -> BrokerResult<Vec<Arc<Queue>>> {
-        if exchange.is_empty() {
-            return Ok(self.queues.read().get(message.routing_key.as_str()).cloned().into_iter().collect());
-        }
-        let source = self.exchange(exchange)?;
-        if source.definition().internal {
-            return Err(BrokerError::access_refused(format!(
-                "cannot publish to internal exchange '{exchange}' in vhost '{}'",
-                self.name
-            )));
-        }
-        let mut visited = vec![source.name().to_string()];
-        let mut queues = Vec::new();
-        self.route_from(&source, message, &mut visited, &mut queues);
-        Ok(queues)
-    }
-
-    fn route_from(
-        &self,
-        exchange: &Exchange,
-        message: &Message,
-        visited: &mut Vec<String>,
-        queues: &mut Vec<Arc<Queue>>,
-    ) {
-        let mut destinations = Vec::new();
-        exchange.route(message, &mut destinations);
-        if destinations.is_empty() {
-            // The alternate exchange takes what this exchange's own bindings do not match.
-            if let Some(alternate) = exchange.definition().alternate_exchange() {
-                self.route_via(&alternate, message, visited, queues);
-            }
-            return;
-        }
-        for destination in destinations {
-            match destination {
-                Destination::Queue(name) => {
-                    if let Some(queue) = self.queues.read().get(&*name) {
-                        if !queues.iter().any(|q| Arc::ptr_eq(q, queue)) {
-                            queues.push(Arc::clone(queue));
-                        }
-                    }
-                }
-                Destination::Exchange(name) => self.route_via(&name, message, visited, queues),
-            }
-        }
-    }
-
-    fn route_via(&self, name: &str, message: &Message, visited: &mut Vec<String>, queues: &mut Vec<Arc<Queue>>) {
-        if visited.iter().any(|v| v == name) {
-            return;
-        }
-        visited.push(name.to_string());
-        if let Ok(next) = self.exchange(name) {
-            self.route_from(&next, message, visited, queues);
         }
     }
 }

@@ -1,0 +1,151 @@
+//! Routing and publishing: from an exchange to queues, through exchange-to-exchange
+//! bindings, alternate exchanges, delayed exchanges and dead-letter exchanges.
+
+use super::VirtualHost;
+use crate::error::{BrokerError, BrokerResult};
+use crate::exchange::delayed::delay_of;
+use crate::exchange::{Destination, Exchange};
+use crate::message::Message;
+use crate::queue::dead_letter;
+use crate::queue::{Published, Queue};
+use std::sync::Arc;
+
+impl VirtualHost {
+    /// Publishes a message to `exchange`: routed to its queues now, or held by a delayed
+    /// exchange until its `x-delay` passes (`routed` then tells whether it would route now,
+    /// for `mandatory`).
+    pub fn publish(&self, exchange: &str, message: Arc<Message>) -> BrokerResult<PublishOutcome> {
+        let queues = self.route(exchange, &message)?;
+        let delayed = if exchange.is_empty() { None } else { self.exchange(exchange)?.delayed().cloned() };
+        if let Some((delayed, delay)) = delayed.zip(delay_of(&message)) {
+            let mut outcome = PublishOutcome { routed: !queues.is_empty(), ..Default::default() };
+            match delayed.hold(&message, delay) {
+                Ok(mark) => outcome.marks.extend(mark),
+                Err(error) => outcome.failure = Some(error),
+            }
+            return Ok(outcome);
+        }
+        Ok(deliver_to(&queues, &message))
+    }
+
+    /// A delayed message fell due: it is routed now by its exchange's bindings.
+    pub(crate) fn route_due(&self, exchange: &str, message: Message) {
+        match self.route(exchange, &message) {
+            Ok(queues) => {
+                let outcome = deliver_to(&queues, &Arc::new(message));
+                if let Some(error) = outcome.failure {
+                    tracing::error!(exchange, %error, "cannot store a delayed message that fell due");
+                }
+            }
+            Err(error) => tracing::warn!(exchange, %error, "delayed message dropped: its exchange is gone"),
+        }
+    }
+
+    /// Routes a dead-lettered message (its exchange is the dead-letter exchange) to its queues,
+    /// skipping any queue it would reach in a cycle with no rejection. A missing dead-letter
+    /// exchange drops it, as in RabbitMQ.
+    pub(crate) fn publish_dead_letter(&self, from: &str, message: Message) {
+        let queues = match self.route(message.exchange.as_str(), &message) {
+            Ok(queues) => queues,
+            Err(error) => {
+                tracing::warn!(queue = from, %error, "dead-letter exchange unusable; message dropped");
+                return;
+            }
+        };
+        let (cycles, queues): (Vec<_>, Vec<_>) =
+            queues.into_iter().partition(|q| dead_letter::is_cycle(&message, q.name()));
+        for queue in cycles {
+            tracing::debug!(queue = from, target = queue.name(), "dead-letter cycle; message dropped");
+        }
+        if let Some(error) = deliver_to(&queues, &Arc::new(message)).failure {
+            tracing::error!(queue = from, %error, "cannot store a dead letter");
+        }
+    }
+
+    /// The queues a message published to `exchange` goes to, each once. A missing exchange is
+    /// 404; an internal one is 403.
+    pub fn route(&self, exchange: &str, message: &Message) -> BrokerResult<Vec<Arc<Queue>>> {
+        if exchange.is_empty() {
+            return Ok(self.queues.read().get(message.routing_key.as_str()).cloned().into_iter().collect());
+        }
+        let source = self.exchange(exchange)?;
+        if source.definition().internal {
+            return Err(BrokerError::access_refused(format!(
+                "cannot publish to internal exchange '{exchange}' in vhost '{}'",
+                self.name
+            )));
+        }
+        let mut visited = vec![source.name().to_string()];
+        let mut queues = Vec::new();
+        self.route_from(&source, message, &mut visited, &mut queues);
+        Ok(queues)
+    }
+
+    fn route_from(
+        &self,
+        exchange: &Exchange,
+        message: &Message,
+        visited: &mut Vec<String>,
+        queues: &mut Vec<Arc<Queue>>,
+    ) {
+        let mut destinations = Vec::new();
+        exchange.route(message, &mut destinations);
+        if destinations.is_empty() {
+            // The alternate exchange takes what this exchange's own bindings do not match.
+            if let Some(alternate) = exchange.definition().alternate_exchange() {
+                self.route_via(&alternate, message, visited, queues);
+            }
+            return;
+        }
+        for destination in destinations {
+            match destination {
+                Destination::Queue(name) => {
+                    if let Some(queue) = self.queues.read().get(&*name) {
+                        if !queues.iter().any(|q| Arc::ptr_eq(q, queue)) {
+                            queues.push(Arc::clone(queue));
+                        }
+                    }
+                }
+                Destination::Exchange(name) => self.route_via(&name, message, visited, queues),
+            }
+        }
+    }
+
+    fn route_via(&self, name: &str, message: &Message, visited: &mut Vec<String>, queues: &mut Vec<Arc<Queue>>) {
+        if visited.iter().any(|v| v == name) {
+            return;
+        }
+        visited.push(name.to_string());
+        if let Ok(next) = self.exchange(name) {
+            self.route_from(&next, message, visited, queues);
+        }
+    }
+}
+
+/// What became of a publish.
+#[derive(Debug, Default)]
+pub struct PublishOutcome {
+    /// Whether it reached (or, when delayed, would now reach) at least one queue.
+    pub routed: bool,
+    /// Disk writes a publisher confirm must wait for.
+    pub marks: Vec<crate::queue::DurableMark>,
+    /// Whether a queue refused it (`x-overflow: reject-publish`): confirms nack.
+    pub rejected: bool,
+    /// A store that failed to take it.
+    pub failure: Option<crate::queue::StoreError>,
+}
+
+fn deliver_to(queues: &[Arc<Queue>], message: &Arc<Message>) -> PublishOutcome {
+    let mut outcome = PublishOutcome { routed: !queues.is_empty(), ..Default::default() };
+    for queue in queues {
+        match queue.publish(Arc::clone(message)) {
+            Ok(Published::Stored(mark)) => outcome.marks.extend(mark),
+            Ok(Published::Rejected) => outcome.rejected = true,
+            Err(error) => {
+                tracing::error!(queue = queue.name(), %error, "cannot store message");
+                outcome.failure = Some(error);
+            }
+        }
+    }
+    outcome
+}
