@@ -226,6 +226,50 @@ def test_expired_message_behind_a_live_head_is_removed(connection, channel, name
     assert drain(channel, queue) == [b"A"]
 
 
+@pytest.mark.xfail(
+    reason="broker bug: a zero TTL expires the message before dispatch even when a consumer with "
+    "credit is waiting (RabbitMQ delivers it)",
+    strict=True,
+)
+@pytest.mark.parametrize("ttl", ["queue", "message"], ids=["x-message-ttl-0", "expiration-0"])
+def test_zero_ttl_message_reaches_a_waiting_consumer_and_is_dropped_otherwise(connection, channel, names, ttl):
+    # RabbitMQ: TTL 0 expires a message on reaching the queue unless it can be delivered to a
+    # consumer immediately.
+    arguments = {"x-message-ttl": 0} if ttl == "queue" else {}
+    expiration = "0" if ttl == "message" else None
+    idle = declare_queue(channel, names("idle"), **arguments)
+    consumed = declare_queue(channel, names("consumed"), **arguments)
+    consumer = connection.channel()
+    deliveries = Deliveries()
+    consumer.basic_consume(queue=consumed, on_message_callback=deliveries, auto_ack=True)
+    channel.confirm_delivery()
+
+    publish(channel, idle, b"nobody waits", expiration=expiration)
+    publish(channel, consumed, b"delivered at once", expiration=expiration)
+
+    assert wait_for_count(connection, idle, 0, timeout=2.0) == 0
+    deliveries.wait_for(connection, 1, timeout=3.0)
+    assert deliveries.bodies() == [b"delivered at once"]
+
+
+@pytest.mark.xfail(
+    reason="broker bug: an expiration that is not a non-negative integer is ignored (message queued "
+    "without TTL, publish confirmed) instead of 406 PRECONDITION_FAILED 'invalid expiration'",
+    strict=True,
+)
+def test_publish_with_a_non_numeric_expiration_is_a_406_channel_error(connection, channel, names):
+    queue = declare_queue(channel, names("q"))
+    publish(channel, queue, b"bad", expiration="soon")
+
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
+        # The publish has no reply: the channel.close arrives while pika awaits this one.
+        channel.queue_declare(queue=names("after"))
+
+    assert_closed_by_broker(excinfo, 406, "PRECONDITION_FAILED")
+    assert message_count(connection, queue) == 0
+    assert_connection_usable(connection, names)
+
+
 # --------------------------------------------------------------------------- dead-lettering
 
 
@@ -674,6 +718,29 @@ def test_messages_no_filter_matches_stay_in_the_queue(connection, channel, names
     assert message_count(connection, queue) == 3
     getter = connection.channel()
     assert drain(getter, queue) == [b"blue-1", b"plain-1", b"green-1"]
+
+
+@pytest.mark.xfail(
+    reason="broker bug: dispatch scans only the first 4096 ready messages for one a filtering "
+    "consumer wants, so a match behind 4096 or more unmatched messages is never delivered",
+    strict=True,
+)
+def test_tag_filter_finds_a_match_behind_many_unmatched_messages(connection, channel, names):
+    # Warren's exact filtering on queues: a matching message is delivered however many
+    # non-matching ones wait ahead of it.
+    queue = declare_queue(channel, names("q"))
+    blue = BasicProperties(headers={"x-stream-filter-value": "blue"})
+    for _ in range(4500):
+        channel.basic_publish(exchange="", routing_key=queue, body=b"blue", properties=blue)
+    publish(channel, queue, b"red", headers={"x-stream-filter-value": "red"})
+    assert wait_for_count(connection, queue, 4501) == 4501
+    deliveries = Deliveries()
+    channel.basic_consume(queue=queue, on_message_callback=deliveries, auto_ack=True,
+                          arguments={"x-stream-filter": "red"})
+
+    deliveries.wait_for(connection, 1, timeout=3.0)
+    assert deliveries.bodies() == [b"red"]
+    assert message_count(connection, queue) == 4500
 
 
 # --------------------------------------------------------------------------- bad arguments
