@@ -196,6 +196,9 @@ EOF
 		printf " '%s'" "${RABBIT_ENV[@]}"
 		echo
 		echo 'cd "$HOME" || exit 1'
+		# runuser's PAM session resets the soft open-files limit (to 1024 on Debian), which
+		# caps RabbitMQ at about 650 client connections: raise it again.
+		echo "ulimit -n $OPEN_FILES 2>/dev/null || true"
 		echo 'exec "/usr/lib/rabbitmq/bin/$@"'
 	} >"$RABBIT_LAUNCHER"
 	chmod 755 "$RABBIT_LAUNCHER"
@@ -298,7 +301,7 @@ run_once() {
 	fi
 	if [ "$status" != 0 ]; then
 		local why
-		why=$(grep -E 'error|FAILED' "$OUT/logs/$scenario-$broker-$round.log" | tail -1)
+		why=$(grep -E 'error|FAILED' "$OUT/logs/$scenario-$broker-$round.log" | tail -1 || true)
 		log "  $broker failed (status $status): $why"
 		echo "$scenario round $round on $broker: status $status: $why" >>"$OUT/problems.txt"
 	fi

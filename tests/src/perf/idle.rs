@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 /// Connections being opened at the same time.
 const CONNECT_CONCURRENCY: usize = 50;
+/// Longest wait for one connection, channel and consumer: a broker out of file descriptors
+/// may stop accepting connections without refusing them.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time given to the broker before its memory is read: before connecting (a broker just started
 /// is still settling), and after the last connection.
 const SETTLE_BEFORE_MEASURING: Duration = Duration::from_secs(2);
@@ -69,6 +72,16 @@ pub async fn run(options: &Options, count: usize) -> anyhow::Result<IdleSummary>
 }
 
 async fn open_one(uri: &str, queue: ShortString, i: usize) -> anyhow::Result<(Connection, Channel, lapin::Consumer)> {
+    tokio::time::timeout(CONNECT_TIMEOUT, open_one_untimed(uri, queue, i))
+        .await
+        .with_context(|| format!("idle connection {i}: not open after {CONNECT_TIMEOUT:?}"))?
+}
+
+async fn open_one_untimed(
+    uri: &str,
+    queue: ShortString,
+    i: usize,
+) -> anyhow::Result<(Connection, Channel, lapin::Consumer)> {
     let connection = Connection::connect(uri, ConnectionProperties::default())
         .await
         .with_context(|| format!("idle connection {i}: connecting"))?;
