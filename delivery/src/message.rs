@@ -18,6 +18,20 @@ pub struct Message {
 }
 
 impl Message {
+    /// A copy whose bytes are its own. A message read from a log shares the read buffer it
+    /// came in with its neighbours; one that will be kept (re-queued after a delay, or
+    /// dead-lettered) is compacted so it does not keep that whole buffer alive.
+    pub fn compacted(&self) -> Message {
+        let raw = Bytes::copy_from_slice(self.properties.raw());
+        let properties = Properties::decode(raw).unwrap_or_else(|_| self.properties.clone());
+        Message {
+            exchange: self.exchange.clone(),
+            routing_key: self.routing_key.clone(),
+            properties,
+            body: Bytes::copy_from_slice(&self.body),
+        }
+    }
+
     /// Bytes this message accounts for in queue length limits and memory figures.
     pub fn size_bytes(&self) -> usize {
         self.body.len() + self.properties.raw().len()

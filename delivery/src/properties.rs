@@ -127,6 +127,12 @@ impl Properties {
         self.expiration.as_deref()
     }
 
+    /// The `expiration` property as milliseconds: `None` if absent or not a whole number.
+    pub fn expiration_ms(&self) -> Option<u64> {
+        let text = std::str::from_utf8(self.expiration()?).ok()?;
+        text.bytes().all(|b| b.is_ascii_digit()).then(|| text.parse().ok()).flatten()
+    }
+
     /// The `headers` table, if set.
     pub fn headers(&self) -> Option<&FieldTable> {
         self.headers.as_ref()

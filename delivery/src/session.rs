@@ -168,6 +168,10 @@ impl Session {
         let queue = consumer.queue();
         if queue.remove_consumer(consumer) && queue.definition().auto_delete {
             self.vhost.delete_auto_delete_queue(queue);
+        } else {
+            // The consumers left may take what the gone one could not (single active consumer,
+            // filters, priorities).
+            queue.dispatch();
         }
     }
 

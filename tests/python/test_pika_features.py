@@ -229,11 +229,6 @@ def test_expired_message_behind_a_live_head_is_removed(connection, channel, name
     assert drain(channel, queue) == [b"A"]
 
 
-@pytest.mark.xfail(
-    reason="broker bug: a zero TTL expires the message before dispatch even when a consumer with "
-    "credit is waiting (RabbitMQ delivers it)",
-    strict=True,
-)
 @pytest.mark.parametrize("ttl", ["queue", "message"], ids=["x-message-ttl-0", "expiration-0"])
 def test_zero_ttl_message_reaches_a_waiting_consumer_and_is_dropped_otherwise(connection, channel, names, ttl):
     # RabbitMQ: TTL 0 expires a message on reaching the queue unless it can be delivered to a
@@ -255,11 +250,6 @@ def test_zero_ttl_message_reaches_a_waiting_consumer_and_is_dropped_otherwise(co
     assert deliveries.bodies() == [b"delivered at once"]
 
 
-@pytest.mark.xfail(
-    reason="broker bug: an expiration that is not a non-negative integer is ignored (message queued "
-    "without TTL, publish confirmed) instead of 406 PRECONDITION_FAILED 'invalid expiration'",
-    strict=True,
-)
 def test_publish_with_a_non_numeric_expiration_is_a_406_channel_error(connection, channel, names):
     queue = declare_queue(channel, names("q"))
     publish(channel, queue, b"bad", expiration="soon")
@@ -572,11 +562,6 @@ def test_queue_with_x_expires_and_a_consumer_is_kept(connection, channel, names)
     assert deliveries.bodies() == [b"still here"]
 
 
-@pytest.mark.xfail(
-    reason="broker bug: a passive queue.declare does not renew the x-expires lease (RabbitMQ's "
-    "queue stat call restarts the expiry timer), so a queue polled this way is deleted",
-    strict=True,
-)
 def test_passive_declare_renews_the_x_expires_lease(connection, channel, names):
     queue = declare_queue(channel, names("q"), **{"x-expires": 1000})
     poller = connection.channel()
@@ -667,11 +652,6 @@ def test_single_active_consumer_after_cancel_the_next_gets_new_messages(connecti
     assert (first.bodies(), second.bodies()) == ([b"m0"], [b"m1", b"m2"])
 
 
-@pytest.mark.xfail(
-    reason="broker bug: basic.cancel of the active consumer does not dispatch the waiting messages "
-    "to the consumer that becomes active; they move only when a later publish/ack/nack wakes the queue",
-    strict=True,
-)
 def test_single_active_consumer_after_cancel_the_next_gets_the_waiting_messages(connection, channel, names):
     queue = declare_queue(channel, names("q"), **{"x-single-active-consumer": True})
     first_channel, first_tag, first, second = single_active_consumers(connection, queue)
@@ -741,11 +721,6 @@ def test_messages_no_filter_matches_stay_in_the_queue(connection, channel, names
     assert drain(getter, queue) == [b"blue-1", b"plain-1", b"green-1"]
 
 
-@pytest.mark.xfail(
-    reason="broker bug: dispatch scans only the first 4096 ready messages for one a filtering "
-    "consumer wants, so a match behind 4096 or more unmatched messages is never delivered",
-    strict=True,
-)
 def test_tag_filter_finds_a_match_behind_many_unmatched_messages(connection, channel, names):
     # Warren's exact filtering on queues: a matching message is delivered however many
     # non-matching ones wait ahead of it.

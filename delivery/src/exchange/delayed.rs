@@ -114,7 +114,7 @@ impl DelayedMessages {
         if let Err(error) = store.remove(&[offset]) {
             tracing::error!(exchange = self.exchange, %error, "cannot record a delayed message as routed");
         }
-        Some(Message::clone(&message))
+        Some(message.compacted())
     }
 
     /// Flushes what is stored (the broker is stopping).

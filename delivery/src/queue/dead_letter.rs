@@ -64,7 +64,8 @@ pub fn rewrite(
     let encoded =
         gen_properties(&properties)(WriteContext::from(Vec::new())).map_err(|e| RewriteError(format!("{e:?}")))?;
     let properties = Properties::decode(Bytes::from(encoded.write)).map_err(|e| RewriteError(e.to_string()))?;
-    Ok(Message { properties, ..message.clone() })
+    // The rewritten message is kept (queued again): it must not pin a log read buffer.
+    Ok(Message { properties, body: Bytes::copy_from_slice(&message.body), ..message.clone() })
 }
 
 /// The copy of `message` dead-lettered from `queue` for `reason`, to be published with

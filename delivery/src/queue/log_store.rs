@@ -130,6 +130,8 @@ pub struct LogStore {
     flush_policy: FlushPolicy,
     /// Size of the ack log right after the last compaction.
     compacted_bytes: u64,
+    /// The offset of the last read that missed the caches, to tell sequential reads.
+    last_miss: Option<u64>,
 }
 
 impl std::fmt::Debug for LogStore {
@@ -163,6 +165,7 @@ impl LogStore {
             scratch: Vec::new(),
             flush_policy: config.flush_policy,
             compacted_bytes: 0,
+            last_miss: None,
         };
         store.replay_acks()?;
         store.advance_first_live();
@@ -325,7 +328,14 @@ impl MessageStore for LogStore {
         if let Ok(i) = self.read_ahead.binary_search_by_key(&offset, |(o, _)| *o) {
             return Ok(Arc::clone(&self.read_ahead[i].1));
         }
-        let records = self.messages.read(offset, READ_AHEAD_RECORDS, READ_AHEAD_BYTES).map_err(io_error)?;
+        // Read ahead only when reads go in order (a backlog draining); a random read (a
+        // delayed message falling due) takes just its record.
+        let follows = |last: u64| offset == last + 1;
+        let sequential =
+            self.last_miss.is_some_and(follows) || self.read_ahead.back().is_some_and(|(o, _)| follows(*o));
+        self.last_miss = Some(offset);
+        let (records, bytes) = if sequential { (READ_AHEAD_RECORDS, READ_AHEAD_BYTES) } else { (1, 0) };
+        let records = self.messages.read(offset, records, bytes).map_err(io_error)?;
         self.read_ahead.clear();
         for record in records {
             let message = message_codec::decode(record.payload).map_err(|e| StoreError::Io(e.to_string()))?;

@@ -59,10 +59,11 @@ const OFFSET_MASK: u64 = (1 << 55) - 1;
 const PRIORITY_SHIFT: u32 = 55;
 const IN_MEMORY_BIT: u64 = 1 << 63;
 
-/// Ready messages scanned per dispatch round for one that a filtering consumer wants.
-const FILTER_SCAN_LIMIT: usize = 4096;
 /// The header a redelivery carries under `x-delivery-limit`: deliveries before this one.
 const DELIVERY_COUNT_HEADER: &str = "x-delivery-count";
+
+/// A recovered offset, with its append time and content when recovery had to read it.
+type RecoveredMessage = (u64, Option<(i64, Arc<Message>)>);
 
 /// A queued message: its place in the queue, its priority, and where it is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,7 +158,7 @@ impl Queue {
         let read_each = arguments.max_priority.is_some()
             || arguments.message_ttl_ms.is_some()
             || arguments.max_length_bytes.is_some();
-        let mut recovered: Vec<(u64, Option<(i64, Arc<Message>)>)> = Vec::new();
+        let mut recovered: Vec<RecoveredMessage> = Vec::new();
         if read_each {
             let visit = |offset, timestamp_ms, message| recovered.push((offset, Some((timestamp_ms, message))));
             store.for_each_unsettled(visit).map_err(|e| BrokerError::new(ReplyCode::InternalError, e.to_string()))?;
@@ -209,6 +210,7 @@ impl Queue {
                 deleted: false,
                 last_used_ms: now_ms(),
                 dead_letters: Vec::new(),
+                unwanted: std::collections::HashSet::new(),
                 scheduler: context.scheduler,
                 me: Weak::clone(me),
             };
@@ -288,7 +290,7 @@ impl Queue {
 
     /// The TTL deadline of a message published now: the lower of the queue's and its own.
     fn deadline(&self, message: &Message, now: u64) -> Option<u64> {
-        let own = message.properties.expiration().and_then(|e| std::str::from_utf8(e).ok()?.parse::<u64>().ok());
+        let own = message.properties.expiration_ms();
         let ttl = match (self.arguments.message_ttl_ms, own) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -339,7 +341,8 @@ impl Queue {
             self.enqueue_locked(state, position, appended.offset, !persistent, &message, now);
             state.drop_head(self.name(), &self.arguments);
             self.dispatch_locked(state);
-            self.expire_due_locked(state, now);
+            // What a TTL of 0 left undelivered goes now rather than at the next tick.
+            self.expire_due_locked(state, now + 1);
             Ok(Published::Stored(appended.durable))
         })
     }
@@ -353,7 +356,7 @@ impl Queue {
         let now = now_ms();
         while state.any_credit() {
             let candidates: Vec<MessageRef> = if state.any_filter() {
-                state.ready.iter().take(FILTER_SCAN_LIMIT).collect()
+                state.ready.iter().filter(|m| !state.unwanted.contains(&m.position)).collect()
             } else {
                 state.ready.front().into_iter().collect()
             };
@@ -388,7 +391,12 @@ impl Queue {
                 return false;
             }
         };
-        let Some(consumer) = state.choose_consumer(&self.arguments, &message) else { return false };
+        let Some(consumer) = state.choose_consumer(&self.arguments, &message) else {
+            if state.any_filter() && !state.consumers.iter().any(|c| c.wants(&message)) {
+                state.unwanted.insert(next.position);
+            }
+            return false;
+        };
         state.ready.remove(next.position);
         state.count_bytes(&self.arguments, message.body.len(), false);
         let message = self.with_delivery_count(state, next, message);
@@ -488,6 +496,7 @@ impl Queue {
             )));
         }
         state.consumers.push(consumer);
+        state.unwanted.clear();
         state.last_used_ms = now_ms();
         Ok(())
     }
@@ -496,6 +505,7 @@ impl Queue {
     pub fn remove_consumer(&self, consumer: &Arc<Consumer>) -> bool {
         let mut state = self.state.lock();
         state.consumers.retain(|c| !Arc::ptr_eq(c, consumer));
+        state.unwanted.clear();
         state.last_used_ms = now_ms();
         state.consumers.is_empty()
     }

@@ -39,6 +39,9 @@ pub(super) struct QueueState {
     /// For `x-expires`: when the queue was last used (consumer, get, declare).
     pub last_used_ms: u64,
     pub dead_letters: Vec<DeadLetter>,
+    /// Under tag filters: ready positions no current consumer wants (cleared when the
+    /// consumers change), so dispatch does not read them again and again.
+    pub unwanted: std::collections::HashSet<u64>,
     pub scheduler: SchedulerHandle,
     pub me: Weak<super::Queue>,
 }
@@ -76,8 +79,10 @@ impl QueueState {
         Ok(())
     }
 
+    /// Past its deadline. A message due this very millisecond (TTL 0) is not expired yet: a
+    /// consumer that can take it at once gets it, as in RabbitMQ.
     pub fn is_expired(&self, message: MessageRef, now: u64) -> bool {
-        self.deadlines.get(&message.position).is_some_and(|deadline| *deadline <= now)
+        self.deadlines.get(&message.position).is_some_and(|deadline| *deadline < now)
     }
 
     /// Adds a message that just entered the ready list to the byte count, if counted.

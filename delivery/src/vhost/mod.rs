@@ -330,6 +330,7 @@ impl VirtualHost {
     pub fn declare_queue_passive(&self, name: &str, connection: ConnectionId) -> BrokerResult<DeclaredQueue> {
         let queue = self.queue(name)?;
         queue.check_owner(connection)?;
+        queue.touch();
         Ok(Self::declared(queue))
     }
 

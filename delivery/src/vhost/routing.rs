@@ -15,6 +15,14 @@ impl VirtualHost {
     /// exchange until its `x-delay` passes (`routed` then tells whether it would route now,
     /// for `mandatory`).
     pub fn publish(&self, exchange: &str, message: Arc<Message>) -> BrokerResult<PublishOutcome> {
+        if let Some(expiration) = message.properties.expiration() {
+            if message.properties.expiration_ms().is_none() {
+                return Err(BrokerError::precondition_failed(format!(
+                    "invalid expiration '{}': expected a whole number of milliseconds",
+                    String::from_utf8_lossy(expiration)
+                )));
+            }
+        }
         let queues = self.route(exchange, &message)?;
         let delayed = if exchange.is_empty() { None } else { self.exchange(exchange)?.delayed().cloned() };
         if let Some((delayed, delay)) = delayed.zip(delay_of(&message)) {
