@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Warren's whole test suite: the Rust workspace (unit, property and lapin end-to-end tests),
-# then the cross-client suites (pika and amqplib against the real `warren` binary).
+# Warren's whole test suite: the Rust workspace (unit, property and lapin end-to-end tests,
+# and the tests that run the real `warren` binary: signals, kill -9), then the cross-client
+# suites (pika and amqplib against the real binary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The binary the process tests start; `cargo test` alone does not build it.
+cargo build --locked --bin warren
 cargo test --workspace --locked
-if [ -x tests/cross_client.sh ] || [ -f tests/cross_client.sh ]; then
-  bash tests/cross_client.sh
-fi
+bash tests/cross_client.sh
