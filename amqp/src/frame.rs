@@ -134,24 +134,30 @@ pub fn put_deliver(
     out.put_u8(FRAME_END);
 }
 
-/// Appends `basic.ack` (class 60, method 80), as sent for publisher confirms.
-pub fn put_ack(out: &mut BytesMut, channel: u16, delivery_tag: u64, multiple: bool) {
+/// Method id of `basic.ack`.
+const BASIC_ACK_METHOD_ID: u16 = 80;
+/// Method id of `basic.nack`.
+const BASIC_NACK_METHOD_ID: u16 = 120;
+
+/// `basic.ack` and `basic.nack` (with requeue=false) share a layout: the delivery tag, then one
+/// octet of flags whose bit 0 is `multiple`.
+fn put_confirm(out: &mut BytesMut, channel: u16, method_id: u16, delivery_tag: u64, multiple: bool) {
     put_frame_header(out, FRAME_METHOD, channel, 4 + 8 + 1);
     out.put_u16(BASIC_CLASS_ID);
-    out.put_u16(80);
+    out.put_u16(method_id);
     out.put_u64(delivery_tag);
     out.put_u8(u8::from(multiple));
     out.put_u8(FRAME_END);
 }
 
-/// Appends `basic.nack` (class 60, method 120) with requeue=false, as sent for confirms.
+/// Appends `basic.ack`, as sent for publisher confirms.
+pub fn put_ack(out: &mut BytesMut, channel: u16, delivery_tag: u64, multiple: bool) {
+    put_confirm(out, channel, BASIC_ACK_METHOD_ID, delivery_tag, multiple);
+}
+
+/// Appends `basic.nack` with requeue=false, as sent for publisher confirms.
 pub fn put_nack(out: &mut BytesMut, channel: u16, delivery_tag: u64, multiple: bool) {
-    put_frame_header(out, FRAME_METHOD, channel, 4 + 8 + 1);
-    out.put_u16(BASIC_CLASS_ID);
-    out.put_u16(120);
-    out.put_u64(delivery_tag);
-    out.put_u8(u8::from(multiple));
-    out.put_u8(FRAME_END);
+    put_confirm(out, channel, BASIC_NACK_METHOD_ID, delivery_tag, multiple);
 }
 
 /// Appends a content header frame carrying the raw property bytes, then the body split into
