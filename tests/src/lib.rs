@@ -78,3 +78,47 @@ pub async fn assert_no_delivery(consumer: &mut lapin::Consumer, millis: u64) {
         panic!("unexpected delivery: {delivery:?}");
     }
 }
+
+/// Opens a channel in confirm mode.
+pub async fn confirm_channel(connection: &lapin::Connection) -> lapin::Channel {
+    let channel = channel(connection).await;
+    match channel.confirm_select(lapin::options::ConfirmSelectOptions::default()).await {
+        Ok(()) => channel,
+        Err(error) => panic!("confirm.select failed: {error}"),
+    }
+}
+
+/// Asserts that `result` failed with the AMQP reply `code`.
+pub fn assert_code<T: std::fmt::Debug>(result: lapin::Result<T>, code: u16, what: &str) {
+    match result {
+        Ok(value) => panic!("{what}: expected reply code {code}, got success {value:?}"),
+        Err(error) => assert_eq!(reply_code(&error), Some(code), "{what}: unexpected error {error}"),
+    }
+}
+
+/// A field table from (key, value) pairs.
+pub fn table(entries: &[(&str, lapin::types::AMQPValue)]) -> lapin::types::FieldTable {
+    let mut table = lapin::types::FieldTable::default();
+    for (key, value) in entries {
+        table.insert((*key).into(), value.clone());
+    }
+    table
+}
+
+/// A long-string field value.
+pub fn text(value: &str) -> lapin::types::AMQPValue {
+    lapin::types::AMQPValue::LongString(value.into())
+}
+
+/// Takes every ready message of `queue` with `basic.get` (no ack).
+pub async fn drain(channel: &lapin::Channel, queue: &str) -> Vec<lapin::message::BasicGetMessage> {
+    let mut out = Vec::new();
+    let no_ack = lapin::options::BasicGetOptions { no_ack: true };
+    loop {
+        match channel.basic_get(queue.into(), no_ack).await {
+            Ok(Some(message)) => out.push(message),
+            Ok(None) => return out,
+            Err(error) => panic!("basic.get on {queue} failed: {error}"),
+        }
+    }
+}

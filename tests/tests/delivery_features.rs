@@ -2,22 +2,10 @@
 //! consumer priorities, single active consumer and tag filters, with lapin.
 
 use lapin::options::*;
-use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use lapin::types::{AMQPValue, FieldArray, FieldTable};
 use lapin::{BasicProperties, ExchangeKind};
 use std::time::{Duration, Instant};
 use warren_tests::*;
-
-fn args(pairs: &[(&str, AMQPValue)]) -> FieldTable {
-    let mut table = FieldTable::default();
-    for (key, value) in pairs {
-        table.insert(ShortString::from(*key), value.clone());
-    }
-    table
-}
-
-fn text(value: &str) -> AMQPValue {
-    AMQPValue::LongString(LongString::from(value))
-}
 
 async fn declare(ch: &lapin::Channel, name: &str, arguments: FieldTable) {
     ch.queue_declare(name.into(), QueueDeclareOptions::default(), arguments).await.expect("declare");
@@ -43,14 +31,6 @@ async fn wait_for_count(conn: &lapin::Connection, queue: &str, done: impl Fn(Opt
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-async fn drain(ch: &lapin::Channel, queue: &str) -> Vec<lapin::message::BasicGetMessage> {
-    let mut out = Vec::new();
-    while let Some(got) = ch.basic_get(queue.into(), BasicGetOptions { no_ack: true }).await.expect("get") {
-        out.push(got);
-    }
-    out
 }
 
 fn header<'a>(props: &'a BasicProperties, name: &str) -> Option<&'a AMQPValue> {
@@ -87,7 +67,7 @@ async fn priorities_order_delivery_and_cap_at_the_maximum() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
-    declare(&ch, "prio", args(&[("x-max-priority", AMQPValue::ShortShortUInt(10))])).await;
+    declare(&ch, "prio", table(&[("x-max-priority", AMQPValue::ShortShortUInt(10))])).await;
     for (body, priority) in [("p1", Some(1)), ("p9", Some(9)), ("none", None), ("p5", Some(5)), ("p200", Some(200))] {
         let mut props = BasicProperties::default();
         if let Some(priority) = priority {
@@ -106,7 +86,7 @@ async fn ttl_removes_messages_promptly_even_behind_the_head() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
-    declare(&ch, "ttl-queue", args(&[("x-message-ttl", AMQPValue::LongInt(200))])).await;
+    declare(&ch, "ttl-queue", table(&[("x-message-ttl", AMQPValue::LongInt(200))])).await;
     publish_with(&ch, "", "ttl-queue", b"short", BasicProperties::default()).await;
     assert_eq!(wait_for_count(&conn, "ttl-queue", |c| c == Some(0)).await, Some(0), "queue TTL");
 
@@ -125,7 +105,7 @@ async fn rejected_messages_are_dead_lettered_with_x_death() {
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
     dead_letter_setup(&ch).await;
-    declare(&ch, "work", args(&[("x-dead-letter-exchange", text("dlx"))])).await;
+    declare(&ch, "work", table(&[("x-dead-letter-exchange", text("dlx"))])).await;
     ch.exchange_declare("src".into(), ExchangeKind::Direct, Default::default(), FieldTable::default())
         .await
         .expect("src");
@@ -171,7 +151,7 @@ async fn expired_messages_are_dead_lettered_with_the_dead_letter_routing_key() {
     ch.queue_bind("expired-dlq".into(), "dlx-direct".into(), "dead".into(), Default::default(), FieldTable::default())
         .await
         .expect("bind");
-    let arguments = args(&[
+    let arguments = table(&[
         ("x-message-ttl", AMQPValue::LongInt(100)),
         ("x-dead-letter-exchange", text("dlx-direct")),
         ("x-dead-letter-routing-key", text("dead")),
@@ -191,7 +171,7 @@ async fn a_dead_letter_cycle_without_rejection_is_dropped_and_counts_accumulate(
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
     // "ping" expires into "pong" which rejects back into "ping": count grows per (queue, reason).
-    let to = |dlx: &str| args(&[("x-dead-letter-exchange", text("")), ("x-dead-letter-routing-key", text(dlx))]);
+    let to = |dlx: &str| table(&[("x-dead-letter-exchange", text("")), ("x-dead-letter-routing-key", text(dlx))]);
     let mut ping = to("pong");
     ping.insert("x-message-ttl".into(), AMQPValue::LongInt(50));
     declare(&ch, "ping", ping).await;
@@ -215,7 +195,7 @@ async fn an_expiry_loop_is_cut_where_it_closes() {
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
     for (name, next) in [("tick", "tock"), ("tock", "tick")] {
-        let arguments = args(&[
+        let arguments = table(&[
             ("x-message-ttl", AMQPValue::LongInt(50)),
             ("x-dead-letter-exchange", text("")),
             ("x-dead-letter-routing-key", text(next)),
@@ -235,7 +215,7 @@ async fn length_limits_drop_head_or_reject_publish() {
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
     dead_letter_setup(&ch).await;
-    declare(&ch, "capped", args(&[("x-max-length", AMQPValue::LongInt(2)), ("x-dead-letter-exchange", text("dlx"))]))
+    declare(&ch, "capped", table(&[("x-max-length", AMQPValue::LongInt(2)), ("x-dead-letter-exchange", text("dlx"))]))
         .await;
     for body in [b"1", b"2", b"3", b"4"] {
         publish_with(&ch, "", "capped", body, BasicProperties::default()).await;
@@ -246,7 +226,7 @@ async fn length_limits_drop_head_or_reject_publish() {
     assert_eq!(dropped.len(), 2);
     assert_eq!(deaths(&dropped[0].delivery.properties)[0].inner().get("reason"), Some(&text("maxlen")));
 
-    let overflow = args(&[("x-max-length-bytes", AMQPValue::LongInt(10)), ("x-overflow", text("reject-publish"))]);
+    let overflow = table(&[("x-max-length-bytes", AMQPValue::LongInt(10)), ("x-overflow", text("reject-publish"))]);
     declare(&ch, "refusing", overflow).await;
     ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
     let mut outcomes = Vec::new();
@@ -271,7 +251,7 @@ async fn delivery_limit_counts_redeliveries_then_dead_letters() {
     declare(
         &ch,
         "limited",
-        args(&[("x-delivery-limit", AMQPValue::LongInt(2)), ("x-dead-letter-exchange", text("dlx"))]),
+        table(&[("x-delivery-limit", AMQPValue::LongInt(2)), ("x-dead-letter-exchange", text("dlx"))]),
     )
     .await;
     publish_with(&ch, "", "limited", b"poison", BasicProperties::default()).await;
@@ -299,7 +279,7 @@ async fn delayed_messages_route_when_due_and_mandatory_returns_at_once() {
         "later".into(),
         delayed.clone(),
         Default::default(),
-        args(&[("x-delayed-type", text("direct"))]),
+        table(&[("x-delayed-type", text("direct"))]),
     )
     .await
     .expect("declare delayed");
@@ -307,7 +287,7 @@ async fn delayed_messages_route_when_due_and_mandatory_returns_at_once() {
     ch.queue_bind("due".into(), "later".into(), "k".into(), Default::default(), FieldTable::default())
         .await
         .expect("bind");
-    let delay = |ms: i64| BasicProperties::default().with_headers(args(&[("x-delay", AMQPValue::LongLongInt(ms))]));
+    let delay = |ms: i64| BasicProperties::default().with_headers(table(&[("x-delay", AMQPValue::LongLongInt(ms))]));
     let sent = Instant::now();
     publish_with(&ch, "later", "k", b"in 600 ms", delay(600)).await;
     publish_with(&ch, "later", "k", b"now", delay(0)).await;
@@ -348,7 +328,7 @@ async fn durable_delayed_messages_survive_a_restart_and_fire_late_ones_at_once()
     ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
     let durable_exchange = ExchangeDeclareOptions { durable: true, ..Default::default() };
     let delayed = ExchangeKind::Custom("x-delayed-message".into());
-    ch.exchange_declare("held".into(), delayed, durable_exchange, args(&[("x-delayed-type", text("fanout"))]))
+    ch.exchange_declare("held".into(), delayed, durable_exchange, table(&[("x-delayed-type", text("fanout"))]))
         .await
         .expect("declare");
     let durable = QueueDeclareOptions { durable: true, ..Default::default() };
@@ -359,7 +339,7 @@ async fn durable_delayed_messages_survive_a_restart_and_fire_late_ones_at_once()
     for (body, delay) in [(&b"due during downtime"[..], 300), (b"due after restart", 3000)] {
         let props = BasicProperties::default()
             .with_delivery_mode(2)
-            .with_headers(args(&[("x-delay", AMQPValue::LongLongInt(delay))]));
+            .with_headers(table(&[("x-delay", AMQPValue::LongLongInt(delay))]));
         let confirm =
             ch.basic_publish("held".into(), "".into(), Default::default(), body, props).await.expect("publish");
         assert!(confirm.await.expect("confirm").is_ack());
@@ -393,7 +373,7 @@ async fn consumer_priorities_and_single_active_consumer() {
                 "ranked".into(),
                 tag.as_str().into(),
                 Default::default(),
-                args(&[("x-priority", AMQPValue::LongInt(priority))]),
+                table(&[("x-priority", AMQPValue::LongInt(priority))]),
             )
             .await
             .expect("consume")
@@ -406,7 +386,7 @@ async fn consumer_priorities_and_single_active_consumer() {
     publish_with(&ch, "", "ranked", b"second", BasicProperties::default()).await;
     assert_eq!(next_delivery(&mut low_consumer).await.data, b"second", "high has no credit left");
 
-    declare(&ch, "single", args(&[("x-single-active-consumer", AMQPValue::Boolean(true))])).await;
+    declare(&ch, "single", table(&[("x-single-active-consumer", AMQPValue::Boolean(true))])).await;
     let mut first =
         ch.basic_consume("single".into(), "first".into(), Default::default(), FieldTable::default()).await.expect("c1");
     let mut second = ch
@@ -435,7 +415,7 @@ async fn tag_filters_deliver_exactly_the_matching_messages() {
     let tagged = |tag: Option<&str>| {
         let mut props = BasicProperties::default();
         if let Some(tag) = tag {
-            props = props.with_headers(args(&[("x-stream-filter-value", text(tag))]));
+            props = props.with_headers(table(&[("x-stream-filter-value", text(tag))]));
         }
         props
     };
@@ -445,7 +425,7 @@ async fn tag_filters_deliver_exactly_the_matching_messages() {
         publish_with(&ch, "", "tagged", body.as_bytes(), tagged(tag)).await;
     }
     let mut reds = ch
-        .basic_consume("tagged".into(), "reds".into(), opts_no_ack(), args(&[("x-stream-filter", text("red"))]))
+        .basic_consume("tagged".into(), "reds".into(), opts_no_ack(), table(&[("x-stream-filter", text("red"))]))
         .await
         .expect("consume");
     assert_eq!(next_delivery(&mut reds).await.data, b"r1");
@@ -455,7 +435,7 @@ async fn tag_filters_deliver_exactly_the_matching_messages() {
     let mut filter = FieldArray::default();
     filter.push(text("blue"));
     filter.push(text("green"));
-    let wanted = args(&[
+    let wanted = table(&[
         ("x-stream-filter", AMQPValue::FieldArray(filter)),
         ("x-stream-match-unfiltered", AMQPValue::Boolean(true)),
     ]);
@@ -473,8 +453,8 @@ async fn unused_queues_expire() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
-    declare(&ch, "fleeting", args(&[("x-expires", AMQPValue::LongInt(300))])).await;
-    declare(&ch, "watched", args(&[("x-expires", AMQPValue::LongInt(300))])).await;
+    declare(&ch, "fleeting", table(&[("x-expires", AMQPValue::LongInt(300))])).await;
+    declare(&ch, "watched", table(&[("x-expires", AMQPValue::LongInt(300))])).await;
     let _consumer =
         ch.basic_consume("watched".into(), "w".into(), Default::default(), FieldTable::default()).await.expect("c");
     // Polling with passive declares would keep it alive (they count as use, as in RabbitMQ).
@@ -496,13 +476,13 @@ async fn malformed_arguments_are_406_naming_the_argument() {
     ] {
         let ch = channel(&conn).await;
         let error =
-            ch.queue_declare("bad-args".into(), Default::default(), args(&[(name, value)])).await.expect_err(name);
+            ch.queue_declare("bad-args".into(), Default::default(), table(&[(name, value)])).await.expect_err(name);
         assert_eq!(reply_code(&error), Some(406), "{name}: {error}");
         assert!(error.to_string().contains(name), "{error}");
     }
     let ch = channel(&conn).await;
     let error = ch
-        .basic_consume("nowhere".into(), "".into(), Default::default(), args(&[("x-priority", text("high"))]))
+        .basic_consume("nowhere".into(), "".into(), Default::default(), table(&[("x-priority", text("high"))]))
         .await
         .expect_err("404 first");
     assert_eq!(reply_code(&error), Some(404));

@@ -46,12 +46,9 @@ async fn exists_exchange(conn: &lapin::Connection, name: &str) -> bool {
     ch.exchange_declare(name.into(), ExchangeKind::Direct, passive, FieldTable::default()).await.is_ok()
 }
 
-async fn drain(ch: &lapin::Channel, queue: &str) -> Vec<(Vec<u8>, bool)> {
-    let mut out = Vec::new();
-    while let Some(got) = ch.basic_get(queue.into(), BasicGetOptions { no_ack: true }).await.expect("get") {
-        out.push((got.delivery.data.clone(), got.delivery.redelivered));
-    }
-    out
+/// Bodies and redelivered flags of every ready message.
+async fn redelivery_flags(ch: &lapin::Channel, queue: &str) -> Vec<(Vec<u8>, bool)> {
+    drain(ch, queue).await.into_iter().map(|got| (got.delivery.data, got.delivery.redelivered)).collect()
 }
 
 #[tokio::test]
@@ -93,11 +90,11 @@ async fn durable_things_survive_a_restart_and_transient_things_do_not() {
     assert_eq!(exists_queue(&conn, "eq").await, None, "exclusive queue is gone");
     assert_eq!(exists_queue(&conn, "dq").await, Some(2), "4 (unacked) and 5; 6 was transient");
     let ch = channel(&conn).await;
-    let got = drain(&ch, "dq").await;
+    let got = redelivery_flags(&ch, "dq").await;
     assert_eq!(got, vec![(vec![4], true), (vec![5], false)]);
     ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
     publish(&ch, "dx", "k", b"via binding", PERSISTENT).await;
-    assert_eq!(drain(&ch, "dq").await, vec![(b"via binding".to_vec(), false)], "the binding survived");
+    assert_eq!(redelivery_flags(&ch, "dq").await, vec![(b"via binding".to_vec(), false)], "the binding survived");
     broker.shutdown().await;
 
     let broker = start_on(dir.path()).await;

@@ -14,13 +14,6 @@ const NOT_FOUND: u16 = 404;
 const PRECONDITION_FAILED: u16 = 406;
 const COMMAND_INVALID: u16 = 503;
 
-/// A channel in confirm mode, so that `publish` returns only once the message is routed.
-async fn confirm_channel(conn: &lapin::Connection) -> lapin::Channel {
-    let ch = channel(conn).await;
-    ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirm.select");
-    ch
-}
-
 async fn declare_exchange(ch: &lapin::Channel, name: &str, kind: ExchangeKind) {
     declare_exchange_with(ch, name, kind, ExchangeDeclareOptions::default(), FieldTable::default())
         .await
@@ -113,30 +106,10 @@ async fn queues_holding(ch: &lapin::Channel, queues: &[&str], body: &[u8]) -> Ve
     holding
 }
 
-/// Asserts that `result` is an error carrying the AMQP reply code `code`.
-fn assert_code<T: std::fmt::Debug>(result: lapin::Result<T>, code: u16, what: &str) {
-    match result {
-        Ok(value) => panic!("{what}: expected reply code {code}, got success {value:?}"),
-        Err(error) => assert_eq!(reply_code(&error), Some(code), "{what}: unexpected error {error}"),
-    }
-}
-
 /// Checks that the connection survived a channel error: a new channel works.
 async fn assert_connection_usable(conn: &lapin::Connection) {
     let ch = channel(conn).await;
     passive_exchange(&ch, "amq.direct").await.expect("connection still usable after a channel error");
-}
-
-fn table(entries: &[(&str, AMQPValue)]) -> FieldTable {
-    let mut table = FieldTable::default();
-    for (key, value) in entries {
-        table.insert((*key).into(), value.clone());
-    }
-    table
-}
-
-fn text(value: &str) -> AMQPValue {
-    AMQPValue::LongString(value.into())
 }
 
 fn int(value: i32) -> AMQPValue {

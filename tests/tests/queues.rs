@@ -15,13 +15,6 @@ const NOT_FOUND: u16 = 404;
 const RESOURCE_LOCKED: u16 = 405;
 const PRECONDITION_FAILED: u16 = 406;
 
-/// A channel in confirm mode, so that `publish` returns only once the message is enqueued.
-async fn confirm_channel(conn: &lapin::Connection) -> lapin::Channel {
-    let ch = channel(conn).await;
-    ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirm.select");
-    ch
-}
-
 async fn declare_with(ch: &lapin::Channel, name: &str, options: QueueDeclareOptions) -> lapin::Result<lapin::Queue> {
     ch.queue_declare(name.into(), options, FieldTable::default()).await
 }
@@ -63,14 +56,6 @@ async fn consume(ch: &lapin::Channel, queue: &str, tag: &str) -> lapin::Consumer
 
 async fn message_count(ch: &lapin::Channel, queue: &str) -> u32 {
     passive(ch, queue).await.unwrap_or_else(|error| panic!("passive declare of {queue}: {error}")).message_count()
-}
-
-/// Asserts that `result` is an error carrying the AMQP reply code `code`.
-fn assert_code<T: std::fmt::Debug>(result: lapin::Result<T>, code: u16, what: &str) {
-    match result {
-        Ok(value) => panic!("{what}: expected reply code {code}, got success {value:?}"),
-        Err(error) => assert_eq!(reply_code(&error), Some(code), "{what}: unexpected error {error}"),
-    }
 }
 
 /// Waits until a passive declare of `queue` fails with 404, for deletions the broker performs
