@@ -318,7 +318,7 @@ impl Channel {
         match op {
             TxOp::Ack { tag, multiple } => self.session.ack(tag, multiple),
             TxOp::Reject { tag, multiple, requeue } => self.session.reject(tag, multiple, requeue),
-            TxOp::Publish(..) => Ok(()),
+            TxOp::Publish { .. } => Ok(()),
         }
     }
 
@@ -345,8 +345,8 @@ impl Channel {
             return Ok(());
         }
         let Some(content) = self.content.take() else { return Ok(()) };
-        let (publish, message) = content.finish();
-        let op = TxOp::Publish(publish, Arc::new(message));
+        let (mandatory, message) = content.finish();
+        let op = TxOp::Publish { mandatory, message: Arc::new(message) };
         match &mut self.transaction {
             Some(transaction) => {
                 transaction.push(op);
@@ -357,15 +357,15 @@ impl Channel {
     }
 
     fn publish(&mut self, ctx: &ConnectionContext, op: TxOp) -> BrokerResult<()> {
-        let TxOp::Publish(publish, message) = op else { return Ok(()) };
-        let outcome = ctx.vhost.publish(publish.exchange.as_str(), Arc::clone(&message))?;
+        let TxOp::Publish { mandatory, message } = op else { return Ok(()) };
+        let outcome = ctx.vhost.publish(message.exchange.as_str(), Arc::clone(&message))?;
         let sequence = self.confirms.as_mut().map(Confirms::next_sequence);
-        if !outcome.routed && publish.mandatory {
+        if !outcome.routed && mandatory {
             let ret = basic::Return {
                 reply_code: ReplyCode::NoRoute.code(),
                 reply_text: short(ReplyCode::NoRoute.name()),
-                exchange: publish.exchange,
-                routing_key: publish.routing_key,
+                exchange: message.exchange.clone(),
+                routing_key: message.routing_key.clone(),
             };
             self.send_content(ctx, AMQPClass::Basic(basic::AMQPMethod::Return(ret)), &message);
         }
@@ -413,7 +413,7 @@ impl Channel {
                 let ops = self.transaction_mut()?.take();
                 for op in ops {
                     match op {
-                        TxOp::Publish(..) => self.publish(ctx, op)?,
+                        TxOp::Publish { .. } => self.publish(ctx, op)?,
                         settlement => self.apply_settlement(settlement)?,
                     }
                 }

@@ -171,6 +171,9 @@ impl Connection {
         let class_id = u16::from_be_bytes([payload[0], payload[1]]);
         let method_id = u16::from_be_bytes([payload[2], payload[3]]);
         self.current_method = (class_id, method_id);
+        if let Some(method) = crate::hot_methods::decode(payload) {
+            return Ok(method);
+        }
         match parse_class(&payload[..]) {
             Ok(([], method)) => Ok(method),
             Ok(_) => Err(BrokerError::new(

@@ -116,15 +116,15 @@ impl PendingContent {
         self.header.as_ref().is_some_and(|h| self.body.len() as u64 == h.body_size)
     }
 
-    /// The publish method and the assembled message (call once complete).
-    pub fn finish(self) -> (Publish, Message) {
+    /// The publish's `mandatory` flag and the assembled message (call once complete).
+    pub fn finish(self) -> (bool, Message) {
         let properties = self.header.map(|h| h.properties).unwrap_or_else(Properties::empty);
         let message = Message {
-            exchange: self.publish.exchange.clone(),
-            routing_key: self.publish.routing_key.clone(),
+            exchange: self.publish.exchange,
+            routing_key: self.publish.routing_key,
             properties,
             body: self.body.into_bytes(),
         };
-        (self.publish, message)
+        (self.publish.mandatory, message)
     }
 }

@@ -9,6 +9,7 @@ pub mod config;
 pub mod connection;
 pub mod content;
 pub mod frame;
+mod hot_methods;
 pub mod listener;
 pub mod outbox;
 pub mod publish;

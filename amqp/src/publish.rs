@@ -2,7 +2,6 @@
 
 use crate::frame;
 use crate::outbox::{Outbound, Outbox};
-use amq_protocol::protocol::basic::Publish;
 use bytes::{Bytes, BytesMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -151,7 +150,12 @@ async fn send_when_durable(
 #[derive(Debug)]
 pub enum TxOp {
     /// A complete publish.
-    Publish(Publish, Arc<Message>),
+    Publish {
+        /// Whether an unroutable message comes back (`basic.return`).
+        mandatory: bool,
+        /// The message.
+        message: Arc<Message>,
+    },
     /// `basic.ack`.
     Ack {
         /// Delivery tag.

@@ -237,8 +237,13 @@ impl Session {
             }
             state.unacked.drain(..end).collect()
         } else {
-            let index = state.unacked.binary_search_by_key(&tag, |u| u.tag).map_err(|_| unknown_tag(tag))?;
-            state.unacked.remove(index).into_iter().collect()
+            // Clients mostly ack in delivery order: the oldest delivery is the usual match.
+            if state.unacked.front().is_some_and(|u| u.tag == tag) {
+                state.unacked.pop_front().into_iter().collect()
+            } else {
+                let index = state.unacked.binary_search_by_key(&tag, |u| u.tag).map_err(|_| unknown_tag(tag))?;
+                state.unacked.remove(index).into_iter().collect()
+            }
         };
         drop(state);
         self.unacked_total.fetch_sub(taken.len() as u32, Ordering::AcqRel);

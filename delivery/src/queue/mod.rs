@@ -211,6 +211,7 @@ impl Queue {
                 last_used_ms: now_ms(),
                 dead_letters: Vec::new(),
                 unwanted: std::collections::HashSet::new(),
+                scratch_offsets: Vec::new(),
                 scheduler: context.scheduler,
                 me: Weak::clone(me),
             };
@@ -337,12 +338,15 @@ impl Queue {
             };
             let position = state.next_position;
             state.next_position += 1;
-            let now = now_ms();
+            let may_expire = self.arguments.message_ttl_ms.is_some() || message.properties.expiration().is_some();
+            let now = if may_expire { now_ms() } else { 0 };
             self.enqueue_locked(state, position, appended.offset, !persistent, &message, now);
             state.drop_head(self.name(), &self.arguments);
             self.dispatch_locked(state);
-            // What a TTL of 0 left undelivered goes now rather than at the next tick.
-            self.expire_due_locked(state, now + 1);
+            if may_expire {
+                // What a TTL of 0 left undelivered goes now rather than at the next tick.
+                self.expire_due_locked(state, now + 1);
+            }
             Ok(Published::Stored(appended.durable))
         })
     }
@@ -353,7 +357,7 @@ impl Queue {
     }
 
     fn dispatch_locked(self: &Arc<Self>, state: &mut QueueState) {
-        let now = now_ms();
+        let now = state.clock();
         while state.any_credit() {
             let candidates: Vec<MessageRef> = if state.any_filter() {
                 state.ready.iter().filter(|m| !state.unwanted.contains(&m.position)).collect()
@@ -397,7 +401,7 @@ impl Queue {
             }
             return false;
         };
-        state.ready.remove(next.position);
+        state.ready.remove_ref(next);
         state.count_bytes(&self.arguments, message.body.len(), false);
         let message = self.with_delivery_count(state, next, message);
         let redelivered = state.is_redelivered(next);
@@ -413,10 +417,10 @@ impl Queue {
 
     /// Under `x-delivery-limit`, a redelivery carries `x-delivery-count` (deliveries so far).
     fn with_delivery_count(&self, state: &QueueState, next: MessageRef, message: Arc<Message>) -> Arc<Message> {
-        let Some(&count) = state.delivery_counts.get(&next.position) else { return message };
         if self.arguments.delivery_limit.is_none() {
             return message;
         }
+        let Some(&count) = state.delivery_counts.get(&next.position) else { return message };
         let counted = dead_letter::rewrite(&message, |_, headers| {
             headers.insert(DELIVERY_COUNT_HEADER.into(), AMQPValue::LongLongInt(i64::from(count)));
         });
@@ -514,7 +518,8 @@ impl Queue {
     pub fn get(self: &Arc<Self>, session: &Session, no_ack: bool) -> Option<GetResult> {
         self.with_state(|state| {
             state.last_used_ms = now_ms();
-            self.expire_due_locked(state, now_ms());
+            let now = state.clock();
+            self.expire_due_locked(state, now);
             let next = state.ready.pop_front()?;
             let message = match state.read(next) {
                 Ok(message) => message,

@@ -95,6 +95,22 @@ impl ReadyList {
         message
     }
 
+    /// Removes `message` (known to be ready), cheaply when it is at the front of its level,
+    /// as it is when dispatch takes the next message.
+    pub fn remove_ref(&mut self, message: MessageRef) -> Option<MessageRef> {
+        let level = self.level_of(message);
+        let deque = &mut self.levels[level];
+        let removed = if deque.front() == Some(&message) {
+            deque.pop_front()
+        } else {
+            let index = deque.binary_search_by_key(&message.position, |m| m.position).ok()?;
+            deque.remove(index)
+        };
+        self.mark(level);
+        self.len -= usize::from(removed.is_some());
+        removed
+    }
+
     /// Removes the message at `position`, if ready.
     pub fn remove(&mut self, position: u64) -> Option<MessageRef> {
         for level in 0..self.levels.len() {

@@ -10,6 +10,9 @@ use crate::queue::dead_letter;
 use crate::queue::{Published, Queue};
 use std::sync::Arc;
 
+/// Where a publish went: its exchange (none for the default exchange) and the queues.
+type Routed = (Option<Arc<Exchange>>, Vec<Arc<Queue>>);
+
 impl VirtualHost {
     /// Publishes a message to `exchange`: routed to its queues now, or held by a delayed
     /// exchange until its `x-delay` passes (`routed` then tells whether it would route now,
@@ -23,8 +26,8 @@ impl VirtualHost {
                 )));
             }
         }
-        let queues = self.route(exchange, &message)?;
-        let delayed = if exchange.is_empty() { None } else { self.exchange(exchange)?.delayed().cloned() };
+        let (source, queues) = self.route_with_source(exchange, &message)?;
+        let delayed = source.as_ref().and_then(|s| s.delayed());
         if let Some((delayed, delay)) = delayed.zip(delay_of(&message)) {
             let mut outcome = PublishOutcome { routed: !queues.is_empty(), ..Default::default() };
             match delayed.hold(&message, delay) {
@@ -73,8 +76,14 @@ impl VirtualHost {
     /// The queues a message published to `exchange` goes to, each once. A missing exchange is
     /// 404; an internal one is 403.
     pub fn route(&self, exchange: &str, message: &Message) -> BrokerResult<Vec<Arc<Queue>>> {
+        self.route_with_source(exchange, message).map(|(_, queues)| queues)
+    }
+
+    /// Like [`VirtualHost::route`], also returning the exchange (none for the default one).
+    fn route_with_source(&self, exchange: &str, message: &Message) -> BrokerResult<Routed> {
         if exchange.is_empty() {
-            return Ok(self.queues.read().get(message.routing_key.as_str()).cloned().into_iter().collect());
+            let queue = self.queues.read().get(message.routing_key.as_str()).cloned();
+            return Ok((None, queue.into_iter().collect()));
         }
         let source = self.exchange(exchange)?;
         if source.definition().internal {
@@ -83,10 +92,10 @@ impl VirtualHost {
                 self.name
             )));
         }
-        let mut visited = vec![source.name().to_string()];
+        let mut visited = Vec::new();
         let mut queues = Vec::new();
         self.route_from(&source, message, &mut visited, &mut queues);
-        Ok(queues)
+        Ok((Some(source), queues))
     }
 
     fn route_from(
@@ -101,25 +110,44 @@ impl VirtualHost {
         if destinations.is_empty() {
             // The alternate exchange takes what this exchange's own bindings do not match.
             if let Some(alternate) = exchange.definition().alternate_exchange() {
-                self.route_via(&alternate, message, visited, queues);
+                self.route_via(exchange, &alternate, message, visited, queues);
             }
             return;
         }
-        for destination in destinations {
-            match destination {
-                Destination::Queue(name) => {
-                    if let Some(queue) = self.queues.read().get(&*name) {
-                        if !queues.iter().any(|q| Arc::ptr_eq(q, queue)) {
-                            queues.push(Arc::clone(queue));
+        let mut onward = Vec::new();
+        {
+            let known = self.queues.read();
+            for destination in destinations {
+                match destination {
+                    Destination::Queue(name) => {
+                        if let Some(queue) = known.get(&*name) {
+                            if !queues.iter().any(|q| Arc::ptr_eq(q, queue)) {
+                                queues.push(Arc::clone(queue));
+                            }
                         }
                     }
+                    Destination::Exchange(name) => onward.push(name),
                 }
-                Destination::Exchange(name) => self.route_via(&name, message, visited, queues),
             }
+        }
+        for name in onward {
+            self.route_via(exchange, &name, message, visited, queues);
         }
     }
 
-    fn route_via(&self, name: &str, message: &Message, visited: &mut Vec<String>, queues: &mut Vec<Arc<Queue>>) {
+    /// Follows an exchange-to-exchange binding or an alternate exchange, once per exchange.
+    fn route_via(
+        &self,
+        from: &Exchange,
+        name: &str,
+        message: &Message,
+        visited: &mut Vec<String>,
+        queues: &mut Vec<Arc<Queue>>,
+    ) {
+        // The origin is recorded only now: most publishes never leave their exchange.
+        if visited.is_empty() {
+            visited.push(from.name().to_string());
+        }
         if visited.iter().any(|v| v == name) {
             return;
         }
