@@ -8,6 +8,7 @@ mod config;
 mod entry_file;
 mod error;
 mod flusher;
+mod graveyard;
 mod group_commit;
 mod log;
 mod reader;
@@ -19,6 +20,7 @@ mod snapshot_file;
 mod sparse_index;
 mod time_index;
 mod truncate;
+mod writeback;
 
 pub use config::{
     FlushPolicy, LogConfig, DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_INTERVAL_MS, DEFAULT_INDEX_INTERVAL_BYTES,

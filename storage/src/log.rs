@@ -11,13 +11,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::watch;
 use tracing::error;
 
 use crate::config::{FlushPolicy, LogConfig};
 use crate::error::{IoContext, Result, StorageError};
 use crate::flusher::{FlushTarget, Flusher};
+use crate::graveyard::Graveyard;
 use crate::group_commit::Durability;
 use crate::record::NewRecord;
 use crate::recovery;
@@ -51,6 +52,8 @@ pub(crate) struct State {
     pub unsynced: Vec<Arc<SegmentFile>>,
     /// Bytes appended since the last flush began.
     pub pending_bytes: u64,
+    /// Segments deleted by retention, unlinked but not yet closed.
+    pub graveyard: Graveyard,
 }
 
 impl State {
@@ -97,7 +100,13 @@ impl Log {
             durability: Durability::new(next),
             dir,
             config,
-            state: Mutex::new(State { segments, epoch: 0, unsynced: Vec::new(), pending_bytes: 0 }),
+            state: Mutex::new(State {
+                segments,
+                epoch: 0,
+                unsynced: Vec::new(),
+                pending_bytes: 0,
+                graveyard: Graveyard::default(),
+            }),
             flusher,
             flush_scheduled: AtomicBool::new(false),
             urgent_scheduled: AtomicBool::new(false),
@@ -132,7 +141,11 @@ impl Log {
         }
         st.pending_bytes += bytes;
         let (end, pending) = (st.next_offset(), st.pending_bytes);
+        let writeback = st.active_mut().take_writeback();
         drop(st);
+        if let Some(w) = writeback {
+            w.start();
+        }
         self.after_append(end, pending)?;
         Ok(start..end)
     }
@@ -176,7 +189,9 @@ impl Log {
         if st.active().record_count() == 0 {
             return Ok(());
         }
-        self.roll_locked(&mut st).inspect_err(|e| self.shared.durability.fail(e))
+        let result = self.roll_locked(&mut st).inspect_err(|e| self.shared.durability.fail(e));
+        unlock_and_close_deleted(st);
+        result
     }
 
     pub(crate) fn roll_locked(&self, st: &mut State) -> Result<()> {
@@ -312,14 +327,16 @@ impl Shared {
     }
 
     fn flush_inner(&self, fsync: bool) -> Result<()> {
-        let (files, end, epoch) = {
+        let (files, end, epoch, _deleted) = {
             let mut st = self.state.lock();
             self.durability.check()?;
             st.active_mut().write_out()?;
+            st.active_mut().writeback_done();
             st.pending_bytes = 0;
             let mut files = std::mem::take(&mut st.unsynced);
             files.extend(st.active().log_file());
-            (files, st.next_offset(), st.epoch)
+            // Closed when this returns, after the durable offset is published.
+            (files, st.next_offset(), st.epoch, st.graveyard.take())
         };
         if fsync {
             for f in &files {
@@ -340,6 +357,14 @@ impl FlushTarget for Shared {
         // Errors are recorded in `durability` and reported to writers and waiters.
         let _ = self.flush_now(fsync);
     }
+}
+
+/// Releases the log's lock, then closes the segments retention deleted under it (see
+/// [`crate::graveyard`]): for calls whose caller wants the space back at once.
+pub(crate) fn unlock_and_close_deleted(mut st: MutexGuard<'_, State>) {
+    let deleted = st.graveyard.take();
+    drop(st);
+    drop(deleted);
 }
 
 /// fsyncs a directory so created or removed entries survive a crash.

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tracing::debug;
 
 use crate::error::{IoContext, Result};
-use crate::log::{Log, State};
+use crate::log::{unlock_and_close_deleted, Log, State};
 use crate::segment::Segment;
 
 /// Milliseconds since the Unix epoch, now.
@@ -38,7 +38,9 @@ impl Log {
     /// Applies retention as if the time were `now_ms` (ms since the Unix epoch).
     pub fn enforce_retention_at(&self, now_ms: i64) -> Result<RetentionOutcome> {
         let mut st = self.shared.state.lock();
-        self.apply_retention_locked(&mut st, now_ms)
+        let outcome = self.apply_retention_locked(&mut st, now_ms);
+        unlock_and_close_deleted(st);
+        outcome
     }
 
     /// Deletes every segment whose records are all below `offset` (for queues whose
@@ -47,11 +49,13 @@ impl Log {
     pub fn delete_below(&self, offset: u64) -> Result<RetentionOutcome> {
         let mut st = self.shared.state.lock();
         let mut outcome = RetentionOutcome::default();
-        while st.segments.len() > 1 && st.segments[1].base <= offset {
-            delete_oldest(&self.shared.dir, &mut st, &mut outcome)?;
+        let mut result = Ok(());
+        while result.is_ok() && st.segments.len() > 1 && st.segments[1].base <= offset {
+            result = delete_oldest(&self.shared.dir, &mut st, &mut outcome).map(drop);
         }
         outcome.first_offset = st.first_offset();
-        Ok(outcome)
+        unlock_and_close_deleted(st);
+        result.map(|()| outcome)
     }
 
     pub(crate) fn apply_retention_locked(&self, st: &mut State, now_ms: i64) -> Result<RetentionOutcome> {
@@ -83,7 +87,8 @@ fn expired(seg: &Segment, cutoff_ms: i64) -> bool {
     seg.max_ts.is_none_or(|m| m < cutoff_ms)
 }
 
-/// Removes the oldest segment from the state and deletes its files; returns its size.
+/// Removes the oldest segment from the state and unlinks its files (closed later, see
+/// [`crate::graveyard`]); returns its size.
 fn delete_oldest(dir: &Path, st: &mut State, outcome: &mut RetentionOutcome) -> Result<u64> {
     let Some(seg) = st.segments.pop_front() else {
         return Ok(0);
@@ -92,10 +97,8 @@ fn delete_oldest(dir: &Path, st: &mut State, outcome: &mut RetentionOutcome) -> 
     outcome.segments_deleted += 1;
     outcome.bytes_deleted += seg.size;
     let size = seg.size;
-    let base = seg.base;
     // Readers holding the data file keep reading it after the unlink.
-    drop(seg);
-    delete_segment_files(dir, base)?;
+    st.graveyard.bury(dir, seg)?;
     Ok(size)
 }
 

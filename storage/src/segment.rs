@@ -4,15 +4,19 @@
 //! so opening a log costs one directory listing, not a visit to every segment.
 
 use std::fs::{File, OpenOptions};
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::config::LogConfig;
+use tracing::debug;
+
+use crate::config::{FlushPolicy, LogConfig};
 use crate::error::{IoContext, Result};
 use crate::record::{self, NewRecord};
 use crate::sparse_index::SparseIndex;
 use crate::time_index::TimeIndex;
+use crate::writeback;
 
 /// File-name extension of segment data.
 pub(crate) const LOG_EXT: &str = "log";
@@ -46,9 +50,27 @@ impl SegmentFile {
         Ok(buf)
     }
 
-    /// fsyncs the file's data.
+    /// fsyncs the file's data (`fdatasync`: the size is the only metadata a log needs,
+    /// and `fdatasync` covers it).
     pub(crate) fn sync(&self) -> Result<()> {
         self.file.sync_data().at(&self.path)
+    }
+}
+
+/// A range of a data file, written out, whose writeback should start (see [`writeback`]).
+pub(crate) struct Writeback {
+    file: Arc<SegmentFile>,
+    range: Range<u64>,
+}
+
+impl Writeback {
+    /// Starts writing the range to disk without waiting. An error is only logged: the
+    /// range is not durable until an fdatasync succeeds, and that reports any I/O error.
+    pub(crate) fn start(self) {
+        let Writeback { file, range } = self;
+        if let Err(e) = writeback::start(&file.file, range.start, range.end - range.start) {
+            debug!(path = %file.path.display(), error = %e, "starting writeback failed");
+        }
     }
 }
 
@@ -89,6 +111,10 @@ pub(crate) struct Segment {
     pub sealed: bool,
     /// Log bytes appended since the last index entry.
     pub bytes_since_index: u64,
+    /// Start writeback of every chunk written out, because an fsync will follow.
+    early_writeback: bool,
+    /// Bytes below this were handed to writeback already, or need not be.
+    writeback_from: u64,
     buf: Vec<u8>,
     files: Option<SegmentFiles>,
 }
@@ -105,6 +131,8 @@ impl Segment {
             first_ts: None,
             sealed: true,
             bytes_since_index: 0,
+            early_writeback: false,
+            writeback_from: size,
             buf: Vec::new(),
             files: None,
         }
@@ -129,8 +157,7 @@ impl Segment {
         }
         let files = SegmentFiles::open(dir, base, config, true)?;
         let mut seg = Segment::with_files(base, files, 0);
-        seg.sealed = false;
-        seg.buf = Vec::with_capacity(config.write_buffer_bytes);
+        seg.activate(config);
         Ok(seg)
     }
 
@@ -245,9 +272,34 @@ impl Segment {
             files.index.unseal(cap)?;
             files.time.unseal(cap + 1)?;
         }
-        self.sealed = false;
-        self.buf = Vec::with_capacity(config.write_buffer_bytes);
+        self.activate(config);
         Ok(())
+    }
+
+    /// Readies the segment to take appends.
+    fn activate(&mut self, config: &LogConfig) {
+        self.sealed = false;
+        self.early_writeback = config.flush_policy != FlushPolicy::Never;
+        self.writeback_from = self.written;
+        self.buf = Vec::with_capacity(config.write_buffer_bytes);
+    }
+
+    /// The bytes written out since the last call, once they make a whole writeback chunk
+    /// and if an fsync will follow. The caller starts their writeback after releasing the
+    /// log's lock, because starting I/O can block (on the block layer's queue, on pages
+    /// still being written back) and the flusher needs that lock.
+    pub(crate) fn take_writeback(&mut self) -> Option<Writeback> {
+        if !self.early_writeback || self.written - self.writeback_from < writeback::CHUNK_BYTES {
+            return None;
+        }
+        let range = std::mem::replace(&mut self.writeback_from, self.written)..self.written;
+        let file = self.files.as_ref().map(|f| Arc::clone(&f.log))?;
+        Some(Writeback { file, range })
+    }
+
+    /// Notes that everything written out is being fsynced, so needs no early writeback.
+    pub(crate) fn writeback_done(&mut self) {
+        self.writeback_from = self.written;
     }
 
     /// The data file, for readers and the flusher.
