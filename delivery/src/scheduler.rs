@@ -13,6 +13,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The wheel's tick: timers fire at most this late.
 pub const TICK_MS: u64 = 5;
+/// Handling one tick's timers for longer than this is logged: timers behind it fire late.
+const SLOW_TIMERS_MS: u64 = 20;
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
@@ -45,8 +47,8 @@ pub enum TimerEvent {
 
 /// Something holding delayed messages (a delayed exchange).
 pub trait DelayedTarget: Send + Sync + std::fmt::Debug {
-    /// The message `key` is due.
-    fn fire(&self, key: u64);
+    /// The messages `keys` are due (all those of one tick, so their removal is one write).
+    fn fire(&self, keys: &[u64]);
 }
 
 /// The broker's timing wheel.
@@ -80,6 +82,8 @@ impl Scheduler {
     /// Handles every timer due at `now_ms`.
     pub fn fire_due(&self, now_ms: u64) {
         let due = self.wheel.lock().advance(now_ms);
+        let (started, count) = (std::time::Instant::now(), due.len());
+        let mut delayed: Vec<(Arc<dyn DelayedTarget>, Vec<u64>)> = Vec::new();
         for event in due {
             match event {
                 TimerEvent::MessageExpiry { queue, position } => {
@@ -94,10 +98,20 @@ impl Scheduler {
                 }
                 TimerEvent::Delayed { target, key } => {
                     if let Some(target) = target.upgrade() {
-                        target.fire(key);
+                        match delayed.iter_mut().find(|(t, _)| Arc::ptr_eq(t, &target)) {
+                            Some((_, keys)) => keys.push(key),
+                            None => delayed.push((target, vec![key])),
+                        }
                     }
                 }
             }
+        }
+        for (target, keys) in delayed {
+            target.fire(&keys);
+        }
+        let elapsed = started.elapsed();
+        if elapsed.as_millis() >= u128::from(SLOW_TIMERS_MS) {
+            tracing::warn!(timers = count, elapsed_ms = elapsed.as_millis() as u64, "timers were slow to handle");
         }
     }
 }

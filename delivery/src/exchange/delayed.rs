@@ -103,18 +103,29 @@ impl DelayedMessages {
         Ok(appended.durable)
     }
 
-    fn take(&self, key: u64) -> Option<Message> {
+    /// Takes the messages `keys` out of the stores: one removal (one ack-log record) per store.
+    fn take(&self, keys: &[u64]) -> Vec<Message> {
         let mut stores = self.stores.lock();
-        let offset = key & !IN_MEMORY_KEY_BIT;
-        let store: &mut dyn MessageStore = match (&mut stores.durable, key & IN_MEMORY_KEY_BIT != 0) {
-            (Some(store), false) => store.as_mut(),
-            _ => &mut stores.memory,
-        };
-        let message = store.read(offset).ok()?;
-        if let Err(error) = store.remove(&[offset]) {
-            tracing::error!(exchange = self.exchange, %error, "cannot record a delayed message as routed");
+        let mut taken = Vec::with_capacity(keys.len());
+        for in_memory in [true, false] {
+            let offsets: Vec<u64> = keys
+                .iter()
+                .filter(|key| (*key & IN_MEMORY_KEY_BIT != 0) == in_memory)
+                .map(|key| key & !IN_MEMORY_KEY_BIT)
+                .collect();
+            if offsets.is_empty() {
+                continue;
+            }
+            let store: &mut dyn MessageStore = match (&mut stores.durable, in_memory) {
+                (Some(store), false) => store.as_mut(),
+                _ => &mut stores.memory,
+            };
+            taken.extend(offsets.iter().filter_map(|offset| store.read(*offset).ok()).map(|m| m.compacted()));
+            if let Err(error) = store.remove(&offsets) {
+                tracing::error!(exchange = self.exchange, %error, "cannot record delayed messages as routed");
+            }
         }
-        Some(message.compacted())
+        taken
     }
 
     /// Flushes what is stored (the broker is stopping).
@@ -137,10 +148,12 @@ impl DelayedMessages {
 }
 
 impl DelayedTarget for DelayedMessages {
-    fn fire(&self, key: u64) {
-        let Some(message) = self.take(key) else { return };
+    fn fire(&self, keys: &[u64]) {
+        let messages = self.take(keys);
         if let Some(vhost) = self.vhost.upgrade() {
-            vhost.route_due(&self.exchange, message);
+            for message in messages {
+                vhost.route_due(&self.exchange, message);
+            }
         }
     }
 }

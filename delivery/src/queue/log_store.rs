@@ -269,7 +269,8 @@ impl LogStore {
         }
         let compact_dir = self.dir.join(ACKS_COMPACT_DIR);
         let _ = std::fs::remove_dir_all(&compact_dir);
-        let compact = Log::open(&compact_dir, ack_log_config(FlushPolicy::Always)).map_err(io_error)?;
+        // One fsync at the end (the flush below), not one per record.
+        let compact = Log::open(&compact_dir, ack_log_config(FlushPolicy::Batch)).map_err(io_error)?;
         let _ = std::mem::replace(&mut self.acks, compact).close();
         // The compacted log holds the whole settlement state in a few records.
         self.append_ack_record(ACK_RECORD_FIRST_LIVE, &[self.first_live])?;
