@@ -16,8 +16,10 @@ use tokio::task::JoinSet;
 use tokio::time::{interval, timeout, Instant, MissedTickBehavior};
 use warren_delivery::{Broker, BrokerError, ReplyCode};
 
-/// Room made in the read buffer before each read.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Room made in the read buffer before a read, at first: idle connections stay small.
+const MIN_READ_CHUNK_BYTES: usize = 4 * 1024;
+/// Room made before a read when reads keep filling the buffer (a busy publisher).
+const MAX_READ_CHUNK_BYTES: usize = 64 * 1024;
 /// How often a connection checks its timers before heartbeats are negotiated.
 const HANDSHAKE_TICK: Duration = Duration::from_millis(500);
 /// How long shutdown waits for connections to finish closing.
@@ -112,14 +114,18 @@ async fn read_loop(
     let mut heartbeat_secs = 0;
     let mut ticker = interval(HANDSHAKE_TICK);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut read_chunk = MIN_READ_CHUNK_BYTES;
     while connection.phase() != Phase::Closed {
         if buf.capacity() - buf.len() < frame_header_room() {
-            buf.reserve(READ_CHUNK_BYTES);
+            buf.reserve(read_chunk);
         }
+        let room = buf.capacity() - buf.len();
         tokio::select! {
             read = reader.read_buf(buf) => match read {
                 Ok(0) | Err(_) => return,
-                Ok(_) => {
+                Ok(n) => {
+                    // A read that fills the room means more is waiting: read more at a time.
+                    read_chunk = if n >= room { (read_chunk * 2).min(MAX_READ_CHUNK_BYTES) } else { read_chunk };
                     last_received = Instant::now();
                     connection.process(buf);
                 }
