@@ -54,6 +54,11 @@ impl Broker {
         self.scheduler.fire_due(now_ms);
     }
 
+    /// How late delayed messages fired since the last call (a figure to log or graph).
+    pub fn take_firing_lateness(&self) -> crate::scheduler::FiringLateness {
+        self.scheduler.take_lateness()
+    }
+
     /// A virtual host by name.
     pub fn vhost(&self, name: &str) -> Option<Arc<VirtualHost>> {
         self.vhosts.get(name).cloned()

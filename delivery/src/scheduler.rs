@@ -42,6 +42,8 @@ pub enum TimerEvent {
         target: Weak<dyn DelayedTarget>,
         /// Which message.
         key: u64,
+        /// When it is due (ms since the epoch), to measure how late it fires.
+        due_ms: u64,
     },
 }
 
@@ -51,15 +53,33 @@ pub trait DelayedTarget: Send + Sync + std::fmt::Debug {
     fn fire(&self, keys: &[u64]);
 }
 
+/// How late delayed messages fired since the figures were last taken.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FiringLateness {
+    /// Delayed messages handed back for routing.
+    pub fired: u64,
+    /// The latest any of them was handed back after its due time, in ms.
+    pub max_late_ms: u64,
+    /// How many were handed back more than [`LATE_THRESHOLD_MS`] after their due time.
+    pub late: u64,
+}
+
+/// Firing this much after the due time counts as late in [`FiringLateness`].
+pub const LATE_THRESHOLD_MS: u64 = 50;
+
 /// The broker's timing wheel.
 #[derive(Debug)]
 pub struct Scheduler {
     wheel: Mutex<TimingWheel<TimerEvent>>,
+    lateness: Mutex<FiringLateness>,
 }
 
 impl Default for Scheduler {
     fn default() -> Self {
-        Scheduler { wheel: Mutex::new(TimingWheel::new(TICK_MS, now_ms())) }
+        Scheduler {
+            wheel: Mutex::new(TimingWheel::new(TICK_MS, now_ms())),
+            lateness: Mutex::new(FiringLateness::default()),
+        }
     }
 }
 
@@ -79,6 +99,11 @@ impl Scheduler {
         self.wheel.lock().len()
     }
 
+    /// Takes the firing-lateness figures gathered since the last call.
+    pub fn take_lateness(&self) -> FiringLateness {
+        std::mem::take(&mut *self.lateness.lock())
+    }
+
     /// Handles every timer due at `now_ms`.
     pub fn fire_due(&self, now_ms: u64) {
         let due = self.wheel.lock().advance(now_ms);
@@ -96,7 +121,8 @@ impl Scheduler {
                         queue.check_unused();
                     }
                 }
-                TimerEvent::Delayed { target, key } => {
+                TimerEvent::Delayed { target, key, due_ms } => {
+                    self.note_firing(now_ms.saturating_sub(due_ms));
                     if let Some(target) = target.upgrade() {
                         match delayed.iter_mut().find(|(t, _)| Arc::ptr_eq(t, &target)) {
                             Some((_, keys)) => keys.push(key),
@@ -114,7 +140,48 @@ impl Scheduler {
             tracing::warn!(timers = count, elapsed_ms = elapsed.as_millis() as u64, "timers were slow to handle");
         }
     }
+
+    fn note_firing(&self, late_ms: u64) {
+        let mut lateness = self.lateness.lock();
+        lateness.fired += 1;
+        lateness.max_late_ms = lateness.max_late_ms.max(late_ms);
+        lateness.late += u64::from(late_ms > LATE_THRESHOLD_MS);
+    }
 }
 
 /// A shared handle, cheap to clone into queues.
 pub type SchedulerHandle = Arc<Scheduler>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Default)]
+    struct Recorder(Mutex<Vec<u64>>);
+
+    impl DelayedTarget for Recorder {
+        fn fire(&self, keys: &[u64]) {
+            self.0.lock().extend_from_slice(keys);
+        }
+    }
+
+    #[test]
+    fn delayed_timers_fire_once_in_a_batch_and_their_lateness_is_measured() {
+        let scheduler = Scheduler::default();
+        let recorder = Arc::new(Recorder::default());
+        let target: Weak<dyn DelayedTarget> = Arc::downgrade(&(Arc::clone(&recorder) as Arc<dyn DelayedTarget>));
+        let due = now_ms() + 20;
+        for key in [1, 2] {
+            scheduler.schedule(due, TimerEvent::Delayed { target: Weak::clone(&target), key, due_ms: due });
+        }
+        scheduler.schedule(due + 100, TimerEvent::Delayed { target, key: 3, due_ms: due + 100 });
+        scheduler.fire_due(due - 10);
+        assert!(recorder.0.lock().is_empty(), "nothing before its due time");
+        scheduler.fire_due(due + 30);
+        assert_eq!(*recorder.0.lock(), vec![1, 2]);
+        assert_eq!(scheduler.take_lateness(), FiringLateness { fired: 2, max_late_ms: 30, late: 0 });
+        scheduler.fire_due(due + 100 + 80);
+        assert_eq!(*recorder.0.lock(), vec![1, 2, 3]);
+        assert_eq!(scheduler.take_lateness(), FiringLateness { fired: 1, max_late_ms: 80, late: 1 });
+    }
+}

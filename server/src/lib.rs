@@ -68,12 +68,28 @@ impl RunningBroker {
 async fn run_timers(broker: std::sync::Weak<Broker>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(warren_delivery::scheduler::TICK_MS));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut last_report = tokio::time::Instant::now();
     loop {
         tick.tick().await;
         let Some(broker) = broker.upgrade() else { return };
         broker.fire_timers(warren_delivery::scheduler::now_ms());
+        if last_report.elapsed() >= LATENESS_REPORT_INTERVAL {
+            last_report = tokio::time::Instant::now();
+            let lateness = broker.take_firing_lateness();
+            if lateness.fired > 0 {
+                tracing::info!(
+                    fired = lateness.fired,
+                    max_late_ms = lateness.max_late_ms,
+                    later_than_50ms = lateness.late,
+                    "delayed messages fired"
+                );
+            }
+        }
     }
 }
+
+/// How often the firing lateness of delayed messages is logged.
+const LATENESS_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Creates the data directory, binds the listener and starts serving.
 pub async fn start(config: Config) -> Result<RunningBroker, StartError> {

@@ -87,7 +87,7 @@ impl DelayedMessages {
 
     fn schedule(&self, key: u64, at_ms: u64) {
         let target: Weak<dyn DelayedTarget> = Weak::clone(&self.me) as Weak<dyn DelayedTarget>;
-        self.scheduler.schedule(at_ms, TimerEvent::Delayed { target, key });
+        self.scheduler.schedule(at_ms, TimerEvent::Delayed { target, key, due_ms: at_ms });
     }
 
     /// Holds `message` for `delay_ms`; returns what a confirm must wait for, if on disk.
