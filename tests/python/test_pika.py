@@ -9,6 +9,8 @@ import time
 import pika
 import pika.exceptions
 import pytest
+
+from pika_helpers import get_message, message_count, pump_until, pump_for, assert_closed_by_broker
 from pika.spec import BasicProperties
 
 WAIT_S = 5.0  # how long to wait for something that should happen
@@ -27,18 +29,6 @@ def publish(channel, routing_key, body, exchange="", **kwargs):
     channel.basic_publish(exchange=exchange, routing_key=routing_key, body=body, **kwargs)
 
 
-def get_message(channel, queue, auto_ack=True, timeout=WAIT_S):
-    """basic.get until a message arrives; returns (method, properties, body)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        method, properties, body = channel.basic_get(queue=queue, auto_ack=auto_ack)
-        if method is not None:
-            return method, properties, body
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no message arrived on {queue!r} within {timeout}s")
-        time.sleep(0.02)
-
-
 def get_bodies(channel, queue, expected_count):
     """Takes exactly expected_count messages (auto-ack), then asserts the queue is empty."""
     bodies = [get_message(channel, queue)[2] for _ in range(expected_count)]
@@ -46,29 +36,6 @@ def get_bodies(channel, queue, expected_count):
         f"{queue!r} holds more than the {expected_count} expected messages"
     )
     return bodies
-
-
-def message_count(connection, queue):
-    """Ready-message count, read with a passive declare on a fresh channel."""
-    channel = connection.channel()
-    try:
-        return channel.queue_declare(queue=queue, passive=True).method.message_count
-    finally:
-        channel.close()
-
-
-def pump_until(connection, predicate, timeout=WAIT_S):
-    """Runs pika's I/O loop (which dispatches deliveries) until predicate() is true."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        connection.process_data_events(time_limit=0.02)
-    return True
-
-
-def pump_for(connection, seconds):
-    pump_until(connection, lambda: False, timeout=seconds)
 
 
 class Deliveries(list):
@@ -90,12 +57,6 @@ def assert_connection_usable(connection, names):
     publish(channel, queue, b"still alive")
     assert get_message(channel, queue)[2] == b"still alive"
     channel.close()
-
-
-def assert_closed_by_broker(excinfo, code, text):
-    error = excinfo.value
-    assert error.reply_code == code, f"reply code {error.reply_code} ({error.reply_text})"
-    assert error.reply_text.startswith(text), error.reply_text
 
 
 # --------------------------------------------------------------------------- topology

@@ -15,6 +15,8 @@ import time
 import pika
 import pika.exceptions
 import pytest
+
+from pika_helpers import get_message, message_count, pump_until, pump_for, assert_closed_by_broker
 from pika.spec import BasicProperties
 
 WAIT_S = 5.0  # how long to wait for something that should happen
@@ -38,18 +40,6 @@ def publish(channel, routing_key, body, exchange="", **properties):
     )
 
 
-def get_message(channel, queue, auto_ack=True, timeout=WAIT_S):
-    """basic.get until a message arrives; returns (method, properties, body)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        method, properties, body = channel.basic_get(queue=queue, auto_ack=auto_ack)
-        if method is not None:
-            return method, properties, body
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no message arrived on {queue!r} within {timeout}s")
-        time.sleep(0.02)
-
-
 def drain(channel, queue):
     """Takes every ready message (auto-ack); returns their bodies in order."""
     bodies = []
@@ -60,15 +50,6 @@ def drain(channel, queue):
         bodies.append(body)
 
 
-def message_count(connection, queue):
-    """Ready-message count, read with a passive declare on a fresh channel."""
-    channel = connection.channel()
-    try:
-        return channel.queue_declare(queue=queue, passive=True).method.message_count
-    finally:
-        channel.close()
-
-
 def wait_for_count(connection, queue, expected, timeout=WAIT_S):
     """Polls message_count until it equals expected; returns the last count seen."""
     deadline = time.monotonic() + timeout
@@ -77,20 +58,6 @@ def wait_for_count(connection, queue, expected, timeout=WAIT_S):
         if count == expected or time.monotonic() > deadline:
             return count
         time.sleep(0.05)
-
-
-def pump_until(connection, predicate, timeout=WAIT_S):
-    """Runs pika's I/O loop (which dispatches deliveries) until predicate() is true."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        connection.process_data_events(time_limit=0.02)
-    return True
-
-
-def pump_for(connection, seconds):
-    pump_until(connection, lambda: False, timeout=seconds)
 
 
 class Deliveries(list):
@@ -106,12 +73,6 @@ class Deliveries(list):
         assert pump_until(connection, lambda: len(self) >= count, timeout), (
             f"expected {count} deliveries, got {len(self)} ({self.bodies()}) within {timeout}s"
         )
-
-
-def assert_closed_by_broker(excinfo, code, text):
-    error = excinfo.value
-    assert error.reply_code == code, f"reply code {error.reply_code} ({error.reply_text})"
-    assert error.reply_text.startswith(text), error.reply_text
 
 
 def assert_connection_usable(connection, names):
