@@ -13,6 +13,7 @@ mod arguments;
 pub mod dead_letter;
 mod log_store;
 mod message_codec;
+mod message_ref;
 mod message_store;
 mod ready_list;
 mod state;
@@ -29,6 +30,7 @@ use crate::session::Session;
 use crate::vhost::VirtualHost;
 use amq_protocol::types::{AMQPValue, FieldTable};
 use dead_letter::DeathReason;
+pub use message_ref::MessageRef;
 use parking_lot::{Mutex, MutexGuard};
 use ready_list::ReadyList;
 use state::QueueState;
@@ -54,42 +56,11 @@ pub struct QueueDefinition {
     pub arguments: FieldTable,
 }
 
-/// Bits of [`MessageRef::location`]: the store offset, the priority, and which store.
-const OFFSET_MASK: u64 = (1 << 55) - 1;
-const PRIORITY_SHIFT: u32 = 55;
-const IN_MEMORY_BIT: u64 = 1 << 63;
-
 /// The header a redelivery carries under `x-delivery-limit`: deliveries before this one.
 const DELIVERY_COUNT_HEADER: &str = "x-delivery-count";
 
 /// A recovered offset, with its append time and content when recovery had to read it.
 type RecoveredMessage = (u64, Option<(i64, Arc<Message>)>);
-
-/// A queued message: its place in the queue, its priority, and where it is stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MessageRef {
-    position: u64,
-    location: u64,
-}
-
-impl MessageRef {
-    fn new(position: u64, offset: u64, in_memory: bool, priority: u8) -> Self {
-        let store = if in_memory { IN_MEMORY_BIT } else { 0 };
-        MessageRef { position, location: (offset & OFFSET_MASK) | (u64::from(priority) << PRIORITY_SHIFT) | store }
-    }
-
-    fn offset(self) -> u64 {
-        self.location & OFFSET_MASK
-    }
-
-    fn priority(self) -> u8 {
-        ((self.location >> PRIORITY_SHIFT) & 0xff) as u8
-    }
-
-    fn in_memory(self) -> bool {
-        self.location & IN_MEMORY_BIT != 0
-    }
-}
 
 /// What became of a published message.
 #[derive(Debug)]
