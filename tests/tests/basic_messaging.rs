@@ -472,9 +472,17 @@ async fn acking_an_unknown_delivery_tag_is_406() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
+    declare(&ch, "acks").await;
+    // The broker's channel.close arrives asynchronously; a consumer on the channel sees it with
+    // its reply code (a call made meanwhile may fail with lapin's "Closing" state instead).
+    let mut consumer = consume(&ch, "acks", "watch").await;
     ch.basic_ack(99, BasicAckOptions::default()).await.expect("sent");
-    let error = ch.basic_qos(1, BasicQosOptions::default()).await.expect_err("channel closed");
-    assert_eq!(reply_code(&error), Some(406), "{error}");
+    use futures_util::StreamExt;
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(5), consumer.next()).await;
+    match closed {
+        Ok(Some(Err(error))) => assert_eq!(reply_code(&error), Some(406), "{error}"),
+        other => panic!("expected the channel to close with 406, got {other:?}"),
+    }
     broker.shutdown().await;
 }
 
