@@ -45,3 +45,18 @@ def assert_closed_by_broker(excinfo, code, text):
     error = excinfo.value
     assert error.reply_code == code, f"reply code {error.reply_code} ({error.reply_text})"
     assert error.reply_text.startswith(text), error.reply_text
+
+
+class Deliveries(list):
+    """A basic_consume callback that records (method, properties, body) triples."""
+
+    def __call__(self, channel, method, properties, body):
+        self.append((method, properties, body))
+
+    def bodies(self):
+        return [body for _, _, body in self]
+
+    def wait_for(self, connection, count, timeout=WAIT_S):
+        assert pump_until(connection, lambda: len(self) >= count, timeout), (
+            f"expected {count} deliveries, got {len(self)} ({self.bodies()}) within {timeout}s"
+        )

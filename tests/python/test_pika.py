@@ -10,7 +10,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from pika_helpers import get_message, message_count, pump_until, pump_for, assert_closed_by_broker
+from pika_helpers import Deliveries, get_message, message_count, pump_until, pump_for, assert_closed_by_broker
 from pika.spec import BasicProperties
 
 WAIT_S = 5.0  # how long to wait for something that should happen
@@ -36,18 +36,6 @@ def get_bodies(channel, queue, expected_count):
         f"{queue!r} holds more than the {expected_count} expected messages"
     )
     return bodies
-
-
-class Deliveries(list):
-    """A basic_consume callback that records (method, properties, body) triples."""
-
-    def __call__(self, channel, method, properties, body):
-        self.append((method, properties, body))
-
-    def wait_for(self, connection, count, timeout=WAIT_S):
-        assert pump_until(connection, lambda: len(self) >= count, timeout), (
-            f"expected {count} deliveries, got {len(self)} within {timeout}s"
-        )
 
 
 def assert_connection_usable(connection, names):

@@ -16,7 +16,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from pika_helpers import get_message, message_count, pump_until, pump_for, assert_closed_by_broker
+from pika_helpers import Deliveries, get_message, message_count, pump_until, pump_for, assert_closed_by_broker
 from pika.spec import BasicProperties
 
 WAIT_S = 5.0  # how long to wait for something that should happen
@@ -58,21 +58,6 @@ def wait_for_count(connection, queue, expected, timeout=WAIT_S):
         if count == expected or time.monotonic() > deadline:
             return count
         time.sleep(0.05)
-
-
-class Deliveries(list):
-    """A basic_consume callback that records (method, properties, body) triples."""
-
-    def __call__(self, channel, method, properties, body):
-        self.append((method, properties, body))
-
-    def bodies(self):
-        return [body for _, _, body in self]
-
-    def wait_for(self, connection, count, timeout=WAIT_S):
-        assert pump_until(connection, lambda: len(self) >= count, timeout), (
-            f"expected {count} deliveries, got {len(self)} ({self.bodies()}) within {timeout}s"
-        )
 
 
 def assert_connection_usable(connection, names):
