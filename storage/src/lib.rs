@@ -29,6 +29,7 @@ pub use config::{
 pub use error::{Result, StorageError};
 pub use flusher::{Flusher, SHARED_FLUSHER_THREADS};
 pub use log::Log;
+pub use reader::{FilteredRead, HeaderFilter};
 pub use record::{NewRecord, Record, HEADER_BYTES, MAGIC_V1};
 pub use retention::RetentionOutcome;
 pub use snapshot_file::SnapshotFile;

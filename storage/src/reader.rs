@@ -16,6 +16,9 @@ use crate::segment::SegmentFile;
 
 /// Smallest read issued, so short reads still amortize the syscall.
 const MIN_READ_BYTES: usize = 16 * 1024;
+/// Largest read issued for a byte budget (a larger record is still read whole), so that a
+/// generous budget does not pull a whole segment into memory at once.
+const MAX_READ_BYTES: usize = 1024 * 1024;
 /// Records fetched per step while seeking by timestamp.
 const TIME_SCAN_BATCH_RECORDS: usize = 4096;
 /// Bytes fetched per step while seeking by timestamp.
@@ -31,12 +34,38 @@ struct ReadPlan {
     end: u64,
 }
 
+/// Which records a filtered read returns, judged from the header alone: `(flags, tag_hash)`.
+pub type HeaderFilter<'a> = &'a dyn Fn(u8, u32) -> bool;
+
+/// What a filtered read found: the wanted records, and where to continue.
+#[derive(Debug, Clone, Default)]
+pub struct FilteredRead {
+    /// The records the filter accepted, in offset order.
+    pub records: Vec<Record>,
+    /// The offset after the last record examined (accepted or stepped over).
+    pub next_offset: u64,
+}
+
 /// Limits on one read.
-struct Budget {
+struct Budget<'a> {
     records: usize,
     bytes: usize,
     /// The first record of a read is returned even if larger than `bytes`.
     at_least_one: bool,
+    /// Records the read may examine, wanted or not.
+    scanned: usize,
+    /// Records it refuses are stepped over by their header: no CRC, no copy.
+    filter: Option<HeaderFilter<'a>>,
+}
+
+impl Budget<'_> {
+    fn wants(&self, header: &record::Header) -> bool {
+        self.filter.is_none_or(|f| f(header.flags, header.tag_hash))
+    }
+
+    fn exhausted(&self) -> bool {
+        self.records == 0 || self.scanned == 0
+    }
 }
 
 impl Log {
@@ -47,25 +76,51 @@ impl Log {
     /// returned: records before it are, and a read starting at it fails with
     /// [`StorageError::Corruption`].
     pub fn read(&self, from: u64, max_records: usize, max_bytes: usize) -> Result<Vec<Record>> {
-        let mut out = Vec::new();
-        let mut next = from;
-        let mut budget = Budget { records: max_records, bytes: max_bytes, at_least_one: true };
-        while budget.records > 0 {
-            let Some(plan) = self.plan_read(next)? else {
+        let budget =
+            Budget { records: max_records, bytes: max_bytes, at_least_one: true, scanned: usize::MAX, filter: None };
+        Ok(self.read_within(from, budget)?.records)
+    }
+
+    /// Reads the records from `from` onwards that `filter` accepts by their flags and tag
+    /// hash, examining at most `max_scanned` records. Refused records are stepped over by
+    /// their headers alone: their payloads are neither CRC-checked, copied nor decoded, and
+    /// a refused payload that spans beyond the current read window is not read at all.
+    /// Limits are as for [`Log::read`]; `next_offset` says where to continue.
+    pub fn read_filtered(
+        &self,
+        from: u64,
+        max_records: usize,
+        max_bytes: usize,
+        max_scanned: usize,
+        filter: HeaderFilter<'_>,
+    ) -> Result<FilteredRead> {
+        let budget = Budget {
+            records: max_records,
+            bytes: max_bytes,
+            at_least_one: true,
+            scanned: max_scanned.max(1),
+            filter: Some(filter),
+        };
+        self.read_within(from, budget)
+    }
+
+    fn read_within(&self, from: u64, mut budget: Budget<'_>) -> Result<FilteredRead> {
+        let mut out = FilteredRead { records: Vec::new(), next_offset: from };
+        while !budget.exhausted() {
+            let start = out.next_offset;
+            let Some(plan) = self.plan_read(start)? else {
                 break;
             };
-            let before = out.len();
-            if let Err(e) = read_segment(&plan, next, &mut budget, &self.shared.config, &mut out) {
-                // Hand back the good records before the damage; the next read reports it.
-                if out.is_empty() {
+            if let Err(e) = read_segment(&plan, &mut budget, &self.shared.config, &mut out) {
+                // Hand back what came before the damage; the next read reports it.
+                if out.next_offset == from {
                     return Err(e);
                 }
                 break;
             }
-            if out.len() == before {
+            if out.next_offset == start {
                 break;
             }
-            next = out[out.len() - 1].offset + 1;
         }
         Ok(out)
     }
@@ -168,35 +223,27 @@ impl Log {
     }
 }
 
-/// Reads records of one segment starting at `from` into `out`, within `budget`.
-fn read_segment(
-    plan: &ReadPlan,
-    from: u64,
-    budget: &mut Budget,
-    config: &LogConfig,
-    out: &mut Vec<Record>,
-) -> Result<()> {
-    let window = budget.bytes.saturating_add(config.index_interval_bytes as usize + HEADER_BYTES).max(MIN_READ_BYTES);
+/// Reads records of one segment from `out.next_offset` into `out`, within `budget`,
+/// advancing `out.next_offset` past every record examined.
+fn read_segment(plan: &ReadPlan, budget: &mut Budget<'_>, config: &LogConfig, out: &mut FilteredRead) -> Result<()> {
+    let from = out.next_offset;
+    let window = budget
+        .bytes
+        .min(MAX_READ_BYTES)
+        .saturating_add(config.index_interval_bytes as usize + HEADER_BYTES)
+        .max(MIN_READ_BYTES);
     let (mut pos, mut offset) = (plan.pos, plan.offset);
     let mut want = window;
-    while pos < plan.end && budget.records > 0 {
+    while pos < plan.end && !budget.exhausted() {
         let chunk = read_chunk(plan, pos, want)?;
         want = window;
         let mut at = 0;
-        while budget.records > 0 && pos + (at as u64) < plan.end {
+        while !budget.exhausted() && pos + (at as u64) < plan.end && at < chunk.len() {
             let rec_pos = pos + at as u64;
-            let header = match record::decode(&chunk[at..], config.max_record_bytes) {
+            let header = match record::decode_header(&chunk[at..], config.max_record_bytes) {
                 Ok(h) => h,
                 Err(DecodeError::Incomplete) => {
-                    let need = record::decode_header(&chunk[at..], config.max_record_bytes)
-                        .map_or(HEADER_BYTES, |h| h.total_len);
-                    if rec_pos + need as u64 > plan.end {
-                        return Err(corrupt(plan, rec_pos, DecodeError::Incomplete.describe()));
-                    }
-                    if at == 0 {
-                        // A record larger than the window: fetch exactly it.
-                        want = need;
-                    }
+                    want = fetch_whole(plan, rec_pos, HEADER_BYTES, at, want)?;
                     break;
                 }
                 Err(e) => return Err(corrupt(plan, rec_pos, e.describe())),
@@ -205,18 +252,50 @@ fn read_segment(
                 let why = format!("expected offset {offset}, found {}", header.offset);
                 return Err(corrupt(plan, rec_pos, &why));
             }
-            if offset >= from && !take(budget, header.total_len - HEADER_BYTES) {
+            let wanted = offset >= from && budget.wants(&header);
+            if !wanted {
+                // Stepped over by its header; a payload past this chunk is never read.
+                if rec_pos + header.total_len as u64 > plan.end {
+                    return Err(corrupt(plan, rec_pos, DecodeError::Incomplete.describe()));
+                }
+                if offset >= from {
+                    budget.scanned -= 1;
+                    out.next_offset = offset + 1;
+                }
+                at += header.total_len;
+                offset += 1;
+                continue;
+            }
+            let header = match record::decode(&chunk[at..], config.max_record_bytes) {
+                Ok(h) => h,
+                Err(DecodeError::Incomplete) => {
+                    want = fetch_whole(plan, rec_pos, header.total_len, at, want)?;
+                    break;
+                }
+                Err(e) => return Err(corrupt(plan, rec_pos, e.describe())),
+            };
+            if !take(budget, header.total_len - HEADER_BYTES) {
                 break;
             }
-            if offset >= from {
-                out.push(record::to_record(&chunk, at, &header));
-            }
+            budget.scanned -= 1;
+            out.records.push(record::to_record(&chunk, at, &header));
+            out.next_offset = offset + 1;
             at += header.total_len;
             offset += 1;
         }
         pos += at as u64;
     }
     Ok(())
+}
+
+/// A record of `need` bytes at `rec_pos` did not fit the chunk: checks that the segment
+/// holds it, and returns the size of the next read (exactly the record when it starts
+/// the chunk and is larger than the window).
+fn fetch_whole(plan: &ReadPlan, rec_pos: u64, need: usize, at: usize, want: usize) -> Result<usize> {
+    if rec_pos + need as u64 > plan.end {
+        return Err(corrupt(plan, rec_pos, DecodeError::Incomplete.describe()));
+    }
+    Ok(if at == 0 { need.max(want) } else { want })
 }
 
 /// Charges one record of `payload_len` bytes to the budget; false if it does not fit.

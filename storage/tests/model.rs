@@ -10,6 +10,7 @@ use warren_storage::{Log, LogConfig, NewRecord};
 enum Op {
     Append(Vec<usize>),
     Read { at: usize, count: usize, bytes: usize },
+    ReadFiltered { at: usize, count: usize, bytes: usize, scanned: usize, tag: u32 },
     Roll,
     DeleteBelow(usize),
     Retention,
@@ -23,6 +24,8 @@ fn op() -> impl Strategy<Value = Op> {
         6 => prop::collection::vec(0usize..600, 1..20).prop_map(Op::Append),
         4 => (any::<usize>(), 1usize..40, 0usize..5000)
             .prop_map(|(at, count, bytes)| Op::Read { at, count, bytes }),
+        3 => (any::<usize>(), 1usize..40, 0usize..5000, 1usize..60, 0u32..TAGS)
+            .prop_map(|(at, count, bytes, scanned, tag)| Op::ReadFiltered { at, count, bytes, scanned, tag }),
         1 => Just(Op::Roll),
         1 => any::<usize>().prop_map(Op::DeleteBelow),
         1 => Just(Op::Retention),
@@ -30,6 +33,13 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Reopen),
         1 => Just(Op::Flush),
     ]
+}
+
+/// Records are tagged `offset % TAGS`, so filtered reads skip most of them.
+const TAGS: u32 = 5;
+
+fn tag_of(offset: u64) -> u32 {
+    (offset % u64::from(TAGS)) as u32
 }
 
 struct Model {
@@ -69,7 +79,10 @@ fn run(ops: Vec<Op>) {
                 let recs: Vec<NewRecord> = payloads
                     .iter()
                     .enumerate()
-                    .map(|(i, p)| NewRecord::new(model.next() as i64 + i as i64, p))
+                    .map(|(i, p)| {
+                        let offset = model.next() + i as u64;
+                        NewRecord { tag_hash: tag_of(offset), ..NewRecord::new(offset as i64, p) }
+                    })
                     .collect();
                 let range = log.append_batch(&recs).unwrap();
                 assert_eq!(range.start, model.next());
@@ -95,6 +108,25 @@ fn run(ops: Vec<Op>) {
                     assert_eq!((r.timestamp_ms, &r.payload[..]), (*ts, &p[..]));
                     assert!(i == 0 || r.payload.len() <= budget, "byte budget exceeded");
                     budget = budget.saturating_sub(r.payload.len());
+                }
+            }
+            Op::ReadFiltered { at, count, bytes, scanned, tag } => {
+                let from = pick(&model, at);
+                let wanted = |_flags: u8, hash: u32| hash == tag;
+                let got = log.read_filtered(from, count, bytes, scanned, &wanted).unwrap();
+                assert!(got.next_offset >= from && got.next_offset <= model.next());
+                assert!(got.next_offset - from <= scanned as u64, "scanned past the limit");
+                if from < model.next() {
+                    assert!(got.next_offset > from, "no progress");
+                }
+                // Exactly the tagged records of [from, next_offset), in order.
+                let expected: Vec<u64> = (from..got.next_offset).filter(|o| tag_of(*o) == tag).collect();
+                let offsets: Vec<u64> = got.records.iter().map(|r| r.offset).collect();
+                assert_eq!(offsets, expected);
+                assert!(got.records.len() <= count);
+                for r in &got.records {
+                    let (ts, p) = &model.records[(r.offset - model.first) as usize];
+                    assert_eq!((r.timestamp_ms, &r.payload[..], r.tag_hash), (*ts, &p[..], tag));
                 }
             }
             Op::Roll => {
