@@ -281,7 +281,7 @@ impl Channel {
 
     fn get(&mut self, ctx: &ConnectionContext, get: basic::Get) -> BrokerResult<()> {
         let queue = self.usable_queue(ctx, &get.queue)?;
-        let Some(got) = queue.get(&self.session, get.no_ack) else {
+        let Some(got) = queue.get(&self.session, get.no_ack)? else {
             self.reply(ctx, AMQPClass::Basic(basic::AMQPMethod::GetEmpty(basic::GetEmpty {})));
             return Ok(());
         };

@@ -38,6 +38,16 @@ pub struct TagFilter {
 }
 
 impl TagFilter {
+    /// The tags wanted.
+    pub fn tags(&self) -> &[Vec<u8>] {
+        &self.tags
+    }
+
+    /// Whether messages without a tag are wanted too.
+    pub fn match_unfiltered(&self) -> bool {
+        self.match_unfiltered
+    }
+
     /// Whether a message with this tag (or none) is wanted.
     pub fn matches(&self, tag: Option<&[u8]>) -> bool {
         match tag {
@@ -131,6 +141,16 @@ impl Consumer {
     /// Whether the consumer wants this message (its tag filter, if any).
     pub fn wants(&self, message: &Message) -> bool {
         self.filter.as_ref().is_none_or(|f| f.matches(message_tag(message)))
+    }
+
+    /// Its tag filter, if any.
+    pub fn filter(&self) -> Option<&TagFilter> {
+        self.filter.as_ref()
+    }
+
+    /// The per-consumer prefetch limit it started with (0 = none).
+    pub fn prefetch(&self) -> u32 {
+        self.prefetch
     }
 
     /// Whether the consumer filters by tag.

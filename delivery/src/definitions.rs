@@ -6,6 +6,7 @@
 //! by the SHA-256 of the queue's name (names may hold any byte; file names may not).
 
 use crate::queue::{LogStore, LogStoreConfig, StoreError};
+use crate::stream::{Stream, StreamArguments};
 use amq_protocol::types::FieldTable;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -152,12 +153,27 @@ impl VhostStorage {
         self.create_store(DELAYED_DIR, exchange)
     }
 
+    /// Opens a stream's log and consumer-group offsets (a stream is a queue: same directory).
+    pub fn open_stream(&self, name: &str, arguments: StreamArguments) -> Result<Stream, StoreError> {
+        Stream::open(&self.store_dir(QUEUES_DIR, name), &self.store_config, arguments)
+    }
+
+    /// Creates a new stream's log, discarding anything stale in its place.
+    pub fn create_stream(&self, name: &str, arguments: StreamArguments) -> Result<Stream, StoreError> {
+        Stream::open(&self.fresh_dir(QUEUES_DIR, name)?, &self.store_config, arguments)
+    }
+
     fn create_store(&self, kind: &str, name: &str) -> Result<LogStore, StoreError> {
+        LogStore::open(&self.fresh_dir(kind, name)?, &self.store_config)
+    }
+
+    /// The directory of a new store, emptied of anything a crash left there.
+    fn fresh_dir(&self, kind: &str, name: &str) -> Result<PathBuf, StoreError> {
         let dir = self.store_dir(kind, name);
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| StoreError::Io(format!("{}: {e}", dir.display())))?;
         }
-        LogStore::open(&dir, &self.store_config)
+        Ok(dir)
     }
 
     /// Removes store directories that no stored queue or delayed exchange owns (left by a

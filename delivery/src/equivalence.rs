@@ -6,7 +6,7 @@
 
 use crate::error::{BrokerError, BrokerResult};
 use crate::exchange::ExchangeDefinition;
-use crate::field_value::values_equal;
+use crate::field_value::{number_of, string_of, values_equal};
 use crate::queue::QueueDefinition;
 use amq_protocol::types::{AMQPValue, FieldTable};
 
@@ -39,8 +39,18 @@ fn inequivalent(arg: &str, kind: &str, name: &str, vhost: &str, received: String
     ))
 }
 
+/// A value as a user wrote it: strings as text, numbers as numbers.
 fn show(value: Option<&AMQPValue>) -> String {
-    value.map_or_else(|| "none".to_string(), |v| format!("{v:?}"))
+    let Some(value) = value else { return "none".to_string() };
+    if let Some(text) = string_of(value) {
+        return String::from_utf8_lossy(text).into_owned();
+    }
+    match (value, number_of(value)) {
+        (AMQPValue::Boolean(on), _) => on.to_string(),
+        (_, Some(n)) if n.fract() == 0.0 && n.abs() < 1e15 => format!("{}", n as i64),
+        (_, Some(n)) => n.to_string(),
+        _ => format!("{value:?}"),
+    }
 }
 
 fn check_arguments(

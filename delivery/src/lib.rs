@@ -16,6 +16,7 @@ pub mod properties;
 pub mod queue;
 pub mod scheduler;
 pub mod session;
+pub mod stream;
 pub mod timing_wheel;
 pub mod user;
 pub mod vhost;

@@ -4,7 +4,7 @@
 //! round-trip byte-exact (a decoded `FieldTable` would reorder keys). The broker reads the few
 //! fields it acts on (delivery mode, priority, expiration, headers) in one scan at publish.
 
-use amq_protocol::types::{parsing::parse_field_table, FieldTable};
+use amq_protocol::types::{parsing::parse_field_table, AMQPValue, FieldTable};
 use bytes::Bytes;
 
 /// Property flag bits, in the order the fields appear on the wire (bit 15 first).
@@ -137,6 +137,46 @@ impl Properties {
     pub fn headers(&self) -> Option<&FieldTable> {
         self.headers.as_ref()
     }
+
+    /// These properties with a long-long header `name: value` added at the end of the
+    /// headers table (created if absent); every other byte stays as it was. This is how a
+    /// stream stamps each delivery with its offset without re-encoding the property list.
+    pub fn with_long_long_header(&self, name: &str, value: i64) -> Result<Properties, PropertiesError> {
+        let name_len = u8::try_from(name.len()).map_err(|_| PropertiesError::BadHeaders)?;
+        let raw = &self.raw;
+        let mut cursor = Cursor { buf: raw, pos: 0 };
+        let flags = u16::from_be_bytes(cursor.take::<2>("flags")?);
+        cursor.skip_short_string_if(flags & flag::CONTENT_TYPE, "content-type")?;
+        cursor.skip_short_string_if(flags & flag::CONTENT_ENCODING, "content-encoding")?;
+        let table_at = cursor.pos;
+        let mut entry = Vec::with_capacity(1 + name.len() + 1 + 8);
+        entry.push(name_len);
+        entry.extend_from_slice(name.as_bytes());
+        entry.push(b'l');
+        entry.extend_from_slice(&value.to_be_bytes());
+        let mut out = Vec::with_capacity(raw.len() + entry.len() + 4);
+        if flags & flag::HEADERS != 0 {
+            let table_len = u32::from_be_bytes(cursor.take::<4>("headers")?) as usize;
+            let table_end = table_at + 4 + table_len;
+            if table_end > raw.len() {
+                return Err(PropertiesError::Truncated("headers"));
+            }
+            out.extend_from_slice(&raw[..table_at]);
+            out.extend_from_slice(&((table_len + entry.len()) as u32).to_be_bytes());
+            out.extend_from_slice(&raw[table_at + 4..table_end]);
+            out.extend_from_slice(&entry);
+            out.extend_from_slice(&raw[table_end..]);
+        } else {
+            out.extend_from_slice(&(flags | flag::HEADERS).to_be_bytes());
+            out.extend_from_slice(&raw[2..table_at]);
+            out.extend_from_slice(&(entry.len() as u32).to_be_bytes());
+            out.extend_from_slice(&entry);
+            out.extend_from_slice(&raw[table_at..]);
+        }
+        let mut headers = self.headers.clone().unwrap_or_default();
+        headers.insert(name.into(), AMQPValue::LongLongInt(value));
+        Ok(Properties { raw: Bytes::from(out), headers: Some(headers), ..self.clone() })
+    }
 }
 
 struct Cursor<'a> {
@@ -211,6 +251,30 @@ mod tests {
         assert_eq!(decoded.priority(), Some(5));
         assert_eq!(decoded.expiration(), Some(&b"60000"[..]));
         assert_eq!(decoded.headers(), Some(&headers));
+    }
+
+    #[test]
+    fn a_header_is_spliced_in_with_every_other_byte_kept() {
+        let mut headers = FieldTable::default();
+        headers.insert(ShortString::from("k"), AMQPValue::LongInt(7));
+        let with_headers = AMQPProperties::default()
+            .with_content_type("text/plain".into())
+            .with_headers(headers)
+            .with_delivery_mode(2)
+            .with_app_id("app".into());
+        let without = AMQPProperties::default().with_content_type("a".into()).with_correlation_id("c".into());
+        for props in [with_headers, without, AMQPProperties::default()] {
+            let original = Properties::decode(encode(&props)).expect("valid list");
+            let stamped = original.with_long_long_header("x-stream-offset", 42).expect("splices");
+            // The spliced bytes decode (as a client would) to the original plus the header.
+            let (_, decoded) = amq_protocol::protocol::basic::parse_properties(&stamped.raw()[..]).expect("decodes");
+            let mut expected_headers = props.headers().clone().unwrap_or_default();
+            expected_headers.insert(ShortString::from("x-stream-offset"), AMQPValue::LongLongInt(42));
+            assert_eq!(decoded, props.clone().with_headers(expected_headers.clone()));
+            assert_eq!(Properties::decode(stamped.raw().clone()).expect("valid").headers(), Some(&expected_headers));
+            assert_eq!(stamped.headers(), Some(&expected_headers));
+            assert_eq!(stamped.is_persistent(), original.is_persistent());
+        }
     }
 
     #[test]

@@ -36,6 +36,11 @@ pub enum TimerEvent {
         /// The queue.
         queue: Weak<Queue>,
     },
+    /// A stream with `x-max-age` checks for segments old enough to delete.
+    StreamRetention {
+        /// The stream.
+        queue: Weak<Queue>,
+    },
     /// A delayed message is due.
     Delayed {
         /// What to call when it is due.
@@ -119,6 +124,11 @@ impl Scheduler {
                 TimerEvent::QueueExpiry { queue } => {
                     if let Some(queue) = queue.upgrade() {
                         queue.check_unused();
+                    }
+                }
+                TimerEvent::StreamRetention { queue } => {
+                    if let Some(queue) = queue.upgrade() {
+                        queue.check_stream_retention();
                     }
                 }
                 TimerEvent::Delayed { target, key, due_ms } => {

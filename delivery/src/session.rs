@@ -277,11 +277,12 @@ impl Session {
     }
 
     fn settle(&self, taken: Vec<Unacked>, outcome: Settlement) {
-        for (queue, messages) in group_by_queue(taken) {
+        for (queue, consumer, messages) in group_by_queue(taken) {
+            let consumer = consumer.as_ref();
             match outcome {
-                Settlement::Ack => queue.settle(&messages),
-                Settlement::Reject => queue.reject(&messages),
-                Settlement::Requeue => queue.requeue(&messages),
+                Settlement::Ack => queue.settle(&messages, consumer),
+                Settlement::Reject => queue.reject(&messages, consumer),
+                Settlement::Requeue => queue.requeue(&messages, consumer),
             }
         }
         if self.channel_prefetch.load(Ordering::Acquire) != 0 {
@@ -322,13 +323,23 @@ fn unknown_tag(tag: u64) -> BrokerError {
     BrokerError::precondition_failed(format!("unknown delivery tag {tag}"))
 }
 
-/// Groups settled deliveries by queue, in delivery order within each queue.
-fn group_by_queue(taken: Vec<Unacked>) -> Vec<(Arc<Queue>, Vec<MessageRef>)> {
-    let mut groups: Vec<(Arc<Queue>, Vec<MessageRef>)> = Vec::new();
+/// Settled deliveries of one queue and one consumer (`None` for `basic.get`).
+type SettledGroup = (Arc<Queue>, Option<Arc<Consumer>>, Vec<MessageRef>);
+
+/// Groups settled deliveries by queue and consumer, in delivery order within each group.
+fn group_by_queue(taken: Vec<Unacked>) -> Vec<SettledGroup> {
+    let same_consumer = |a: &Option<Arc<Consumer>>, b: &Option<Arc<Consumer>>| match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    };
+    let mut groups: Vec<SettledGroup> = Vec::new();
     for entry in taken {
-        match groups.iter_mut().find(|(q, _)| Arc::ptr_eq(q, &entry.queue)) {
-            Some((_, messages)) => messages.push(entry.message),
-            None => groups.push((entry.queue, vec![entry.message])),
+        let found =
+            groups.iter_mut().find(|(q, c, _)| Arc::ptr_eq(q, &entry.queue) && same_consumer(c, &entry.consumer));
+        match found {
+            Some((_, _, messages)) => messages.push(entry.message),
+            None => groups.push((entry.queue, entry.consumer, vec![entry.message])),
         }
     }
     groups

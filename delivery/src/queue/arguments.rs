@@ -22,6 +22,16 @@ pub enum Overflow {
     RejectPublishDlx,
 }
 
+/// `x-queue-type`: what kind of queue is declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QueueType {
+    /// A classic queue: messages leave once acked.
+    #[default]
+    Classic,
+    /// A stream: an append-only log read by offset (see `crate::stream`).
+    Stream,
+}
+
 /// The arguments that change how a queue behaves.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct QueueArguments {
@@ -45,6 +55,8 @@ pub struct QueueArguments {
     pub delivery_limit: Option<u64>,
     /// `x-single-active-consumer`.
     pub single_active_consumer: bool,
+    /// `x-queue-type`.
+    pub queue_type: QueueType,
 }
 
 fn invalid(name: &str, expected: &str, value: &AMQPValue) -> BrokerError {
@@ -98,12 +110,19 @@ impl QueueArguments {
                     AMQPValue::Boolean(on) => parsed.single_active_consumer = *on,
                     _ => return Err(invalid(name, "a boolean", value)),
                 },
-                "x-queue-type" => match string_of(value) {
-                    Some(b"classic") => {}
-                    _ => {
-                        return Err(invalid(name, "'classic' (quorum queues and streams are not available yet)", value))
+                "x-queue-type" => {
+                    parsed.queue_type = match string_of(value) {
+                        Some(b"classic") => QueueType::Classic,
+                        Some(b"stream") => QueueType::Stream,
+                        _ => {
+                            return Err(invalid(
+                                name,
+                                "'classic' or 'stream' (quorum queues are not available yet)",
+                                value,
+                            ))
+                        }
                     }
-                },
+                }
                 _ => {}
             }
         }

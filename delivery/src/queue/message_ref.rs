@@ -14,12 +14,12 @@ pub struct MessageRef {
 }
 
 impl MessageRef {
-    pub(super) fn new(position: u64, offset: u64, in_memory: bool, priority: u8) -> Self {
+    pub(crate) fn new(position: u64, offset: u64, in_memory: bool, priority: u8) -> Self {
         let store = if in_memory { IN_MEMORY_BIT } else { 0 };
         MessageRef { position, location: (offset & OFFSET_MASK) | (u64::from(priority) << PRIORITY_SHIFT) | store }
     }
 
-    pub(super) fn offset(self) -> u64 {
+    pub(crate) fn offset(self) -> u64 {
         self.location & OFFSET_MASK
     }
 

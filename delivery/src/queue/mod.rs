@@ -12,13 +12,13 @@
 mod arguments;
 pub mod dead_letter;
 mod log_store;
-mod message_codec;
+pub(crate) mod message_codec;
 mod message_ref;
 mod message_store;
 mod ready_list;
 mod state;
 
-pub use arguments::{Overflow, QueueArguments, MAX_PRIORITY};
+pub use arguments::{Overflow, QueueArguments, QueueType, MAX_PRIORITY};
 pub use log_store::{LogStore, LogStoreConfig};
 pub use message_store::{Appended, DurableMark, MemoryStore, MessageStore, StoreError};
 
@@ -27,6 +27,7 @@ use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
 use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
 use crate::session::Session;
+use crate::stream::Stream;
 use crate::vhost::VirtualHost;
 use amq_protocol::types::{AMQPValue, FieldTable};
 use dead_letter::DeathReason;
@@ -99,6 +100,8 @@ pub struct Queue {
     arguments: QueueArguments,
     vhost: Weak<VirtualHost>,
     state: Mutex<QueueState>,
+    /// A stream's log and consumers (`x-queue-type: stream`); the state above stays empty.
+    stream: Option<Stream>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -116,7 +119,40 @@ impl Queue {
         context: QueueContext,
     ) -> BrokerResult<Arc<Self>> {
         let arguments = QueueArguments::parse(&definition.arguments)?;
-        Ok(Self::build(definition, arguments, durable_store, context, |_| {}))
+        Ok(Self::build(definition, arguments, durable_store, None, context, |_| {}))
+    }
+
+    /// A stream (`x-queue-type: stream`) over its opened log.
+    pub fn new_stream(definition: QueueDefinition, stream: Stream, context: QueueContext) -> BrokerResult<Arc<Self>> {
+        let arguments = QueueArguments::parse(&definition.arguments)?;
+        let checks_age = stream.arguments().max_age.is_some();
+        let queue = Self::build(definition, arguments, None, Some(stream), context, |_| {});
+        if checks_age {
+            queue.schedule_retention_check();
+        }
+        Ok(queue)
+    }
+
+    fn schedule_retention_check(self: &Arc<Self>) {
+        let state = self.state.lock();
+        let event = TimerEvent::StreamRetention { queue: Arc::downgrade(self) };
+        state.scheduler.schedule(now_ms() + crate::stream::RETENTION_CHECK_INTERVAL_MS, event);
+    }
+
+    /// A stream's timer: applies its retention now, then checks again later.
+    pub fn check_stream_retention(self: &Arc<Self>) {
+        if let Some(stream) = &self.stream {
+            if self.state.lock().deleted {
+                return;
+            }
+            stream.enforce_retention();
+            self.schedule_retention_check();
+        }
+    }
+
+    /// The stream, if this queue is one: for reads by offset.
+    pub fn stream(&self) -> Option<&Stream> {
+        self.stream.as_ref()
     }
 
     /// A durable queue reopened from its store: the unsettled messages are ready again.
@@ -138,7 +174,7 @@ impl Queue {
         }
         let redelivered_below = store.delivered_up_to().map_or(0, |d| d + 1);
         let next_position = store.next_offset();
-        let queue = Self::build(definition, arguments, Some(Box::new(store)), context, |state| {
+        let queue = Self::build(definition, arguments, Some(Box::new(store)), None, context, |state| {
             state.next_position = next_position;
             state.redelivered_below = redelivered_below;
         });
@@ -161,6 +197,7 @@ impl Queue {
         definition: QueueDefinition,
         arguments: QueueArguments,
         durable_store: Option<Box<dyn MessageStore>>,
+        stream: Option<Stream>,
         context: QueueContext,
         adjust: impl FnOnce(&mut QueueState),
     ) -> Arc<Self> {
@@ -187,7 +224,7 @@ impl Queue {
                 me: Weak::clone(me),
             };
             adjust(&mut state);
-            Queue { definition, arguments, vhost: context.vhost, state: Mutex::new(state) }
+            Queue { definition, arguments, vhost: context.vhost, state: Mutex::new(state), stream }
         });
         if let Some(expires) = expires {
             let state = queue.state.lock();
@@ -214,17 +251,26 @@ impl Queue {
 
     /// Messages ready for delivery.
     pub fn message_count(&self) -> u32 {
-        self.state.lock().ready.len() as u32
+        match &self.stream {
+            Some(stream) => u32::try_from(stream.message_count()).unwrap_or(u32::MAX),
+            None => self.state.lock().ready.len() as u32,
+        }
     }
 
     /// Messages delivered and not yet settled.
     pub fn unacked_count(&self) -> u32 {
-        self.state.lock().unacked as u32
+        match &self.stream {
+            Some(stream) => stream.unacked_count(),
+            None => self.state.lock().unacked as u32,
+        }
     }
 
     /// Consumers attached.
     pub fn consumer_count(&self) -> u32 {
-        self.state.lock().consumers.len() as u32
+        match &self.stream {
+            Some(stream) => stream.consumer_count() as u32,
+            None => self.state.lock().consumers.len() as u32,
+        }
     }
 
     /// Refuses access from another connection to an exclusive queue (405 RESOURCE_LOCKED).
@@ -290,6 +336,9 @@ impl Queue {
 
     /// Stores a message and dispatches it if a consumer has credit.
     pub fn publish(self: &Arc<Self>, message: Arc<Message>) -> Result<Published, StoreError> {
+        if let Some(stream) = &self.stream {
+            return stream.publish(self, &message);
+        }
         self.with_state(|state| {
             if state.deleted {
                 return Ok(Published::Stored(None));
@@ -324,6 +373,9 @@ impl Queue {
 
     /// Delivers ready messages to consumers with credit.
     pub fn dispatch(self: &Arc<Self>) {
+        if let Some(stream) = &self.stream {
+            return stream.dispatch(self);
+        }
         self.with_state(|state| self.dispatch_locked(state));
     }
 
@@ -454,6 +506,9 @@ impl Queue {
     /// Dispatch does not start here: the caller first tells the client (`consume-ok`), then
     /// calls [`Queue::dispatch`].
     pub fn add_consumer(&self, consumer: Arc<Consumer>) -> BrokerResult<()> {
+        if let Some(stream) = &self.stream {
+            return stream.add_consumer(consumer);
+        }
         let mut state = self.state.lock();
         if state.deleted {
             return Err(BrokerError::not_found(format!("no queue '{}' in vhost '/'", self.name())));
@@ -478,6 +533,9 @@ impl Queue {
 
     /// Detaches a consumer; returns true if the queue now has none.
     pub fn remove_consumer(&self, consumer: &Arc<Consumer>) -> bool {
+        if let Some(stream) = &self.stream {
+            return stream.remove_consumer(consumer);
+        }
         let mut state = self.state.lock();
         state.consumers.retain(|c| !Arc::ptr_eq(c, consumer));
         state.unwanted.clear();
@@ -485,9 +543,17 @@ impl Queue {
         state.consumers.is_empty()
     }
 
-    /// Takes the next ready message for `basic.get`, recorded on `session`.
-    pub fn get(self: &Arc<Self>, session: &Session, no_ack: bool) -> Option<GetResult> {
-        self.with_state(|state| {
+    /// Takes the next ready message for `basic.get`, recorded on `session`. Streams refuse
+    /// it (406): they are read by consumers from an offset.
+    pub fn get(self: &Arc<Self>, session: &Session, no_ack: bool) -> BrokerResult<Option<GetResult>> {
+        if self.stream.is_some() {
+            return Err(BrokerError::precondition_failed(format!(
+                "basic.get is not supported on stream '{}': consume with basic.consume (after basic.qos) and an \
+                 x-stream-offset argument",
+                self.name()
+            )));
+        }
+        Ok(self.with_state(|state| {
             state.last_used_ms = now_ms();
             let now = state.clock();
             self.expire_due_locked(state, now);
@@ -514,7 +580,20 @@ impl Queue {
             }
             let delivery_tag = session.record_get(self, next, no_ack);
             Some(GetResult { delivery_tag, redelivered, message, message_count: state.ready.len() as u32 })
-        })
+        }))
+    }
+
+    /// A stream's deliveries were settled: nothing is removed or requeued (see
+    /// [`Stream::settle`] for what it means to a consumer group).
+    fn settle_stream(
+        self: &Arc<Self>,
+        stream: &Stream,
+        consumer: Option<&Arc<Consumer>>,
+        messages: &[MessageRef],
+        requeued: bool,
+    ) {
+        let offsets: Vec<u64> = messages.iter().map(|m| m.offset()).collect();
+        stream.settle(self, consumer, &offsets, requeued);
     }
 
     fn settle_locked(&self, state: &mut QueueState, messages: &[MessageRef]) {
@@ -523,8 +602,12 @@ impl Queue {
         }
     }
 
-    /// Settles acknowledged messages and dispatches what their credit allows.
-    pub fn settle(self: &Arc<Self>, messages: &[MessageRef]) {
+    /// Settles acknowledged messages (delivered to `consumer`, if by one) and dispatches
+    /// what their credit allows.
+    pub fn settle(self: &Arc<Self>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>) {
+        if let Some(stream) = &self.stream {
+            return self.settle_stream(stream, consumer, messages, false);
+        }
         self.with_state(|state| {
             state.unacked = state.unacked.saturating_sub(messages.len());
             self.settle_locked(state, messages);
@@ -534,7 +617,10 @@ impl Queue {
 
     /// Settles rejected messages (reject, or nack without requeue): dead-lettered if the queue
     /// has a dead-letter exchange, dropped otherwise.
-    pub fn reject(self: &Arc<Self>, messages: &[MessageRef]) {
+    pub fn reject(self: &Arc<Self>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>) {
+        if let Some(stream) = &self.stream {
+            return self.settle_stream(stream, consumer, messages, false);
+        }
         self.with_state(|state| {
             state.unacked = state.unacked.saturating_sub(messages.len());
             for &message in messages {
@@ -546,7 +632,10 @@ impl Queue {
 
     /// Puts delivered messages back at their places, marked redelivered, and dispatches.
     /// A message past `x-delivery-limit`, or past its TTL, is discarded instead.
-    pub fn requeue(self: &Arc<Self>, messages: &[MessageRef]) {
+    pub fn requeue(self: &Arc<Self>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>) {
+        if let Some(stream) = &self.stream {
+            return self.settle_stream(stream, consumer, messages, true);
+        }
         self.with_state(|state| {
             if state.deleted {
                 return;
@@ -572,8 +661,12 @@ impl Queue {
         });
     }
 
-    /// Drops every ready message; returns how many.
+    /// Drops every ready message; returns how many. A stream keeps its messages (0, as
+    /// RabbitMQ answers): only retention removes them.
     pub fn purge(self: &Arc<Self>) -> u32 {
+        if self.stream.is_some() {
+            return 0;
+        }
         self.with_state(|state| {
             let ready = state.ready.take_all();
             state.ready_bytes = 0;
@@ -584,6 +677,9 @@ impl Queue {
 
     /// Makes what the queue stores durable (the broker is stopping).
     pub fn close(&self) {
+        if let Some(stream) = &self.stream {
+            stream.close();
+        }
         let mut state = self.state.lock();
         if let Some(store) = &mut state.durable_store {
             if let Err(error) = store.close() {
@@ -597,6 +693,9 @@ impl Queue {
     pub(crate) fn mark_deleted(&self) -> (u32, Vec<Arc<Consumer>>) {
         let mut state = self.state.lock();
         state.deleted = true;
+        if let Some(stream) = &self.stream {
+            return (self.message_count(), stream.destroy());
+        }
         let count = state.ready.len() as u32;
         state.ready.take_all();
         state.deadlines.clear();

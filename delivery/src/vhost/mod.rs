@@ -9,8 +9,9 @@ use crate::definitions::VhostStorage;
 use crate::equivalence;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::exchange::{Binding, DelayedMessages, Destination, Exchange, ExchangeDefinition, ExchangeKind};
-use crate::queue::{ConnectionId, MessageStore, Queue, QueueArguments, QueueContext, QueueDefinition};
+use crate::queue::{ConnectionId, MessageStore, Queue, QueueArguments, QueueContext, QueueDefinition, QueueType};
 use crate::scheduler::SchedulerHandle;
+use crate::stream::StreamArguments;
 use amq_protocol::types::FieldTable;
 use parking_lot::RwLock;
 use rand::distributions::{Alphanumeric, DistString};
@@ -295,7 +296,9 @@ impl VirtualHost {
             existing.touch();
             return Ok(Self::declared(existing));
         }
-        QueueArguments::parse(&definition.arguments)?;
+        if QueueArguments::parse(&definition.arguments)?.queue_type == QueueType::Stream {
+            return self.declare_stream(definition);
+        }
         let stored = is_stored(&definition);
         let store = match (&self.storage, stored) {
             (Some(storage), true) => {
@@ -323,6 +326,44 @@ impl VirtualHost {
         if stored {
             self.save_definitions()?;
         }
+        Ok(Self::declared(queue))
+    }
+
+    /// Declares a new stream: durable, not exclusive, not auto-delete (406 otherwise, as in
+    /// RabbitMQ), with valid retention arguments.
+    fn declare_stream(&self, definition: QueueDefinition) -> BrokerResult<DeclaredQueue> {
+        let refuse = |property: &str| {
+            Err(BrokerError::precondition_failed(format!(
+                "invalid property '{property}' for stream '{}': streams must be durable, not exclusive and not \
+                 auto-delete",
+                definition.name
+            )))
+        };
+        if !definition.durable {
+            return refuse("non-durable");
+        }
+        if definition.exclusive_owner.is_some() {
+            return refuse("exclusive");
+        }
+        if definition.auto_delete {
+            return refuse("auto-delete");
+        }
+        let arguments = StreamArguments::parse(&definition.arguments)?;
+        let Some(storage) = &self.storage else {
+            return Err(BrokerError::new(ReplyCode::NotImplemented, "streams need a broker with a data directory"));
+        };
+        let mut queues = self.queues.write();
+        if let Some(existing) = queues.get(&definition.name) {
+            // Declared by another connection meanwhile.
+            return Ok(Self::declared(Arc::clone(existing)));
+        }
+        let stream = storage
+            .create_stream(&definition.name, arguments)
+            .map_err(|e| internal_error("cannot create stream", e))?;
+        let queue = Queue::new_stream(definition, stream, self.queue_context())?;
+        queues.insert(queue.name().to_string(), Arc::clone(&queue));
+        drop(queues);
+        self.save_definitions()?;
         Ok(Self::declared(queue))
     }
 

@@ -4,7 +4,8 @@ use super::{internal_error, is_standard_exchange, is_stored, VirtualHost};
 use crate::definitions::{BindingRecord, Definitions, ExchangeRecord, QueueRecord};
 use crate::error::BrokerResult;
 use crate::exchange::{Binding, DelayedMessages, Destination, Exchange, ExchangeDefinition};
-use crate::queue::{Queue, QueueDefinition};
+use crate::queue::{Queue, QueueArguments, QueueDefinition, QueueType};
+use crate::stream::StreamArguments;
 use std::sync::{Arc, Weak};
 
 impl VirtualHost {
@@ -31,7 +32,6 @@ impl VirtualHost {
             self.exchanges.write().insert(exchange.name().to_string(), Arc::new(exchange));
         }
         for record in definitions.queues {
-            let store = storage.open_queue(&record.name).map_err(|e| internal_error("cannot recover a queue", e))?;
             let definition = QueueDefinition {
                 name: record.name,
                 durable: true,
@@ -39,7 +39,17 @@ impl VirtualHost {
                 auto_delete: record.auto_delete,
                 arguments: record.arguments,
             };
-            let queue = Queue::recover(definition, store, self.queue_context())?;
+            let queue = if QueueArguments::parse(&definition.arguments)?.queue_type == QueueType::Stream {
+                let arguments = StreamArguments::parse(&definition.arguments)?;
+                let stream = storage
+                    .open_stream(&definition.name, arguments)
+                    .map_err(|e| internal_error("cannot recover a stream", e))?;
+                Queue::new_stream(definition, stream, self.queue_context())?
+            } else {
+                let store =
+                    storage.open_queue(&definition.name).map_err(|e| internal_error("cannot recover a queue", e))?;
+                Queue::recover(definition, store, self.queue_context())?
+            };
             tracing::info!(queue = queue.name(), messages = queue.message_count(), "recovered queue");
             self.queues.write().insert(queue.name().to_string(), queue);
         }

@@ -1,0 +1,140 @@
+//! Named consumer-group offsets (Warren's extension, consumer argument `x-consumer-group`):
+//! for each group, the offset below which the group has acked everything, kept durably.
+//!
+//! Commits are records of a small log beside the stream's (`offset u64 BE`, then the group
+//! name); the newest record of a group wins. When the log grows, the current offsets of all
+//! groups are written again and the segments before them are deleted, so it stays small
+//! without ever rewriting a file in place.
+
+use crate::queue::StoreError;
+use crate::scheduler::now_ms;
+use std::collections::HashMap;
+use std::path::Path;
+use warren_storage::{FlushPolicy, Log, LogConfig, NewRecord, StorageError};
+
+/// Segment size of the offsets log: small, so that compaction frees whole segments soon.
+const GROUP_SEGMENT_BYTES: u64 = 256 * 1024;
+/// The log is compacted once it is this much larger than the offsets it holds.
+const COMPACT_AFTER_BYTES: u64 = 1024 * 1024;
+/// Longest group name (it is a consumer argument; RabbitMQ's names are short strings).
+pub const MAX_GROUP_NAME_BYTES: usize = 255;
+
+fn io_error(error: StorageError) -> StoreError {
+    StoreError::Io(error.to_string())
+}
+
+/// The committed offsets of a stream's consumer groups.
+pub struct GroupOffsets {
+    log: Log,
+    committed: HashMap<String, u64>,
+    /// Size of the log right after the last compaction.
+    compacted_bytes: u64,
+    scratch: Vec<u8>,
+}
+
+impl std::fmt::Debug for GroupOffsets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupOffsets").field("committed", &self.committed).finish_non_exhaustive()
+    }
+}
+
+impl GroupOffsets {
+    /// Opens (or creates) the offsets log in `dir` and reads the committed offsets back.
+    pub fn open(dir: &Path, flush_policy: FlushPolicy) -> Result<Self, StoreError> {
+        let config = LogConfig {
+            flush_policy,
+            segment_bytes: GROUP_SEGMENT_BYTES,
+            write_buffer_bytes: 16 * 1024,
+            ..LogConfig::default()
+        };
+        let log = Log::open(dir, config).map_err(io_error)?;
+        let mut committed = HashMap::new();
+        let mut next = log.first_offset();
+        while next < log.next_offset() {
+            let records = log.read(next, 4096, 4 * 1024 * 1024).map_err(io_error)?;
+            let Some(last) = records.last() else { break };
+            next = last.offset + 1;
+            for record in records {
+                if let Some((name, offset)) = decode(&record.payload) {
+                    committed.insert(name, offset);
+                }
+            }
+        }
+        let compacted_bytes = log.size_bytes();
+        Ok(GroupOffsets { log, committed, compacted_bytes, scratch: Vec::new() })
+    }
+
+    /// The group's committed offset, if it ever committed one.
+    pub fn get(&self, group: &str) -> Option<u64> {
+        self.committed.get(group).copied()
+    }
+
+    /// Records that `group` has acked everything below `offset`. Offsets only move forward.
+    pub fn commit(&mut self, group: &str, offset: u64) -> Result<(), StoreError> {
+        if self.committed.get(group).is_some_and(|c| *c >= offset) {
+            return Ok(());
+        }
+        self.committed.insert(group.to_string(), offset);
+        self.append(group, offset)?;
+        self.compact_if_large()
+    }
+
+    fn append(&mut self, group: &str, offset: u64) -> Result<(), StoreError> {
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&offset.to_be_bytes());
+        self.scratch.extend_from_slice(group.as_bytes());
+        self.log.append(NewRecord::new(now_ms() as i64, &self.scratch)).map_err(io_error)?;
+        Ok(())
+    }
+
+    /// Rewrites every group's offset at the end of the log, then drops the segments before.
+    fn compact_if_large(&mut self) -> Result<(), StoreError> {
+        if self.log.size_bytes() < self.compacted_bytes + COMPACT_AFTER_BYTES {
+            return Ok(());
+        }
+        let start = self.log.next_offset();
+        let groups: Vec<(String, u64)> = self.committed.iter().map(|(g, o)| (g.clone(), *o)).collect();
+        for (group, offset) in &groups {
+            self.append(group, *offset)?;
+        }
+        self.log.delete_below(start).map_err(io_error)?;
+        self.compacted_bytes = self.log.size_bytes();
+        Ok(())
+    }
+
+    /// Makes every commit durable (the broker is stopping).
+    pub fn close(&self) -> Result<(), StoreError> {
+        self.log.close().map_err(io_error)
+    }
+}
+
+fn decode(payload: &[u8]) -> Option<(String, u64)> {
+    let (offset, name) = payload.split_at_checked(8)?;
+    let offset = u64::from_be_bytes(offset.try_into().ok()?);
+    Some((String::from_utf8(name.to_vec()).ok()?, offset))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_survive_reopening_and_compaction() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut groups = GroupOffsets::open(dir.path(), FlushPolicy::Never).expect("opens");
+        assert_eq!(groups.get("a"), None);
+        groups.commit("a", 10).expect("commit");
+        groups.commit("b", 3).expect("commit");
+        groups.commit("a", 5).expect("an older offset is ignored");
+        assert_eq!(groups.get("a"), Some(10));
+        // Enough commits to compact several times.
+        for offset in 11..200_000 {
+            groups.commit("a", offset).expect("commit");
+        }
+        assert!(groups.log.size_bytes() < 4 * COMPACT_AFTER_BYTES, "compacted: {}", groups.log.size_bytes());
+        groups.close().expect("close");
+        drop(groups);
+        let groups = GroupOffsets::open(dir.path(), FlushPolicy::Never).expect("reopens");
+        assert_eq!((groups.get("a"), groups.get("b")), (Some(199_999), Some(3)));
+    }
+}

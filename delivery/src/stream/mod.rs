@@ -1,0 +1,373 @@
+//! Streams (`x-queue-type: stream`): append-only queues that keep their messages after they
+//! are read. Every consumer reads by offset from where it asked to start, acks only return
+//! its credit, and retention (by age and size, whole segments at a time) is what removes
+//! messages. RabbitMQ's names and semantics over AMQP 0-9-1, plus Warren's extensions:
+//! exact tag filtering that steps over records by their header, named consumer-group
+//! offsets, and reads by offset without a consumer ([`Stream::read`]).
+//!
+//! A stream owns its log and the state of its consumers behind one lock. As queues do, it
+//! dispatches inline: a publish hands the new message to consumers waiting at the end of the
+//! log straight from memory, and an ack or a new consumer reads on from the log.
+
+mod arguments;
+mod consumer_groups;
+mod cursor;
+mod offset_spec;
+mod tag;
+
+pub use arguments::{parse_interval_ms, StreamArguments};
+pub use consumer_groups::{GroupOffsets, MAX_GROUP_NAME_BYTES};
+pub use offset_spec::{OffsetSpec, OFFSET_ARGUMENT};
+
+use crate::consumer::{message_tag, Consumer, TagFilter};
+use crate::error::{BrokerError, BrokerResult, ReplyCode};
+use crate::field_value::string_of;
+use crate::message::Message;
+use crate::queue::{message_codec, DurableMark, LogStoreConfig, MessageRef, Published, Queue, StoreError};
+use crate::scheduler::now_ms;
+use cursor::{Cursor, HeaderFilter};
+use parking_lot::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use warren_storage::{Log, LogConfig, NewRecord, StorageError};
+
+/// The header every delivery from a stream carries: the message's offset.
+pub const OFFSET_HEADER: &str = "x-stream-offset";
+/// The consumer argument naming a consumer group (Warren's extension).
+pub const GROUP_ARGUMENT: &str = "x-consumer-group";
+/// How often a stream with `x-max-age` checks for segments to delete.
+pub const RETENTION_CHECK_INTERVAL_MS: u64 = 1000;
+/// Records a pull read ([`Stream::read`]) examines at most, matching or not.
+const PULL_SCAN_RECORDS: usize = 1024 * 1024;
+
+const LOG_DIR: &str = "log";
+const GROUPS_DIR: &str = "groups";
+
+fn io_error(error: StorageError) -> StoreError {
+    StoreError::Io(error.to_string())
+}
+
+fn internal(error: impl std::fmt::Display) -> BrokerError {
+    BrokerError::new(ReplyCode::InternalError, format!("stream storage failed: {error}"))
+}
+
+/// One message read back from a stream.
+#[derive(Debug, Clone)]
+pub struct StreamMessage {
+    /// Its offset.
+    pub offset: u64,
+    /// When it was appended, in ms since the Unix epoch.
+    pub timestamp_ms: i64,
+    /// The message, as published.
+    pub message: Arc<Message>,
+}
+
+/// What a pull read returned.
+#[derive(Debug, Clone, Default)]
+pub struct StreamBatch {
+    /// The messages, in offset order.
+    pub messages: Vec<StreamMessage>,
+    /// Where the next read should start.
+    pub next_offset: u64,
+    /// The oldest offset the stream holds.
+    pub first_offset: u64,
+    /// One past the newest offset.
+    pub end_offset: u64,
+}
+
+struct StreamState {
+    cursors: Vec<Cursor>,
+    groups: GroupOffsets,
+    scratch: Vec<u8>,
+    deleted: bool,
+}
+
+/// A stream's log, consumers and consumer groups.
+pub struct Stream {
+    dir: PathBuf,
+    log: Arc<Log>,
+    arguments: StreamArguments,
+    state: Mutex<StreamState>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+impl Stream {
+    /// Opens (or creates) the stream stored in `dir`.
+    pub fn open(dir: &Path, config: &LogStoreConfig, arguments: StreamArguments) -> Result<Self, StoreError> {
+        let log_config = LogConfig {
+            flush_policy: config.flush_policy,
+            segment_bytes: arguments.max_segment_size_bytes.unwrap_or(config.segment_bytes),
+            max_record_bytes: config.max_record_bytes,
+            retention_bytes: arguments.max_length_bytes,
+            retention_age: arguments.max_age,
+            ..LogConfig::default()
+        };
+        let log = Log::open(dir.join(LOG_DIR), log_config).map_err(io_error)?;
+        let groups = GroupOffsets::open(&dir.join(GROUPS_DIR), config.flush_policy)?;
+        let state = StreamState { cursors: Vec::new(), groups, scratch: Vec::new(), deleted: false };
+        Ok(Stream { dir: dir.to_path_buf(), log: Arc::new(log), arguments, state: Mutex::new(state) })
+    }
+
+    /// Its retention and segment arguments.
+    pub fn arguments(&self) -> &StreamArguments {
+        &self.arguments
+    }
+
+    /// Messages it holds.
+    pub fn message_count(&self) -> u64 {
+        self.log.next_offset() - self.log.first_offset()
+    }
+
+    /// The oldest offset it holds, and one past the newest.
+    pub fn bounds(&self) -> (u64, u64) {
+        (self.log.first_offset(), self.log.next_offset())
+    }
+
+    /// Consumers attached.
+    pub fn consumer_count(&self) -> usize {
+        self.state.lock().cursors.len()
+    }
+
+    /// Deliveries sent and not yet acked, over all consumers.
+    pub fn unacked_count(&self) -> u32 {
+        self.state.lock().cursors.iter().map(|c| c.consumer.unacked()).sum()
+    }
+
+    /// Appends a message; consumers waiting at the end of the log get it at once. The
+    /// confirm waits for the returned mark (the fsync that covers the message).
+    pub fn publish(&self, queue: &Arc<Queue>, message: &Arc<Message>) -> Result<Published, StoreError> {
+        let mut state = self.state.lock();
+        if state.deleted {
+            return Ok(Published::Stored(None));
+        }
+        let (flags, tag_hash) = tag::header_fields(message_tag(message));
+        let state = &mut *state;
+        state.scratch.clear();
+        message_codec::encode(message, &mut state.scratch);
+        let record = NewRecord { timestamp_ms: now_ms() as i64, tag_hash, flags, payload: &state.scratch };
+        let offset = self.log.append(record).map_err(io_error)?;
+        for cursor in state.cursors.iter_mut() {
+            if cursor.active && cursor.waits_at(offset) && cursor.consumer.has_credit() {
+                cursor.step_over(offset);
+                if cursor.consumer.wants(message) {
+                    deliver(cursor, queue, offset, message);
+                }
+            }
+        }
+        Ok(Published::Stored(Some(DurableMark { log: Arc::clone(&self.log), offset })))
+    }
+
+    /// Delivers to every active consumer what its credit allows, reading from the log.
+    pub fn dispatch(&self, queue: &Arc<Queue>) {
+        let mut state = self.state.lock();
+        for cursor in state.cursors.iter_mut().filter(|c| c.active) {
+            self.feed(cursor, queue);
+        }
+    }
+
+    fn feed(&self, cursor: &mut Cursor, queue: &Arc<Queue>) {
+        while cursor.consumer.has_credit() {
+            let Some(record) = cursor.pop() else {
+                match cursor.fill(&self.log) {
+                    Ok(true) => continue,
+                    Ok(false) => return,
+                    Err(error) => {
+                        tracing::error!(dir = %self.dir.display(), %error, "cannot read the stream; delivery paused");
+                        return;
+                    }
+                }
+            };
+            let message = match message_codec::decode(record.payload) {
+                Ok(message) => message,
+                Err(error) => {
+                    tracing::error!(dir = %self.dir.display(), offset = record.offset, %error, "skipping a record");
+                    continue;
+                }
+            };
+            // The header hash let it through; the tag itself decides (no false positives).
+            if cursor.consumer.wants(&message) {
+                deliver(cursor, queue, record.offset, &message);
+            }
+        }
+    }
+
+    /// Attaches a consumer at the offset its arguments name (or where its group stopped).
+    /// Stream consumers must ack (no `no-ack`) and have a prefetch, as in RabbitMQ (406).
+    pub fn add_consumer(&self, consumer: Arc<Consumer>) -> BrokerResult<()> {
+        if consumer.no_ack() {
+            return Err(BrokerError::precondition_failed(
+                "stream consumers must acknowledge: consume with no-ack=false (acks return credit; they remove nothing)",
+            ));
+        }
+        if consumer.prefetch() == 0 {
+            return Err(BrokerError::precondition_failed(
+                "stream consumers need a prefetch count: send basic.qos (global=false) with a non-zero prefetch \
+                 before basic.consume",
+            ));
+        }
+        let arguments = consumer.arguments().inner();
+        let spec = OffsetSpec::parse(arguments.get(OFFSET_ARGUMENT))?;
+        let group = parse_group(arguments.get(GROUP_ARGUMENT))?;
+        let mut state = self.state.lock();
+        if state.deleted {
+            return Err(BrokerError::not_found("the stream was deleted"));
+        }
+        let (first, next) = self.bounds();
+        let committed = group.as_deref().and_then(|g| state.groups.get(g));
+        let start = match committed {
+            Some(offset) => offset.clamp(first, next),
+            None => spec.resolve(&self.log).map_err(internal)?,
+        };
+        let active = group.is_none() || !state.cursors.iter().any(|c| c.group == group);
+        state.cursors.push(Cursor::new(consumer, start, group, active));
+        Ok(())
+    }
+
+    /// Detaches a consumer; returns true if none is left. When the active consumer of a
+    /// group leaves, the group's committed offset is stored and the next member takes over
+    /// from it (what the leaver had not acked comes again).
+    pub fn remove_consumer(&self, consumer: &Arc<Consumer>) -> bool {
+        let mut state = self.state.lock();
+        let state = &mut *state;
+        let Some(index) = state.cursors.iter().position(|c| Arc::ptr_eq(&c.consumer, consumer)) else {
+            return state.cursors.is_empty();
+        };
+        let cursor = state.cursors.remove(index);
+        if let (true, Some(group)) = (cursor.active, cursor.group.as_deref()) {
+            self.commit(&mut state.groups, group, cursor.committed());
+            let resume = state.groups.get(group).unwrap_or_else(|| cursor.committed());
+            if let Some(next) = state.cursors.iter_mut().find(|c| c.group.as_deref() == Some(group)) {
+                next.active = true;
+                next.seek(resume);
+            }
+        }
+        state.cursors.is_empty()
+    }
+
+    /// Deliveries of `consumer` were settled. Nothing is removed or requeued in a stream;
+    /// the consumer gets its credit back. In a consumer group, acked and rejected deliveries
+    /// let the committed offset move past them, while `requeued` ones (nack or reject with
+    /// requeue) hold it back: the group reads them again from the committed offset when its
+    /// next consumer starts.
+    pub fn settle(&self, queue: &Arc<Queue>, consumer: Option<&Arc<Consumer>>, offsets: &[u64], requeued: bool) {
+        let mut state = self.state.lock();
+        let state = &mut *state;
+        let found = consumer.and_then(|c| state.cursors.iter_mut().find(|cur| Arc::ptr_eq(&cur.consumer, c)));
+        if let Some(cursor) = found.filter(|c| c.active && !requeued) {
+            cursor.settled(offsets);
+            if let Some(group) = cursor.group.as_deref() {
+                self.commit(&mut state.groups, group, cursor.committed());
+            }
+        }
+        for cursor in state.cursors.iter_mut().filter(|c| c.active) {
+            self.feed(cursor, queue);
+        }
+    }
+
+    fn commit(&self, groups: &mut GroupOffsets, group: &str, offset: u64) {
+        if let Err(error) = groups.commit(group, offset) {
+            tracing::error!(dir = %self.dir.display(), group, %error, "cannot store a consumer group's offset");
+        }
+    }
+
+    /// Reads messages from `from` (clamped into the stream) without a consumer: at most
+    /// `max_count` messages and about `max_bytes` of payload (at least one message if any),
+    /// only those `filter` wants if given. The management API and UI browse with this.
+    pub fn read(
+        &self,
+        from: u64,
+        max_count: usize,
+        max_bytes: usize,
+        filter: Option<&TagFilter>,
+    ) -> Result<StreamBatch, StoreError> {
+        let (first, end) = self.bounds();
+        let mut batch = StreamBatch {
+            next_offset: from.clamp(first, end),
+            first_offset: first,
+            end_offset: end,
+            ..Default::default()
+        };
+        if max_count == 0 {
+            return Ok(batch);
+        }
+        let header_filter = filter.map(HeaderFilter::new);
+        let admits = |flags, hash| header_filter.as_ref().is_none_or(|f| f.admits(flags, hash));
+        let read = self
+            .log
+            .read_filtered(batch.next_offset, max_count, max_bytes, PULL_SCAN_RECORDS, &admits)
+            .map_err(io_error)?;
+        batch.next_offset = read.next_offset;
+        for record in read.records {
+            let message = message_codec::decode(record.payload).map_err(|e| StoreError::Io(e.to_string()))?;
+            if filter.is_none_or(|f| f.matches(message_tag(&message))) {
+                let stored = StreamMessage {
+                    offset: record.offset,
+                    timestamp_ms: record.timestamp_ms,
+                    message: Arc::new(message),
+                };
+                batch.messages.push(stored);
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Applies `x-max-age` and `x-max-length-bytes` now (they also apply at each segment roll).
+    pub fn enforce_retention(&self) {
+        if let Err(error) = self.log.enforce_retention() {
+            tracing::error!(dir = %self.dir.display(), %error, "cannot apply the stream's retention");
+        }
+    }
+
+    /// Makes everything durable (the broker is stopping).
+    pub fn close(&self) {
+        let state = self.state.lock();
+        if let Err(error) = self.log.close().map_err(io_error).and_then(|()| state.groups.close()) {
+            tracing::error!(dir = %self.dir.display(), %error, "cannot close the stream");
+        }
+    }
+
+    /// The stream was deleted: detaches its consumers (returned for cancelling) and removes
+    /// its files.
+    pub fn destroy(&self) -> Vec<Arc<Consumer>> {
+        let mut state = self.state.lock();
+        state.deleted = true;
+        let consumers = state.cursors.drain(..).map(|c| c.consumer).collect();
+        let _ = self.log.close();
+        let _ = state.groups.close();
+        if let Err(error) = std::fs::remove_dir_all(&self.dir) {
+            tracing::warn!(dir = %self.dir.display(), %error, "cannot remove a deleted stream's files");
+        }
+        consumers
+    }
+}
+
+/// Hands one message to a cursor's consumer, stamped with its offset.
+fn deliver(cursor: &mut Cursor, queue: &Arc<Queue>, offset: u64, message: &Message) {
+    let stamped = match message.properties.with_long_long_header(OFFSET_HEADER, offset as i64) {
+        Ok(properties) => Message { properties, ..message.clone() },
+        Err(error) => {
+            tracing::warn!(offset, %error, "cannot add the offset header; delivering without it");
+            message.clone()
+        }
+    };
+    cursor.delivered(offset);
+    let consumer = Arc::clone(&cursor.consumer);
+    consumer.session().push(&consumer, queue, MessageRef::new(offset, offset, false, 0), false, Arc::new(stamped));
+}
+
+fn parse_group(value: Option<&amq_protocol::types::AMQPValue>) -> BrokerResult<Option<String>> {
+    let Some(value) = value else { return Ok(None) };
+    let name = string_of(value).and_then(|b| std::str::from_utf8(b).ok());
+    match name {
+        Some(name) if !name.is_empty() && name.len() <= MAX_GROUP_NAME_BYTES => Ok(Some(name.to_string())),
+        _ => Err(BrokerError::precondition_failed(format!(
+            "invalid consumer arg '{GROUP_ARGUMENT}': expected a group name of 1 to {MAX_GROUP_NAME_BYTES} bytes, \
+             got {value:?}"
+        ))),
+    }
+}
