@@ -22,7 +22,7 @@ IDLE_SECS=10
 SCENARIOS=all
 OUT=
 BUILD=1
-ALL_SCENARIOS=(transient-16B transient-1KiB durable fanout latency backlog connections)
+ALL_SCENARIOS=(transient-16B transient-1KiB durable fanout latency backlog connections stream-publish stream-replay)
 # Open files allowed to the brokers and the tool: the connections scenario needs > 1024.
 OPEN_FILES=65536
 # Seconds a broker gets to start listening.
@@ -34,7 +34,7 @@ usage: bench/compare.sh [options]
   --rounds N          rounds per scenario, each running Warren then RabbitMQ (default $ROUNDS)
   --scenarios LIST    comma-separated name prefixes (default all: ${ALL_SCENARIOS[*]})
   --duration SECS     publishing time of the timed scenarios (default $DURATION)
-  --backlog-count N   messages published then drained in the backlog scenario (default $BACKLOG_COUNT)
+  --backlog-count N   messages published then drained (backlog) or replayed (stream-replay) (default $BACKLOG_COUNT)
   --connections N     idle connections in the connections scenario (default $CONNECTIONS)
   --idle-secs SECS    how long the idle connections are held (default $IDLE_SECS)
   --out DIR           where results, logs and report.md go (default: a new /tmp/warren-bench.* directory)
@@ -270,6 +270,10 @@ scenario_args() {
 	latency) echo "--rate 10000 --size 16 --prefetch 1000 --duration $DURATION" ;;
 	backlog) echo "--backlog --count $BACKLOG_COUNT --prefetch 1000" ;;
 	connections) echo "--connections $CONNECTIONS --idle-secs $IDLE_SECS" ;;
+	# Streams: publishing alone, then reading a stream from its start (its publishing phase is
+	# set-up: read the consume rate).
+	stream-publish) echo "--queue-type stream --size 100 --persistent --confirm 1000 --consumers 0 --duration $DURATION" ;;
+	stream-replay) echo "--queue-type stream --size 100 --persistent --confirm 1000 --backlog --count $BACKLOG_COUNT --stream-offset first --prefetch 1000 --multi-ack-every 100" ;;
 	*) die "unknown scenario $1" ;;
 	esac
 }
@@ -337,6 +341,11 @@ write_report() {
 		echo
 		printf '    %s\n' "${COMMANDS[@]}"
 		"$WORK/bin/warren-perf" --report "$OUT/results.jsonl"
+		if wanted stream-replay; then
+			echo
+			echo "stream-replay: the publish rate is that of its set-up phase; the consume rate (one consumer"
+			echo "reading the stream from first) is its measure, and its latencies are the age of the messages."
+		fi
 		if [ -s "$OUT/problems.txt" ]; then
 			echo
 			echo "Problems:"

@@ -7,10 +7,13 @@
 //! they should, or until they go `--grace-secs` without a delivery, then prints a summary
 //! ([`summary`]) and exits with status 1 if the counts do not add up. Idle mode ([`idle`])
 //! holds many connections to measure their cost; report mode ([`report`]) turns JSON summaries
-//! into markdown tables.
+//! into markdown tables. What the consumers must receive ([`expect`]) depends on the queue
+//! type: a classic or quorum queue shares its messages between its consumers, a stream gives
+//! every consumer all of them.
 
 mod body;
 mod consumer;
+mod expect;
 mod idle;
 mod options;
 mod producer;
@@ -22,11 +25,12 @@ mod topology;
 use anyhow::Context;
 use clap::Parser;
 use consumer::{AckPlan, Consumer, ConsumerReport};
+use expect::Expectation;
 use futures_util::future::try_join_all;
 use lapin::{Connection, ConnectionProperties};
 use options::Options;
 use producer::{Producer, PublishPlan};
-use stats::{Counters, Latencies, Totals};
+use stats::{Counters, Latencies};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -109,7 +113,7 @@ async fn run_load(options: &Options) -> anyhow::Result<RunSummary> {
         }
     }
 
-    let counters = Arc::new(Counters::default());
+    let counters = Arc::new(Counters::new(options.queues, options.consumers));
     let (stop_consumers, stop_receiver) = watch::channel(false);
     let progress = (options.interval > 0.0).then(|| spawn_progress(counters.clone(), options));
     let run_started = Instant::now();
@@ -129,17 +133,25 @@ async fn run_load(options: &Options) -> anyhow::Result<RunSummary> {
         consume_started = Instant::now();
         consumers = start_consumers(options, &topology, &counters, &stop_receiver).await?;
     }
-    let expected = expected_deliveries(options, counters.totals());
+    let expectation = Expectation::of(options, &counters);
     if !consumers.is_empty() {
-        wait_for_deliveries(options, &counters, expected, consume_started).await;
+        wait_for_deliveries(options, &counters, &expectation, consume_started).await;
     }
     let _ = stop_consumers.send(true);
     let mut latencies = Latencies::new();
     let mut last_delivery = None;
+    let mut without_stream_offset = 0;
     for handle in consumers {
         let report: ConsumerReport = handle.await.context("a consumer task panicked")??;
         latencies.merge(&report.latencies);
         last_delivery = last_delivery.max(report.last_delivery);
+        without_stream_offset += report.without_stream_offset;
+    }
+    if without_stream_offset > 0 {
+        eprintln!(
+            "warren-perf: warning: {without_stream_offset} deliveries from stream queues had no x-stream-offset \
+             header: are the queues really streams?"
+        );
     }
     if let Some(progress) = progress {
         progress.abort();
@@ -150,14 +162,12 @@ async fn run_load(options: &Options) -> anyhow::Result<RunSummary> {
     let _ = admin.close(200, "warren-perf done".into()).await;
 
     let consume_secs = last_delivery.map(|last| last.duration_since(consume_started).as_secs_f64()).unwrap_or(0.0);
-    let expected = (options.consumers > 0).then_some(expected).flatten();
-    Ok(RunSummary::new(
-        options,
-        counters.totals(),
-        expected,
-        Timings { publish_secs, consume_secs },
-        latencies.summary(),
-    ))
+    let read: Vec<&str> = (0..options.consumers).map(|i| topology.queues[i % topology.queues.len()].as_str()).collect();
+    let check = expectation.check(&counters, &read);
+    for detail in &check.details {
+        eprintln!("warren-perf: {detail}");
+    }
+    Ok(RunSummary::new(options, counters.totals(), &check, Timings { publish_secs, consume_secs }, latencies.summary()))
 }
 
 /// Connects every consumer, then lets them run.
@@ -168,9 +178,10 @@ async fn start_consumers(
     stop: &watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<JoinHandle<anyhow::Result<ConsumerReport>>>> {
     let plan = AckPlan { auto_ack: options.auto_ack, every: options.multi_ack_every, prefetch: options.prefetch };
+    let stream_offset = options.stream_offset();
     let connecting = (0..options.consumers).map(|i| {
         let queue = topology.queues[i % topology.queues.len()].clone();
-        Consumer::connect(i, &options.uri, queue, plan)
+        Consumer::connect(i, &options.uri, queue, plan, consumer::consume_arguments(stream_offset.as_ref()))
     });
     let consumers = try_join_all(connecting).await?;
     Ok(consumers.into_iter().map(|consumer| tokio::spawn(consumer.run(counters.clone(), stop.clone()))).collect())
@@ -218,26 +229,17 @@ fn share(total: u64, producers: usize, index: usize) -> u64 {
     total / producers + u64::from((index as u64) < total % producers)
 }
 
-/// Deliveries the consumers must receive: every confirmed message (every published one without
-/// confirms) times the queues it reaches; with no producers, `--count` if given.
-fn expected_deliveries(options: &Options, totals: Totals) -> Option<u64> {
-    if options.producers == 0 {
-        return options.count;
-    }
-    let accepted = if options.confirm > 0 { totals.confirmed } else { totals.published };
-    Some(accepted * options.copies_per_message())
-}
-
-/// Waits until the consumers have what they should, or have gone `--grace-secs` without a
-/// delivery; with no producers and no count, until `--duration` (if any) has passed.
-async fn wait_for_deliveries(options: &Options, counters: &Counters, expected: Option<u64>, started: Instant) {
+/// Waits until the consumers have what they should (each its own with streams), or have gone
+/// `--grace-secs` without a delivery; with no producers and no count, until `--duration` (if
+/// any) has passed.
+async fn wait_for_deliveries(options: &Options, counters: &Counters, expectation: &Expectation, started: Instant) {
     let grace = Duration::from_secs_f64(options.grace_secs);
     let deadline = (options.producers == 0).then(|| options.duration.map(Duration::from_secs_f64)).flatten();
     let mut seen = counters.consumed.get();
     let mut last_progress = Instant::now();
     loop {
         let consumed = counters.consumed.get();
-        if expected.is_some_and(|expected| consumed >= expected) {
+        if expectation.met(counters) {
             return;
         }
         if consumed != seen {
@@ -251,10 +253,12 @@ async fn wait_for_deliveries(options: &Options, counters: &Counters, expected: O
     }
 }
 
-/// Prints publish, confirm and consume rates on stderr every `--interval` seconds.
+/// Prints publish, confirm and consume rates on stderr every `--interval` seconds, and how many
+/// messages wait in the queues (with streams: how far the consumers are behind, in all).
 fn spawn_progress(counters: Arc<Counters>, options: &Options) -> JoinHandle<()> {
     let interval = Duration::from_secs_f64(options.interval);
     let copies = options.copies_per_message();
+    let options = options.clone();
     tokio::spawn(async move {
         let started = Instant::now();
         let mut previous = counters.totals();
@@ -263,13 +267,18 @@ fn spawn_progress(counters: Arc<Counters>, options: &Options) -> JoinHandle<()> 
             ticker.tick().await;
             let now = counters.totals();
             let per_sec = |current: u64, before: u64| (current - before) as f64 / interval.as_secs_f64();
+            let waiting = if options.streams() && options.consumers > 0 {
+                let behind = Expectation::of(&options, &counters).outstanding(&counters);
+                format!("consumers behind ~{}", behind.map(summary::group).unwrap_or_else(|| "?".into()))
+            } else {
+                format!("in queues ~{}", summary::group((now.published * copies).saturating_sub(now.consumed)))
+            };
             eprintln!(
-                "[{:>6.1}s] published {:>9.0}/s  confirmed {:>9.0}/s  consumed {:>9.0}/s  in queues ~{}",
+                "[{:>6.1}s] published {:>9.0}/s  confirmed {:>9.0}/s  consumed {:>9.0}/s  {waiting}",
                 started.elapsed().as_secs_f64(),
                 per_sec(now.published, previous.published),
                 per_sec(now.confirmed, previous.confirmed),
                 per_sec(now.consumed, previous.consumed),
-                summary::group((now.published * copies).saturating_sub(now.consumed)),
             );
             previous = now;
         }

@@ -15,7 +15,9 @@ const DEFAULT_DURATION_SECS: f64 = 10.0;
 /// Producers publish to an exchange that routes to the queues; consumers read them back. Every
 /// body carries its send time, so the consumers measure end-to-end latency. At the end the
 /// counts must add up: with manual acks, every confirmed (or, without confirms, published)
-/// message must be consumed, or the run fails with exit status 1.
+/// message must be consumed, or the run fails with exit status 1. On stream queues every
+/// consumer reads its whole queue (from where --stream-offset starts it), so each must receive
+/// every message of its queue.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "warren-perf", version)]
 pub struct Options {
@@ -47,7 +49,7 @@ pub struct Options {
     #[arg(short = 'q', long, default_value_t = 1000)]
     pub prefetch: u16,
 
-    /// Consume with no_ack (auto-ack) instead of manual acks.
+    /// Consume with no_ack (auto-ack) instead of manual acks (not with stream queues).
     #[arg(short = 'a', long)]
     pub auto_ack: bool,
 
@@ -71,6 +73,16 @@ pub struct Options {
     #[arg(long, value_enum, default_value_t = QueueType::Classic)]
     pub queue_type: QueueType,
 
+    /// Stream queues: where consumers start, sent as the x-stream-offset consume argument: first,
+    /// last, next, an offset (e.g. 5000) or an interval (e.g. 30s, 10m, 1h, 7D; units Y M D h m s).
+    /// Default: next (with --backlog: first or an offset).
+    #[arg(long, value_name = "SPEC", value_parser = parse_stream_offset)]
+    pub stream_offset: Option<StreamOffset>,
+
+    /// Stream queues: segment file size, sent as the x-stream-max-segment-size-bytes argument.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..=i64::MAX as u64))]
+    pub stream_max_segment_size_bytes: Option<u64>,
+
     /// Exchange type; the exchange is named PREFIX.TYPE.
     #[arg(short = 't', long, value_enum, default_value_t = ExchangeType::Direct)]
     pub exchange_type: ExchangeType,
@@ -83,7 +95,8 @@ pub struct Options {
     #[arg(short = 'z', long)]
     pub duration: Option<f64>,
 
-    /// Messages to publish in all (split between producers); with no producers, messages to consume.
+    /// Messages to publish in all (split between producers); with no producers, messages to consume
+    /// (in all; with stream queues, by each consumer).
     #[arg(short = 'C', long)]
     pub count: Option<u64>,
 
@@ -140,6 +153,34 @@ pub enum QueueType {
     Stream,
 }
 
+/// Where a stream consumer starts reading (x-stream-offset).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamOffset {
+    /// The oldest message the stream holds.
+    First,
+    /// The last chunk of messages written.
+    Last,
+    /// The next message written after the consumer attaches.
+    Next,
+    /// The message with this offset (the first message of a stream has offset 0).
+    Offset(u64),
+    /// Messages written within this time before attaching, as given ("1h"): sent as a string.
+    Interval(String),
+}
+
+impl StreamOffset {
+    /// The specification as given on the command line.
+    pub fn spec(&self) -> String {
+        match self {
+            StreamOffset::First => "first".into(),
+            StreamOffset::Last => "last".into(),
+            StreamOffset::Next => "next".into(),
+            StreamOffset::Offset(offset) => offset.to_string(),
+            StreamOffset::Interval(interval) => interval.clone(),
+        }
+    }
+}
+
 /// The type of the exchange the producers publish to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ExchangeType {
@@ -183,6 +224,16 @@ impl Options {
         self.durable || self.queue_type != QueueType::Classic
     }
 
+    /// Whether the queues are streams.
+    pub fn streams(&self) -> bool {
+        self.queue_type == QueueType::Stream
+    }
+
+    /// Where stream consumers start: the given offset, else next; `None` for other queue types.
+    pub fn stream_offset(&self) -> Option<StreamOffset> {
+        self.streams().then(|| self.stream_offset.clone().unwrap_or(StreamOffset::Next))
+    }
+
     /// How many queues each published message reaches.
     pub fn copies_per_message(&self) -> u64 {
         match self.exchange_type {
@@ -211,8 +262,67 @@ impl Options {
         if self.backlog && self.count.is_none() && self.duration.is_none() {
             return Err("--backlog needs --count or --duration to end the publishing phase".into());
         }
-        Ok(())
+        self.validate_streams()
     }
+
+    fn validate_streams(&self) -> Result<(), String> {
+        if !self.streams() {
+            if self.stream_offset.is_some() || self.stream_max_segment_size_bytes.is_some() {
+                return Err("--stream-offset and --stream-max-segment-size-bytes need --queue-type stream".into());
+            }
+            return Ok(());
+        }
+        if self.auto_ack {
+            return Err("--auto-ack cannot be used with --queue-type stream: \
+                 stream consumers need manual acks (and a --prefetch above 0)"
+                .into());
+        }
+        if self.prefetch == 0 {
+            return Err("--prefetch 0 cannot be used with --queue-type stream: \
+                 stream consumers need a prefetch (basic.qos) above 0"
+                .into());
+        }
+        let starts_after_publishing = self.backlog && self.producers > 0 && self.consumers > 0;
+        match self.stream_offset() {
+            Some(offset @ (StreamOffset::Next | StreamOffset::Last | StreamOffset::Interval(_)))
+                if starts_after_publishing =>
+            {
+                Err(format!(
+                    "--backlog with --queue-type stream starts the consumers after publishing: with \
+                     --stream-offset {} the count they must receive is unknown; use --stream-offset first \
+                     (or an offset)",
+                    offset.spec()
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn parse_stream_offset(text: &str) -> Result<StreamOffset, String> {
+    const INTERVAL_UNITS: &str = "YMDhms";
+    match text {
+        "first" => return Ok(StreamOffset::First),
+        "last" => return Ok(StreamOffset::Last),
+        "next" => return Ok(StreamOffset::Next),
+        _ => {}
+    }
+    let all_digits = |digits: &str| !digits.is_empty() && digits.bytes().all(|byte| byte.is_ascii_digit());
+    if all_digits(text) {
+        return match text.parse::<u64>() {
+            Ok(offset) if offset <= i64::MAX as u64 => Ok(StreamOffset::Offset(offset)),
+            _ => Err(format!("offset {text} is too large (a signed 64-bit integer)")),
+        };
+    }
+    if let Some(amount) = text.strip_suffix(|unit| INTERVAL_UNITS.contains(unit)) {
+        if all_digits(amount) {
+            return Ok(StreamOffset::Interval(text.to_string()));
+        }
+    }
+    Err(format!(
+        "{text:?}: expected first, last, next, an offset (e.g. 5000) or an interval (e.g. 30s, 10m, 1h, 7D; \
+         units Y M D h m s)"
+    ))
 }
 
 fn parse_size(text: &str) -> Result<usize, String> {
@@ -221,4 +331,53 @@ fn parse_size(text: &str) -> Result<usize, String> {
         return Err(format!("at least {MIN_MESSAGE_SIZE} bytes: the body carries the send time and a sequence number"));
     }
     Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(arguments: &[&str]) -> Options {
+        Options::try_parse_from(std::iter::once("warren-perf").chain(arguments.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn stream_offsets_parse() {
+        assert_eq!(parse_stream_offset("first"), Ok(StreamOffset::First));
+        assert_eq!(parse_stream_offset("last"), Ok(StreamOffset::Last));
+        assert_eq!(parse_stream_offset("next"), Ok(StreamOffset::Next));
+        assert_eq!(parse_stream_offset("0"), Ok(StreamOffset::Offset(0)));
+        assert_eq!(parse_stream_offset("5000"), Ok(StreamOffset::Offset(5000)));
+        assert_eq!(parse_stream_offset("1h"), Ok(StreamOffset::Interval("1h".into())));
+        assert_eq!(parse_stream_offset("30s"), Ok(StreamOffset::Interval("30s".into())));
+        assert_eq!(parse_stream_offset("7D"), Ok(StreamOffset::Interval("7D".into())));
+        for bad in ["", "h", "-1", "1x", "1.5h", "First", "9223372036854775808"] {
+            assert!(parse_stream_offset(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn stream_offset_defaults_to_next_on_streams_only() {
+        assert_eq!(parse(&["--queue-type", "stream"]).stream_offset(), Some(StreamOffset::Next));
+        let first = parse(&["--queue-type", "stream", "--stream-offset", "first"]);
+        assert_eq!(first.stream_offset(), Some(StreamOffset::First));
+        assert_eq!(parse(&[]).stream_offset(), None);
+        assert!(parse(&["--queue-type", "stream"]).durable_queues());
+    }
+
+    #[test]
+    fn stream_combinations_are_checked() {
+        let stream = ["--queue-type", "stream"];
+        let valid = |extra: &[&str]| parse(&[&stream[..], extra].concat()).validate();
+        assert!(valid(&[]).is_ok());
+        assert!(valid(&["--auto-ack"]).unwrap_err().contains("--auto-ack"));
+        assert!(valid(&["--prefetch", "0"]).unwrap_err().contains("prefetch"));
+        assert!(valid(&["--backlog", "--count", "10"]).unwrap_err().contains("first"));
+        assert!(valid(&["--backlog", "--count", "10", "--stream-offset", "last"]).is_err());
+        assert!(valid(&["--backlog", "--count", "10", "--stream-offset", "first"]).is_ok());
+        assert!(valid(&["--backlog", "--count", "10", "--stream-offset", "100"]).is_ok());
+        assert!(valid(&["--stream-max-segment-size-bytes", "1000000"]).is_ok());
+        assert!(parse(&["--stream-offset", "first"]).validate().is_err());
+        assert!(parse(&["--stream-max-segment-size-bytes", "1000"]).validate().is_err());
+    }
 }

@@ -84,8 +84,8 @@ impl Producer {
         let mut sequence: u64 = 0;
         while !stop.load(Ordering::Relaxed) && plan.count.is_none_or(|count| sequence < count) {
             if in_flight.len() >= window {
-                if let Some(outcome) = in_flight.next().await {
-                    settle(outcome, &counters, id)?;
+                if let Some((queue, outcome)) = in_flight.next().await {
+                    settle(outcome, queue, &counters, id)?;
                 }
                 continue;
             }
@@ -95,7 +95,7 @@ impl Producer {
                 loop {
                     tokio::select! {
                         _ = &mut sleep => break,
-                        Some(outcome) = in_flight.next() => settle(outcome, &counters, id)?,
+                        Some((queue, outcome)) = in_flight.next() => settle(outcome, queue, &counters, id)?,
                     }
                 }
                 continue;
@@ -107,15 +107,15 @@ impl Producer {
                 body: body::stamped(plan.size, id, sequence),
                 properties: properties.clone(),
             };
-            in_flight.push(publish(&channel, message, confirms));
+            in_flight.push(publish(&channel, message, confirms).map(move |outcome| (queue, outcome)));
             sequence += 1;
             // Let the new publish reach the socket now, and collect whatever has completed.
-            while let Some(Some(outcome)) = in_flight.next().now_or_never() {
-                settle(outcome, &counters, id)?;
+            while let Some(Some((queue, outcome))) = in_flight.next().now_or_never() {
+                settle(outcome, queue, &counters, id)?;
             }
         }
-        while let Some(outcome) = in_flight.next().await {
-            settle(outcome, &counters, id)?;
+        while let Some((queue, outcome)) = in_flight.next().await {
+            settle(outcome, queue, &counters, id)?;
         }
         drop(in_flight);
         let _ = connection.close(200, "warren-perf done".into()).await;
@@ -142,12 +142,17 @@ async fn publish(channel: &Channel, message: Message, confirms: bool) -> lapin::
     Ok(if confirmation.is_nack() { Outcome::Nacked } else { Outcome::Acked })
 }
 
-fn settle(outcome: lapin::Result<Outcome>, counters: &Counters, producer: usize) -> anyhow::Result<()> {
+/// Counts how the publish of a message addressed to queue `queue` (its index) ended.
+fn settle(outcome: lapin::Result<Outcome>, queue: usize, counters: &Counters, producer: usize) -> anyhow::Result<()> {
     match outcome.with_context(|| format!("producer {producer}: publishing"))? {
-        Outcome::Sent => counters.published.add(1),
+        Outcome::Sent => {
+            counters.published.add(1);
+            counters.accepted(queue);
+        }
         Outcome::Acked => {
             counters.published.add(1);
             counters.confirmed.add(1);
+            counters.accepted(queue);
         }
         Outcome::Nacked => {
             counters.published.add(1);

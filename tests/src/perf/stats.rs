@@ -24,7 +24,7 @@ impl Counter {
 }
 
 /// Totals of the run so far, read by the progress line and the end-of-run check.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Counters {
     /// Messages written to the socket.
     pub published: Counter,
@@ -36,6 +36,11 @@ pub struct Counters {
     pub consumed: Counter,
     /// Deliveries flagged as redelivered.
     pub redelivered: Counter,
+    /// Per queue, by the index of the queue the producer addressed: messages confirmed (without
+    /// confirms: published). With a fanout exchange every message is counted on its first queue only.
+    accepted_by_queue: Vec<Counter>,
+    /// Per consumer, by consumer id: deliveries received.
+    consumed_by_consumer: Vec<Counter>,
 }
 
 /// A snapshot of [`Counters`].
@@ -49,6 +54,43 @@ pub struct Totals {
 }
 
 impl Counters {
+    pub fn new(queues: usize, consumers: usize) -> Self {
+        Counters {
+            published: Counter::default(),
+            confirmed: Counter::default(),
+            nacked: Counter::default(),
+            consumed: Counter::default(),
+            redelivered: Counter::default(),
+            accepted_by_queue: (0..queues).map(|_| Counter::default()).collect(),
+            consumed_by_consumer: (0..consumers).map(|_| Counter::default()).collect(),
+        }
+    }
+
+    /// Counts a message addressed to queue `queue` as accepted by the broker.
+    pub fn accepted(&self, queue: usize) {
+        if let Some(counter) = self.accepted_by_queue.get(queue) {
+            counter.add(1);
+        }
+    }
+
+    /// Counts a delivery to consumer `consumer`.
+    pub fn delivered(&self, consumer: usize) {
+        self.consumed.add(1);
+        if let Some(counter) = self.consumed_by_consumer.get(consumer) {
+            counter.add(1);
+        }
+    }
+
+    /// Accepted messages per addressed queue.
+    pub fn accepted_by_queue(&self) -> Vec<u64> {
+        self.accepted_by_queue.iter().map(Counter::get).collect()
+    }
+
+    /// Deliveries per consumer.
+    pub fn consumed_by_consumer(&self) -> Vec<u64> {
+        self.consumed_by_consumer.iter().map(Counter::get).collect()
+    }
+
     pub fn totals(&self) -> Totals {
         Totals {
             published: self.published.get(),

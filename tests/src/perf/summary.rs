@@ -1,5 +1,6 @@
 //! The end-of-run summary: the numbers, the count check, and their rendering as a table or JSON.
 
+use super::expect::CountCheck;
 use super::options::Options;
 use super::stats::{LatencySummary, Totals};
 use serde::Serialize;
@@ -17,6 +18,9 @@ pub struct RunSummary {
     pub size: usize,
     pub exchange_type: &'static str,
     pub queue_type: &'static str,
+    /// Where stream consumers started (x-stream-offset); absent for other queue types.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_offset: Option<String>,
     pub durable: bool,
     pub persistent: bool,
     pub confirm: usize,
@@ -32,16 +36,17 @@ pub struct RunSummary {
     pub published: u64,
     pub confirmed: u64,
     pub nacked: u64,
-    /// Deliveries the consumers should have received; absent when nothing sets it.
+    /// Deliveries the consumers should have received (summed over them); absent when nothing sets it.
     pub expected: Option<u64>,
     pub consumed: u64,
     pub redelivered: u64,
-    /// Expected but never delivered.
+    /// Expected but never delivered (with streams: summed over the consumers' shortfalls).
     pub lost: u64,
     /// Delivered beyond what was expected (duplicates, or messages left from earlier runs).
     pub extra: u64,
     pub publish_rate: f64,
-    pub consume_rate: f64,
+    /// Deliveries per second; null when there were no consumers.
+    pub consume_rate: Option<f64>,
     pub latency_p50_ms: Option<f64>,
     pub latency_p95_ms: Option<f64>,
     pub latency_p99_ms: Option<f64>,
@@ -58,12 +63,11 @@ impl RunSummary {
     pub fn new(
         options: &Options,
         totals: Totals,
-        expected: Option<u64>,
+        check: &CountCheck,
         timings: Timings,
         latency: Option<LatencySummary>,
     ) -> Self {
         let rate = |count: u64, secs: f64| if secs > 0.0 { count as f64 / secs } else { 0.0 };
-        let expected_count = expected.unwrap_or(totals.consumed);
         RunSummary {
             scenario: options.scenario.clone(),
             broker: options.broker.clone(),
@@ -73,6 +77,7 @@ impl RunSummary {
             size: options.size,
             exchange_type: options.exchange_type.name(),
             queue_type: options.queue_type.name(),
+            stream_offset: options.stream_offset().filter(|_| options.consumers > 0).map(|offset| offset.spec()),
             durable: options.durable_queues(),
             persistent: options.persistent,
             confirm: options.confirm,
@@ -86,13 +91,13 @@ impl RunSummary {
             published: totals.published,
             confirmed: totals.confirmed,
             nacked: totals.nacked,
-            expected,
+            expected: check.expected,
             consumed: totals.consumed,
             redelivered: totals.redelivered,
-            lost: expected_count.saturating_sub(totals.consumed),
-            extra: totals.consumed.saturating_sub(expected_count),
+            lost: check.lost,
+            extra: check.extra,
             publish_rate: rate(totals.published, timings.publish_secs),
-            consume_rate: rate(totals.consumed, timings.consume_secs),
+            consume_rate: (options.consumers > 0).then(|| rate(totals.consumed, timings.consume_secs)),
             latency_p50_ms: latency.map(|l| l.p50_ms),
             latency_p95_ms: latency.map(|l| l.p95_ms),
             latency_p99_ms: latency.map(|l| l.p99_ms),
@@ -126,12 +131,13 @@ impl RunSummary {
             out.push_str(&format!("{}\n", labels.join(" on ")));
         }
         out.push_str(&format!(
-            "{} producer(s), {} consumer(s), {} {} queue(s){}, {} exchange, {} B {} messages, prefetch {}, {}{}{}\n",
+            "{} producer(s), {} consumer(s), {} {} queue(s){}{}, {} exchange, {} B {} messages, prefetch {}, {}{}{}\n",
             self.producers,
             self.consumers,
             self.queues,
             self.queue_type,
             if self.durable { " (durable)" } else { "" },
+            self.stream_offset.as_ref().map(|offset| format!(" read from {offset}")).unwrap_or_default(),
             self.exchange_type,
             self.size,
             if self.persistent { "persistent" } else { "transient" },
@@ -149,7 +155,9 @@ impl RunSummary {
             out.push_str(&format!("{:<12} {:>14}\n", "confirmed", group(self.confirmed)));
             out.push_str(&format!("{:<12} {:>14}\n", "nacked", group(self.nacked)));
         }
-        out.push_str(&row("consumed", self.consumed, self.consume_rate, self.consume_secs));
+        if let Some(consume_rate) = self.consume_rate {
+            out.push_str(&row("consumed", self.consumed, consume_rate, self.consume_secs));
+        }
         if let Some(expected) = self.expected {
             out.push_str(&format!("{:<12} {:>14}\n", "expected", group(expected)));
         }

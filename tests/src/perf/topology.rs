@@ -4,6 +4,9 @@
 //! - direct: queue i is bound with key PREFIX-i, and a message for queue i carries that key;
 //! - topic: queue i is bound with `PREFIX.i.#`, and a message for it carries `PREFIX.i.perf`;
 //! - fanout: every queue is bound, and every message reaches all of them.
+//!
+//! Stream queues cannot be purged (a stream keeps its messages for every consumer), so a run
+//! that publishes starts from empty streams by deleting and declaring them again.
 
 use super::options::{ExchangeType, Options, QueueType};
 use anyhow::Context;
@@ -22,6 +25,8 @@ pub struct Topology {
     pub routing_keys: Vec<ShortString>,
     pub durable: bool,
     pub queue_type: QueueType,
+    /// x-stream-max-segment-size-bytes of stream queues, if given.
+    pub stream_max_segment_size_bytes: Option<u64>,
 }
 
 impl Topology {
@@ -43,6 +48,7 @@ impl Topology {
             routing_keys,
             durable: options.durable_queues(),
             queue_type: options.queue_type,
+            stream_max_segment_size_bytes: options.stream_max_segment_size_bytes,
         })
     }
 
@@ -78,8 +84,14 @@ impl Topology {
         Ok(())
     }
 
-    /// Empties the queues; returns how many messages were dropped.
+    /// Empties the queues; returns how many messages were dropped. Streams are deleted and
+    /// declared again: the broker cannot purge them.
     pub async fn purge(&self, channel: &Channel) -> anyhow::Result<u64> {
+        if self.queue_type == QueueType::Stream {
+            let dropped = self.delete_queues(channel).await?;
+            self.declare(channel).await?;
+            return Ok(dropped);
+        }
         let mut dropped = 0;
         for queue in &self.queues {
             let count = channel
@@ -93,17 +105,25 @@ impl Topology {
 
     /// Deletes the queues and the exchange.
     pub async fn delete(&self, channel: &Channel) -> anyhow::Result<()> {
-        for queue in &self.queues {
-            channel
-                .queue_delete(queue.clone(), QueueDeleteOptions::default())
-                .await
-                .with_context(|| format!("deleting queue {queue}"))?;
-        }
+        self.delete_queues(channel).await?;
         channel
             .exchange_delete(self.exchange.clone(), ExchangeDeleteOptions::default())
             .await
             .with_context(|| format!("deleting exchange {}", self.exchange))?;
         Ok(())
+    }
+
+    /// Deletes the queues; returns how many messages they held.
+    async fn delete_queues(&self, channel: &Channel) -> anyhow::Result<u64> {
+        let mut dropped = 0;
+        for queue in &self.queues {
+            let count = channel
+                .queue_delete(queue.clone(), QueueDeleteOptions::default())
+                .await
+                .with_context(|| format!("deleting queue {queue}"))?;
+            dropped += u64::from(count);
+        }
+        Ok(dropped)
     }
 
     fn binding_key(&self, queue: usize) -> anyhow::Result<ShortString> {
@@ -120,6 +140,10 @@ impl Topology {
         let mut arguments = FieldTable::default();
         if self.queue_type != QueueType::Classic {
             arguments.insert("x-queue-type".into(), AMQPValue::LongString(LongString::from(self.queue_type.name())));
+        }
+        if let Some(bytes) = self.stream_max_segment_size_bytes {
+            let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+            arguments.insert("x-stream-max-segment-size-bytes".into(), AMQPValue::LongLongInt(bytes));
         }
         arguments
     }
