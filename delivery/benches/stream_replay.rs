@@ -15,6 +15,10 @@ use warren_delivery::queue::LogStoreConfig;
 use warren_delivery::{Broker, ConnectionId, Message, Properties, Queue, QueueDefinition};
 use warren_storage::FlushPolicy;
 
+// The broker's allocator, so that read buffers cost what they cost in `warren`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const MESSAGES: u64 = 1_000_000;
 const BODY_BYTES: usize = 100;
 /// One message in this many carries the wanted tag.

@@ -149,12 +149,14 @@ impl Properties {
         cursor.skip_short_string_if(flags & flag::CONTENT_TYPE, "content-type")?;
         cursor.skip_short_string_if(flags & flag::CONTENT_ENCODING, "content-encoding")?;
         let table_at = cursor.pos;
-        let mut entry = Vec::with_capacity(1 + name.len() + 1 + 8);
-        entry.push(name_len);
-        entry.extend_from_slice(name.as_bytes());
-        entry.push(b'l');
-        entry.extend_from_slice(&value.to_be_bytes());
-        let mut out = Vec::with_capacity(raw.len() + entry.len() + 4);
+        let entry_len = 1 + name.len() + 1 + 8;
+        let put_entry = |out: &mut Vec<u8>| {
+            out.push(name_len);
+            out.extend_from_slice(name.as_bytes());
+            out.push(b'l');
+            out.extend_from_slice(&value.to_be_bytes());
+        };
+        let mut out = Vec::with_capacity(raw.len() + entry_len + 4);
         if flags & flag::HEADERS != 0 {
             let table_len = u32::from_be_bytes(cursor.take::<4>("headers")?) as usize;
             let table_end = table_at + 4 + table_len;
@@ -162,15 +164,15 @@ impl Properties {
                 return Err(PropertiesError::Truncated("headers"));
             }
             out.extend_from_slice(&raw[..table_at]);
-            out.extend_from_slice(&((table_len + entry.len()) as u32).to_be_bytes());
+            out.extend_from_slice(&((table_len + entry_len) as u32).to_be_bytes());
             out.extend_from_slice(&raw[table_at + 4..table_end]);
-            out.extend_from_slice(&entry);
+            put_entry(&mut out);
             out.extend_from_slice(&raw[table_end..]);
         } else {
             out.extend_from_slice(&(flags | flag::HEADERS).to_be_bytes());
             out.extend_from_slice(&raw[2..table_at]);
-            out.extend_from_slice(&(entry.len() as u32).to_be_bytes());
-            out.extend_from_slice(&entry);
+            out.extend_from_slice(&(entry_len as u32).to_be_bytes());
+            put_entry(&mut out);
             out.extend_from_slice(&raw[table_at..]);
         }
         let mut headers = self.headers.clone().unwrap_or_default();

@@ -18,7 +18,7 @@ use crate::segment::SegmentFile;
 const MIN_READ_BYTES: usize = 16 * 1024;
 /// Largest read issued for a byte budget (a larger record is still read whole), so that a
 /// generous budget does not pull a whole segment into memory at once.
-const MAX_READ_BYTES: usize = 1024 * 1024;
+const MAX_READ_BYTES: usize = 64 * 1024;
 /// Records fetched per step while seeking by timestamp.
 const TIME_SCAN_BATCH_RECORDS: usize = 4096;
 /// Bytes fetched per step while seeking by timestamp.

@@ -11,7 +11,7 @@ use warren_storage::{Log, Record, StorageError};
 /// Records read per refill.
 const READ_RECORDS: usize = 256;
 /// Payload bytes read per refill.
-const READ_BYTES: usize = 1024 * 1024;
+const READ_BYTES: usize = 64 * 1024;
 /// Records a filtered refill may step over before it returns (bounds the time spent under
 /// the stream's lock when few records match).
 const SCAN_RECORDS: usize = 64 * 1024;

@@ -155,7 +155,7 @@ impl Stream {
             if cursor.active && cursor.waits_at(offset) && cursor.consumer.has_credit() {
                 cursor.step_over(offset);
                 if cursor.consumer.wants(message) {
-                    deliver(cursor, queue, offset, message);
+                    deliver(cursor, queue, offset, Message::clone(message));
                 }
             }
         }
@@ -191,7 +191,7 @@ impl Stream {
             };
             // The header hash let it through; the tag itself decides (no false positives).
             if cursor.consumer.wants(&message) {
-                deliver(cursor, queue, record.offset, &message);
+                deliver(cursor, queue, record.offset, message);
             }
         }
     }
@@ -347,17 +347,14 @@ impl Stream {
 }
 
 /// Hands one message to a cursor's consumer, stamped with its offset.
-fn deliver(cursor: &mut Cursor, queue: &Arc<Queue>, offset: u64, message: &Message) {
-    let stamped = match message.properties.with_long_long_header(OFFSET_HEADER, offset as i64) {
-        Ok(properties) => Message { properties, ..message.clone() },
-        Err(error) => {
-            tracing::warn!(offset, %error, "cannot add the offset header; delivering without it");
-            message.clone()
-        }
-    };
+fn deliver(cursor: &mut Cursor, queue: &Arc<Queue>, offset: u64, mut message: Message) {
+    match message.properties.with_long_long_header(OFFSET_HEADER, offset as i64) {
+        Ok(properties) => message.properties = properties,
+        Err(error) => tracing::warn!(offset, %error, "cannot add the offset header; delivering without it"),
+    }
     cursor.delivered(offset);
     let consumer = Arc::clone(&cursor.consumer);
-    consumer.session().push(&consumer, queue, MessageRef::new(offset, offset, false, 0), false, Arc::new(stamped));
+    consumer.session().push(&consumer, queue, MessageRef::new(offset, offset, false, 0), false, Arc::new(message));
 }
 
 fn parse_group(value: Option<&amq_protocol::types::AMQPValue>) -> BrokerResult<Option<String>> {
