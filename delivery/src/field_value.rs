@@ -31,6 +31,11 @@ pub(crate) fn number_of(value: &AMQPValue) -> Option<f64> {
     })
 }
 
+/// A number that is a whole number within `[min, max]`.
+pub(crate) fn whole_number_within(value: &AMQPValue, min: u64, max: u64) -> Option<u64> {
+    number_of(value).filter(|n| n.fract() == 0.0 && *n >= min as f64 && *n <= max as f64).map(|n| n as u64)
+}
+
 /// Whether two values are equal as RabbitMQ compares them.
 pub(crate) fn values_equal(a: &AMQPValue, b: &AMQPValue) -> bool {
     if let (Some(x), Some(y)) = (string_of(a), string_of(b)) {
@@ -40,4 +45,24 @@ pub(crate) fn values_equal(a: &AMQPValue, b: &AMQPValue) -> bool {
         return x == y;
     }
     a == b
+}
+
+/// Field tables for unit tests.
+#[cfg(test)]
+pub(crate) mod test_values {
+    use amq_protocol::types::{AMQPValue, FieldTable, LongString};
+
+    /// A table from (key, value) pairs.
+    pub(crate) fn table(pairs: &[(&str, AMQPValue)]) -> FieldTable {
+        let mut t = FieldTable::default();
+        for (k, v) in pairs {
+            t.insert((*k).into(), v.clone());
+        }
+        t
+    }
+
+    /// A long-string value.
+    pub(crate) fn text(s: &str) -> AMQPValue {
+        AMQPValue::LongString(LongString::from(s))
+    }
 }

@@ -4,7 +4,7 @@
 //! with 406 PRECONDITION_FAILED and a text naming the argument and what is expected.
 
 use crate::error::{BrokerError, BrokerResult};
-use crate::field_value::{number_of, string_of};
+use crate::field_value::{string_of, whole_number_within};
 use amq_protocol::types::{AMQPValue, FieldTable};
 
 /// The highest priority a queue may declare (`x-max-priority`).
@@ -64,11 +64,7 @@ fn invalid(name: &str, expected: &str, value: &AMQPValue) -> BrokerError {
 }
 
 fn whole_number(name: &str, value: &AMQPValue, min: u64) -> BrokerResult<u64> {
-    let expected = format!("an integer >= {min}");
-    match number_of(value) {
-        Some(n) if n.fract() == 0.0 && n >= min as f64 && n <= u64::MAX as f64 => Ok(n as u64),
-        _ => Err(invalid(name, &expected, value)),
-    }
+    whole_number_within(value, min, u64::MAX).ok_or_else(|| invalid(name, &format!("an integer >= {min}"), value))
 }
 
 fn text(name: &str, value: &AMQPValue) -> BrokerResult<String> {
@@ -138,15 +134,8 @@ impl QueueArguments {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::field_value::test_values::table;
     use amq_protocol::types::LongString;
-
-    fn table(pairs: &[(&str, AMQPValue)]) -> FieldTable {
-        let mut t = FieldTable::default();
-        for (k, v) in pairs {
-            t.insert((*k).into(), v.clone());
-        }
-        t
-    }
 
     #[test]
     fn parses_rabbitmq_arguments() {

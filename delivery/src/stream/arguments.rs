@@ -5,7 +5,7 @@
 //! so that an application learns at declare time that they would not apply.
 
 use crate::error::{BrokerError, BrokerResult};
-use crate::field_value::{number_of, string_of};
+use crate::field_value::{string_of, whole_number_within};
 use amq_protocol::types::{AMQPValue, FieldTable};
 use std::time::Duration;
 use warren_storage::MAX_SEGMENT_BYTES;
@@ -73,10 +73,7 @@ impl StreamArguments {
 }
 
 fn whole_number(name: &str, value: &AMQPValue, min: u64, max: u64) -> BrokerResult<u64> {
-    match number_of(value) {
-        Some(n) if n.fract() == 0.0 && n >= min as f64 && n <= max as f64 => Ok(n as u64),
-        _ => Err(invalid(name, &format!("an integer from {min} to {max}"), value)),
-    }
+    whole_number_within(value, min, max).ok_or_else(|| invalid(name, &format!("an integer from {min} to {max}"), value))
 }
 
 /// An interval as RabbitMQ writes them, a whole number and a unit: `Y` (years), `M`
@@ -101,19 +98,7 @@ pub fn parse_interval_ms(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use amq_protocol::types::LongString;
-
-    fn table(pairs: &[(&str, AMQPValue)]) -> FieldTable {
-        let mut t = FieldTable::default();
-        for (k, v) in pairs {
-            t.insert((*k).into(), v.clone());
-        }
-        t
-    }
-
-    fn text(s: &str) -> AMQPValue {
-        AMQPValue::LongString(LongString::from(s))
-    }
+    use crate::field_value::test_values::{table, text};
 
     #[test]
     fn intervals_use_rabbitmq_units() {
