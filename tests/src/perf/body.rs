@@ -21,10 +21,19 @@ pub fn now_nanos() -> u64 {
 /// A body of `size` bytes stamped with the current time.
 pub fn stamped(size: usize, producer: usize, sequence: u64) -> Vec<u8> {
     let mut body = vec![0u8; size];
-    body[0..8].copy_from_slice(&now_nanos().to_le_bytes());
-    let tag = ((producer as u64) << SEQUENCE_BITS) | (sequence & ((1 << SEQUENCE_BITS) - 1));
-    body[8..16].copy_from_slice(&tag.to_le_bytes());
+    stamp(&mut body, producer, sequence, now_nanos());
     body
+}
+
+/// Writes the stamp (send time `sent_nanos`, producer, sequence) into the first 16 bytes of
+/// `body`; a shorter body gets what fits.
+pub fn stamp(body: &mut [u8], producer: usize, sequence: u64, sent_nanos: u64) {
+    let tag = ((producer as u64) << SEQUENCE_BITS) | (sequence & ((1 << SEQUENCE_BITS) - 1));
+    let mut stamp = [0u8; 16];
+    stamp[0..8].copy_from_slice(&sent_nanos.to_le_bytes());
+    stamp[8..16].copy_from_slice(&tag.to_le_bytes());
+    let len = body.len().min(stamp.len());
+    body[..len].copy_from_slice(&stamp[..len]);
 }
 
 /// The send time written by [`stamped`], if the body is long enough to carry one.

@@ -1,11 +1,15 @@
 //! A consumer: one connection, one channel, one basic.consume; counts deliveries, records
 //! their latency and acks them (each one, or every N with multiple = true).
 //!
-//! Acks are pipelined like publishes: the ack futures are collected and completed while the
-//! next deliveries arrive, so the consumer never waits for a write to the socket. They go
-//! through `Channel::basic_ack`, which queues the frame when first polled, rather than through
-//! the delivery's `Acker`, which hands each ack to a task of its own: those tasks can reorder
-//! multiple-acks, and the broker then rightly refuses an already-acked tag.
+//! This module holds what both engines' consumers share: when to ack ([`AckSchedule`]), how a
+//! delivery is recorded ([`Deliveries`]), the consume arguments and the report; and the lapin
+//! consumer ([`Consumer`]). The raw engine's consumer is in `raw/consumer.rs`.
+//!
+//! The lapin consumer pipelines its acks like publishes: the ack futures are collected and
+//! completed while the next deliveries arrive, so the consumer never waits for a write to the
+//! socket. They go through `Channel::basic_ack`, which queues the frame when first polled,
+//! rather than through the delivery's `Acker`, which hands each ack to a task of its own: those
+//! tasks can reorder multiple-acks, and the broker then rightly refuses an already-acked tag.
 //!
 //! A stream consumer is the same with the consume argument x-stream-offset (where it starts);
 //! the broker needs manual acks and a prefetch for it, which the options enforce. The value of
@@ -25,7 +29,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 /// The consume argument, and the delivery header, of stream offsets.
-const STREAM_OFFSET: &str = "x-stream-offset";
+pub const STREAM_OFFSET: &str = "x-stream-offset";
 
 /// Acks in flight at most before the consumer waits for them.
 const MAX_ACKS_IN_FLIGHT: usize = 256;
@@ -38,6 +42,123 @@ pub struct AckPlan {
     pub every: u64,
     /// basic.qos prefetch count (0: unlimited).
     pub prefetch: u16,
+}
+
+/// An ack to send: the delivery tag, and whether it covers every earlier unacked delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    pub delivery_tag: u64,
+    pub multiple: bool,
+}
+
+/// When a consumer acks, following its [`AckPlan`]: nothing with auto-ack; else every
+/// `every` deliveries (with multiple = true when `every` is above 1), and what is left at the end.
+#[derive(Debug)]
+pub struct AckSchedule {
+    plan: AckPlan,
+    unacked: u64,
+    last_tag: u64,
+}
+
+impl AckSchedule {
+    pub fn new(plan: AckPlan) -> Self {
+        AckSchedule { plan, unacked: 0, last_tag: 0 }
+    }
+
+    /// Notes the delivery `delivery_tag`; returns the ack due now, if any.
+    pub fn delivered(&mut self, delivery_tag: u64) -> Option<Ack> {
+        if self.plan.auto_ack {
+            return None;
+        }
+        self.unacked += 1;
+        self.last_tag = delivery_tag;
+        if self.unacked < self.plan.every {
+            return None;
+        }
+        self.unacked = 0;
+        Some(Ack { delivery_tag, multiple: self.plan.every > 1 })
+    }
+
+    /// The ack of whatever is still unacked when the consumer stops.
+    pub fn finish(&mut self) -> Option<Ack> {
+        if self.unacked == 0 {
+            return None;
+        }
+        self.unacked = 0;
+        Some(Ack { delivery_tag: self.last_tag, multiple: true })
+    }
+}
+
+/// When a delivery arrived: the wall clock (for the latency against the body's stamp) and the
+/// monotonic one (for the consume rate).
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival {
+    pub wall_nanos: u64,
+    pub instant: Instant,
+}
+
+impl Arrival {
+    pub fn now() -> Self {
+        Arrival { wall_nanos: body::now_nanos(), instant: Instant::now() }
+    }
+}
+
+/// A consumer's record of its deliveries, the same for both engines: latencies and times go
+/// into its [`ConsumerReport`]; counts wait here until [`flush`](Deliveries::flush) adds them
+/// to the shared counters (after each delivery with lapin, after each read with raw).
+pub struct Deliveries {
+    id: usize,
+    report: ConsumerReport,
+    unflushed: u64,
+    unflushed_redelivered: u64,
+}
+
+impl Deliveries {
+    pub fn new(id: usize) -> Self {
+        Deliveries {
+            id,
+            report: ConsumerReport {
+                latencies: Latencies::new(),
+                first_delivery: None,
+                last_delivery: None,
+                without_stream_offset: 0,
+            },
+            unflushed: 0,
+            unflushed_redelivered: 0,
+        }
+    }
+
+    /// Records a delivery whose body starts with `body_start` (the stamp is its first 8 bytes).
+    pub fn record(&mut self, body_start: &[u8], redelivered: bool, arrival: Arrival) {
+        self.report.first_delivery.get_or_insert(arrival.instant);
+        self.report.last_delivery = Some(arrival.instant);
+        if let Some(sent) = body::sent_at_nanos(body_start) {
+            self.report.latencies.record(sent, arrival.wall_nanos);
+        }
+        self.unflushed += 1;
+        self.unflushed_redelivered += u64::from(redelivered);
+    }
+
+    /// Counts a stream delivery that came without an x-stream-offset header.
+    pub fn without_stream_offset(&mut self) {
+        self.report.without_stream_offset += 1;
+    }
+
+    /// Adds the deliveries recorded since the last flush to `counters`.
+    pub fn flush(&mut self, counters: &Counters) {
+        if self.unflushed > 0 {
+            counters.delivered_n(self.id, std::mem::take(&mut self.unflushed));
+        }
+        if self.unflushed_redelivered > 0 {
+            counters.redelivered.add(std::mem::take(&mut self.unflushed_redelivered));
+        }
+    }
+
+    /// Flushes and hands back the report.
+    pub fn finish(mut self, counters: &Counters) -> ConsumerReport {
+        self.flush(counters);
+        self.report
+    }
 }
 
 /// The basic.consume arguments: x-stream-offset for a stream consumer, none otherwise.
@@ -111,15 +232,9 @@ impl Consumer {
         mut stop: watch::Receiver<bool>,
     ) -> anyhow::Result<ConsumerReport> {
         let Consumer { id, connection, channel, mut deliveries, plan, stream } = self;
-        let mut report = ConsumerReport {
-            latencies: Latencies::new(),
-            first_delivery: None,
-            last_delivery: None,
-            without_stream_offset: 0,
-        };
+        let mut record = Deliveries::new(id);
+        let mut schedule = AckSchedule::new(plan);
         let mut acks = FuturesUnordered::new();
-        let mut unacked: u64 = 0;
-        let mut last_tag: u64 = 0;
         while !*stop.borrow() {
             let delivery = tokio::select! {
                 biased;
@@ -130,28 +245,13 @@ impl Consumer {
                 Some(delivery) => delivery.with_context(|| format!("consumer {id}: receiving"))?,
                 None => anyhow::bail!("consumer {id}: the broker cancelled the consumer"),
             };
-            let received = body::now_nanos();
-            let now = Instant::now();
-            report.first_delivery.get_or_insert(now);
-            report.last_delivery = Some(now);
-            if let Some(sent) = body::sent_at_nanos(&delivery.data) {
-                report.latencies.record(sent, received);
-            }
-            counters.delivered(id);
-            if delivery.redelivered {
-                counters.redelivered.add(1);
-            }
+            record.record(&delivery.data, delivery.redelivered, Arrival::now());
+            record.flush(&counters);
             if stream && !has_stream_offset(&delivery) {
-                report.without_stream_offset += 1;
+                record.without_stream_offset();
             }
-            if plan.auto_ack {
-                continue;
-            }
-            unacked += 1;
-            last_tag = delivery.delivery_tag;
-            if unacked >= plan.every {
-                acks.push(ack(&channel, last_tag, plan.every > 1));
-                unacked = 0;
+            if let Some(due) = schedule.delivered(delivery.delivery_tag) {
+                acks.push(ack(&channel, due));
             }
             if acks.len() >= MAX_ACKS_IN_FLIGHT {
                 if let Some(result) = acks.next().await {
@@ -162,14 +262,14 @@ impl Consumer {
                 result.with_context(|| format!("consumer {id}: acking"))?;
             }
         }
-        if unacked > 0 {
-            acks.push(ack(&channel, last_tag, true));
+        if let Some(due) = schedule.finish() {
+            acks.push(ack(&channel, due));
         }
         while let Some(result) = acks.next().await {
             result.with_context(|| format!("consumer {id}: acking"))?;
         }
         let _ = connection.close(200, "warren-perf done".into()).await;
-        Ok(report)
+        Ok(record.finish(&counters))
     }
 }
 
@@ -177,6 +277,29 @@ fn has_stream_offset(delivery: &lapin::message::Delivery) -> bool {
     delivery.properties.headers().as_ref().is_some_and(|headers| headers.contains_key(STREAM_OFFSET))
 }
 
-async fn ack(channel: &Channel, delivery_tag: u64, multiple: bool) -> lapin::Result<()> {
-    channel.basic_ack(delivery_tag, BasicAckOptions { multiple }).await
+async fn ack(channel: &Channel, ack: Ack) -> lapin::Result<()> {
+    channel.basic_ack(ack.delivery_tag, BasicAckOptions { multiple: ack.multiple }).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acks(plan: AckPlan, deliveries: u64) -> Vec<Ack> {
+        let mut schedule = AckSchedule::new(plan);
+        let mut acks: Vec<Ack> = (1..=deliveries).filter_map(|tag| schedule.delivered(tag)).collect();
+        acks.extend(schedule.finish());
+        acks
+    }
+
+    #[test]
+    fn the_schedule_acks_as_the_plan_says() {
+        let each = AckPlan { auto_ack: false, every: 1, prefetch: 10 };
+        let singles: Vec<Ack> = (1..=3).map(|tag| Ack { delivery_tag: tag, multiple: false }).collect();
+        assert_eq!(acks(each, 3), singles);
+        let every_two = AckPlan { every: 2, ..each };
+        let multiples = [(2, true), (4, true), (5, true)].map(|(tag, multiple)| Ack { delivery_tag: tag, multiple });
+        assert_eq!(acks(every_two, 5), multiples);
+        assert_eq!(acks(AckPlan { auto_ack: true, ..every_two }, 5), Vec::new());
+    }
 }

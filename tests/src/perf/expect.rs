@@ -142,6 +142,7 @@ impl Expectation {
 
 #[cfg(test)]
 mod tests {
+    use super::super::stats::{Outcome, PublishTally};
     use super::*;
     use clap::Parser;
 
@@ -152,16 +153,15 @@ mod tests {
     /// Counters after `accepted[q]` messages were accepted for queue q, and `consumed[i]` were delivered to consumer i.
     fn counters(accepted: &[u64], consumed: &[u64]) -> Counters {
         let counters = Counters::new(accepted.len(), consumed.len());
+        let mut tally = PublishTally::new(accepted.len());
         for (queue, count) in accepted.iter().enumerate() {
             for _ in 0..*count {
-                counters.published.add(1);
-                counters.accepted(queue);
+                tally.settle(Outcome::Sent, queue);
             }
         }
+        tally.flush(&counters);
         for (consumer, count) in consumed.iter().enumerate() {
-            for _ in 0..*count {
-                counters.delivered(consumer);
-            }
+            counters.delivered_n(consumer, *count);
         }
         counters
     }

@@ -10,13 +10,19 @@
 //! into markdown tables. What the consumers must receive ([`expect`]) depends on the queue
 //! type: a classic or quorum queue shares its messages between its consumers, a stream gives
 //! every consumer all of them.
+//!
+//! Producers and consumers run on one of two engines ([`engine`], `--engine`): the raw engine
+//! ([`raw`], the default), warren-perf's own lean data path, or the lapin client library. The
+//! declarations, idle mode and everything counted and reported are the same for both.
 
 mod body;
 mod consumer;
+mod engine;
 mod expect;
 mod idle;
 mod options;
 mod producer;
+mod raw;
 mod report;
 mod stats;
 mod summary;
@@ -24,12 +30,13 @@ mod topology;
 
 use anyhow::Context;
 use clap::Parser;
-use consumer::{AckPlan, Consumer, ConsumerReport};
+use consumer::{AckPlan, ConsumerReport};
+use engine::{Consumer, Producer};
 use expect::Expectation;
 use futures_util::future::try_join_all;
 use lapin::{Connection, ConnectionProperties};
 use options::Options;
-use producer::{Producer, PublishPlan};
+use producer::PublishPlan;
 use stats::{Counters, Latencies};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -181,7 +188,8 @@ async fn start_consumers(
     let stream_offset = options.stream_offset();
     let connecting = (0..options.consumers).map(|i| {
         let queue = topology.queues[i % topology.queues.len()].clone();
-        Consumer::connect(i, &options.uri, queue, plan, consumer::consume_arguments(stream_offset.as_ref()))
+        let arguments = consumer::consume_arguments(stream_offset.as_ref());
+        Consumer::connect(options.engine, i, &options.uri, queue, plan, arguments)
     });
     let consumers = try_join_all(connecting).await?;
     Ok(consumers.into_iter().map(|consumer| tokio::spawn(consumer.run(counters.clone(), stop.clone()))).collect())
@@ -201,7 +209,7 @@ async fn publish(options: &Options, topology: &Topology, counters: &Arc<Counters
             rate: options.rate,
             count: options.count.map(|count| share(count, options.producers, i)),
         };
-        Producer::connect(i, &options.uri, topology.clone(), plan)
+        Producer::connect(options.engine, i, &options.uri, topology.clone(), plan)
     });
     let producers = try_join_all(connecting).await?;
     let stop = Arc::new(AtomicBool::new(false));

@@ -25,6 +25,11 @@ pub struct Options {
     #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
     pub uri: String,
 
+    /// Client of the producers and consumers: raw (warren-perf's own lean AMQP data path, so the
+    /// client is not the bottleneck) or lapin. Declarations always go through lapin.
+    #[arg(long, value_enum, default_value_t = Engine::Raw)]
+    pub engine: Engine,
+
     /// Publishing connections, each with one channel.
     #[arg(short = 'x', long, default_value_t = 1)]
     pub producers: usize,
@@ -143,6 +148,24 @@ pub struct Options {
     /// Report mode: read JSON summaries (one per line) and print medians per scenario and broker as markdown.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+}
+
+/// The AMQP client that producers and consumers use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Engine {
+    /// warren-perf's own data path (`raw/`): hand-encoded frames over a buffered socket.
+    Raw,
+    /// The lapin client library.
+    Lapin,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Raw => "raw",
+            Engine::Lapin => "lapin",
+        }
+    }
 }
 
 /// The x-queue-type of the declared queues.
@@ -354,6 +377,13 @@ mod tests {
         for bad in ["", "h", "-1", "1x", "1.5h", "First", "9223372036854775808"] {
             assert!(parse_stream_offset(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn the_raw_engine_is_the_default() {
+        assert_eq!(parse(&[]).engine, Engine::Raw);
+        assert_eq!(parse(&["--engine", "lapin"]).engine, Engine::Lapin);
+        assert!(Options::try_parse_from(["warren-perf", "--engine", "java"]).is_err());
     }
 
     #[test]

@@ -1,12 +1,18 @@
 //! A producer: one connection, one channel, publishing stamped bodies as fast as allowed.
 //!
-//! Publishes are pipelined: up to a window of them are in flight at once, each a future that
-//! writes the message and, with confirms on, waits for the broker's basic.ack. Without confirms
-//! the window only keeps the socket busy ([`PIPELINE_WITHOUT_CONFIRMS`]); with confirms it is
-//! the publisher-confirm window of the command line.
+//! This module holds what both engines' producers share: the plan, which queue a message
+//! addresses ([`queue_for`]) and the pacing of `--rate` ([`Pacer`]) (with the counting of
+//! outcomes in [`PublishTally`](super::stats::PublishTally)); and the lapin producer
+//! ([`Producer`]). The raw engine's producer is in `raw/producer.rs`.
+//!
+//! The lapin producer pipelines its publishes: up to a window of them are in flight at once,
+//! each a future that writes the message and, with confirms on, waits for the broker's
+//! basic.ack. Without confirms the window only keeps the socket busy
+//! ([`PIPELINE_WITHOUT_CONFIRMS`]); with confirms it is the publisher-confirm window of the
+//! command line.
 
 use super::body;
-use super::stats::Counters;
+use super::stats::{Counters, Outcome, PublishTally};
 use super::topology::Topology;
 use anyhow::Context;
 use futures_util::stream::FuturesUnordered;
@@ -21,7 +27,7 @@ use std::time::{Duration, Instant};
 /// Publishes in flight per producer when confirms are off: enough to batch socket writes.
 const PIPELINE_WITHOUT_CONFIRMS: usize = 64;
 /// AMQP delivery_mode of a persistent message.
-const DELIVERY_MODE_PERSISTENT: u8 = 2;
+pub const DELIVERY_MODE_PERSISTENT: u8 = 2;
 
 /// What a producer publishes and how fast.
 #[derive(Debug, Clone)]
@@ -43,14 +49,6 @@ pub struct Producer {
     channel: Channel,
     topology: Topology,
     plan: PublishPlan,
-}
-
-/// How one publish ended.
-enum Outcome {
-    /// Written; confirms are off.
-    Sent,
-    Acked,
-    Nacked,
 }
 
 impl Producer {
@@ -81,11 +79,17 @@ impl Producer {
         let window = if confirms { plan.confirm_window } else { PIPELINE_WITHOUT_CONFIRMS };
         let pacer = Pacer::new(plan.rate);
         let mut in_flight = FuturesUnordered::new();
+        let mut tally = PublishTally::new(topology.queues.len());
+        let mut settle = |outcome: lapin::Result<Outcome>, queue: usize| -> anyhow::Result<()> {
+            tally.settle(outcome.with_context(|| format!("producer {id}: publishing"))?, queue);
+            tally.flush(&counters);
+            Ok(())
+        };
         let mut sequence: u64 = 0;
         while !stop.load(Ordering::Relaxed) && plan.count.is_none_or(|count| sequence < count) {
             if in_flight.len() >= window {
                 if let Some((queue, outcome)) = in_flight.next().await {
-                    settle(outcome, queue, &counters, id)?;
+                    settle(outcome, queue)?;
                 }
                 continue;
             }
@@ -95,12 +99,12 @@ impl Producer {
                 loop {
                     tokio::select! {
                         _ = &mut sleep => break,
-                        Some((queue, outcome)) = in_flight.next() => settle(outcome, queue, &counters, id)?,
+                        Some((queue, outcome)) = in_flight.next() => settle(outcome, queue)?,
                     }
                 }
                 continue;
             }
-            let queue = (id as u64 + sequence) as usize % topology.queues.len();
+            let queue = queue_for(id, sequence, topology.queues.len());
             let message = Message {
                 exchange: topology.exchange.clone(),
                 routing_key: topology.routing_keys[queue].clone(),
@@ -111,11 +115,11 @@ impl Producer {
             sequence += 1;
             // Let the new publish reach the socket now, and collect whatever has completed.
             while let Some(Some((queue, outcome))) = in_flight.next().now_or_never() {
-                settle(outcome, queue, &counters, id)?;
+                settle(outcome, queue)?;
             }
         }
         while let Some((queue, outcome)) = in_flight.next().await {
-            settle(outcome, queue, &counters, id)?;
+            settle(outcome, queue)?;
         }
         drop(in_flight);
         let _ = connection.close(200, "warren-perf done".into()).await;
@@ -142,40 +146,26 @@ async fn publish(channel: &Channel, message: Message, confirms: bool) -> lapin::
     Ok(if confirmation.is_nack() { Outcome::Nacked } else { Outcome::Acked })
 }
 
-/// Counts how the publish of a message addressed to queue `queue` (its index) ended.
-fn settle(outcome: lapin::Result<Outcome>, queue: usize, counters: &Counters, producer: usize) -> anyhow::Result<()> {
-    match outcome.with_context(|| format!("producer {producer}: publishing"))? {
-        Outcome::Sent => {
-            counters.published.add(1);
-            counters.accepted(queue);
-        }
-        Outcome::Acked => {
-            counters.published.add(1);
-            counters.confirmed.add(1);
-            counters.accepted(queue);
-        }
-        Outcome::Nacked => {
-            counters.published.add(1);
-            counters.nacked.add(1);
-        }
-    }
-    Ok(())
+/// The index of the queue that message `sequence` (0, 1, ...) of producer `producer` addresses:
+/// producers and messages take the queues in turn.
+pub fn queue_for(producer: usize, sequence: u64, queues: usize) -> usize {
+    ((producer as u64).wrapping_add(sequence) % queues.max(1) as u64) as usize
 }
 
 /// Spaces messages evenly at a fixed rate: message n is due at start + n / rate.
-struct Pacer {
+pub struct Pacer {
     start: Instant,
     nanos_per_message: Option<u64>,
 }
 
 impl Pacer {
-    fn new(rate: u64) -> Self {
+    pub fn new(rate: u64) -> Self {
         const NANOS_PER_SEC: u64 = 1_000_000_000;
         Pacer { start: Instant::now(), nanos_per_message: (rate > 0).then(|| NANOS_PER_SEC / rate) }
     }
 
     /// How long to wait before sending message `sequence`, if it is not due yet.
-    fn wait_before(&self, sequence: u64) -> Option<Duration> {
+    pub fn wait_before(&self, sequence: u64) -> Option<Duration> {
         let nanos = self.nanos_per_message?;
         let due = self.start + Duration::from_nanos(nanos.saturating_mul(sequence));
         due.checked_duration_since(Instant::now()).filter(|wait| !wait.is_zero())

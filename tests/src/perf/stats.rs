@@ -1,4 +1,5 @@
-//! Counters shared by every task, and the latency histogram each consumer keeps.
+//! Counters shared by every task, the latency histogram each consumer keeps, and how the end
+//! of a publish is counted ([`PublishTally`]), the same for both engines.
 
 use hdrhistogram::Histogram;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,18 +67,11 @@ impl Counters {
         }
     }
 
-    /// Counts a message addressed to queue `queue` as accepted by the broker.
-    pub fn accepted(&self, queue: usize) {
-        if let Some(counter) = self.accepted_by_queue.get(queue) {
-            counter.add(1);
-        }
-    }
-
-    /// Counts a delivery to consumer `consumer`.
-    pub fn delivered(&self, consumer: usize) {
-        self.consumed.add(1);
+    /// Counts `n` deliveries to consumer `consumer`.
+    pub fn delivered_n(&self, consumer: usize, n: u64) {
+        self.consumed.add(n);
         if let Some(counter) = self.consumed_by_consumer.get(consumer) {
-            counter.add(1);
+            counter.add(n);
         }
     }
 
@@ -98,6 +92,75 @@ impl Counters {
             nacked: self.nacked.get(),
             consumed: self.consumed.get(),
             redelivered: self.redelivered.get(),
+        }
+    }
+}
+
+/// How one publish ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Written to the socket; confirms are off.
+    Sent,
+    /// Confirmed by the broker (basic.ack).
+    Acked,
+    /// Refused by the broker (basic.nack).
+    Nacked,
+}
+
+/// A producer's settled publishes not yet added to the shared [`Counters`]: engines that settle
+/// many publishes at once (a multiple basic.ack, a written batch) add them up here and
+/// [`flush`](PublishTally::flush) once.
+#[derive(Debug)]
+pub struct PublishTally {
+    published: u64,
+    confirmed: u64,
+    nacked: u64,
+    /// Accepted messages by the index of the queue they were addressed to.
+    accepted_by_queue: Vec<u64>,
+}
+
+impl PublishTally {
+    pub fn new(queues: usize) -> Self {
+        PublishTally { published: 0, confirmed: 0, nacked: 0, accepted_by_queue: vec![0; queues] }
+    }
+
+    /// Counts one publish, addressed to queue `queue`, that ended with `outcome`: every one is
+    /// published; an acked one is confirmed; a sent or acked one is accepted into its queue.
+    pub fn settle(&mut self, outcome: Outcome, queue: usize) {
+        self.published += 1;
+        let accepted = match outcome {
+            Outcome::Sent => true,
+            Outcome::Acked => {
+                self.confirmed += 1;
+                true
+            }
+            Outcome::Nacked => {
+                self.nacked += 1;
+                false
+            }
+        };
+        if accepted {
+            if let Some(count) = self.accepted_by_queue.get_mut(queue) {
+                *count += 1;
+            }
+        }
+    }
+
+    /// Adds what was settled since the last flush to `counters`.
+    pub fn flush(&mut self, counters: &Counters) {
+        for (counter, count) in [
+            (&counters.published, &mut self.published),
+            (&counters.confirmed, &mut self.confirmed),
+            (&counters.nacked, &mut self.nacked),
+        ] {
+            if *count > 0 {
+                counter.add(std::mem::take(count));
+            }
+        }
+        for (counter, count) in counters.accepted_by_queue.iter().zip(&mut self.accepted_by_queue) {
+            if *count > 0 {
+                counter.add(std::mem::take(count));
+            }
         }
     }
 }
@@ -168,5 +231,20 @@ mod tests {
         assert!((summary.p50_ms - 0.5).abs() < 0.01);
         assert!((summary.max_ms - 1.0).abs() < 0.01);
         assert!(Latencies::new().summary().is_none());
+    }
+
+    #[test]
+    fn a_tally_counts_outcomes_like_single_publishes() {
+        let counters = Counters::new(2, 0);
+        let mut tally = PublishTally::new(2);
+        tally.settle(Outcome::Acked, 0);
+        tally.settle(Outcome::Nacked, 1);
+        tally.settle(Outcome::Sent, 1);
+        assert_eq!(counters.totals(), Totals::default(), "nothing counted before the flush");
+        tally.flush(&counters);
+        tally.flush(&counters);
+        let totals = counters.totals();
+        assert_eq!((totals.published, totals.confirmed, totals.nacked), (3, 1, 1));
+        assert_eq!(counters.accepted_by_queue(), vec![1, 1]);
     }
 }

@@ -12,6 +12,8 @@ pub struct RunSummary {
     pub scenario: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub broker: Option<String>,
+    /// The client engine of the producers and consumers: raw or lapin.
+    pub engine: &'static str,
     pub producers: usize,
     pub consumers: usize,
     pub queues: usize,
@@ -71,6 +73,7 @@ impl RunSummary {
         RunSummary {
             scenario: options.scenario.clone(),
             broker: options.broker.clone(),
+            engine: options.engine.name(),
             producers: options.producers,
             consumers: options.consumers,
             queues: options.queues,
@@ -131,7 +134,8 @@ impl RunSummary {
             out.push_str(&format!("{}\n", labels.join(" on ")));
         }
         out.push_str(&format!(
-            "{} producer(s), {} consumer(s), {} {} queue(s){}{}, {} exchange, {} B {} messages, prefetch {}, {}{}{}\n",
+            "{} producer(s), {} consumer(s), {} {} queue(s){}{}, {} exchange, {} B {} messages, prefetch {}, {}{}{}, \
+             {} engine\n",
             self.producers,
             self.consumers,
             self.queues,
@@ -145,6 +149,7 @@ impl RunSummary {
             if self.auto_ack { "auto-ack".to_string() } else { format!("ack every {}", self.multi_ack_every) },
             if self.confirm > 0 { format!(", confirm window {}", self.confirm) } else { String::new() },
             if self.rate > 0 { format!(", {} msg/s per producer", self.rate) } else { String::new() },
+            self.engine,
         ));
         out.push_str(&format!("{:<12} {:>14} {:>14} {:>10}\n", "", "messages", "msg/s", "seconds"));
         let row = |name: &str, count: u64, rate: f64, secs: f64| {
