@@ -9,8 +9,8 @@ use crate::error::{Result, StorageError};
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Default distance between sparse-index entries: 4 KiB of log.
 pub const DEFAULT_INDEX_INTERVAL_BYTES: u32 = 4 * 1024;
-/// Default group-commit window.
-pub const DEFAULT_FLUSH_INTERVAL_MS: u64 = 5;
+/// Default group-commit spacing: fsyncs of one log start at least this far apart.
+pub const DEFAULT_FLUSH_INTERVAL_MS: u64 = 1;
 /// Default pending-bytes threshold that triggers an early group commit: 4 MiB.
 pub const DEFAULT_FLUSH_BYTES: u64 = 4 * 1024 * 1024;
 /// Default user-space write buffer per log: 256 KiB.
@@ -45,8 +45,9 @@ pub struct LogConfig {
     pub index_interval_bytes: u32,
     /// When to fsync.
     pub flush_policy: FlushPolicy,
-    /// Group-commit window for [`FlushPolicy::Batch`]; also how long unwritten
-    /// buffered bytes may sit in memory under [`FlushPolicy::Never`].
+    /// Group-commit spacing for [`FlushPolicy::Batch`]: a log's fsyncs start at least
+    /// this far apart, and the first append after a quiet spell is flushed at once. Also
+    /// how long unwritten buffered bytes may sit in memory under [`FlushPolicy::Never`].
     pub flush_interval: Duration,
     /// Pending bytes that trigger a flush before `flush_interval` elapses.
     pub flush_bytes: u64,

@@ -41,6 +41,9 @@ pub(crate) struct Shared {
     flusher: Flusher,
     flush_scheduled: AtomicBool,
     urgent_scheduled: AtomicBool,
+    /// When the last flush began: the next one starts `flush_interval` after it at the
+    /// earliest, and at once if that time has passed.
+    last_flush_start: Mutex<Option<Instant>>,
 }
 
 pub(crate) struct State {
@@ -110,6 +113,7 @@ impl Log {
             flusher,
             flush_scheduled: AtomicBool::new(false),
             urgent_scheduled: AtomicBool::new(false),
+            last_flush_start: Mutex::new(None),
         });
         Ok(Log { shared })
     }
@@ -171,7 +175,8 @@ impl Log {
         if urgent && !sh.urgent_scheduled.swap(true, Ordering::AcqRel) {
             sh.flusher.schedule(self.weak_target(), Instant::now());
         } else if !sh.flush_scheduled.swap(true, Ordering::AcqRel) {
-            let due = Instant::now() + sh.config.flush_interval;
+            let now = Instant::now();
+            let due = sh.last_flush_start.lock().map_or(now, |last| now.max(last + sh.config.flush_interval));
             sh.flusher.schedule(self.weak_target(), due);
         }
         Ok(())
@@ -316,12 +321,18 @@ impl Drop for Log {
 impl Shared {
     /// Writes out the buffer, fsyncs if asked, and publishes the durable offset.
     pub(crate) fn flush_now(&self, fsync: bool) -> Result<()> {
+        *self.last_flush_start.lock() = Some(Instant::now());
         self.flush_scheduled.store(false, Ordering::Release);
         self.urgent_scheduled.store(false, Ordering::Release);
         let result = self.flush_inner(fsync);
-        if let Err(e) = &result {
-            error!(dir = %self.dir.display(), error = %e, "flush failed; log is now failed");
-            self.durability.fail(e);
+        match &result {
+            // A flush the flusher had scheduled before the log was closed: nothing to do.
+            Err(StorageError::Closed) => {}
+            Err(e) => {
+                error!(dir = %self.dir.display(), error = %e, "flush failed; log is now failed");
+                self.durability.fail(e);
+            }
+            Ok(()) => {}
         }
         result
     }
