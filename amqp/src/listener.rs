@@ -128,6 +128,12 @@ async fn read_loop(
                     read_chunk = if n >= room { (read_chunk * 2).min(MAX_READ_CHUNK_BYTES) } else { read_chunk };
                     last_received = Instant::now();
                     connection.process(buf);
+                    if n >= room {
+                        // More is waiting, and a busy publisher would otherwise keep its
+                        // worker for a whole coop budget (~128 reads): let the consumers'
+                        // writers and ack readers run between chunks.
+                        tokio::task::yield_now().await;
+                    }
                 }
             },
             _ = ticker.tick() => {
