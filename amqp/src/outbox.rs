@@ -126,8 +126,11 @@ pub async fn run_writer<W: AsyncWrite + Unpin>(
             tracing::debug!(%error, "write failed; closing connection");
             break;
         }
+        // A busy writer keeps its buffer (freeing and regrowing it each batch faulted in
+        // fresh pages at every batch); one whose batches have become small gives it back.
+        let busy = buf.len() >= IDLE_BUFFER_KEEP_BYTES;
         buf.clear();
-        if buf.capacity() > IDLE_BUFFER_KEEP_BYTES && rx.is_empty() {
+        if !busy && buf.capacity() > IDLE_BUFFER_KEEP_BYTES && rx.is_empty() {
             buf = BytesMut::new();
         }
     }
