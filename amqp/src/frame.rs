@@ -163,18 +163,32 @@ pub fn put_nack(out: &mut BytesMut, channel: u16, delivery_tag: u64, multiple: b
 /// Appends a content header frame carrying the raw property bytes, then the body split into
 /// frames no larger than `frame_max`.
 pub fn put_content(out: &mut BytesMut, channel: u16, properties: &[u8], body: &[u8], frame_max: u32) {
-    put_frame_header(out, FRAME_HEADER, channel, 2 + 2 + 8 + properties.len());
-    out.put_u16(BASIC_CLASS_ID);
-    out.put_u16(0);
-    out.put_u64(body.len() as u64);
-    out.put_slice(properties);
-    out.put_u8(FRAME_END);
-    let chunk = (frame_max as usize).saturating_sub(FRAME_OVERHEAD_BYTES).max(1);
-    for piece in body.chunks(chunk) {
-        put_frame_header(out, FRAME_BODY, channel, piece.len());
+    put_content_header(out, channel, properties, body.len());
+    for piece in body.chunks(body_frame_bytes(frame_max)) {
+        put_body_frame_header(out, channel, piece.len());
         out.put_slice(piece);
         out.put_u8(FRAME_END);
     }
+}
+
+/// Appends a content header frame for a body of `body_len` bytes.
+pub fn put_content_header(out: &mut BytesMut, channel: u16, properties: &[u8], body_len: usize) {
+    put_frame_header(out, FRAME_HEADER, channel, 2 + 2 + 8 + properties.len());
+    out.put_u16(BASIC_CLASS_ID);
+    out.put_u16(0);
+    out.put_u64(body_len as u64);
+    out.put_slice(properties);
+    out.put_u8(FRAME_END);
+}
+
+/// The largest body frame payload under `frame_max`.
+pub fn body_frame_bytes(frame_max: u32) -> usize {
+    (frame_max as usize).saturating_sub(FRAME_OVERHEAD_BYTES).max(1)
+}
+
+/// Appends the header of a body frame of `len` bytes (the body and [`FRAME_END`] follow).
+pub fn put_body_frame_header(out: &mut BytesMut, channel: u16, len: usize) {
+    put_frame_header(out, FRAME_BODY, channel, len);
 }
 
 /// Appends a heartbeat frame.

@@ -15,5 +15,6 @@ pub mod outbox;
 pub mod publish;
 pub mod sasl;
 pub mod server_properties;
+mod write_batch;
 
 pub use config::ProtocolConfig;

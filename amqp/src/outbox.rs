@@ -3,11 +3,12 @@
 //! Everything bound for the socket, replies from the connection task and deliveries pushed by
 //! queues on other tasks, goes through one unbounded channel, so it reaches the client in the
 //! order it was queued. The writer drains the channel in batches and encodes many frames into
-//! one buffer per `write` call.
+//! one batch per (vectored) `write` call.
 
 use crate::frame;
+use crate::write_batch::WriteBatch;
 use amq_protocol::protocol::AMQPClass;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -81,14 +82,14 @@ impl DeliverySink for ChannelSink {
     }
 }
 
-fn encode(out: &mut BytesMut, item: Outbound, frame_max: u32) -> bool {
+fn encode(batch: &mut WriteBatch, item: Outbound, frame_max: u32) -> bool {
     match item {
-        Outbound::Frames(bytes) => out.extend_from_slice(&bytes),
-        Outbound::Method(channel, method) => frame::put_method(out, channel, method),
+        Outbound::Frames(bytes) => batch.push(bytes),
+        Outbound::Method(channel, method) => frame::put_method(batch.buf(), channel, method),
         Outbound::Deliver(channel, delivery) => {
             let message = &delivery.message;
             frame::put_deliver(
-                out,
+                batch.buf(),
                 channel,
                 delivery.consumer.tag().as_str(),
                 delivery.delivery_tag,
@@ -96,7 +97,7 @@ fn encode(out: &mut BytesMut, item: Outbound, frame_max: u32) -> bool {
                 message.exchange.as_str(),
                 message.routing_key.as_str(),
             );
-            frame::put_content(out, channel, message.properties.raw(), &message.body, frame_max);
+            batch.put_content(channel, message.properties.raw(), &message.body, frame_max);
         }
         Outbound::Shutdown => return false,
     }
@@ -110,28 +111,27 @@ pub async fn run_writer<W: AsyncWrite + Unpin>(
     mut rx: mpsc::UnboundedReceiver<Outbound>,
     frame_max: Arc<AtomicU32>,
 ) {
-    let mut buf = BytesMut::new();
+    let mut batch = WriteBatch::default();
     let mut running = true;
     while running {
         let Some(first) = rx.recv().await else { break };
         let limit = frame_max.load(Ordering::Acquire);
-        running = encode(&mut buf, first, limit);
-        while running && buf.len() < WRITE_BATCH_BYTES {
+        running = encode(&mut batch, first, limit);
+        while running && batch.len() < WRITE_BATCH_BYTES {
             match rx.try_recv() {
-                Ok(item) => running = encode(&mut buf, item, limit),
+                Ok(item) => running = encode(&mut batch, item, limit),
                 Err(_) => break,
             }
         }
-        if let Err(error) = socket.write_all(&buf).await {
+        // A busy writer keeps its buffer (freeing and regrowing it each batch faulted in
+        // fresh pages at every batch); one whose batches have become small gives it back.
+        let busy = batch.len() >= IDLE_BUFFER_KEEP_BYTES;
+        if let Err(error) = batch.write_to(&mut socket).await {
             tracing::debug!(%error, "write failed; closing connection");
             break;
         }
-        // A busy writer keeps its buffer (freeing and regrowing it each batch faulted in
-        // fresh pages at every batch); one whose batches have become small gives it back.
-        let busy = buf.len() >= IDLE_BUFFER_KEEP_BYTES;
-        buf.clear();
-        if !busy && buf.capacity() > IDLE_BUFFER_KEEP_BYTES && rx.is_empty() {
-            buf = BytesMut::new();
+        if !busy && batch.capacity() > IDLE_BUFFER_KEEP_BYTES && rx.is_empty() {
+            batch.shrink();
         }
     }
     let _ = socket.shutdown().await;
