@@ -8,6 +8,9 @@
 //! [`LogStore`], everything else to a [`MemoryStore`]. The ready list orders messages by
 //! priority (for `x-max-priority` queues) and then by position, whichever store holds them.
 //! Messages leaving for the dead-letter exchange are published after the lock is released.
+//!
+//! A queue declared with `x-queue-type: stream` hands every operation to its [`Stream`]
+//! (`crate::stream`): it keeps its messages, and consumers read it by offset.
 
 mod arguments;
 pub mod dead_letter;
