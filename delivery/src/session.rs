@@ -1,7 +1,7 @@
 //! A session: the broker-side half of one AMQP channel.
 //!
 //! It owns the channel's consumers, its unacknowledged deliveries (by delivery tag) and its
-//! QoS. Queues call [`Session::push`] under their own lock to hand over a delivery; the session
+//! QoS. Queues call `Session::push` under their own lock to hand over a delivery; the session
 //! numbers it and passes it to the [`DeliverySink`] the protocol layer gave it. Acks travel
 //! the other way: the session finds the deliveries, releases its lock, then settles them in
 //! their queues. Lock order is always queue, then session.
