@@ -57,6 +57,17 @@ def publish_many(channel, stream, count, start=0, prefix="m"):
     return bodies
 
 
+def assert_waits_then_gets_new(connection, channel, stream, deliveries, start, count):
+    """A consumer at the end of the stream gets nothing until a publish, then exactly the
+    count new messages, offsets start.. (bodies m<start>..)."""
+    pump_for(connection, SETTLE_S)
+    assert deliveries.bodies() == []
+    bodies = publish_many(channel, stream, count, start=start)
+    deliveries.wait_for(connection, count)
+    pump_for(connection, SETTLE_S)
+    assert (deliveries.bodies(), deliveries.offsets()) == (bodies, list(range(start, start + count)))
+
+
 def publish_fast(connection, stream, bodies, tags=None):
     """Publishes without waiting for a confirm per message, then confirms the last one: on
     one channel publishes are handled in order, so all of them are in the stream after."""
@@ -326,13 +337,7 @@ def test_offset_next_and_the_default_get_only_messages_published_after_subscribi
     publish_many(channel, stream, 5)
 
     _, deliveries, _ = consume(connection, stream, **arguments)
-    pump_for(connection, SETTLE_S)
-    assert deliveries.bodies() == []
-
-    publish_many(channel, stream, 3, start=5)
-    deliveries.wait_for(connection, 3)
-    pump_for(connection, SETTLE_S)
-    assert (deliveries.bodies(), deliveries.offsets()) == ([b"m5", b"m6", b"m7"], [5, 6, 7])
+    assert_waits_then_gets_new(connection, channel, stream, deliveries, start=5, count=3)
 
 
 @pytest.mark.parametrize("offset", [0, 4, 9], ids=lambda o: f"offset-{o}")
@@ -352,12 +357,7 @@ def test_integer_offset_at_or_beyond_the_end_means_next(connection, names, offse
     publish_many(channel, stream, 10)
 
     _, deliveries, _ = consume(connection, stream, **{OFFSET: offset})
-    pump_for(connection, SETTLE_S)
-    assert deliveries.bodies() == []
-    publish_many(channel, stream, 2, start=10)
-    deliveries.wait_for(connection, 2)
-    pump_for(connection, SETTLE_S)
-    assert (deliveries.bodies(), deliveries.offsets()) == ([b"m10", b"m11"], [10, 11])
+    assert_waits_then_gets_new(connection, channel, stream, deliveries, start=10, count=2)
 
 
 def test_timestamp_and_interval_offsets_start_at_the_first_message_at_or_after_that_time(connection, names):
@@ -391,11 +391,7 @@ def test_timestamp_in_the_future_means_next(connection, names):
     future = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
 
     _, deliveries, _ = consume(connection, stream, **{OFFSET: future})
-    pump_for(connection, SETTLE_S)
-    assert deliveries.bodies() == []
-    publish_many(channel, stream, 1, start=3)
-    deliveries.wait_for(connection, 1)
-    assert deliveries.offsets() == [3]
+    assert_waits_then_gets_new(connection, channel, stream, deliveries, start=3, count=1)
 
 
 def test_timestamp_in_the_past_reads_everything(connection, names):
@@ -698,11 +694,7 @@ def test_group_without_a_committed_offset_starts_at_x_stream_offset(connection, 
     assert read_all(connection, stream, 4, **{GROUP: "from-six", OFFSET: 6}).offsets() == [6, 7, 8, 9]
     # The default start is next: nothing until a publish.
     _, deliveries, _ = consume(connection, stream, **{GROUP: "from-next"})
-    pump_for(connection, SETTLE_S)
-    assert deliveries.offsets() == []
-    publish_many(channel, stream, 1, start=10)
-    deliveries.wait_for(connection, 1)
-    assert deliveries.offsets() == [10]
+    assert_waits_then_gets_new(connection, channel, stream, deliveries, start=10, count=1)
 
 
 def test_group_has_one_active_consumer_and_the_next_takes_over_from_the_committed_offset(connection, names):

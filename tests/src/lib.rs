@@ -25,6 +25,18 @@ pub async fn start_broker_with(adjust: impl FnOnce(&mut Config)) -> RunningBroke
     }
 }
 
+/// A broker whose data directory is `dir`: start it again on the same directory to test
+/// what survives a restart.
+pub async fn start_broker_in(dir: &std::path::Path) -> RunningBroker {
+    let dir = dir.to_path_buf();
+    start_broker_with(move |c| c.data_dir = dir).await
+}
+
+/// `queue.declare` options of a durable queue.
+pub fn durable() -> lapin::options::QueueDeclareOptions {
+    lapin::options::QueueDeclareOptions { durable: true, ..Default::default() }
+}
+
 fn next_id() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);

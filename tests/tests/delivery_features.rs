@@ -321,8 +321,7 @@ async fn delayed_messages_route_when_due_and_mandatory_returns_at_once() {
 #[tokio::test]
 async fn durable_delayed_messages_survive_a_restart_and_fire_late_ones_at_once() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().to_path_buf();
-    let broker = start_broker_with(move |c| c.data_dir = data).await;
+    let broker = start_broker_in(dir.path()).await;
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
     ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
@@ -346,8 +345,7 @@ async fn durable_delayed_messages_survive_a_restart_and_fire_late_ones_at_once()
     }
     broker.shutdown().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let data = dir.path().to_path_buf();
-    let broker = start_broker_with(move |c| c.data_dir = data).await;
+    let broker = start_broker_in(dir.path()).await;
     let conn = connect(&broker).await;
     assert_eq!(wait_for_count(&conn, "after-restart", |c| c == Some(1)).await, Some(1), "the overdue one at once");
     assert_eq!(wait_for_count(&conn, "after-restart", |c| c == Some(2)).await, Some(2), "the other when due");

@@ -41,8 +41,7 @@ async fn a_full_disk_nacks_publishes_and_keeps_what_was_confirmed() {
     let mount_point = tempfile::tempdir().expect("tempdir");
     let _disk = TinyDisk::mount(mount_point.path());
     let data_dir = mount_point.path().join("data");
-    let dir = data_dir.clone();
-    let broker = start_broker_with(move |c| c.data_dir = dir).await;
+    let broker = start_broker_in(&data_dir).await;
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
     ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
@@ -83,8 +82,7 @@ async fn a_full_disk_nacks_publishes_and_keeps_what_was_confirmed() {
     broker.shutdown().await;
 
     // Everything confirmed is still there after a restart.
-    let dir = data_dir.clone();
-    let broker = start_broker_with(move |c| c.data_dir = dir).await;
+    let broker = start_broker_in(&data_dir).await;
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
     let passive = QueueDeclareOptions { passive: true, ..Default::default() };

@@ -4,21 +4,10 @@
 use lapin::options::*;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, ExchangeKind};
-use std::path::Path;
-use warren_server::RunningBroker;
 use warren_tests::*;
 
 const PERSISTENT: u8 = 2;
 const TRANSIENT: u8 = 1;
-
-async fn start_on(dir: &Path) -> RunningBroker {
-    let dir = dir.to_path_buf();
-    start_broker_with(move |c| c.data_dir = dir).await
-}
-
-fn durable() -> QueueDeclareOptions {
-    QueueDeclareOptions { durable: true, ..Default::default() }
-}
 
 async fn publish(ch: &lapin::Channel, exchange: &str, key: &str, body: &[u8], mode: u8) {
     ch.basic_publish(
@@ -54,7 +43,7 @@ async fn redelivery_flags(ch: &lapin::Channel, queue: &str) -> Vec<(Vec<u8>, boo
 #[tokio::test]
 async fn durable_things_survive_a_restart_and_transient_things_do_not() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let broker = start_on(dir.path()).await;
+    let broker = start_broker_in(dir.path()).await;
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
     ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
@@ -82,7 +71,7 @@ async fn durable_things_survive_a_restart_and_transient_things_do_not() {
     }
     broker.shutdown().await;
 
-    let broker = start_on(dir.path()).await;
+    let broker = start_broker_in(dir.path()).await;
     let conn = connect(&broker).await;
     assert!(exists_exchange(&conn, "dx").await, "durable exchange survives");
     assert!(!exists_exchange(&conn, "tx").await, "transient exchange is gone");
@@ -97,7 +86,7 @@ async fn durable_things_survive_a_restart_and_transient_things_do_not() {
     assert_eq!(redelivery_flags(&ch, "dq").await, vec![(b"via binding".to_vec(), false)], "the binding survived");
     broker.shutdown().await;
 
-    let broker = start_on(dir.path()).await;
+    let broker = start_broker_in(dir.path()).await;
     let conn = connect(&broker).await;
     assert_eq!(exists_queue(&conn, "dq").await, Some(0), "what was acked stays acked across restarts");
     broker.shutdown().await;
@@ -141,7 +130,7 @@ async fn persistent_and_transient_messages_keep_one_queue_order() {
 #[tokio::test]
 async fn deleting_a_durable_queue_removes_it_for_good() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let broker = start_on(dir.path()).await;
+    let broker = start_broker_in(dir.path()).await;
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
     ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
@@ -152,7 +141,7 @@ async fn deleting_a_durable_queue_removes_it_for_good() {
     assert_eq!(exists_queue(&conn, "doomed").await, Some(0), "a redeclared queue starts empty");
     ch.queue_delete("doomed".into(), Default::default()).await.expect("delete");
     broker.shutdown().await;
-    let broker = start_on(dir.path()).await;
+    let broker = start_broker_in(dir.path()).await;
     let conn = connect(&broker).await;
     assert_eq!(exists_queue(&conn, "doomed").await, None);
     let queues_dir = dir.path().join("vhosts").join("2f").join("queues");

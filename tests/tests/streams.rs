@@ -4,16 +4,10 @@
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
-use std::path::Path;
 use std::time::Duration;
-use warren_server::RunningBroker;
 use warren_tests::*;
 
 const TAG_HEADER: &str = "x-stream-filter-value";
-
-fn durable() -> QueueDeclareOptions {
-    QueueDeclareOptions { durable: true, ..Default::default() }
-}
 
 fn stream_args(extra: &[(&str, AMQPValue)]) -> FieldTable {
     let mut entries = vec![("x-queue-type", text("stream"))];
@@ -326,15 +320,10 @@ async fn a_consumer_group_resumes_where_it_stopped_and_one_member_consumes_at_a_
     assert_eq!(bodies(&take(&mut fresh, 1).await), expected(9..10));
 }
 
-async fn start_on(dir: &Path) -> RunningBroker {
-    let dir = dir.to_path_buf();
-    start_broker_with(move |c| c.data_dir = dir).await
-}
-
 #[tokio::test]
 async fn streams_and_group_offsets_survive_a_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let broker = start_on(dir.path()).await;
+    let broker = start_broker_in(dir.path()).await;
     let conn = connect(&broker).await;
     let ch = confirm_channel(&conn).await;
     declare_stream(&ch, "s.restart", &[]).await;
@@ -346,7 +335,7 @@ async fn streams_and_group_offsets_survive_a_restart() {
     conn.close(200, "bye".into()).await.expect("close");
     broker.shutdown().await;
 
-    let broker = start_on(dir.path()).await;
+    let broker = start_broker_in(dir.path()).await;
     let conn = connect(&broker).await;
     let (_c, mut member) = consume(&conn, "s.restart", 100, group("g", "first")).await;
     assert_eq!(bodies(&take(&mut member, 13).await), expected(7..20));
