@@ -14,12 +14,14 @@
 
 mod arguments;
 pub mod dead_letter;
+mod expiry;
 mod log_store;
 pub(crate) mod message_codec;
 mod message_ref;
 mod message_store;
 mod ready_list;
 mod state;
+mod stream_queue;
 
 pub use arguments::{Overflow, QueueArguments, QueueType, MAX_PRIORITY};
 pub use log_store::{LogStore, LogStoreConfig};
@@ -123,39 +125,6 @@ impl Queue {
     ) -> BrokerResult<Arc<Self>> {
         let arguments = QueueArguments::parse(&definition.arguments)?;
         Ok(Self::build(definition, arguments, durable_store, None, context, |_| {}))
-    }
-
-    /// A stream (`x-queue-type: stream`) over its opened log.
-    pub fn new_stream(definition: QueueDefinition, stream: Stream, context: QueueContext) -> BrokerResult<Arc<Self>> {
-        let arguments = QueueArguments::parse(&definition.arguments)?;
-        let checks_age = stream.arguments().max_age.is_some();
-        let queue = Self::build(definition, arguments, None, Some(stream), context, |_| {});
-        if checks_age {
-            queue.schedule_retention_check();
-        }
-        Ok(queue)
-    }
-
-    fn schedule_retention_check(self: &Arc<Self>) {
-        let state = self.state.lock();
-        let event = TimerEvent::StreamRetention { queue: Arc::downgrade(self) };
-        state.scheduler.schedule(now_ms() + crate::stream::RETENTION_CHECK_INTERVAL_MS, event);
-    }
-
-    /// A stream's timer: applies its retention now, then checks again later.
-    pub fn check_stream_retention(self: &Arc<Self>) {
-        if let Some(stream) = &self.stream {
-            if self.state.lock().deleted {
-                return;
-            }
-            stream.enforce_retention();
-            self.schedule_retention_check();
-        }
-    }
-
-    /// The stream, if this queue is one: for reads by offset.
-    pub fn stream(&self) -> Option<&Stream> {
-        self.stream.as_ref()
     }
 
     /// A durable queue reopened from its store: the unsettled messages are ready again.
@@ -309,16 +278,6 @@ impl Queue {
         result
     }
 
-    /// The TTL deadline of a message published now: the lower of the queue's and its own.
-    fn deadline(&self, message: &Message, now: u64) -> Option<u64> {
-        let own = message.properties.expiration_ms();
-        let ttl = match (self.arguments.message_ttl_ms, own) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        ttl.map(|ttl| now.saturating_add(ttl))
-    }
-
     fn enqueue_locked(
         &self,
         state: &mut QueueState,
@@ -453,58 +412,6 @@ impl Queue {
         counted.map(Arc::new).unwrap_or(message)
     }
 
-    fn expire_ready(&self, state: &mut QueueState, position: u64) {
-        if let Some(removed) = state.ready.remove(position) {
-            if let Ok(content) = state.read(removed) {
-                state.count_bytes(&self.arguments, content.body.len(), false);
-            }
-            state.discard(self.name(), &self.arguments, removed, DeathReason::Expired);
-        }
-    }
-
-    /// Discards ready messages whose TTL has passed (those at the head first).
-    fn expire_due_locked(&self, state: &mut QueueState, now: u64) {
-        while let Some(head) = state.ready.front() {
-            if !state.is_expired(head, now) {
-                return;
-            }
-            self.expire_ready(state, head.position);
-        }
-    }
-
-    /// A message's TTL timer fired: it goes if it is still waiting in the queue.
-    pub fn expire(self: &Arc<Self>, position: u64) {
-        self.with_state(|state| {
-            let now = now_ms();
-            if state.deadlines.get(&position).is_some_and(|d| *d <= now) {
-                self.expire_ready(state, position);
-            }
-        });
-    }
-
-    /// `x-expires`: deletes the queue if it has been unused for that long, or re-arms.
-    pub fn check_unused(self: &Arc<Self>) {
-        let Some(expires) = self.arguments.expires_ms else { return };
-        let idle_since = {
-            let state = self.state.lock();
-            if state.deleted {
-                return;
-            }
-            let in_use = !state.consumers.is_empty();
-            let idle_since = if in_use { now_ms() } else { state.last_used_ms };
-            if in_use || now_ms() < idle_since + expires {
-                let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(self) };
-                state.scheduler.schedule(idle_since + expires, event);
-                return;
-            }
-            idle_since
-        };
-        tracing::info!(queue = self.name(), idle_since, "queue unused for x-expires; deleting it");
-        if let Some(vhost) = self.vhost.upgrade() {
-            vhost.delete_expired_queue(self);
-        }
-    }
-
     /// Attaches a consumer; exclusivity conflicts are 403 ACCESS_REFUSED, as in RabbitMQ.
     /// Dispatch does not start here: the caller first tells the client (`consume-ok`), then
     /// calls [`Queue::dispatch`].
@@ -584,19 +491,6 @@ impl Queue {
             let delivery_tag = session.record_get(self, next, no_ack);
             Some(GetResult { delivery_tag, redelivered, message, message_count: state.ready.len() as u32 })
         }))
-    }
-
-    /// A stream's deliveries were settled: nothing is removed or requeued (see
-    /// [`Stream::settle`] for what it means to a consumer group).
-    fn settle_stream(
-        self: &Arc<Self>,
-        stream: &Stream,
-        consumer: Option<&Arc<Consumer>>,
-        messages: &[MessageRef],
-        requeued: bool,
-    ) {
-        let offsets: Vec<u64> = messages.iter().map(|m| m.offset()).collect();
-        stream.settle(self, consumer, &offsets, requeued);
     }
 
     fn settle_locked(&self, state: &mut QueueState, messages: &[MessageRef]) {

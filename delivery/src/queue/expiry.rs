@@ -1,0 +1,75 @@
+//! Running out: message TTLs (`x-message-ttl`, `expiration`) and unused queues (`x-expires`).
+//!
+//! A message with a TTL gets a deadline and a timer of its own, so it leaves when due even
+//! behind others; a queue with `x-expires` re-arms its timer while it is in use.
+
+use super::dead_letter::DeathReason;
+use super::state::QueueState;
+use super::Queue;
+use crate::message::Message;
+use crate::scheduler::{now_ms, TimerEvent};
+use std::sync::Arc;
+
+impl Queue {
+    /// The TTL deadline of a message published now: the lower of the queue's and its own.
+    pub(super) fn deadline(&self, message: &Message, now: u64) -> Option<u64> {
+        let own = message.properties.expiration_ms();
+        let ttl = match (self.arguments.message_ttl_ms, own) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        ttl.map(|ttl| now.saturating_add(ttl))
+    }
+
+    pub(super) fn expire_ready(&self, state: &mut QueueState, position: u64) {
+        if let Some(removed) = state.ready.remove(position) {
+            if let Ok(content) = state.read(removed) {
+                state.count_bytes(&self.arguments, content.body.len(), false);
+            }
+            state.discard(self.name(), &self.arguments, removed, DeathReason::Expired);
+        }
+    }
+
+    /// Discards ready messages whose TTL has passed (those at the head first).
+    pub(super) fn expire_due_locked(&self, state: &mut QueueState, now: u64) {
+        while let Some(head) = state.ready.front() {
+            if !state.is_expired(head, now) {
+                return;
+            }
+            self.expire_ready(state, head.position);
+        }
+    }
+
+    /// A message's TTL timer fired: it goes if it is still waiting in the queue.
+    pub fn expire(self: &Arc<Self>, position: u64) {
+        self.with_state(|state| {
+            let now = now_ms();
+            if state.deadlines.get(&position).is_some_and(|d| *d <= now) {
+                self.expire_ready(state, position);
+            }
+        });
+    }
+
+    /// `x-expires`: deletes the queue if it has been unused for that long, or re-arms.
+    pub fn check_unused(self: &Arc<Self>) {
+        let Some(expires) = self.arguments.expires_ms else { return };
+        let idle_since = {
+            let state = self.state.lock();
+            if state.deleted {
+                return;
+            }
+            let in_use = !state.consumers.is_empty();
+            let idle_since = if in_use { now_ms() } else { state.last_used_ms };
+            if in_use || now_ms() < idle_since + expires {
+                let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(self) };
+                state.scheduler.schedule(idle_since + expires, event);
+                return;
+            }
+            idle_since
+        };
+        tracing::info!(queue = self.name(), idle_since, "queue unused for x-expires; deleting it");
+        if let Some(vhost) = self.vhost.upgrade() {
+            vhost.delete_expired_queue(self);
+        }
+    }
+}
