@@ -5,7 +5,7 @@
 //! `channel.close` or `connection.close` with the reply code the error carries.
 
 use crate::content::PendingContent;
-use crate::outbox::{ChannelSink, Outbound, Outbox};
+use crate::outbox::{ChannelSink, LateReplies, Outbound, Outbox};
 use crate::publish::{Confirms, Transaction, TxOp};
 use amq_protocol::protocol::{basic, confirm, exchange, queue, tx, AMQPClass};
 use amq_protocol::types::{FieldTable, ShortString};
@@ -45,6 +45,8 @@ pub struct Channel {
     last_queue: Option<String>,
     confirms: Option<Confirms>,
     transaction: Option<Transaction>,
+    /// Confirms and commit-oks that wait for the disk.
+    late_replies: LateReplies,
 }
 
 fn short(s: impl Into<String>) -> ShortString {
@@ -62,6 +64,7 @@ impl Channel {
             last_queue: None,
             confirms: None,
             transaction: None,
+            late_replies: LateReplies::new(ctx.outbox.clone()),
         }
     }
 
@@ -70,8 +73,12 @@ impl Channel {
         self.content.is_some()
     }
 
-    /// The channel is going away: cancel consumers, requeue unacked deliveries.
+    /// The channel is going away: confirms already decided go out, those still waiting for
+    /// the disk never will (the caller queues close or close-ok next); consumers are cancelled
+    /// and unacked deliveries requeued.
     pub fn close(&mut self) {
+        self.flush_confirms();
+        self.late_replies.close();
         self.session.close();
     }
 
@@ -392,7 +399,7 @@ impl Channel {
             return Err(BrokerError::precondition_failed("cannot switch from tx to confirm mode"));
         }
         if self.confirms.is_none() {
-            self.confirms = Some(Confirms::new(self.id, ctx.outbox.clone()));
+            self.confirms = Some(Confirms::new(self.id, self.late_replies.clone()));
         }
         if !nowait {
             self.reply(ctx, AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(confirm::SelectOk {})));
@@ -420,10 +427,11 @@ impl Channel {
                 let marks = self.transaction_mut()?.take_marks();
                 if !marks.is_empty() {
                     // commit-ok promises the published messages are safe: send it after the fsync.
-                    let (outbox, id) = (ctx.outbox.clone(), self.id);
+                    let (replies, id) = (self.late_replies.clone(), self.id);
                     tokio::spawn(async move {
                         if crate::publish::wait_durable(&marks).await {
-                            outbox.method(id, AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {})));
+                            let commit_ok = AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {}));
+                            replies.send(Outbound::Method(id, commit_ok));
                         }
                     });
                     return Ok(());

@@ -17,7 +17,10 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use warren_delivery::{Broker, BrokerError, ConnectionId, ReplyCode};
+use warren_delivery::{client_text, Broker, BrokerError, ConnectionId, ReplyCode};
+
+/// Class id of `connection`: its methods' errors are connection errors.
+const CONNECTION_CLASS_ID: u16 = 10;
 
 /// Where the handshake stands, or whether the connection is closing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,6 +174,15 @@ impl Connection {
         let class_id = u16::from_be_bytes([payload[0], payload[1]]);
         let method_id = u16::from_be_bytes([payload[2], payload[3]]);
         self.current_method = (class_id, method_id);
+        if let Err(error) = crate::table_fields::check_depth(payload) {
+            // Before decoding: the decoder would recurse once per level.
+            let text = format!("method {class_id}.{method_id}: {error}");
+            return Err(if class_id == CONNECTION_CLASS_ID {
+                BrokerError::new(ReplyCode::SyntaxError, text)
+            } else {
+                BrokerError::precondition_failed(text)
+            });
+        }
         if let Some(method) = crate::hot_methods::decode(payload) {
             return Ok(method);
         }
@@ -244,12 +256,14 @@ impl Connection {
         };
         let login = sasl::decode(start_ok.mechanism.as_str(), start_ok.response.as_bytes())
             .map_err(|e| refused(e.to_string()))?;
-        let from_loopback = self.peer.ip().is_loopback();
+        // An IPv6 listener sees IPv4 clients as ::ffff:a.b.c.d; 127.0.0.1 is loopback there too.
+        let from_loopback = self.peer.ip().to_canonical().is_loopback();
         self.broker
             .users()
             .authenticate(&login.username, &login.password, from_loopback)
             .map_err(|e| refused(e.to_string()))?;
-        tracing::debug!(peer = %self.peer, user = login.username, "authenticated");
+        let user = client_text::sanitize(&login.username, client_text::MAX_TEXT_BYTES);
+        tracing::debug!(peer = %self.peer, user, "authenticated");
         let tune = connection::Tune {
             channel_max: self.config.channel_max,
             frame_max: self.config.frame_max,

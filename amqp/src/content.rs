@@ -3,7 +3,8 @@
 use crate::frame::BASIC_CLASS_ID;
 use amq_protocol::protocol::basic::Publish;
 use bytes::{Buf, Bytes, BytesMut};
-use warren_delivery::{BrokerError, Message, Properties, ReplyCode};
+use warren_delivery::field_table::FieldTableError;
+use warren_delivery::{BrokerError, Message, Properties, PropertiesError, ReplyCode};
 
 /// A publish whose content is still arriving.
 #[derive(Debug)]
@@ -19,7 +20,11 @@ struct Header {
     properties: Properties,
 }
 
-/// The body so far: one frame is kept as the read buffer's slice; more are joined.
+/// The body so far. A body that arrives whole in one frame stays a slice of the read buffer
+/// (no copy); one still incomplete is copied out, so that a few bytes waiting for the rest do
+/// not pin a whole read buffer. Either way memory grows with the bytes that arrived, never with
+/// the size the header announces: a client may announce 128 MiB and send two bytes, on every
+/// channel it opens.
 #[derive(Debug)]
 enum Body {
     Empty,
@@ -36,11 +41,12 @@ impl Body {
         }
     }
 
-    fn push(&mut self, piece: Bytes, expected: usize) {
+    fn push(&mut self, piece: Bytes, completes: bool) {
         *self = match std::mem::replace(self, Body::Empty) {
-            Body::Empty => Body::One(piece),
+            Body::Empty if completes => Body::One(piece),
+            Body::Empty => Body::Many(BytesMut::from(&piece[..])),
             Body::One(first) => {
-                let mut joined = BytesMut::with_capacity(expected);
+                let mut joined = BytesMut::with_capacity(first.len() + piece.len());
                 joined.extend_from_slice(&first);
                 joined.extend_from_slice(&piece);
                 Body::Many(joined)
@@ -58,6 +64,17 @@ impl Body {
             Body::One(b) => b,
             Body::Many(b) => b.freeze(),
         }
+    }
+}
+
+/// Headers nested too deep are refused on the channel (406), like too-deep arguments; any
+/// other malformed property list is a syntax error that closes the connection.
+fn properties_error(error: PropertiesError) -> BrokerError {
+    match error {
+        PropertiesError::BadHeaders(FieldTableError::TooDeep) => {
+            BrokerError::precondition_failed(format!("message headers: {}", FieldTableError::TooDeep))
+        }
+        other => BrokerError::new(ReplyCode::SyntaxError, format!("bad content properties: {other}")),
     }
 }
 
@@ -92,8 +109,7 @@ impl PendingContent {
                 "message size {body_size} is larger than configured max size {max_message_bytes}"
             )));
         }
-        let properties = Properties::decode(payload)
-            .map_err(|e| BrokerError::new(ReplyCode::SyntaxError, format!("bad content properties: {e}")))?;
+        let properties = Properties::decode(payload).map_err(properties_error)?;
         self.header = Some(Header { body_size, properties });
         Ok(())
     }
@@ -107,7 +123,8 @@ impl PendingContent {
                 format!("body frames carry more than the {expected} bytes announced"),
             ));
         }
-        self.body.push(piece, expected);
+        let completes = self.body.len() + piece.len() == expected;
+        self.body.push(piece, completes);
         Ok(())
     }
 

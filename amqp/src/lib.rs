@@ -15,6 +15,7 @@ pub mod outbox;
 pub mod publish;
 pub mod sasl;
 pub mod server_properties;
+mod table_fields;
 mod write_batch;
 
 pub use config::ProtocolConfig;

@@ -57,6 +57,37 @@ impl Outbox {
     }
 }
 
+/// Replies that wait for a disk write (publisher confirms, `tx.commit-ok`) and so are sent
+/// from another task, after the frame that caused them: they go out only while their channel
+/// is open, never after its close or close-ok (which the channel queues after [`close`]).
+///
+/// [`close`]: LateReplies::close
+#[derive(Debug, Clone)]
+pub struct LateReplies {
+    outbox: Outbox,
+    open: Arc<parking_lot::Mutex<bool>>,
+}
+
+impl LateReplies {
+    /// Late replies of an open channel.
+    pub fn new(outbox: Outbox) -> Self {
+        LateReplies { outbox, open: Arc::new(parking_lot::Mutex::new(true)) }
+    }
+
+    /// Queues `item` if the channel is still open.
+    pub fn send(&self, item: Outbound) {
+        let open = self.open.lock();
+        if *open {
+            self.outbox.send(item);
+        }
+    }
+
+    /// The channel is closing: nothing more goes out.
+    pub fn close(&self) {
+        *self.open.lock() = false;
+    }
+}
+
 /// Delivers a session's messages to one channel of this connection.
 #[derive(Debug)]
 pub struct ChannelSink {

@@ -1,7 +1,7 @@
 //! Publisher confirms and transactions: what a channel owes a publisher after routing.
 
 use crate::frame;
-use crate::outbox::{Outbound, Outbox};
+use crate::outbox::{LateReplies, Outbound};
 use bytes::{Bytes, BytesMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -49,7 +49,7 @@ impl Batch {
 #[derive(Debug)]
 pub struct Confirms {
     channel: u16,
-    outbox: Outbox,
+    replies: LateReplies,
     last_sequence: u64,
     batch: Batch,
     waiter: Option<mpsc::UnboundedSender<Batch>>,
@@ -59,10 +59,10 @@ pub struct Confirms {
 
 impl Confirms {
     /// Confirm mode on `channel`.
-    pub fn new(channel: u16, outbox: Outbox) -> Self {
+    pub fn new(channel: u16, replies: LateReplies) -> Self {
         Confirms {
             channel,
-            outbox,
+            replies,
             last_sequence: 0,
             batch: Batch::default(),
             waiter: None,
@@ -98,13 +98,13 @@ impl Confirms {
         }
         let batch = std::mem::take(&mut self.batch);
         if batch.marks.is_empty() && self.in_flight.load(Ordering::Acquire) == 0 {
-            self.outbox.send(Outbound::Frames(batch.encode(self.channel, true)));
+            self.replies.send(Outbound::Frames(batch.encode(self.channel, true)));
             return;
         }
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         let waiter = self.waiter.get_or_insert_with(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(send_when_durable(self.channel, self.outbox.clone(), rx, Arc::clone(&self.in_flight)));
+            tokio::spawn(send_when_durable(self.channel, self.replies.clone(), rx, Arc::clone(&self.in_flight)));
             tx
         });
         if waiter.send(batch).is_err() {
@@ -135,13 +135,13 @@ pub async fn wait_durable(marks: &[DurableMark]) -> bool {
 
 async fn send_when_durable(
     channel: u16,
-    outbox: Outbox,
+    replies: LateReplies,
     mut batches: mpsc::UnboundedReceiver<Batch>,
     in_flight: Arc<AtomicUsize>,
 ) {
     while let Some(batch) = batches.recv().await {
         let durable = wait_durable(&batch.marks).await;
-        outbox.send(Outbound::Frames(batch.encode(channel, durable)));
+        replies.send(Outbound::Frames(batch.encode(channel, durable)));
         in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }

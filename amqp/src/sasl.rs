@@ -1,6 +1,7 @@
 //! SASL mechanisms offered in `connection.start`: PLAIN and AMQPLAIN.
 
-use amq_protocol::types::{parsing::parse_field_table, AMQPValue};
+use amq_protocol::types::AMQPValue;
+use warren_delivery::field_table;
 
 /// Mechanisms announced to clients, in order of preference.
 pub const MECHANISMS: &str = "PLAIN AMQPLAIN";
@@ -49,10 +50,7 @@ fn decode_plain(response: &[u8]) -> Result<Login, SaslError> {
 fn decode_amqplain(response: &[u8]) -> Result<Login, SaslError> {
     let mut framed = (response.len() as u32).to_be_bytes().to_vec();
     framed.extend_from_slice(response);
-    let table = match parse_field_table(&framed[..]) {
-        Ok(([], table)) => table,
-        _ => return Err(SaslError::Malformed("AMQPLAIN")),
-    };
+    let table = field_table::decode(&framed).map_err(|_| SaslError::Malformed("AMQPLAIN"))?;
     let field = |name: &str| match table.inner().get(name) {
         Some(AMQPValue::LongString(s)) => String::from_utf8(s.as_bytes().to_vec()).ok(),
         Some(AMQPValue::ShortString(s)) => Some(s.to_string()),

@@ -1,5 +1,6 @@
 //! Errors of the broker core, each carrying the AMQP reply code the specification names for it.
 
+use crate::client_text;
 use std::fmt;
 
 /// An AMQP reply code, as the 0-9-1 specification (and RabbitMQ) assigns them.
@@ -102,14 +103,15 @@ impl fmt::Display for ReplyCode {
 pub struct BrokerError {
     /// The reply code for `channel.close` or `connection.close`.
     pub code: ReplyCode,
-    /// Human-readable detail, sent as the reply text.
+    /// Human-readable detail, sent as the reply text and logged: control characters escaped
+    /// and the length bounded, since it often quotes what a client sent.
     pub text: String,
 }
 
 impl BrokerError {
-    /// An error with the given code and text.
+    /// An error with the given code and text (made safe by [`client_text::sanitize`]).
     pub fn new(code: ReplyCode, text: impl Into<String>) -> Self {
-        BrokerError { code, text: text.into() }
+        BrokerError { code, text: client_text::sanitize(&text.into(), client_text::MAX_TEXT_BYTES) }
     }
 
     /// 404 NOT_FOUND.

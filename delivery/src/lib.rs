@@ -5,11 +5,13 @@
 //! the protocol layer calls into it and receives deliveries through [`DeliverySink`].
 
 pub mod broker;
+pub mod client_text;
 pub mod consumer;
 pub mod definitions;
 mod equivalence;
 pub mod error;
 pub mod exchange;
+pub mod field_table;
 mod field_value;
 pub mod message;
 pub mod properties;

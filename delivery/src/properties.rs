@@ -4,7 +4,8 @@
 //! round-trip byte-exact (a decoded `FieldTable` would reorder keys). The broker reads the few
 //! fields it acts on (delivery mode, priority, expiration, headers) in one scan at publish.
 
-use amq_protocol::types::{parsing::parse_field_table, AMQPValue, FieldTable};
+use crate::field_table::{self, FieldTableError};
+use amq_protocol::types::{AMQPValue, FieldTable};
 use bytes::Bytes;
 
 /// Property flag bits, in the order the fields appear on the wire (bit 15 first).
@@ -39,9 +40,9 @@ pub enum PropertiesError {
     /// A reserved or continuation flag bit is set.
     #[error("reserved property flag bits set: {0:#06x}")]
     ReservedFlags(u16),
-    /// The headers table does not decode.
-    #[error("headers table does not decode")]
-    BadHeaders,
+    /// The headers table does not decode, or nests too deep.
+    #[error("headers: {0}")]
+    BadHeaders(#[from] FieldTableError),
     /// The list is longer than its flags announce.
     #[error("{0} trailing bytes after the property list")]
     Trailing(usize),
@@ -142,7 +143,7 @@ impl Properties {
     /// headers table (created if absent); every other byte stays as it was. This is how a
     /// stream stamps each delivery with its offset without re-encoding the property list.
     pub fn with_long_long_header(&self, name: &str, value: i64) -> Result<Properties, PropertiesError> {
-        let name_len = u8::try_from(name.len()).map_err(|_| PropertiesError::BadHeaders)?;
+        let name_len = u8::try_from(name.len()).map_err(|_| PropertiesError::BadHeaders(FieldTableError::Malformed))?;
         let raw = &self.raw;
         let mut cursor = Cursor { buf: raw, pos: 0 };
         let flags = u16::from_be_bytes(cursor.take::<2>("flags")?);
@@ -218,10 +219,7 @@ impl Cursor<'_> {
         let end = self.pos.checked_add(len).filter(|end| *end <= self.buf.len());
         let end = end.ok_or(PropertiesError::Truncated("headers"))?;
         self.pos = end;
-        match parse_field_table(&self.buf[start..end]) {
-            Ok(([], table)) => Ok(table),
-            _ => Err(PropertiesError::BadHeaders),
-        }
+        Ok(field_table::decode(&self.buf[start..end])?)
     }
 }
 

@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long the broker may take to start listening.
@@ -26,6 +26,8 @@ pub fn warren_binary() -> PathBuf {
 /// A running `warren` process.
 pub struct WarrenProcess {
     child: Child,
+    /// Every line it has logged so far.
+    log: Arc<Mutex<Vec<String>>>,
     /// Where it accepts AMQP connections.
     pub amqp_addr: SocketAddr,
 }
@@ -44,11 +46,17 @@ impl WarrenProcess {
             .expect("spawn warren");
         let stderr = child.stderr.take().expect("piped stderr");
         let (tx, rx) = mpsc::channel();
-        // Reads the log until the listening line, then keeps draining so the pipe never fills.
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&log);
+        // Reads the log for the listening line, and keeps every line (draining the pipe so it
+        // never fills).
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(addr) = line.split("amqp_addr=").nth(1).and_then(|rest| rest.split(' ').next()) {
                     let _ = tx.send(addr.to_string());
+                }
+                if let Ok(mut lines) = kept.lock() {
+                    lines.push(line);
                 }
             }
         });
@@ -62,7 +70,12 @@ impl WarrenProcess {
             }
             assert!(Instant::now() < deadline, "warren did not start listening in time");
         };
-        WarrenProcess { child, amqp_addr: addr.parse().expect("listening address") }
+        WarrenProcess { child, log, amqp_addr: addr.parse().expect("listening address") }
+    }
+
+    /// The lines logged so far (stderr, `RUST_LOG=info`).
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lock().map(|lines| lines.clone()).unwrap_or_default()
     }
 
     /// The AMQP URI for lapin.

@@ -16,6 +16,11 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// The AMQP 0-9-1 protocol header.
 pub const PROTOCOL_HEADER: &[u8] = b"AMQP\x00\x00\x09\x01";
 
+/// One frame's bytes.
+pub fn encode(frame: &AMQPFrame) -> Vec<u8> {
+    gen_frame(frame)(WriteContext::from(Vec::new())).expect("encode frame").write
+}
+
 /// A raw AMQP connection.
 pub struct RawClient {
     stream: TcpStream,
@@ -48,8 +53,25 @@ impl RawClient {
 
     /// Encodes and writes one frame.
     pub async fn send_frame(&mut self, frame: AMQPFrame) {
-        let encoded = gen_frame(&frame)(WriteContext::from(Vec::new())).expect("encode frame").write;
-        self.send(&encoded).await;
+        self.send(&encode(&frame)).await;
+    }
+
+    /// Encodes `frames` and writes them with one write, so that the broker reads them together.
+    pub async fn send_together(&mut self, frames: &[AMQPFrame]) {
+        let bytes: Vec<u8> = frames.iter().flat_map(encode).collect();
+        self.send(&bytes).await;
+    }
+
+    /// Writes one frame of type `kind` around `payload`, which is sent as it is: for
+    /// payloads no encoder would produce.
+    pub async fn send_raw_frame(&mut self, kind: u8, channel: u16, payload: &[u8]) {
+        let mut frame = Vec::with_capacity(payload.len() + 8);
+        frame.push(kind);
+        frame.extend_from_slice(&channel.to_be_bytes());
+        frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        frame.extend_from_slice(payload);
+        frame.push(0xCE);
+        self.send(&frame).await;
     }
 
     /// Writes a method frame.

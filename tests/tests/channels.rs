@@ -206,3 +206,48 @@ async fn channel_flow_pauses_and_resumes_deliveries() {
     assert_eq!(next_delivery(&mut consumer).await.data, b"held");
     broker.shutdown().await;
 }
+
+/// `basic.publish` (with content) then `channel.close`, read by the broker in one go: a
+/// confirm may come before `close-ok`, or not at all, never after it (a channel reopened with
+/// the same number would take it for its own).
+#[tokio::test]
+async fn no_confirm_follows_close_ok() {
+    use amq_protocol::frame::AMQPFrame;
+    use amq_protocol::protocol::{basic::AMQPProperties, confirm, BasicProperties};
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    ch.queue_declare("durable-q".into(), durable(), lapin::types::FieldTable::default()).await.expect("declare");
+    let mut client = RawClient::handshake(broker.amqp_addr).await;
+    for (round, persistent) in [(1u16, true), (2, false), (3, true)] {
+        client.open_channel(round).await;
+        let select = AMQPClass::Confirm(confirm::AMQPMethod::Select(confirm::Select { nowait: false }));
+        client.send_method(round, select).await;
+        client.expect_method().await;
+        let publish = basic::Publish { exchange: "".into(), routing_key: "durable-q".into(), ..Default::default() };
+        let properties: BasicProperties = AMQPProperties::default().with_delivery_mode(if persistent { 2 } else { 1 });
+        let header = amq_protocol::frame::AMQPContentHeader { class_id: 60, body_size: 5, properties };
+        client
+            .send_together(&[
+                AMQPFrame::Method(round, AMQPClass::Basic(basic::AMQPMethod::Publish(publish))),
+                AMQPFrame::Header(round, header),
+                AMQPFrame::Body(round, b"hello".to_vec()),
+                AMQPFrame::Method(round, AMQPClass::Channel(channel::AMQPMethod::Close(channel::Close::default()))),
+            ])
+            .await;
+        // Acks may come first; then close-ok.
+        loop {
+            match client.expect_method().await {
+                (_, AMQPClass::Channel(channel::AMQPMethod::CloseOk(_))) => break,
+                (_, AMQPClass::Basic(basic::AMQPMethod::Ack(_))) => {}
+                other => panic!("round {round}: unexpected {other:?}"),
+            }
+        }
+        // Time for a confirm that waited for the fsync: if one came now, the next frame would
+        // be that ack instead of the next channel's open-ok.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    client.open_channel(4).await;
+    assert_eq!(drain(&ch, "durable-q").await.len(), 3);
+    broker.shutdown().await;
+}

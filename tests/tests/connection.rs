@@ -211,3 +211,20 @@ async fn heartbeat_frame_is_accepted_on_channel_zero() {
     client.open_channel(1).await;
     broker.shutdown().await;
 }
+
+/// On an IPv6 listener an IPv4 client appears as `::ffff:127.0.0.1`: still loopback, so the
+/// default user may log in.
+#[tokio::test]
+async fn guest_may_connect_through_ipv4_to_an_ipv6_listener() {
+    if std::net::TcpListener::bind("[::]:0").is_err() {
+        eprintln!("no IPv6 on this machine; skipped");
+        return;
+    }
+    let broker = start_broker_with(|c| c.amqp_listen = "[::]:0".parse().expect("address")).await;
+    let uri = format!("amqp://guest:guest@127.0.0.1:{}/%2f", broker.amqp_addr.port());
+    let connection = lapin::Connection::connect(&uri, lapin::ConnectionProperties::default())
+        .await
+        .expect("guest logs in from 127.0.0.1 through an IPv6 listener");
+    connection.close(200, "bye".into()).await.expect("close");
+    broker.shutdown().await;
+}
