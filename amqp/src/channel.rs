@@ -82,6 +82,11 @@ impl Channel {
         self.session.close();
     }
 
+    /// The client caught up with what was sent: held-back deliveries resume.
+    pub fn resume(&self) {
+        self.session.resume();
+    }
+
     /// `channel.flow`: pauses or resumes deliveries on this channel.
     pub fn set_flow(&self, active: bool) {
         self.session.set_flow(active);

@@ -134,9 +134,10 @@ impl Connection {
         self.tuning
     }
 
-    /// Feeds every whole frame in `buf` to the connection.
+    /// Feeds the whole frames in `buf` to the connection, until the client has too much
+    /// unread (see [`Outbox::is_full`]): the rest stays in `buf` for after it drains.
     pub fn process(&mut self, buf: &mut BytesMut) {
-        while !matches!(self.phase, Phase::Closed) {
+        while !matches!(self.phase, Phase::Closed) && !self.outbox.is_full() {
             match frame::next_frame(buf, self.tuning.frame_max) {
                 Ok(Some(frame)) => self.handle_frame(frame),
                 Ok(None) => break,
@@ -457,6 +458,18 @@ impl Connection {
         }
         if let Some(ctx) = &self.context {
             ctx.vhost.connection_closed(self.id);
+        }
+    }
+
+    /// Whether the client has so much unread that the connection takes no more work.
+    pub fn outbox_full(&self) -> bool {
+        self.outbox.is_full()
+    }
+
+    /// The client caught up: deliveries held back on every channel resume.
+    pub fn resume_deliveries(&self) {
+        for channel in self.channels.values() {
+            channel.resume();
         }
     }
 

@@ -94,15 +94,19 @@ pub async fn serve(
     let frame_max = Arc::new(AtomicU32::new(config.frame_max));
     let writer_task = tokio::spawn(run_writer(writer, rx, Arc::clone(&frame_max)));
     let mut connection = Connection::new(broker, Arc::clone(&config), peer, outbox.clone(), frame_max);
-    read_loop(&mut connection, &mut reader, &mut buf, &config, &mut shutdown).await;
+    read_loop(&mut connection, &outbox, &mut reader, &mut buf, &config, &mut shutdown).await;
     connection.release();
     outbox.send(crate::outbox::Outbound::Shutdown);
     let _ = writer_task.await;
     tracing::debug!(%peer, "connection closed");
 }
 
+/// Reads and processes the client's frames until the connection ends. While the client has
+/// too much unread (its outbox is full) nothing more is read or processed, and deliveries to
+/// it wait; both resume when the outbox drains.
 async fn read_loop(
     connection: &mut Connection,
+    outbox: &Outbox,
     reader: &mut tokio::net::tcp::OwnedReadHalf,
     buf: &mut BytesMut,
     config: &ProtocolConfig,
@@ -115,13 +119,16 @@ async fn read_loop(
     let mut ticker = interval(HANDSHAKE_TICK);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut read_chunk = MIN_READ_CHUNK_BYTES;
+    let mut paused_since: Option<Instant> = None;
     while connection.phase() != Phase::Closed {
-        if buf.capacity() - buf.len() < frame_header_room() {
+        let paused = connection.outbox_full();
+        paused_since = if paused { Some(paused_since.unwrap_or_else(Instant::now)) } else { None };
+        if buf.capacity() - buf.len() < frame_header_room() && !paused {
             buf.reserve(read_chunk);
         }
         let room = buf.capacity() - buf.len();
         tokio::select! {
-            read = reader.read_buf(buf) => match read {
+            read = reader.read_buf(buf), if !paused => match read {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
                     // A read that fills the room means more is waiting: read more at a time.
@@ -135,6 +142,12 @@ async fn read_loop(
                         tokio::task::yield_now().await;
                     }
                 }
+            },
+            _ = outbox.drained() => {
+                // The client caught up: the frames left waiting first, then held-back deliveries.
+                last_received = Instant::now();
+                connection.process(buf);
+                connection.resume_deliveries();
             },
             _ = ticker.tick() => {
                 let phase = connection.phase();
@@ -160,8 +173,11 @@ async fn read_loop(
                     }
                 }
                 if heartbeat_secs > 0 && phase == Phase::Open {
-                    if last_received.elapsed() > Duration::from_secs(2 * u64::from(heartbeat_secs)) {
-                        tracing::info!("missed heartbeats from client; closing");
+                    // A paused connection reads nothing; the client is gone if it has not
+                    // drained anything (heartbeats included) for as long.
+                    let heard = paused_since.unwrap_or(last_received);
+                    if heard.elapsed() > Duration::from_secs(2 * u64::from(heartbeat_secs)) {
+                        tracing::info!(paused, "missed heartbeats from client; closing");
                         return;
                     }
                     connection.send_heartbeat();

@@ -1,24 +1,41 @@
 //! The connection's outgoing side: what other parts queue for the writer, and the writer task.
 //!
 //! Everything bound for the socket, replies from the connection task and deliveries pushed by
-//! queues on other tasks, goes through one unbounded channel, so it reaches the client in the
-//! order it was queued. The writer drains the channel in batches and encodes many frames into
-//! one batch per (vectored) `write` call.
+//! queues on other tasks, goes through one channel, so it reaches the client in the order it
+//! was queued. The writer drains the channel in batches and encodes many frames into one batch
+//! per (vectored) `write` call.
+//!
+//! The channel itself never refuses an item (a reply must not be lost), but the outbox counts
+//! the bytes queued and not yet written. Past [`OUTBOX_HIGH_WATER_BYTES`] it is full: the
+//! connection stops reading the client's frames and its channels take no more deliveries
+//! (queues keep them, a durable backlog stays on disk), so a client that does not read its
+//! socket cannot make the broker buffer without limit. Once the writer has brought the count
+//! under [`OUTBOX_LOW_WATER_BYTES`] it signals [`Outbox::drained`] and work resumes.
 
 use crate::frame;
 use crate::write_batch::WriteBatch;
 use amq_protocol::protocol::AMQPClass;
 use bytes::Bytes;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
+use tokio::sync::Notify;
 use warren_delivery::{Delivery, DeliverySink};
 
 /// Bytes gathered before a write is issued, even if more items are waiting.
 const WRITE_BATCH_BYTES: usize = 256 * 1024;
 /// A write buffer grown past this is released when idle, so idle connections stay small.
 const IDLE_BUFFER_KEEP_BYTES: usize = 64 * 1024;
+/// Bytes queued for a client and not yet written at which its connection stops taking work.
+pub const OUTBOX_HIGH_WATER_BYTES: usize = 4 * 1024 * 1024;
+/// Bytes queued under which a full outbox lets work resume.
+pub const OUTBOX_LOW_WATER_BYTES: usize = 1024 * 1024;
+/// What a method frame is counted as, whatever its size (a close, a consume-ok).
+const METHOD_WEIGHT_BYTES: usize = 64;
+/// What a delivery is counted as beyond its properties and body (the deliver method, the
+/// content header, frame overhead).
+const DELIVERY_OVERHEAD_BYTES: usize = 128;
 
 /// One item for the writer.
 #[derive(Debug)]
@@ -33,22 +50,77 @@ pub enum Outbound {
     Shutdown,
 }
 
+impl Outbound {
+    /// The bytes this item counts for against the outbox's limit: about what it puts on the
+    /// wire.
+    fn weight(&self) -> usize {
+        match self {
+            Outbound::Frames(bytes) => bytes.len(),
+            Outbound::Method(..) => METHOD_WEIGHT_BYTES,
+            Outbound::Deliver(_, delivery) => {
+                let message = &delivery.message;
+                DELIVERY_OVERHEAD_BYTES + message.properties.raw().len() + message.body.len()
+            }
+            Outbound::Shutdown => 0,
+        }
+    }
+}
+
+/// How much an outbox holds, shared by its senders and its writer.
+#[derive(Debug, Default)]
+struct Load {
+    queued_bytes: AtomicUsize,
+    /// Someone found the outbox full: the writer signals `drained` once it is low again.
+    full_seen: AtomicBool,
+    drained: Notify,
+}
+
 /// The sending end, cloned into every channel's delivery sink.
 #[derive(Debug, Clone)]
 pub struct Outbox {
     tx: mpsc::UnboundedSender<Outbound>,
+    load: Arc<Load>,
+}
+
+/// The writer's end of an outbox.
+#[derive(Debug)]
+pub struct OutboxReceiver {
+    rx: mpsc::UnboundedReceiver<Outbound>,
+    load: Arc<Load>,
 }
 
 impl Outbox {
     /// A new outbox and the receiver the writer task drains.
-    pub fn new() -> (Self, mpsc::UnboundedReceiver<Outbound>) {
+    pub fn new() -> (Self, OutboxReceiver) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Outbox { tx }, rx)
+        let load = Arc::new(Load::default());
+        (Outbox { tx, load: Arc::clone(&load) }, OutboxReceiver { rx, load })
     }
 
     /// Queues an item; silently dropped if the writer is gone (the socket closed).
     pub fn send(&self, item: Outbound) {
-        let _ = self.tx.send(item);
+        // Counted before it can be written, so the writer never subtracts what was not added.
+        let weight = item.weight();
+        self.load.queued_bytes.fetch_add(weight, Ordering::AcqRel);
+        if self.tx.send(item).is_err() {
+            self.load.queued_bytes.fetch_sub(weight, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether the client is this far behind: [`OUTBOX_HIGH_WATER_BYTES`] queued and not yet
+    /// written. Finding it full arms [`Outbox::drained`].
+    pub fn is_full(&self) -> bool {
+        let full = self.load.queued_bytes.load(Ordering::Acquire) >= OUTBOX_HIGH_WATER_BYTES;
+        if full {
+            self.load.full_seen.store(true, Ordering::Release);
+        }
+        full
+    }
+
+    /// Completes once a full outbox has drained under [`OUTBOX_LOW_WATER_BYTES`] (at once if
+    /// that happened since the last wait).
+    pub async fn drained(&self) {
+        self.load.drained.notified().await;
     }
 
     /// Queues a method frame.
@@ -107,13 +179,18 @@ impl DeliverySink for ChannelSink {
         self.outbox.send(Outbound::Deliver(self.channel, delivery));
     }
 
+    fn writable(&self) -> bool {
+        !self.outbox.is_full()
+    }
+
     fn consumer_cancelled(&self, consumer_tag: &amq_protocol::types::ShortString) {
         let cancel = amq_protocol::protocol::basic::Cancel { consumer_tag: consumer_tag.clone(), nowait: false };
         self.outbox.method(self.channel, AMQPClass::Basic(amq_protocol::protocol::basic::AMQPMethod::Cancel(cancel)));
     }
 }
 
-fn encode(batch: &mut WriteBatch, item: Outbound, frame_max: u32) -> bool {
+fn encode(batch: &mut WriteBatch, item: Outbound, frame_max: u32, weight: &mut usize) -> bool {
+    *weight += item.weight();
     match item {
         Outbound::Frames(bytes) => batch.push(bytes),
         Outbound::Method(channel, method) => frame::put_method(batch.buf(), channel, method),
@@ -137,20 +214,18 @@ fn encode(batch: &mut WriteBatch, item: Outbound, frame_max: u32) -> bool {
 
 /// Runs the writer until [`Outbound::Shutdown`], the channel closing, or a write error.
 /// `frame_max` is read per batch: it is set once tuning completes.
-pub async fn run_writer<W: AsyncWrite + Unpin>(
-    mut socket: W,
-    mut rx: mpsc::UnboundedReceiver<Outbound>,
-    frame_max: Arc<AtomicU32>,
-) {
+pub async fn run_writer<W: AsyncWrite + Unpin>(mut socket: W, receiver: OutboxReceiver, frame_max: Arc<AtomicU32>) {
+    let OutboxReceiver { mut rx, load } = receiver;
     let mut batch = WriteBatch::default();
     let mut running = true;
     while running {
         let Some(first) = rx.recv().await else { break };
         let limit = frame_max.load(Ordering::Acquire);
-        running = encode(&mut batch, first, limit);
+        let mut weight = 0;
+        running = encode(&mut batch, first, limit, &mut weight);
         while running && batch.len() < WRITE_BATCH_BYTES {
             match rx.try_recv() {
-                Ok(item) => running = encode(&mut batch, item, limit),
+                Ok(item) => running = encode(&mut batch, item, limit, &mut weight),
                 Err(_) => break,
             }
         }
@@ -160,6 +235,10 @@ pub async fn run_writer<W: AsyncWrite + Unpin>(
         if let Err(error) = batch.write_to(&mut socket).await {
             tracing::debug!(%error, "write failed; closing connection");
             break;
+        }
+        let left = load.queued_bytes.fetch_sub(weight, Ordering::AcqRel) - weight;
+        if left < OUTBOX_LOW_WATER_BYTES && load.full_seen.swap(false, Ordering::AcqRel) {
+            load.drained.notify_one();
         }
         if !busy && batch.capacity() > IDLE_BUFFER_KEEP_BYTES && rx.is_empty() {
             batch.shrink();

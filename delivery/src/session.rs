@@ -38,6 +38,12 @@ pub trait DeliverySink: Send + Sync {
     fn deliver(&self, delivery: Delivery);
     /// Tells the client the broker cancelled its consumer (its queue was deleted).
     fn consumer_cancelled(&self, consumer_tag: &ShortString);
+    /// Whether the client can take more deliveries now. While it cannot (it is not reading
+    /// what was sent), queues keep their messages, and a durable backlog stays on disk, until
+    /// the protocol layer calls [`Session::resume`].
+    fn writable(&self) -> bool {
+        true
+    }
 }
 
 /// A delivery not yet settled.
@@ -95,8 +101,14 @@ impl Session {
         &self.vhost
     }
 
+    /// Whether deliveries may flow: not paused by `channel.flow`, and the client keeping up.
     pub(crate) fn flow_active(&self) -> bool {
-        self.flow_active.load(Ordering::Acquire)
+        self.flow_active.load(Ordering::Acquire) && self.sink.writable()
+    }
+
+    /// The client caught up with what was sent: deliveries held back resume.
+    pub fn resume(&self) {
+        self.kick_consumers();
     }
 
     pub(crate) fn has_credit(&self) -> bool {

@@ -73,6 +73,17 @@ impl WarrenProcess {
         WarrenProcess { child, log, amqp_addr: addr.parse().expect("listening address") }
     }
 
+    /// Its resident memory now (VmRSS), in bytes.
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("/proc status");
+        let kib = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("VmRSS line");
+        kib * 1024
+    }
+
     /// The lines logged so far (stderr, `RUST_LOG=info`).
     pub fn log_lines(&self) -> Vec<String> {
         self.log.lock().map(|lines| lines.clone()).unwrap_or_default()
