@@ -4,6 +4,12 @@
 //!
 //! The name maps are read on every publish and written only by declare and delete, so they sit
 //! behind read-write locks that are never held while a queue's own lock is taken.
+//!
+//! A durable queue's (or delayed exchange's) files live in a directory named after it, so two
+//! incarnations of one name would share a directory. Creating and destroying that storage is
+//! therefore serialised by the `lifecycle` lock, together with the name map change that goes
+//! with it: a queue is either in the map with its files, or in neither, and a declare never
+//! sees a name half-deleted.
 
 use crate::definitions::VhostStorage;
 use crate::equivalence;
@@ -13,7 +19,7 @@ use crate::queue::{ConnectionId, MessageStore, Queue, QueueArguments, QueueConte
 use crate::scheduler::SchedulerHandle;
 use crate::stream::StreamArguments;
 use amq_protocol::types::FieldTable;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use rand::distributions::{Alphanumeric, DistString};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -49,7 +55,19 @@ pub struct VirtualHost {
     storage: Option<VhostStorage>,
     scheduler: SchedulerHandle,
     me: Weak<VirtualHost>,
+    /// Held while a queue's or delayed exchange's storage is created or destroyed together
+    /// with its name map entry (see the module documentation). Never taken under the name
+    /// maps' locks or a queue's lock.
+    lifecycle: Mutex<()>,
+    /// Tests pause here, at a named point, to force an interleaving.
+    #[cfg(test)]
+    interleave: interleave::Hook,
 }
+
+#[cfg(test)]
+mod interleave;
+#[cfg(test)]
+mod lifecycle_tests;
 
 fn internal_error(what: &str, error: impl std::fmt::Display) -> BrokerError {
     tracing::error!(%error, "{what}");
@@ -64,10 +82,12 @@ impl VirtualHost {
 
     /// A virtual host on disk: its durable definitions and queues are recovered from `storage`.
     pub fn open(name: &str, storage: VhostStorage, scheduler: SchedulerHandle) -> Result<Arc<Self>, BrokerError> {
-        let definitions = storage.load().map_err(|e| internal_error("cannot read definitions", e))?;
-        storage.remove_orphan_dirs(&definitions);
+        // What cannot be read is left out entity by entity (and its data kept aside) by
+        // `restore`; only a file that is not a definitions document at all stops the start,
+        // before anything on disk is touched.
+        let loaded = storage.load().map_err(|e| internal_error("cannot read definitions", e))?;
         let vhost = Self::with_standard_exchanges(name, Some(storage), scheduler);
-        vhost.restore(definitions)?;
+        vhost.restore(loaded)?;
         Ok(vhost)
     }
 
@@ -79,6 +99,9 @@ impl VirtualHost {
             storage,
             scheduler,
             me: Weak::clone(me),
+            lifecycle: Mutex::new(()),
+            #[cfg(test)]
+            interleave: interleave::Hook::default(),
         });
         for (name, kind) in [
             ("", ExchangeKind::Direct),
@@ -156,6 +179,7 @@ impl VirtualHost {
         }
         let durable = definition.durable;
         {
+            let _lifecycle = self.lifecycle.lock();
             let mut exchanges = self.exchanges.write();
             if let Some(existing) = exchanges.get(&definition.name) {
                 return equivalence::check_exchange(existing.definition(), &definition, &self.name);
@@ -190,20 +214,24 @@ impl VirtualHost {
     pub fn delete_exchange(&self, name: &str, if_unused: bool) -> BrokerResult<()> {
         Self::check_not_reserved("exchange", name)?;
         let exchange = {
-            let mut exchanges = self.exchanges.write();
-            let Some(exchange) = exchanges.get(name) else { return Ok(()) };
-            if if_unused && exchange.binding_count() > 0 {
-                return Err(BrokerError::precondition_failed(format!(
-                    "exchange '{name}' in vhost '{}' in use",
-                    self.name
-                )));
-            }
-            exchanges.remove(name)
-        };
-        if let Some(exchange) = exchange {
-            if let Some(delayed) = exchange.delayed() {
+            let _lifecycle = self.lifecycle.lock();
+            let exchange = {
+                let mut exchanges = self.exchanges.write();
+                let Some(exchange) = exchanges.get(name) else { return Ok(()) };
+                if if_unused && exchange.binding_count() > 0 {
+                    return Err(BrokerError::precondition_failed(format!(
+                        "exchange '{name}' in vhost '{}' in use",
+                        self.name
+                    )));
+                }
+                exchanges.remove(name)
+            };
+            if let Some(delayed) = exchange.as_ref().and_then(|e| e.delayed()) {
                 delayed.destroy();
             }
+            exchange
+        };
+        if let Some(exchange) = exchange {
             self.remove_bindings_to(&Destination::Exchange(name.into()));
             if exchange.definition().durable {
                 self.save_definitions()?;
@@ -300,27 +328,23 @@ impl VirtualHost {
             return self.declare_stream(definition);
         }
         let stored = is_stored(&definition);
-        let store = match (&self.storage, stored) {
-            (Some(storage), true) => {
-                let store =
-                    storage.create_queue(&definition.name).map_err(|e| internal_error("cannot create queue", e))?;
-                Some(Box::new(store) as Box<dyn MessageStore>)
-            }
-            _ => None,
-        };
         let queue = {
-            let mut queues = self.queues.write();
-            if let Some(existing) = queues.get(&definition.name) {
+            let _lifecycle = self.lifecycle.lock();
+            if let Ok(existing) = self.queue(&definition.name) {
                 // Declared by another connection meanwhile: answer as for an existing queue.
-                let existing = Arc::clone(existing);
-                drop(queues);
-                if let Some(store) = store {
-                    store.destroy();
-                }
                 return Ok(Self::declared(existing));
             }
+            let store = match (&self.storage, stored) {
+                (Some(storage), true) => {
+                    let store =
+                        storage.create_queue(&definition.name).map_err(|e| internal_error("cannot create queue", e))?;
+                    Some(Box::new(store) as Box<dyn MessageStore>)
+                }
+                _ => None,
+            };
+            self.pause_at("queue storage created");
             let queue = Queue::new(definition, store, self.queue_context())?;
-            queues.insert(queue.name().to_string(), Arc::clone(&queue));
+            self.queues.write().insert(queue.name().to_string(), Arc::clone(&queue));
             queue
         };
         if stored {
@@ -352,17 +376,19 @@ impl VirtualHost {
         let Some(storage) = &self.storage else {
             return Err(BrokerError::new(ReplyCode::NotImplemented, "streams need a broker with a data directory"));
         };
-        let mut queues = self.queues.write();
-        if let Some(existing) = queues.get(&definition.name) {
-            // Declared by another connection meanwhile.
-            return Ok(Self::declared(Arc::clone(existing)));
-        }
-        let stream = storage
-            .create_stream(&definition.name, arguments)
-            .map_err(|e| internal_error("cannot create stream", e))?;
-        let queue = Queue::new_stream(definition, stream, self.queue_context())?;
-        queues.insert(queue.name().to_string(), Arc::clone(&queue));
-        drop(queues);
+        let queue = {
+            let _lifecycle = self.lifecycle.lock();
+            if let Ok(existing) = self.queue(&definition.name) {
+                // Declared by another connection meanwhile.
+                return Ok(Self::declared(existing));
+            }
+            let stream = storage
+                .create_stream(&definition.name, arguments)
+                .map_err(|e| internal_error("cannot create stream", e))?;
+            let queue = Queue::new_stream(definition, stream, self.queue_context())?;
+            self.queues.write().insert(queue.name().to_string(), Arc::clone(&queue));
+            queue
+        };
         self.save_definitions()?;
         Ok(Self::declared(queue))
     }
@@ -404,15 +430,19 @@ impl VirtualHost {
     }
 
     fn remove_queue(&self, queue: &Arc<Queue>) -> u32 {
-        {
-            let mut queues = self.queues.write();
-            if !queues.get(queue.name()).is_some_and(|q| Arc::ptr_eq(q, queue)) {
-                return 0;
+        let (count, consumers) = {
+            let _lifecycle = self.lifecycle.lock();
+            {
+                let mut queues = self.queues.write();
+                if !queues.get(queue.name()).is_some_and(|q| Arc::ptr_eq(q, queue)) {
+                    return 0;
+                }
+                queues.remove(queue.name());
             }
-            queues.remove(queue.name());
-        }
+            self.pause_at("queue removed from the name map");
+            queue.mark_deleted()
+        };
         self.remove_bindings_to(&Destination::Queue(queue.name().into()));
-        let (count, consumers) = queue.mark_deleted();
         for consumer in consumers {
             consumer.session().cancelled_by_broker(&consumer);
         }
@@ -465,6 +495,16 @@ impl VirtualHost {
         for queue in owned {
             self.remove_queue(&queue);
         }
+    }
+}
+
+impl VirtualHost {
+    /// A point where a concurrent declare or delete could interleave; tests pause here.
+    fn pause_at(&self, point: &'static str) {
+        #[cfg(test)]
+        self.interleave.reached(point);
+        #[cfg(not(test))]
+        let _ = point;
     }
 }
 
