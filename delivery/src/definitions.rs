@@ -4,6 +4,10 @@
 //! JSON document in a [`SnapshotFile`], rewritten atomically after every change, so a crash
 //! leaves the old set or the new one. Each durable queue's messages live in a directory named
 //! by the SHA-256 of the queue's name (names may hold any byte; file names may not).
+//!
+//! A record that cannot be read back at start is left out on its own (see `reading`): the
+//! record goes to an unreadable file beside the definitions and its data directory is moved
+//! aside, so that one bad record neither keeps the broker down nor loses data.
 
 use crate::queue::{LogStore, LogStoreConfig, StoreError};
 use crate::stream::{Stream, StreamArguments};
@@ -11,12 +15,20 @@ use amq_protocol::types::FieldTable;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 use warren_storage::SnapshotFile;
+
+mod reading;
+
+pub use reading::{binding_name, EntityKind, LeftOut, LoadedDefinitions};
 
 const DEFINITIONS_FILE: &str = "definitions.json";
 const QUEUES_DIR: &str = "queues";
 const DELAYED_DIR: &str = "delayed";
+/// Where the data of definitions that could not be read is kept, under the vhost directory.
+const UNREADABLE_DIR: &str = "unreadable";
 
 /// A durable exchange as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -76,13 +88,38 @@ pub enum DefinitionsError {
     /// The file could not be read or written.
     #[error(transparent)]
     Storage(#[from] warren_storage::StorageError),
-    /// The file does not hold valid definitions.
-    #[error("definitions file {path} is not valid: {message}")]
+    /// The file is not a definitions document at all (a record that cannot be read is left
+    /// out on its own instead).
+    #[error(
+        "definitions file {path} cannot be read: {message}. The broker does not start with it. To start this \
+         virtual host without its durable exchanges, queues and bindings, move the file aside (keep it to repair \
+         or inspect): the data directories of its queues are then kept, moved under {unreadable_dir}"
+    )]
     Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Where the data directories go if the file is moved aside.
+        unreadable_dir: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// Definitions could not be turned into JSON.
+    #[error("cannot write definitions to {path}: {message}")]
+    Encode {
         /// The file.
         path: PathBuf,
         /// What is wrong.
         message: String,
+    },
+    /// A data directory could not be moved out of harm's way.
+    #[error("cannot move {from} to {to}: {source}")]
+    SetAside {
+        /// The directory.
+        from: PathBuf,
+        /// Where it was to go.
+        to: PathBuf,
+        /// Why.
+        source: std::io::Error,
     },
 }
 
@@ -107,19 +144,27 @@ impl VhostStorage {
         }
     }
 
-    /// The stored definitions (empty if none were ever saved).
-    pub fn load(&self) -> Result<Definitions, DefinitionsError> {
-        let Some(bytes) = self.definitions.read()? else { return Ok(Definitions::default()) };
-        serde_json::from_slice(&bytes).map_err(|e| DefinitionsError::Invalid {
+    /// The stored definitions as far as they can be read (empty if none were ever saved).
+    /// A record that cannot be read, or whose field tables nest deeper than the protocol
+    /// accepts, is left out on its own; only a file that is not a definitions document at
+    /// all is an error. Nothing on disk changes here: see [`VhostStorage::prepare_dirs`].
+    pub fn load(&self) -> Result<LoadedDefinitions, DefinitionsError> {
+        let Some(bytes) = self.definitions.read()? else { return Ok(LoadedDefinitions::default()) };
+        reading::read(&bytes).map_err(|message| DefinitionsError::Invalid {
             path: self.definitions.path().to_path_buf(),
-            message: e.to_string(),
+            unreadable_dir: self.dir.join(UNREADABLE_DIR),
+            message,
         })
     }
 
-    /// Saves definitions built by `snapshot`, under the save lock.
+    /// Saves definitions built by `snapshot`, under the save lock. A record nested deeper
+    /// than the protocol accepts is not saved (and logged), so that the file can always be
+    /// read back.
     pub fn save(&self, snapshot: impl FnOnce() -> Definitions) -> Result<(), DefinitionsError> {
         let _guard = self.save_lock.lock();
-        let bytes = serde_json::to_vec_pretty(&snapshot()).map_err(|e| DefinitionsError::Invalid {
+        let mut definitions = snapshot();
+        reading::drop_too_deep(&mut definitions);
+        let bytes = serde_json::to_vec_pretty(&definitions).map_err(|e| DefinitionsError::Encode {
             path: self.definitions.path().to_path_buf(),
             message: e.to_string(),
         })?;
@@ -167,38 +212,328 @@ impl VhostStorage {
         LogStore::open(&self.fresh_dir(kind, name)?, &self.store_config)
     }
 
-    /// The directory of a new store, emptied of anything a crash left there.
+    /// The directory of a new store, emptied of anything a crash left there. (The data of a
+    /// definition left out at start is not there: [`VhostStorage::prepare_dirs`] moved it.)
     fn fresh_dir(&self, kind: &str, name: &str) -> Result<PathBuf, StoreError> {
         let dir = self.store_dir(kind, name);
         if dir.exists() {
+            tracing::warn!(dir = %dir.display(), "removing stale files in the place of a new {kind} store");
             std::fs::remove_dir_all(&dir).map_err(|e| StoreError::Io(format!("{}: {e}", dir.display())))?;
         }
         Ok(dir)
     }
 
-    /// Removes store directories that no stored queue or delayed exchange owns (left by a
-    /// crash in the middle of a delete).
-    pub fn remove_orphan_dirs(&self, definitions: &Definitions) {
-        let delayed = definitions.exchanges.iter().filter(|e| e.kind == crate::exchange::DELAYED_TYPE);
-        let keep: Vec<PathBuf> = definitions
+    /// Puts the store directories in order before `kept`, the records about to be restored,
+    /// is restored; `left_out` are the records that cannot be, and `found` says whether there
+    /// was a definitions file. Returns the unreadable file, if one was written.
+    ///
+    /// - Left-out records are written, as stored and with their reasons, to
+    ///   `definitions.unreadable-<unix ms>.json` beside the definitions, and each one's data
+    ///   directory is moved to `unreadable/<unix ms>/` (same relative path), out of reach of
+    ///   orphan removal and of a new declare of the same name; both are logged.
+    /// - A directory that no kept record owns was left by a crash in the middle of a delete
+    ///   and is removed, except when it may belong to something unknown: when a left-out
+    ///   record's name cannot be read, or when there is no definitions file while data
+    ///   directories exist (the file was moved aside). Those directories are moved aside too.
+    pub fn prepare_dirs(
+        &self,
+        kept: &Definitions,
+        left_out: &mut [LeftOut],
+        found: bool,
+    ) -> Result<Option<PathBuf>, DefinitionsError> {
+        let delayed = kept.exchanges.iter().filter(|e| e.kind == crate::exchange::DELAYED_TYPE);
+        let owned: HashSet<PathBuf> = kept
             .queues
             .iter()
             .map(|q| self.store_dir(QUEUES_DIR, &q.name))
             .chain(delayed.map(|e| self.store_dir(DELAYED_DIR, &e.name)))
             .collect();
+        let mut orphans: Vec<(&'static str, PathBuf)> = Vec::new();
         for kind in [QUEUES_DIR, DELAYED_DIR] {
             let Ok(entries) = std::fs::read_dir(self.dir.join(kind)) else { continue };
-            for path in entries.flatten().map(|entry| entry.path()) {
-                if !keep.contains(&path) {
-                    tracing::info!(dir = %path.display(), "removing the files of something that no longer exists");
-                    let _ = std::fs::remove_dir_all(&path);
+            orphans.extend(entries.flatten().map(|entry| (kind, entry.path())).filter(|(_, p)| !owned.contains(p)));
+        }
+        let (stamp, file) = self.unused_stamp();
+        let aside = self.dir.join(UNREADABLE_DIR).join(stamp.to_string());
+        let aside_of = |path: &Path| aside.join(path.strip_prefix(&self.dir).unwrap_or(path));
+        let mut moves: Vec<(PathBuf, PathBuf)> = Vec::new();
+        // Which kinds of directory may hold the data of something unknown.
+        let mut unknown_owner = if found { Vec::new() } else { vec![QUEUES_DIR, DELAYED_DIR] };
+        for entry in left_out.iter_mut() {
+            let kind = match entry.kind {
+                EntityKind::Queue => QUEUES_DIR,
+                EntityKind::Exchange => DELAYED_DIR,
+                EntityKind::Binding => continue,
+            };
+            let Some(name) = &entry.name else {
+                unknown_owner.push(kind);
+                if orphans.iter().any(|(k, _)| *k == kind) {
+                    entry.data_moved_to = Some(aside.join(kind));
                 }
+                continue;
+            };
+            let dir = self.store_dir(kind, name);
+            if let Some(at) = orphans.iter().position(|(_, path)| *path == dir) {
+                orphans.swap_remove(at);
+                let to = aside_of(&dir);
+                entry.data_moved_from = Some(dir.clone());
+                entry.data_moved_to = Some(to.clone());
+                moves.push((dir, to));
             }
         }
+        let mut removals = Vec::new();
+        for (kind, path) in orphans {
+            if unknown_owner.contains(&kind) {
+                let to = aside_of(&path);
+                tracing::warn!(
+                    dir = %path.display(),
+                    moved_to = %to.display(),
+                    "keeping data that no readable definition owns: moved aside instead of removed"
+                );
+                moves.push((path, to));
+            } else {
+                removals.push(path);
+            }
+        }
+        let written = if left_out.is_empty() {
+            None
+        } else {
+            self.write_unreadable(&file, left_out)?;
+            Some(file)
+        };
+        for (from, to) in &moves {
+            move_aside(from, to)?;
+        }
+        for path in removals {
+            tracing::info!(dir = %path.display(), "removing the files of something that no longer exists");
+            let _ = std::fs::remove_dir_all(&path);
+        }
+        let shown_path = |path: Option<&Path>| path.map(|p| p.display().to_string()).unwrap_or_default();
+        for entry in left_out.iter() {
+            let name = entry.name.as_deref().map_or("(unreadable)".into(), reading::shown);
+            tracing::error!(
+                kind = entry.kind.as_str(),
+                %name,
+                reason = %reading::shown(&entry.reason),
+                data_moved_to = %shown_path(entry.data_moved_to.as_deref()),
+                unreadable_file = %shown_path(written.as_deref()),
+                "a stored definition cannot be read: left out of the virtual host, kept in the unreadable file"
+            );
+        }
+        Ok(written)
+    }
+
+    /// A time stamp (unix ms) for which neither an unreadable file nor folder exists yet.
+    fn unused_stamp(&self) -> (u128, PathBuf) {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or_default();
+        (now..)
+            .map(|stamp| (stamp, self.dir.join(format!("definitions.unreadable-{stamp}.json"))))
+            .find(|(stamp, file)| !file.exists() && !self.dir.join(UNREADABLE_DIR).join(stamp.to_string()).exists())
+            .unwrap_or((now, self.dir.join(format!("definitions.unreadable-{now}.json"))))
+    }
+
+    fn write_unreadable(&self, file: &Path, left_out: &[LeftOut]) -> Result<(), DefinitionsError> {
+        #[derive(Serialize)]
+        struct Unreadable<'a> {
+            definitions: &'a Path,
+            note: &'static str,
+            left_out: &'a [LeftOut],
+        }
+        let note = "These stored definitions could not be read when the virtual host started, and were left out of \
+                    it (the definitions file no longer holds them). To bring one back: stop the broker, repair its \
+                    record and add it to the definitions file, and move its data directory (if any) from \
+                    data_moved_to back to data_moved_from.";
+        let document = Unreadable { definitions: self.definitions.path(), note, left_out };
+        let bytes = serde_json::to_vec_pretty(&document)
+            .map_err(|e| DefinitionsError::Encode { path: file.to_path_buf(), message: e.to_string() })?;
+        SnapshotFile::new(file).write(&bytes)?;
+        Ok(())
     }
 
     /// The directory of the virtual host.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+}
+
+/// Moves a data directory to `to` (creating its parents) and makes the move durable.
+fn move_aside(from: &Path, to: &Path) -> Result<(), DefinitionsError> {
+    let fail = |source| DefinitionsError::SetAside { from: from.to_path_buf(), to: to.to_path_buf(), source };
+    let parent = to.parent().unwrap_or(to);
+    std::fs::create_dir_all(parent).map_err(fail)?;
+    std::fs::rename(from, to).map_err(fail)?;
+    for dir in [parent, from.parent().unwrap_or(from)] {
+        if let Err(error) = std::fs::File::open(dir).and_then(|d| d.sync_all()) {
+            tracing::warn!(dir = %dir.display(), %error, "cannot fsync a directory after moving data aside");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::field_table::{tests::nested, MAX_NESTING_DEPTH};
+
+    fn storage(dir: &Path) -> VhostStorage {
+        VhostStorage::new(dir.to_path_buf(), LogStoreConfig::default())
+    }
+
+    /// A queue's data directory with one file in it.
+    fn data_dir(storage: &VhostStorage, name: &str) -> PathBuf {
+        let dir = storage.store_dir(QUEUES_DIR, name);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("00000000000000000000.log"), name).expect("write");
+        dir
+    }
+
+    fn queue(name: &str, depth: usize) -> QueueRecord {
+        QueueRecord { name: name.into(), auto_delete: false, arguments: nested(depth, false) }
+    }
+
+    /// Writes a definitions file holding `queues`, each given as JSON text.
+    fn write_definitions(storage: &VhostStorage, queues: &[String]) {
+        let text = format!(r#"{{"exchanges":[],"queues":[{}],"bindings":[]}}"#, queues.join(","));
+        std::fs::write(storage.definitions.path(), text).expect("write definitions");
+    }
+
+    fn json(record: &QueueRecord) -> String {
+        serde_json::to_string(record).expect("json")
+    }
+
+    fn names(definitions: &Definitions) -> Vec<&str> {
+        definitions.queues.iter().map(|q| q.name.as_str()).collect()
+    }
+
+    #[test]
+    fn what_is_saved_up_to_the_limit_loads_back_and_deeper_records_are_not_saved() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage = storage(dir.path());
+        storage
+            .save(|| Definitions {
+                queues: vec![queue("deepest", MAX_NESTING_DEPTH), queue("too-deep", MAX_NESTING_DEPTH + 1)],
+                ..Definitions::default()
+            })
+            .expect("save");
+        let loaded = storage.load().expect("load");
+        assert_eq!(names(&loaded.definitions), ["deepest"]);
+        assert!(loaded.left_out.is_empty() && loaded.found);
+        assert_eq!(loaded.definitions.queues[0].arguments, nested(MAX_NESTING_DEPTH, false));
+    }
+
+    #[test]
+    fn a_damaged_record_is_left_out_and_its_data_moved_aside_with_the_record_beside_the_definitions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage = storage(dir.path());
+        let healthy_dir = data_dir(&storage, "healthy");
+        let bad_dir = data_dir(&storage, "bad");
+        let deleted_dir = data_dir(&storage, "deleted");
+        let mut bad = serde_json::to_value(queue("bad", 1)).expect("json");
+        bad["arguments"]["k"] = serde_json::json!({"NoSuchType": 1});
+        write_definitions(&storage, &[json(&queue("healthy", 2)), bad.to_string()]);
+
+        let mut loaded = storage.load().expect("a partly damaged file loads");
+        assert_eq!(names(&loaded.definitions), ["healthy"]);
+        assert_eq!(loaded.left_out.len(), 1);
+        assert_eq!(loaded.left_out[0].name.as_deref(), Some("bad"));
+        let file = storage
+            .prepare_dirs(&loaded.definitions, &mut loaded.left_out, loaded.found)
+            .expect("prepare")
+            .expect("an unreadable file");
+
+        assert!(healthy_dir.join("00000000000000000000.log").exists(), "a kept queue's data stays in place");
+        assert!(!deleted_dir.exists(), "what no record owns is still removed");
+        assert!(!bad_dir.exists(), "the left-out queue's data is moved out of reach of a new declare");
+        let moved = loaded.left_out[0].data_moved_to.clone().expect("moved");
+        assert!(moved.starts_with(dir.path().join(UNREADABLE_DIR)), "{}", moved.display());
+        assert_eq!(std::fs::read(moved.join("00000000000000000000.log")).expect("moved data"), b"bad");
+
+        assert_eq!(file.parent(), Some(dir.path()));
+        let name = file.file_name().and_then(|n| n.to_str()).expect("name");
+        assert!(name.starts_with("definitions.unreadable-") && name.ends_with(".json"), "{name}");
+        let unreadable: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&file).expect("read")).expect("the unreadable file is JSON");
+        let entry = &unreadable["left_out"][0];
+        assert_eq!(entry["kind"], "queue");
+        assert_eq!(entry["name"], "bad");
+        assert_eq!(entry["record"], bad, "the record as it was stored");
+        assert!(entry["reason"].as_str().is_some_and(|r| r.contains("NoSuchType")), "{entry}");
+        assert_eq!(entry["data_moved_from"], bad_dir.display().to_string());
+        assert_eq!(entry["data_moved_to"], moved.display().to_string());
+    }
+
+    #[test]
+    fn records_too_deep_for_the_reader_or_the_limit_are_left_out_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage = storage(dir.path());
+        let mut deep = r#"{"LongString":[108]}"#.to_string();
+        for _ in 1..70 {
+            deep = format!(r#"{{"FieldTable":{{"k":{deep}}}}}"#);
+        }
+        let seventy = format!(r#"{{"name":"seventy","auto_delete":false,"arguments":{{"k":{deep}}}}}"#);
+        write_definitions(&storage, &[seventy, json(&queue("forty", 40)), json(&queue("ok", MAX_NESTING_DEPTH))]);
+        let loaded = storage.load().expect("load");
+        assert_eq!(names(&loaded.definitions), ["ok"]);
+        let left: Vec<_> = loaded.left_out.iter().map(|l| l.name.as_deref()).collect();
+        assert_eq!(left, [Some("seventy"), Some("forty")]);
+    }
+
+    #[test]
+    fn when_a_record_has_no_readable_name_no_unowned_data_is_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage = storage(dir.path());
+        let unknown_dir = data_dir(&storage, "whose?");
+        write_definitions(&storage, &[r#"{"name":7,"auto_delete":false,"arguments":{}}"#.to_string()]);
+        let mut loaded = storage.load().expect("load");
+        assert_eq!(loaded.left_out.len(), 1);
+        assert_eq!(loaded.left_out[0].name, None);
+        storage.prepare_dirs(&loaded.definitions, &mut loaded.left_out, loaded.found).expect("prepare");
+        assert!(!unknown_dir.exists());
+        let folder = loaded.left_out[0].data_moved_to.clone().expect("where unowned data went");
+        let moved = folder.join(unknown_dir.file_name().expect("name"));
+        assert!(moved.join("00000000000000000000.log").exists(), "{}", moved.display());
+    }
+
+    #[test]
+    fn a_file_that_is_not_json_stops_the_start_with_what_to_do_and_touches_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage = storage(dir.path());
+        let queue_dir = data_dir(&storage, "q");
+        std::fs::write(storage.definitions.path(), b"{\"queues\": [ garbage").expect("write");
+        let error = storage.load().expect_err("not a definitions document").to_string();
+        assert!(error.contains(&storage.definitions.path().display().to_string()), "{error}");
+        assert!(error.contains("move the file aside"), "{error}");
+        assert!(queue_dir.exists());
+        assert!(!dir.path().join(UNREADABLE_DIR).exists());
+    }
+
+    #[test]
+    fn without_a_definitions_file_existing_data_is_moved_aside_not_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage = storage(dir.path());
+        let queue_dir = data_dir(&storage, "q");
+        let mut loaded = storage.load().expect("load");
+        assert!(!loaded.found);
+        let file = storage.prepare_dirs(&loaded.definitions, &mut loaded.left_out, loaded.found).expect("prepare");
+        assert_eq!(file, None, "nothing was left out, so there is no unreadable file");
+        assert!(!queue_dir.exists());
+        let aside = std::fs::read_dir(dir.path().join(UNREADABLE_DIR)).expect("unreadable folder").count();
+        assert_eq!(aside, 1);
+    }
+
+    #[test]
+    fn a_healthy_start_removes_only_unowned_data_and_writes_nothing_aside() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage = storage(dir.path());
+        let kept_dir = data_dir(&storage, "kept");
+        let orphan_dir = data_dir(&storage, "orphan");
+        storage.save(|| Definitions { queues: vec![queue("kept", 1)], ..Definitions::default() }).expect("save");
+        let mut loaded = storage.load().expect("load");
+        assert_eq!(
+            storage.prepare_dirs(&loaded.definitions, &mut loaded.left_out, loaded.found).expect("prepare"),
+            None
+        );
+        assert!(kept_dir.exists() && !orphan_dir.exists());
+        assert!(!dir.path().join(UNREADABLE_DIR).exists());
     }
 }

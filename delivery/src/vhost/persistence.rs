@@ -1,7 +1,9 @@
 //! A virtual host's durable definitions: restoring them at start, saving them after changes.
 
 use super::{internal_error, is_standard_exchange, is_stored, VirtualHost};
-use crate::definitions::{BindingRecord, Definitions, ExchangeRecord, QueueRecord};
+use crate::definitions::{
+    binding_name, BindingRecord, Definitions, EntityKind, ExchangeRecord, LeftOut, LoadedDefinitions, QueueRecord,
+};
 use crate::error::BrokerResult;
 use crate::exchange::{Binding, DelayedMessages, Destination, Exchange, ExchangeDefinition};
 use crate::queue::{Queue, QueueArguments, QueueDefinition, QueueType};
@@ -9,17 +11,52 @@ use crate::stream::StreamArguments;
 use std::sync::{Arc, Weak};
 
 impl VirtualHost {
-    pub(super) fn restore(&self, definitions: Definitions) -> BrokerResult<()> {
+    /// Restores what `loaded` holds. A definition that cannot be restored (unreadable, invalid
+    /// arguments, a binding whose end is missing) is left out on its own: logged, kept in an
+    /// unreadable file beside the definitions with its data moved aside, and dropped from the
+    /// stored definitions, so the rest of the virtual host comes back.
+    pub(super) fn restore(&self, loaded: LoadedDefinitions) -> BrokerResult<()> {
         let Some(storage) = &self.storage else { return Ok(()) };
+        let LoadedDefinitions { definitions, mut left_out, found } = loaded;
+        let mut kept = Definitions::default();
+        let mut exchanges = Vec::new();
         for record in definitions.exchanges {
-            let definition = ExchangeDefinition::declared(
-                &record.name,
-                &record.kind,
-                true,
-                record.auto_delete,
-                record.internal,
-                record.arguments,
-            )?;
+            match exchange_definition(&record) {
+                Ok(definition) => {
+                    exchanges.push(definition);
+                    kept.exchanges.push(record);
+                }
+                Err(e) => {
+                    left_out.push(LeftOut::of_record(EntityKind::Exchange, Some(record.name.clone()), e.text, &record))
+                }
+            }
+        }
+        let mut queues = Vec::new();
+        for record in definitions.queues {
+            match queue_definition(&record) {
+                Ok(definition) => {
+                    queues.push(definition);
+                    kept.queues.push(record);
+                }
+                Err(e) => {
+                    left_out.push(LeftOut::of_record(EntityKind::Queue, Some(record.name.clone()), e.text, &record))
+                }
+            }
+        }
+        for record in definitions.bindings {
+            match missing_end(&record, &kept, &left_out) {
+                None => kept.bindings.push(record),
+                Some(reason) => {
+                    let name = binding_name(&record.source, &record.destination);
+                    left_out.push(LeftOut::of_record(EntityKind::Binding, Some(name), reason, &record));
+                }
+            }
+        }
+        storage
+            .prepare_dirs(&kept, &mut left_out, found)
+            .map_err(|e| internal_error("cannot set aside definitions that cannot be read", e))?;
+
+        for definition in exchanges {
             let exchange = if definition.delayed {
                 let store = storage.open_delayed(&definition.name).map_err(|e| internal_error("cannot recover", e))?;
                 let (me, scheduler) = (Weak::clone(&self.me), Arc::clone(&self.scheduler));
@@ -31,16 +68,8 @@ impl VirtualHost {
             };
             self.exchanges.write().insert(exchange.name().to_string(), Arc::new(exchange));
         }
-        for record in definitions.queues {
-            let definition = QueueDefinition {
-                name: record.name,
-                durable: true,
-                exclusive_owner: None,
-                auto_delete: record.auto_delete,
-                arguments: record.arguments,
-            };
-            let queue = if QueueArguments::parse(&definition.arguments)?.queue_type == QueueType::Stream {
-                let arguments = StreamArguments::parse(&definition.arguments)?;
+        for (definition, stream_arguments) in queues {
+            let queue = if let Some(arguments) = stream_arguments {
                 let stream = storage
                     .open_stream(&definition.name, arguments)
                     .map_err(|e| internal_error("cannot recover a stream", e))?;
@@ -53,16 +82,19 @@ impl VirtualHost {
             tracing::info!(queue = queue.name(), messages = queue.message_count(), "recovered queue");
             self.queues.write().insert(queue.name().to_string(), queue);
         }
-        for record in definitions.bindings {
+        for record in kept.bindings {
             let destination = if record.to_exchange {
                 Destination::Exchange(record.destination.as_str().into())
             } else {
                 Destination::Queue(record.destination.as_str().into())
             };
             let binding = Binding { destination, routing_key: record.routing_key, arguments: record.arguments };
-            if let Ok(source) = self.exchange(&record.source) {
-                source.bind(binding)?;
-            }
+            self.exchange(&record.source)?.bind(binding)?;
+        }
+        if !left_out.is_empty() {
+            // The left-out records are in the unreadable file now; the definitions file
+            // drops them, so the next start does not set them aside again.
+            self.save_definitions()?;
         }
         Ok(())
     }
@@ -122,4 +154,53 @@ impl VirtualHost {
         }
         definitions
     }
+}
+
+fn exchange_definition(record: &ExchangeRecord) -> BrokerResult<ExchangeDefinition> {
+    ExchangeDefinition::declared(
+        &record.name,
+        &record.kind,
+        true,
+        record.auto_delete,
+        record.internal,
+        record.arguments.clone(),
+    )
+}
+
+/// A stored queue's definition, and its stream arguments if it is a stream.
+fn queue_definition(record: &QueueRecord) -> BrokerResult<(QueueDefinition, Option<StreamArguments>)> {
+    let definition = QueueDefinition {
+        name: record.name.clone(),
+        durable: true,
+        exclusive_owner: None,
+        auto_delete: record.auto_delete,
+        arguments: record.arguments.clone(),
+    };
+    let stream = if QueueArguments::parse(&definition.arguments)?.queue_type == QueueType::Stream {
+        Some(StreamArguments::parse(&definition.arguments)?)
+    } else {
+        None
+    };
+    Ok((definition, stream))
+}
+
+/// Why a stored binding cannot be restored: its source or destination is not restored.
+fn missing_end(record: &BindingRecord, kept: &Definitions, left_out: &[LeftOut]) -> Option<String> {
+    let exchange_kept = |name: &str| is_standard_exchange(name) || kept.exchanges.iter().any(|e| e.name == name);
+    let queue_kept = |name: &str| kept.queues.iter().any(|q| q.name == name);
+    let why = |kind: EntityKind, role: &str, name: &str| {
+        let was_left_out = left_out.iter().any(|l| l.kind == kind && l.name.as_deref() == Some(name));
+        let what = if was_left_out { "was left out" } else { "does not exist" };
+        Some(format!("its {role} {} '{name}' {what}", kind.as_str()))
+    };
+    if record.source.is_empty() || !exchange_kept(&record.source) {
+        return why(EntityKind::Exchange, "source", &record.source);
+    }
+    if record.to_exchange && !exchange_kept(&record.destination) {
+        return why(EntityKind::Exchange, "destination", &record.destination);
+    }
+    if !record.to_exchange && !queue_kept(&record.destination) {
+        return why(EntityKind::Queue, "destination", &record.destination);
+    }
+    None
 }
