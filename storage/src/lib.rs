@@ -1,10 +1,12 @@
 //! Warren's storage engine: a segmented, append-only log of records with dense u64
 //! offsets, a memory-mapped sparse index and time index per segment, retention,
-//! crash recovery that reads only the tail, and group commit with a durable watermark.
+//! crash recovery that reads only the tail, stepping past (and reporting once) damaged
+//! records found later, and group commit with a durable watermark.
 //!
 //! The on-disk format is specified in `storage/README.md`. Start at [`Log`].
 
 mod config;
+mod damage;
 mod entry_file;
 mod error;
 mod flusher;
@@ -26,6 +28,7 @@ pub use config::{
     FlushPolicy, LogConfig, DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_INTERVAL_MS, DEFAULT_INDEX_INTERVAL_BYTES,
     DEFAULT_MAX_RECORD_BYTES, DEFAULT_SEGMENT_BYTES, DEFAULT_WRITE_BUFFER_BYTES, MAX_SEGMENT_BYTES,
 };
+pub use damage::DamagedRange;
 pub use error::{Result, StorageError};
 pub use flusher::{Flusher, SHARED_FLUSHER_THREADS};
 pub use log::Log;

@@ -1,7 +1,7 @@
 //! The log: a directory of segments with one active segment taking appends. `Log` owns
 //! the shared state (segment list, write path, rolling, flush policy) and the public
-//! API; reading, retention, truncation and recovery live in their own modules as further
-//! `impl Log` blocks and helpers.
+//! API; reading, stepping past damage, retention, truncation and recovery live in their own
+//! modules as further `impl Log` blocks and helpers.
 
 use std::collections::VecDeque;
 use std::fs;
@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tracing::error;
 
 use crate::config::{FlushPolicy, LogConfig};
+use crate::damage::DamageMap;
 use crate::error::{IoContext, Result, StorageError};
 use crate::flusher::{FlushTarget, Flusher};
 use crate::graveyard::Graveyard;
@@ -57,6 +58,8 @@ pub(crate) struct State {
     pub pending_bytes: u64,
     /// Segments deleted by retention, unlinked but not yet closed.
     pub graveyard: Graveyard,
+    /// Damaged ranges found by reads (see [`crate::damage`]).
+    pub damage: DamageMap,
 }
 
 impl State {
@@ -109,6 +112,7 @@ impl Log {
                 unsynced: Vec::new(),
                 pending_bytes: 0,
                 graveyard: Graveyard::default(),
+                damage: DamageMap::default(),
             }),
             flusher,
             flush_scheduled: AtomicBool::new(false),

@@ -1,6 +1,7 @@
 //! The read path: locating an offset (segment by binary search over bases, position by
-//! the sparse index), reading the file outside the log's lock with `pread`, and
-//! decoding records whose payloads share one `Bytes` buffer. Also timestamp lookups.
+//! the sparse index, or past damage the log already knows of, see [`crate::damage`]),
+//! reading the file outside the log's lock with `pread`, and decoding records whose
+//! payloads share one `Bytes` buffer. Also timestamp lookups.
 
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::config::LogConfig;
+use crate::damage::DamagedRange;
 use crate::error::{IoContext, Result, StorageError};
 use crate::log::{Log, State};
 use crate::record::{self, DecodeError, Record, HEADER_BYTES};
@@ -25,13 +27,26 @@ const TIME_SCAN_BATCH_RECORDS: usize = 4096;
 const TIME_SCAN_BATCH_BYTES: usize = 4 * 1024 * 1024;
 
 /// Where to read: found under the lock, used outside it.
-struct ReadPlan {
-    file: Arc<SegmentFile>,
-    /// Position and offset of the index entry at or before the wanted offset.
-    pos: u64,
-    offset: u64,
+pub(crate) struct ReadPlan {
+    pub file: Arc<SegmentFile>,
+    /// Position and offset of a record at or before the wanted offset: the index entry's,
+    /// or the first good record after known damage if that is closer.
+    pub pos: u64,
+    pub offset: u64,
     /// End of the segment's readable bytes when the plan was made.
-    end: u64,
+    pub end: u64,
+    /// One past the segment's last offset.
+    pub end_offset: u64,
+}
+
+/// What locating an offset found.
+pub(crate) enum Located {
+    /// The offset is the end of the log.
+    End,
+    /// The offset lies in a damaged range the log already knows of.
+    Damaged(DamagedRange),
+    /// Where to start reading.
+    Plan(ReadPlan),
 }
 
 /// Which records a filtered read returns, judged from the header alone: `(flags, tag_hash)`.
@@ -74,7 +89,8 @@ impl Log {
     /// [`Log::next_offset`] returns an empty vector; outside `[first, next]` is an error.
     /// Payloads are slices of shared buffers (no per-record copy). Damaged data is never
     /// returned: records before it are, and a read starting at it fails with
-    /// [`StorageError::Corruption`].
+    /// [`StorageError::Corruption`]; [`Log::skip_damage`] then says where reading can go
+    /// on.
     pub fn read(&self, from: u64, max_records: usize, max_bytes: usize) -> Result<Vec<Record>> {
         let budget =
             Budget { records: max_records, bytes: max_bytes, at_least_one: true, scanned: usize::MAX, filter: None };
@@ -108,8 +124,12 @@ impl Log {
         let mut out = FilteredRead { records: Vec::new(), next_offset: from };
         while !budget.exhausted() {
             let start = out.next_offset;
-            let Some(plan) = self.plan_read(start)? else {
-                break;
+            let plan = match self.plan_read(start) {
+                Ok(Some(plan)) => plan,
+                Ok(None) => break,
+                Err(e) if start == from => return Err(e),
+                // Hand back what came before; the next read reports it.
+                Err(_) => break,
             };
             if let Err(e) = read_segment(&plan, &mut budget, &self.shared.config, &mut out) {
                 // Hand back what came before the damage; the next read reports it.
@@ -139,8 +159,20 @@ impl Log {
         (st.first_offset(), st.next_offset())
     }
 
-    /// Locates `offset`; `None` at the end of the log.
+    /// Locates `offset`; `None` at the end of the log. An offset in known damage is
+    /// [`StorageError::Corruption`] at once.
     fn plan_read(&self, offset: u64) -> Result<Option<ReadPlan>> {
+        match self.locate(offset)? {
+            Located::End => Ok(None),
+            Located::Damaged(range) => Err(range.to_error()),
+            Located::Plan(plan) => Ok(Some(plan)),
+        }
+    }
+
+    /// Locates `offset`: the segment holding it (loaded, its buffer written out), then the
+    /// index entry at or before it, or the first good record after known damage in that
+    /// segment if that is closer.
+    pub(crate) fn locate(&self, offset: u64) -> Result<Located> {
         let sh = &self.shared;
         let mut st = sh.state.lock();
         let (first, next) = (st.first_offset(), st.next_offset());
@@ -148,10 +180,14 @@ impl Log {
             return Err(StorageError::OffsetOutOfRange { offset, first, next });
         }
         if offset == next {
-            return Ok(None);
+            return Ok(Located::End);
+        }
+        if let Some(range) = st.damage.containing(offset) {
+            return Ok(Located::Damaged(range.clone()));
         }
         let i = st.segment_index(offset);
         self.ensure_loaded(&mut st, i)?;
+        let st = &mut *st;
         let seg = &mut st.segments[i];
         if seg.buffered_bytes() > 0 {
             if let Err(e) = seg.write_out() {
@@ -163,11 +199,16 @@ impl Log {
             return Err(StorageError::Failed("segment files not loaded".into()));
         };
         let entry = files.index.lookup((offset - seg.base) as u32);
-        Ok(Some(ReadPlan {
+        let (mut start, mut pos) = (seg.base + u64::from(entry.rel), u64::from(entry.pos));
+        if let Some((after, after_pos)) = st.damage.resume_point(seg.base, start, offset) {
+            (start, pos) = (after, after_pos);
+        }
+        Ok(Located::Plan(ReadPlan {
             file: Arc::clone(&files.log),
-            pos: u64::from(entry.pos),
-            offset: seg.base + u64::from(entry.rel),
+            pos,
+            offset: start,
             end: seg.size,
+            end_offset: seg.next_offset,
         }))
     }
 
@@ -182,6 +223,7 @@ impl Log {
 
     /// First offset whose record has a timestamp at or after `ts_ms`, or `None` if no
     /// retained record is that recent. Exact even when timestamps are not monotonic.
+    /// Damaged records are stepped over (see [`Log::skip_damage`]).
     pub fn offset_for_timestamp(&self, ts_ms: i64) -> Result<Option<u64>> {
         let Some(start) = self.time_scan_start(ts_ms)? else {
             return Ok(None);
@@ -195,6 +237,14 @@ impl Log {
                     from = first;
                     continue;
                 }
+                // Damaged records have no timestamp to offer: step past them.
+                Err(StorageError::Corruption { .. }) => match self.skip_damage(from)? {
+                    Some(damaged) => {
+                        from = damaged.next;
+                        continue;
+                    }
+                    None => self.read(from, TIME_SCAN_BATCH_RECORDS, TIME_SCAN_BATCH_BYTES)?,
+                },
                 Err(e) => return Err(e),
             };
             let Some(last) = batch.last().map(|r| r.offset) else {

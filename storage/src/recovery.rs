@@ -1,14 +1,16 @@
 //! Opening segments after a restart or crash: scanning the tail of the active segment
 //! from its last trustworthy index entry (truncating a torn or CRC-failing tail),
 //! verifying a sealed segment when it is first loaded, and rebuilding missing or
-//! damaged indexes from segment data. Damage that is not at the log's tail is reported
-//! as [`StorageError::Corruption`] naming the segment and byte position.
+//! damaged indexes from segment data (stepping over damaged records). Damage that is not
+//! at the log's tail is left in place: reads report it as [`StorageError::Corruption`]
+//! naming the segment and byte position, and [`crate::damage`] steps past it.
 
 use std::path::Path;
 
 use tracing::warn;
 
 use crate::config::LogConfig;
+use crate::damage;
 use crate::error::{IoContext, Result, StorageError};
 use crate::record::{self, DecodeError, HEADER_BYTES};
 use crate::segment::{Segment, SegmentFile, SegmentFiles};
@@ -36,20 +38,22 @@ pub(crate) struct ScanEnd {
     pub stop: Option<ScanStop>,
 }
 
-/// Reads records in `[pos, end)` expecting consecutive offsets from `offset`, calling
-/// `each(offset, pos, timestamp, len)` for every record that checks out.
+/// Reads records in `[pos, end)` expecting consecutive offsets from `offset`, up to (not
+/// including) offset `until`, calling `each(offset, pos, timestamp, len)` for every record
+/// that checks out.
 pub(crate) fn scan(
     file: &SegmentFile,
     mut pos: u64,
     end: u64,
     mut offset: u64,
+    until: u64,
     config: &LogConfig,
     mut each: impl FnMut(u64, u64, i64, u64),
 ) -> Result<ScanEnd> {
     let mut chunk: Vec<u8> = Vec::new();
     let mut chunk_pos = pos;
     let stop = loop {
-        if pos >= end {
+        if pos >= end || offset >= until {
             break None;
         }
         let at = (pos - chunk_pos) as usize;
@@ -126,7 +130,7 @@ pub(crate) fn recover_active(dir: &Path, base: u64, config: &LogConfig) -> Resul
     seg.first_ts = first_ts;
     seg.bytes_since_index = u64::from(config.index_interval_bytes);
     seg.next_offset = base + u64::from(start_rel);
-    let end = scan(&log, start_pos, size, seg.next_offset, config, |off, pos, ts, len| {
+    let end = scan(&log, start_pos, size, seg.next_offset, u64::MAX, config, |off, pos, ts, len| {
         seg.note_record(off, pos, ts, len, config)
     })?;
     if let Some(stop) = &end.stop {
@@ -198,7 +202,7 @@ fn sealed_time_pairs(files: &SegmentFiles) -> bool {
 fn verify_sealed_tail(files: &SegmentFiles, seg: &Segment, config: &LogConfig) -> Result<()> {
     let e = files.index.last().unwrap_or(crate::sparse_index::IndexEntry { rel: 0, pos: 0 });
     let from = seg.base + u64::from(e.rel);
-    let end = scan(&files.log, u64::from(e.pos), seg.size, from, config, |_, _, _, _| {})?;
+    let end = scan(&files.log, u64::from(e.pos), seg.size, from, u64::MAX, config, |_, _, _, _| {})?;
     check_complete(&files.log, seg, &end)
 }
 
@@ -214,7 +218,9 @@ fn check_complete(log: &SegmentFile, seg: &Segment, end: &ScanEnd) -> Result<()>
     Ok(())
 }
 
-/// Rebuilds both indexes of a sealed segment by scanning all of it.
+/// Rebuilds both indexes of a sealed segment by scanning all of it. Damaged records are
+/// stepped over (the next good record is found as [`crate::damage`] does and indexed), so
+/// the records around them stay reachable; reads report the damage when they reach it.
 fn rebuild_sealed(seg: &mut Segment, mut files: SegmentFiles, config: &LogConfig) -> Result<()> {
     let cap = config.index_capacity_entries();
     files.index.unseal(cap)?;
@@ -229,9 +235,27 @@ fn rebuild_sealed(seg: &mut Segment, mut files: SegmentFiles, config: &LogConfig
     seg.max_ts = None;
     seg.first_ts = None;
     seg.bytes_since_index = 0;
-    let end = scan(&log, 0, size, seg.base, config, |off, pos, ts, len| seg.note_record(off, pos, ts, len, config))?;
+    let (mut pos, mut offset) = (0, seg.base);
+    let end = loop {
+        let end = scan(&log, pos, size, offset, u64::MAX, config, |off, pos, ts, len| {
+            seg.note_record(off, pos, ts, len, config)
+        })?;
+        let Some(stop) = &end.stop else { break end };
+        match damage::find_next_record(&log, stop.pos, size, end.next_offset, expected_next, config)? {
+            Some((next_offset, next_pos)) => {
+                (offset, pos) = (next_offset, next_pos);
+                // Index the first record after the damage, so reads past it start there.
+                seg.bytes_since_index = u64::from(config.index_interval_bytes);
+            }
+            // The damage runs to the end of the segment.
+            None => break ScanEnd { pos: size, next_offset: expected_next, stop: None },
+        }
+    };
     seg.next_offset = expected_next;
-    check_complete(&log, seg, &end)?;
+    // A file that ends early lost its last records: reads report that too.
+    if end.next_offset > expected_next {
+        check_complete(&log, seg, &end)?;
+    }
     seg.size = size;
     seg.written = size;
     seg.seal()

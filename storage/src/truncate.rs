@@ -31,6 +31,7 @@ impl Log {
 
     fn truncate_locked(&self, st: &mut State, offset: u64) -> Result<()> {
         let sh = &self.shared;
+        st.damage.truncate_from(offset);
         st.active_mut().write_out()?;
         while st.segments.len() > 1 && st.active().base >= offset {
             if let Some(seg) = st.segments.pop_back() {
@@ -71,8 +72,9 @@ impl Log {
         let entry = files.index.lookup((offset - seg.base) as u32);
         let mut found = None;
         let from = seg.base + u64::from(entry.rel);
+        let config = &self.shared.config;
         let end =
-            recovery::scan(&files.log, u64::from(entry.pos), seg.size, from, &self.shared.config, |off, pos, _, _| {
+            recovery::scan(&files.log, u64::from(entry.pos), seg.size, from, offset + 1, config, |off, pos, _, _| {
                 if off == offset && found.is_none() {
                     found = Some(pos);
                 }

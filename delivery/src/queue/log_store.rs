@@ -8,6 +8,13 @@
 //! the ack log is rewritten (compacted) when it grows past a bound. Bodies are read from the
 //! log when delivered; a bounded cache keeps recent appends so a consumer that keeps up never
 //! reads the disk.
+//!
+//! A record damaged on disk (found when first read: opening scans only the log's tail) is
+//! stepped over with [`Log::skip_damage`], which reports it once; a record that passes its
+//! CRC check but does not decode as a message counts as damaged too, and is reported here.
+//! Reads of such offsets fail with [`StoreError::Damaged`]; the queue then settles them, and
+//! recovery of queues that read every message ([`LogStore::for_each_unsettled`]) settles
+//! them itself, so that after a restart they are neither counted nor reported again.
 
 use super::message_codec;
 use super::message_store::{Appended, DurableMark, MessageStore, StoreError};
@@ -16,7 +23,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
-use warren_storage::{FlushPolicy, Log, LogConfig, NewRecord, StorageError};
+use warren_storage::{FlushPolicy, Log, LogConfig, NewRecord, Record, StorageError};
 
 const MESSAGES_DIR: &str = "messages";
 const ACKS_DIR: &str = "acks";
@@ -132,6 +139,8 @@ pub struct LogStore {
     compacted_bytes: u64,
     /// The offset of the last read that missed the caches, to tell sequential reads.
     last_miss: Option<u64>,
+    /// Records found undecodable since the store was opened.
+    undecodable: u64,
 }
 
 impl std::fmt::Debug for LogStore {
@@ -166,6 +175,7 @@ impl LogStore {
             flush_policy: config.flush_policy,
             compacted_bytes: 0,
             last_miss: None,
+            undecodable: 0,
         };
         store.replay_acks()?;
         store.advance_first_live();
@@ -209,22 +219,70 @@ impl LogStore {
     }
 
     /// Reads every unsettled message once, in order, with the time it was appended: what
-    /// recovery needs when a message's priority, TTL or delay matters.
+    /// recovery needs when a message's priority, TTL or delay matters. Damaged records are
+    /// stepped over (reported once) and recorded as settled, so they are not visited, nor
+    /// counted or reported again after a restart.
     pub fn for_each_unsettled(&mut self, mut visit: impl FnMut(u64, i64, Arc<Message>)) -> Result<(), StoreError> {
         let mut next = self.first_live;
+        let mut damaged = Vec::new();
         while next < self.messages.next_offset() {
-            let records = self.messages.read(next, READ_AHEAD_RECORDS, READ_AHEAD_BYTES).map_err(io_error)?;
+            let records = match self.read_log(next, READ_AHEAD_RECORDS, READ_AHEAD_BYTES) {
+                Ok(records) => records,
+                Err(StoreError::Damaged(offsets)) => {
+                    damaged.extend(next.max(offsets.start)..offsets.end);
+                    next = offsets.end.max(next + 1);
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
             let Some(last) = records.last() else { break };
             next = last.offset + 1;
             for record in records {
                 if self.settled.contains(&record.offset) {
                     continue;
                 }
-                let message = message_codec::decode(record.payload).map_err(|e| StoreError::Io(e.to_string()))?;
-                visit(record.offset, record.timestamp_ms, Arc::new(message));
+                match message_codec::decode(record.payload) {
+                    Ok(message) => visit(record.offset, record.timestamp_ms, Arc::new(message)),
+                    Err(error) => {
+                        self.undecodable(record.offset, error);
+                        damaged.push(record.offset);
+                    }
+                }
             }
         }
+        damaged.retain(|offset| !self.settled.contains(offset));
+        if let Err(error) = self.remove(&damaged) {
+            // They stay out of the queue now; the next start finds them again.
+            tracing::error!(dir = %self.dir.display(), %error, "cannot record damaged messages as settled");
+        }
         Ok(())
+    }
+
+    /// Reads from the message log; a read that starts at damage steps past it
+    /// ([`StoreError::Damaged`] with the lost offsets).
+    fn read_log(&self, offset: u64, records: usize, bytes: usize) -> Result<Vec<Record>, StoreError> {
+        match self.messages.read(offset, records, bytes) {
+            Err(StorageError::Corruption { .. }) => match self.messages.skip_damage(offset).map_err(io_error)? {
+                Some(range) => Err(StoreError::Damaged(range.offsets())),
+                // The damage lay before `offset`, which reads back now.
+                None => self.messages.read(offset, records, bytes).map_err(io_error),
+            },
+            result => result.map_err(io_error),
+        }
+    }
+
+    /// Reports a record that passed its CRC check (so was stored that way) but does not
+    /// decode as a message: damage of that one record.
+    fn undecodable(&mut self, offset: u64, error: message_codec::DecodeError) -> StoreError {
+        self.undecodable += 1;
+        tracing::error!(dir = %self.dir.display(), offset, %error, "stored message does not decode; skipping it");
+        StoreError::Damaged(offset..offset + 1)
+    }
+
+    /// Message records lost to damage since the store was opened: damaged on disk (see
+    /// [`Log::damaged_records`]) or undecodable.
+    pub fn damaged_records(&self) -> u64 {
+        self.messages.damaged_records() + self.undecodable
     }
 
     /// Offsets at or below this were delivered before; they come back redelivered.
@@ -336,11 +394,16 @@ impl MessageStore for LogStore {
             self.last_miss.is_some_and(follows) || self.read_ahead.back().is_some_and(|(o, _)| follows(*o));
         self.last_miss = Some(offset);
         let (records, bytes) = if sequential { (READ_AHEAD_RECORDS, READ_AHEAD_BYTES) } else { (1, 0) };
-        let records = self.messages.read(offset, records, bytes).map_err(io_error)?;
+        let records = self.read_log(offset, records, bytes)?;
         self.read_ahead.clear();
         for record in records {
-            let message = message_codec::decode(record.payload).map_err(|e| StoreError::Io(e.to_string()))?;
-            self.read_ahead.push_back((record.offset, Arc::new(message)));
+            let at = record.offset;
+            match message_codec::decode(record.payload) {
+                Ok(message) => self.read_ahead.push_back((at, Arc::new(message))),
+                // Read ahead: reported when it is read itself.
+                Err(_) if at != offset => {}
+                Err(error) => return Err(self.undecodable(at, error)),
+            }
         }
         match self.read_ahead.front() {
             Some((first, message)) if *first == offset => Ok(Arc::clone(message)),

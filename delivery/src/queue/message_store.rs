@@ -6,6 +6,7 @@
 
 use crate::message::Message;
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::Arc;
 use warren_storage::Log;
 
@@ -18,6 +19,11 @@ pub enum StoreError {
     /// The storage below failed (disk full, I/O error).
     #[error("message store failed: {0}")]
     Io(String),
+    /// The records at these offsets are damaged on disk (the storage engine reported where,
+    /// once) or hold bytes that do not decode as a message: they are lost, and the store
+    /// never returns them. The range holds the offset asked for and may reach beyond it.
+    #[error("damaged message record(s) at offsets {}..{}; skipped", .0.start, .0.end)]
+    Damaged(Range<u64>),
 }
 
 /// The point a publisher confirm must wait for: `offset` durable in `log`.
@@ -48,7 +54,8 @@ pub struct Appended {
 pub trait MessageStore: Send {
     /// Stores a message; its offset is one past the previous append's.
     fn append(&mut self, message: &Arc<Message>) -> Result<Appended, StoreError>;
-    /// Reads a stored, unsettled message.
+    /// Reads a stored, unsettled message. [`StoreError::Damaged`] if its record is damaged:
+    /// the caller drops the message and settles it, so that it is not read again.
     fn read(&mut self, offset: u64) -> Result<Arc<Message>, StoreError>;
     /// Forgets settled messages; their space may be reclaimed.
     fn remove(&mut self, offsets: &[u64]) -> Result<(), StoreError>;
@@ -65,6 +72,9 @@ pub trait MessageStore: Send {
     /// The queue was deleted: release the store and whatever it holds on disk.
     fn destroy(self: Box<Self>) {}
 }
+
+/// Slots an empty in-memory store may keep room for.
+const EMPTY_STORE_KEEP_SLOTS: usize = 4096;
 
 /// Messages in memory, in a ring indexed by `offset - base`.
 #[derive(Debug, Default)]
@@ -97,6 +107,10 @@ impl MessageStore for MemoryStore {
         while let Some(None) = self.slots.front() {
             self.slots.pop_front();
             self.base += 1;
+        }
+        if self.slots.is_empty() && self.slots.capacity() > EMPTY_STORE_KEEP_SLOTS {
+            // A drained or purged backlog would otherwise keep its ring allocated for good.
+            self.slots = VecDeque::new();
         }
         Ok(())
     }

@@ -8,6 +8,8 @@
 //! [`LogStore`], everything else to a [`MemoryStore`]. The ready list orders messages by
 //! priority (for `x-max-priority` queues) and then by position, whichever store holds them.
 //! Messages leaving for the dead-letter exchange are published after the lock is released.
+//! A message whose record turns out damaged on disk when read ([`StoreError::Damaged`]; the
+//! store reports it) is dropped from the ready list and settled, and dispatch goes on.
 //!
 //! A queue declared with `x-queue-type: stream` hands every operation to its [`Stream`]
 //! (`crate::stream`): it keeps its messages, and consumers read it by offset.
@@ -375,6 +377,11 @@ impl Queue {
         }
         let message = match state.read(next) {
             Ok(message) => message,
+            // Lost to damage on disk: dropped, and dispatch goes on with the next message.
+            Err(StoreError::Damaged(_)) => {
+                state.drop_damaged(self.name(), next);
+                return true;
+            }
             Err(error) => {
                 tracing::error!(queue = self.name(), %error, "cannot read message; dispatch paused");
                 return false;
@@ -467,13 +474,17 @@ impl Queue {
             state.last_used_ms = now_ms();
             let now = state.clock();
             self.expire_due_locked(state, now);
-            let next = state.ready.pop_front()?;
-            let message = match state.read(next) {
-                Ok(message) => message,
-                Err(error) => {
-                    tracing::error!(queue = self.name(), %error, "cannot read message for basic.get");
-                    state.ready.insert(next);
-                    return None;
+            let (next, message) = loop {
+                let next = state.ready.pop_front()?;
+                match state.read(next) {
+                    Ok(message) => break (next, message),
+                    // Lost to damage on disk: dropped; the next message is the answer.
+                    Err(StoreError::Damaged(_)) => state.drop_damaged(self.name(), next),
+                    Err(error) => {
+                        tracing::error!(queue = self.name(), %error, "cannot read message for basic.get");
+                        state.ready.insert(next);
+                        return None;
+                    }
                 }
             };
             state.count_bytes(&self.arguments, message.body.len(), false);

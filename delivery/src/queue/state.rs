@@ -145,10 +145,26 @@ impl QueueState {
             Ok(content) => {
                 self.dead_letter(queue, arguments, &content, reason);
             }
+            // Reported where it was found; there is nothing to dead-letter.
+            Err(StoreError::Damaged(_)) => {}
             Err(error) => tracing::error!(queue, %error, "cannot read a message being discarded"),
         }
         if let Err(error) = self.remove(&[message]) {
             tracing::error!(queue, %error, "cannot record a discarded message");
+        }
+    }
+
+    /// Drops a message whose record is damaged on disk ([`StoreError::Damaged`]; the store
+    /// reported it): it leaves the ready list and is recorded as settled, so it is never
+    /// delivered and is not counted (nor read and reported) again, also after a restart.
+    pub fn drop_damaged(&mut self, queue: &str, message: MessageRef) {
+        self.ready.remove_ref(message);
+        if !self.unwanted.is_empty() {
+            self.unwanted.remove(&message.position);
+        }
+        tracing::debug!(queue, offset = message.offset(), "dropped a damaged message");
+        if let Err(error) = self.remove(&[message]) {
+            tracing::error!(queue, %error, "cannot record a damaged message as settled");
         }
     }
 

@@ -1,6 +1,7 @@
 //! A stream consumer's place in the stream: the next offset to read, a few records read
 //! ahead, its tag filter as record-header hashes, and (in a consumer group) the deliveries
-//! it has not settled yet, which hold the group's committed offset back.
+//! it has not settled yet, which hold the group's committed offset back. Records damaged on
+//! disk are stepped over: they are never delivered, and the committed offset moves past them.
 
 use super::tag::TAGGED_FLAG;
 use crate::consumer::{Consumer, TagFilter};
@@ -84,13 +85,31 @@ impl Cursor {
     }
 
     /// Reads more records into the buffer; false when the cursor is at the end of the log.
+    /// Damaged records are stepped over ([`Log::skip_damage`] reports them, once per log).
     pub(crate) fn fill(&mut self, log: &Log) -> Result<bool, StorageError> {
         // Retention may have deleted what the cursor had not reached yet.
         self.next = self.next.max(log.first_offset());
         if self.next >= log.next_offset() {
             return Ok(false);
         }
-        let records = match &self.filter {
+        let records = match self.read(log) {
+            Err(StorageError::Corruption { .. }) => match log.skip_damage(self.next)? {
+                Some(damaged) => {
+                    self.next = damaged.next;
+                    return Ok(true);
+                }
+                // The damage lay before `next`, whose record reads back now.
+                None => self.read(log)?,
+            },
+            result => result?,
+        };
+        self.buffer.extend(records);
+        Ok(true)
+    }
+
+    /// Reads the next records from `next` on, and moves `next` past them.
+    fn read(&mut self, log: &Log) -> Result<Vec<Record>, StorageError> {
+        Ok(match &self.filter {
             None => {
                 let records = log.read(self.next, READ_RECORDS, READ_BYTES)?;
                 if let Some(last) = records.last() {
@@ -104,9 +123,7 @@ impl Cursor {
                 self.next = read.next_offset;
                 read.records
             }
-        };
-        self.buffer.extend(records);
-        Ok(true)
+        })
     }
 
     /// Records a delivery, which holds the group's committed offset back until settled.

@@ -8,6 +8,12 @@
 //! A stream owns its log and the state of its consumers behind one lock. As queues do, it
 //! dispatches inline: a publish hands the new message to consumers waiting at the end of the
 //! log straight from memory, and an ack or a new consumer reads on from the log.
+//!
+//! Records damaged on disk (found when first read: opening scans only the log's tail) are
+//! stepped over by consumers and by [`Stream::read`], and no longer counted in
+//! [`Stream::message_count`]; the log reports each damaged range once. A record that
+//! passes its CRC check but does not decode as a message is skipped the same way and
+//! reported here, once.
 
 mod arguments;
 mod consumer_groups;
@@ -27,9 +33,10 @@ use crate::queue::{message_codec, DurableMark, LogStoreConfig, MessageRef, Publi
 use crate::scheduler::now_ms;
 use cursor::{Cursor, HeaderFilter};
 use parking_lot::Mutex;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use warren_storage::{Log, LogConfig, NewRecord, StorageError};
+use warren_storage::{Log, LogConfig, NewRecord, Record, StorageError};
 
 /// The header every delivery from a stream carries: the message's offset.
 pub const OFFSET_HEADER: &str = "x-stream-offset";
@@ -88,6 +95,8 @@ pub struct Stream {
     log: Arc<Log>,
     arguments: StreamArguments,
     state: Mutex<StreamState>,
+    /// Offsets whose records passed their CRC check but do not decode (reported once).
+    undecodable: Mutex<BTreeSet<u64>>,
 }
 
 impl std::fmt::Debug for Stream {
@@ -110,7 +119,13 @@ impl Stream {
         let log = Log::open(dir.join(LOG_DIR), log_config).map_err(io_error)?;
         let groups = GroupOffsets::open(&dir.join(GROUPS_DIR), config.flush_policy)?;
         let state = StreamState { cursors: Vec::new(), groups, scratch: Vec::new(), deleted: false };
-        Ok(Stream { dir: dir.to_path_buf(), log: Arc::new(log), arguments, state: Mutex::new(state) })
+        Ok(Stream {
+            dir: dir.to_path_buf(),
+            log: Arc::new(log),
+            arguments,
+            state: Mutex::new(state),
+            undecodable: Mutex::new(BTreeSet::new()),
+        })
     }
 
     /// Its retention and segment arguments.
@@ -118,9 +133,27 @@ impl Stream {
         &self.arguments
     }
 
-    /// Messages it holds.
+    /// Messages it holds: its offsets, less those found damaged so far.
     pub fn message_count(&self) -> u64 {
-        self.log.next_offset() - self.log.first_offset()
+        let (first, next) = self.bounds();
+        let damaged: u64 = self.log.damaged_ranges().iter().map(|r| r.records()).sum();
+        let undecodable = self.undecodable.lock().range(first..).count() as u64;
+        (next - first).saturating_sub(damaged + undecodable)
+    }
+
+    /// Decodes a record read from the log. One that passed its CRC check but does not
+    /// decode is damage of that record: reported (once) and skipped.
+    fn decode(&self, record: Record) -> Option<Message> {
+        let offset = record.offset;
+        match message_codec::decode(record.payload) {
+            Ok(message) => Some(message),
+            Err(error) => {
+                if self.undecodable.lock().insert(offset) {
+                    tracing::error!(dir = %self.dir.display(), offset, %error, "stored message does not decode; skipping it");
+                }
+                None
+            }
+        }
     }
 
     /// The oldest offset it holds, and one past the newest.
@@ -182,16 +215,11 @@ impl Stream {
                     }
                 }
             };
-            let message = match message_codec::decode(record.payload) {
-                Ok(message) => message,
-                Err(error) => {
-                    tracing::error!(dir = %self.dir.display(), offset = record.offset, %error, "skipping a record");
-                    continue;
-                }
-            };
+            let offset = record.offset;
+            let Some(message) = self.decode(record) else { continue };
             // The header hash let it through; the tag itself decides (no false positives).
             if cursor.consumer.wants(&message) {
-                deliver(cursor, queue, record.offset, message);
+                deliver(cursor, queue, offset, message);
             }
         }
     }
@@ -278,6 +306,7 @@ impl Stream {
     /// Reads messages from `from` (clamped into the stream) without a consumer: at most
     /// `max_count` messages and about `max_bytes` of payload (at least one message if any),
     /// only those `filter` wants if given. The management API and UI browse with this.
+    /// Damaged records are stepped over (never returned; the log reports them once).
     pub fn read(
         &self,
         from: u64,
@@ -297,20 +326,31 @@ impl Stream {
         }
         let header_filter = filter.map(HeaderFilter::new);
         let admits = |flags, hash| header_filter.as_ref().is_none_or(|f| f.admits(flags, hash));
-        let read = self
-            .log
-            .read_filtered(batch.next_offset, max_count, max_bytes, PULL_SCAN_RECORDS, &admits)
-            .map_err(io_error)?;
+        let read = loop {
+            let from = batch.next_offset;
+            if from >= end {
+                return Ok(batch);
+            }
+            match self.log.read_filtered(from, max_count, max_bytes, PULL_SCAN_RECORDS, &admits) {
+                Err(StorageError::Corruption { .. }) => match self.log.skip_damage(from).map_err(io_error)? {
+                    Some(damaged) => batch.next_offset = damaged.next,
+                    // The damage lay before `from`, whose record reads back now.
+                    None => {
+                        break self
+                            .log
+                            .read_filtered(from, max_count, max_bytes, PULL_SCAN_RECORDS, &admits)
+                            .map_err(io_error)?
+                    }
+                },
+                result => break result.map_err(io_error)?,
+            }
+        };
         batch.next_offset = read.next_offset;
         for record in read.records {
-            let message = message_codec::decode(record.payload).map_err(|e| StoreError::Io(e.to_string()))?;
+            let (offset, timestamp_ms) = (record.offset, record.timestamp_ms);
+            let Some(message) = self.decode(record) else { continue };
             if filter.is_none_or(|f| f.matches(message_tag(&message))) {
-                let stored = StreamMessage {
-                    offset: record.offset,
-                    timestamp_ms: record.timestamp_ms,
-                    message: Arc::new(message),
-                };
-                batch.messages.push(stored);
+                batch.messages.push(StreamMessage { offset, timestamp_ms, message: Arc::new(message) });
             }
         }
         Ok(batch)
