@@ -3,6 +3,7 @@
 //! Configuration, the listeners, and the lifecycle: start, run, shut down gracefully. The
 //! binary (`main.rs`) adds logging and signal handling; tests start brokers through [`start`].
 
+mod allocator;
 pub mod config;
 
 pub use config::Config;
@@ -69,10 +70,15 @@ async fn run_timers(broker: std::sync::Weak<Broker>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(warren_delivery::scheduler::TICK_MS));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last_report = tokio::time::Instant::now();
+    let mut last_collect = tokio::time::Instant::now();
     loop {
         tick.tick().await;
         let Some(broker) = broker.upgrade() else { return };
         broker.fire_timers(warren_delivery::scheduler::now_ms());
+        if last_collect.elapsed() >= allocator::COLLECT_INTERVAL {
+            last_collect = tokio::time::Instant::now();
+            allocator::return_freed_memory();
+        }
         if last_report.elapsed() >= LATENESS_REPORT_INTERVAL {
             last_report = tokio::time::Instant::now();
             let lateness = broker.take_firing_lateness();

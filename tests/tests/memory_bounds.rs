@@ -135,3 +135,42 @@ async fn a_consumer_that_does_not_read_leaves_a_durable_backlog_on_disk() {
     assert!(grown < ALLOWED_GROWTH_BYTES, "grew {} MiB for a consumer that reads nothing", grown / MIB);
     read_until(&mut client, MESSAGES, |m| matches!(m, AMQPClass::Basic(basic::AMQPMethod::Deliver(_)))).await;
 }
+
+#[tokio::test]
+async fn a_purged_backlog_is_given_back_to_the_system() {
+    const MESSAGES: usize = 100_000;
+    const BODY_BYTES: usize = 2048;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let process = WarrenProcess::start(dir.path(), &[]);
+    let (_connection, channel) = lapin_channel(&process).await;
+    channel
+        .queue_declare("purged".into(), QueueDeclareOptions::default(), FieldTable::default())
+        .await
+        .expect("declare");
+    let before = process.rss_bytes();
+    channel.confirm_select(Default::default()).await.expect("confirm mode");
+    let body = vec![5u8; BODY_BYTES];
+    let mut last = None;
+    for _ in 0..MESSAGES {
+        let confirm = channel
+            .basic_publish(
+                "".into(),
+                "purged".into(),
+                BasicPublishOptions::default(),
+                &body,
+                BasicProperties::default(),
+            )
+            .await
+            .expect("publish");
+        last = Some(confirm);
+    }
+    assert!(last.expect("published").await.expect("confirm").is_ack());
+    let held = process.rss_bytes().saturating_sub(before);
+    assert!(held > 100 * MIB, "the backlog should be resident: {} MiB", held / MIB);
+    let purged = channel.queue_purge("purged".into(), Default::default()).await.expect("purge");
+    assert_eq!(purged as usize, MESSAGES);
+    // The allocator returns what is due once a second.
+    tokio::time::sleep(SETTLE).await;
+    let kept = process.rss_bytes().saturating_sub(before);
+    assert!(kept < ALLOWED_GROWTH_BYTES, "{} MiB still resident after the purge", kept / MIB);
+}

@@ -213,6 +213,12 @@ impl LogStore {
         }
     }
 
+    /// How many offsets [`LogStore::unsettled`] yields.
+    pub fn unsettled_count(&self) -> usize {
+        let live = self.messages.next_offset().saturating_sub(self.first_live);
+        usize::try_from(live).unwrap_or(usize::MAX).saturating_sub(self.settled.len())
+    }
+
     /// The unsettled offsets, in order: the queue's backlog after a restart.
     pub fn unsettled(&self) -> impl Iterator<Item = u64> + '_ {
         (self.first_live..self.messages.next_offset()).filter(|o| !self.settled.contains(o))

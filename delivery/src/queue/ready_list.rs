@@ -10,6 +10,9 @@ use std::collections::VecDeque;
 
 /// Priority levels a priority queue can have (0..=255).
 const PRIORITY_LEVELS: usize = 256;
+/// Entries an empty level may keep room for. A drained or purged backlog of millions would
+/// otherwise leave its whole buffer allocated (16 bytes per message, for good).
+const EMPTY_LEVEL_KEEP_ENTRIES: usize = 4096;
 
 /// Ready messages, FIFO or by priority.
 #[derive(Debug)]
@@ -38,7 +41,11 @@ impl ReadyList {
     }
 
     fn mark(&mut self, level: usize) {
-        if self.levels[level].is_empty() {
+        let deque = &mut self.levels[level];
+        if deque.is_empty() {
+            if deque.capacity() > EMPTY_LEVEL_KEEP_ENTRIES {
+                *deque = VecDeque::new();
+            }
             self.non_empty[level / 64] &= !(1 << (level % 64));
         } else {
             self.non_empty[level / 64] |= 1 << (level % 64);
@@ -50,6 +57,12 @@ impl ReadyList {
             .rev()
             .find(|&word| self.non_empty[word] != 0)
             .map(|word| word * 64 + 63 - self.non_empty[word].leading_zeros() as usize)
+    }
+
+    /// Makes room for `additional` plain (priority 0) messages at once: recovery knows how many
+    /// it will push, and growing by doubling would briefly need twice the memory.
+    pub fn reserve_plain(&mut self, additional: usize) {
+        self.levels[0].reserve_exact(additional);
     }
 
     /// Adds a newly published message (the highest position so far).
@@ -132,7 +145,10 @@ impl ReadyList {
 
     /// Removes and returns every message.
     pub fn take_all(&mut self) -> Vec<MessageRef> {
-        let all: Vec<MessageRef> = self.levels.iter_mut().rev().flat_map(|level| level.drain(..)).collect();
+        let mut all = Vec::with_capacity(self.len);
+        for level in self.levels.iter_mut().rev() {
+            all.extend(std::mem::take(level));
+        }
         self.non_empty = [0; 4];
         self.len = 0;
         all
@@ -146,6 +162,21 @@ mod tests {
 
     fn message(position: u64, priority: u8) -> MessageRef {
         MessageRef::new(position, position, false, priority)
+    }
+
+    #[test]
+    fn an_emptied_level_gives_its_memory_back() {
+        let mut list = ReadyList::new(None);
+        for position in 0..100_000 {
+            list.push_back(message(position, 0));
+        }
+        while list.pop_front().is_some() {}
+        assert!(list.levels[0].capacity() <= EMPTY_LEVEL_KEEP_ENTRIES);
+        for position in 0..100_000 {
+            list.push_back(message(position, 0));
+        }
+        assert_eq!(list.take_all().len(), 100_000);
+        assert_eq!(list.levels[0].capacity(), 0);
     }
 
     #[test]
