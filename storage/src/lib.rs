@@ -1,7 +1,9 @@
 //! Warren's storage engine: a segmented, append-only log of records with dense u64
 //! offsets, a memory-mapped sparse index and time index per segment, retention,
 //! crash recovery that reads only the tail, stepping past (and reporting once) damaged
-//! records found later, and group commit with a durable watermark.
+//! records found later, and group commit with a durable watermark. Also openraft's log
+//! storage over the same log ([`raft::RaftLog`]), so that a Raft group's log is a segment
+//! log.
 //!
 //! The on-disk format is specified in `storage/README.md`. Start at [`Log`].
 
@@ -13,6 +15,7 @@ mod flusher;
 mod graveyard;
 mod group_commit;
 mod log;
+pub mod raft;
 mod reader;
 mod record;
 mod recovery;
@@ -32,6 +35,7 @@ pub use damage::DamagedRange;
 pub use error::{Result, StorageError};
 pub use flusher::{Flusher, SHARED_FLUSHER_THREADS};
 pub use log::Log;
+pub use raft::{RaftLog, RaftLogError};
 pub use reader::{FilteredRead, HeaderFilter};
 pub use record::{NewRecord, Record, HEADER_BYTES, MAGIC_V1};
 pub use retention::RetentionOutcome;

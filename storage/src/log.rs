@@ -275,6 +275,23 @@ impl Log {
         self.shared.durability.wait(offset).await
     }
 
+    /// Calls `callback` once every record below `end` is durable (at once if they are:
+    /// always under the `never` policy), or with the error if the log fails or closes
+    /// first. No task or runtime is involved: the callback runs on the thread that made
+    /// the records durable (a flusher thread after its group commit, the appender under
+    /// `always`, or this caller), in registration order, with an internal lock held, so
+    /// it must be quick (a channel send, say) and must not call into this log.
+    ///
+    /// `end` should be at most [`Log::next_offset`]. If the log is truncated or restarted
+    /// below `end` before then, the callback is due once the records below the cut are.
+    pub fn when_durable(&self, end: u64, callback: impl FnOnce(Result<()>) + Send + 'static) {
+        if self.shared.config.flush_policy == FlushPolicy::Never {
+            callback(self.shared.durability.check());
+            return;
+        }
+        self.shared.durability.when_durable(end, Box::new(callback));
+    }
+
     /// Total bytes of all segments.
     pub fn size_bytes(&self) -> u64 {
         self.shared.state.lock().segments.iter().map(|s| s.size).sum()

@@ -1,5 +1,5 @@
 //! Behavioural tests of the log API: many segments, reopen, timestamps, truncation,
-//! retention, group commit.
+//! restarting at another offset, retention, group commit and its callbacks.
 
 mod common;
 
@@ -111,6 +111,49 @@ fn truncate_then_append() {
     assert_eq!((log.first_offset(), log.next_offset()), (0, 0));
     append_n(&log, 0, 3);
     assert_eq!(read_all(&log, 0).len(), 3);
+}
+
+#[test]
+fn restart_at_continues_anywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { flush_policy: FlushPolicy::Batch, ..small_config() };
+    let log = open(dir.path(), config.clone());
+    append_n(&log, 0, 300);
+    assert!(log.segment_count() > 3);
+    // Forward, past the end: every segment goes, the log is empty at 1000.
+    log.restart_at(1000).unwrap();
+    assert_eq!((log.first_offset(), log.next_offset(), log.segment_count()), (1000, 1000, 1));
+    assert_eq!(log.durable_offset(), 1000);
+    assert!(log.read(1000, 10, 1000).unwrap().is_empty());
+    assert!(matches!(log.read(5, 1, 10), Err(StorageError::OffsetOutOfRange { .. })));
+    append_n(&log, 1000, 50);
+    drop(log);
+    let log = open(dir.path(), config.clone());
+    assert_eq!((log.first_offset(), log.next_offset()), (1000, 1050));
+    for (i, r) in read_all(&log, 1000).iter().enumerate() {
+        check_record(r, 1000 + i as u64);
+    }
+    // Inside the current range, at the active segment's own base, and backwards.
+    log.restart_at(1020).unwrap();
+    assert_eq!((log.first_offset(), log.next_offset()), (1020, 1020));
+    log.restart_at(1020).unwrap();
+    append_n(&log, 1020, 5);
+    log.restart_at(1020).unwrap();
+    assert_eq!((log.first_offset(), log.next_offset()), (1020, 1020));
+    log.restart_at(10).unwrap();
+    append_n(&log, 10, 3);
+    drop(log);
+    let log = open(dir.path(), config);
+    assert_eq!((log.first_offset(), log.next_offset()), (10, 13));
+    for (i, r) in read_all(&log, 10).iter().enumerate() {
+        check_record(r, 10 + i as u64);
+    }
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".log"))
+        .collect();
+    assert_eq!(names, vec![format!("{:020}.log", 10)], "nothing of the old segments is left");
 }
 
 #[test]
@@ -268,6 +311,44 @@ async fn group_commit_publishes_durable_offset() {
     let mut rx = log.subscribe_durable();
     append_n(&log, 100, 1);
     tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|&d| d > 100)).await.unwrap().unwrap();
+}
+
+/// `when_durable` calls back, in order, once the group commit covering each offset is
+/// done; a truncation below a waiting offset makes it due at the cut.
+#[test]
+fn when_durable_calls_back_after_the_group_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        LogConfig { flush_policy: FlushPolicy::Batch, flush_interval: Duration::from_millis(2), ..small_config() };
+    let log = open(dir.path(), config);
+    let durable = log.subscribe_durable();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for end in [10, 20, 30] {
+        append_n(&log, end - 10, 10);
+        let (tx, durable) = (tx.clone(), durable.clone());
+        log.when_durable(end, move |r| tx.send((end, r.is_ok(), *durable.borrow())).unwrap());
+    }
+    for expected in [10, 20, 30] {
+        let (end, ok, watermark) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(ok && end == expected && watermark >= end, "{end} called at {watermark}");
+    }
+    // Already durable: called at once.
+    let tx2 = tx.clone();
+    log.when_durable(30, move |r| tx2.send((30, r.is_ok(), 0)).unwrap());
+    assert!(rx.try_recv().is_ok());
+
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        LogConfig { flush_policy: FlushPolicy::Batch, flush_interval: Duration::from_secs(60), ..small_config() };
+    let log = open(dir.path(), config);
+    log.flush().unwrap();
+    append_n(&log, 0, 10);
+    log.when_durable(10, move |r| tx.send((10, r.is_ok(), 0)).unwrap());
+    assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "the next group commit is a minute away");
+    log.truncate_from(5).unwrap();
+    let (_, ok, _) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(ok);
+    assert_eq!(log.durable_offset(), 5, "the truncation fsynced what is left");
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! Model-based property test: random sequences of append / read / roll / retention /
-//! truncate / reopen against an in-memory `Vec` of the records that should be there.
+//! truncate / restart / reopen against an in-memory `Vec` of the records that should be
+//! there.
 
 mod common;
 
@@ -15,6 +16,7 @@ enum Op {
     DeleteBelow(usize),
     Retention,
     Truncate(usize),
+    RestartAt(usize),
     Reopen,
     Flush,
 }
@@ -30,6 +32,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::DeleteBelow),
         1 => Just(Op::Retention),
         1 => any::<usize>().prop_map(Op::Truncate),
+        1 => any::<usize>().prop_map(Op::RestartAt),
         1 => Just(Op::Reopen),
         1 => Just(Op::Flush),
     ]
@@ -147,6 +150,13 @@ fn run(ops: Vec<Op>) {
                 let at = pick(&model, n);
                 log.truncate_from(at).unwrap();
                 model.records.truncate((at - model.first) as usize);
+            }
+            Op::RestartAt(n) => {
+                // Anywhere from 0 to a little past the end.
+                let at = (n % (model.next() as usize + 100)) as u64;
+                log.restart_at(at).unwrap();
+                model.records.clear();
+                model.first = at;
             }
             Op::Reopen => {
                 drop(log);
