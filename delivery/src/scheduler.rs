@@ -5,7 +5,7 @@
 //! collect what is due; the events are handled after it is released, so handlers may lock
 //! queues (which themselves insert timers while locked) without any lock-order cycle.
 
-use crate::queue::Queue;
+use crate::queue::{Queue, QueueTimer};
 use crate::timing_wheel::{TimerId, TimingWheel};
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
@@ -118,17 +118,17 @@ impl Scheduler {
             match event {
                 TimerEvent::MessageExpiry { queue, position } => {
                     if let Some(queue) = queue.upgrade() {
-                        queue.expire(position);
+                        queue.timer_fired(QueueTimer::MessageExpiry(position));
                     }
                 }
                 TimerEvent::QueueExpiry { queue } => {
                     if let Some(queue) = queue.upgrade() {
-                        queue.check_unused();
+                        queue.timer_fired(QueueTimer::Unused);
                     }
                 }
                 TimerEvent::StreamRetention { queue } => {
                     if let Some(queue) = queue.upgrade() {
-                        queue.check_stream_retention();
+                        queue.timer_fired(QueueTimer::Retention);
                     }
                 }
                 TimerEvent::Delayed { target, key, due_ms } => {

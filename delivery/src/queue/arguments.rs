@@ -4,7 +4,7 @@
 //! with 406 PRECONDITION_FAILED and a text naming the argument and what is expected.
 
 use crate::error::{BrokerError, BrokerResult};
-use crate::field_value::{string_of, whole_number_within};
+use crate::field_value::{string_of, whole_number_within, Shown};
 use amq_protocol::types::{AMQPValue, FieldTable};
 
 /// The highest priority a queue may declare (`x-max-priority`).
@@ -60,7 +60,7 @@ pub struct QueueArguments {
 }
 
 fn invalid(name: &str, expected: &str, value: &AMQPValue) -> BrokerError {
-    BrokerError::precondition_failed(format!("invalid arg '{name}': expected {expected}, got {value:?}"))
+    BrokerError::precondition_failed(format!("invalid arg '{name}': expected {expected}, got {}", Shown(value)))
 }
 
 fn whole_number(name: &str, value: &AMQPValue, min: u64) -> BrokerResult<u64> {
@@ -169,5 +169,15 @@ mod tests {
             assert_eq!(error.code, crate::error::ReplyCode::PreconditionFailed, "{name}");
             assert!(error.text.contains(name), "{}", error.text);
         }
+    }
+
+    #[test]
+    fn errors_show_the_value_as_the_user_wrote_it() {
+        let error =
+            QueueArguments::parse(&table(&[("x-queue-type", AMQPValue::LongString(LongString::from("quorum")))]))
+                .expect_err("quorum is not available");
+        assert!(error.text.ends_with("got \"quorum\""), "{}", error.text);
+        let error = QueueArguments::parse(&table(&[("x-max-priority", AMQPValue::LongInt(300))])).expect_err("300");
+        assert!(error.text.ends_with("got 300"), "{}", error.text);
     }
 }

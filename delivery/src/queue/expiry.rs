@@ -3,56 +3,57 @@
 //! A message with a TTL gets a deadline and a timer of its own, so it leaves when due even
 //! behind others; a queue with `x-expires` re-arms its timer while it is in use.
 
+use super::classic::ClassicQueue;
 use super::dead_letter::DeathReason;
 use super::state::QueueState;
-use super::Queue;
+use super::{Queue, QueueArguments};
 use crate::message::Message;
 use crate::scheduler::{now_ms, TimerEvent};
 use std::sync::Arc;
 
-impl Queue {
+impl ClassicQueue {
     /// The TTL deadline of a message published now: the lower of the queue's and its own.
-    pub(super) fn deadline(&self, message: &Message, now: u64) -> Option<u64> {
+    pub(super) fn deadline(arguments: &QueueArguments, message: &Message, now: u64) -> Option<u64> {
         let own = message.properties.expiration_ms();
-        let ttl = match (self.arguments.message_ttl_ms, own) {
+        let ttl = match (arguments.message_ttl_ms, own) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
         ttl.map(|ttl| now.saturating_add(ttl))
     }
 
-    pub(super) fn expire_ready(&self, state: &mut QueueState, position: u64) {
+    pub(super) fn expire_ready(&self, queue: &Queue, state: &mut QueueState, position: u64) {
         if let Some(removed) = state.ready.remove(position) {
             if let Ok(content) = state.read(removed) {
-                state.count_bytes(&self.arguments, content.body.len(), false);
+                state.count_bytes(&queue.arguments, content.body.len(), false);
             }
-            state.discard(self.name(), &self.arguments, removed, DeathReason::Expired);
+            state.discard(queue.name(), &queue.arguments, removed, DeathReason::Expired);
         }
     }
 
     /// Discards ready messages whose TTL has passed (those at the head first).
-    pub(super) fn expire_due_locked(&self, state: &mut QueueState, now: u64) {
+    pub(super) fn expire_due_locked(&self, queue: &Queue, state: &mut QueueState, now: u64) {
         while let Some(head) = state.ready.front() {
             if !state.is_expired(head, now) {
                 return;
             }
-            self.expire_ready(state, head.position);
+            self.expire_ready(queue, state, head.position);
         }
     }
 
     /// A message's TTL timer fired: it goes if it is still waiting in the queue.
-    pub fn expire(self: &Arc<Self>, position: u64) {
-        self.with_state(|state| {
+    pub(super) fn expire(&self, queue: &Arc<Queue>, position: u64) {
+        self.with_state(queue, |state| {
             let now = now_ms();
             if state.deadlines.get(&position).is_some_and(|d| *d <= now) {
-                self.expire_ready(state, position);
+                self.expire_ready(queue, state, position);
             }
         });
     }
 
     /// `x-expires`: deletes the queue if it has been unused for that long, or re-arms.
-    pub fn check_unused(self: &Arc<Self>) {
-        let Some(expires) = self.arguments.expires_ms else { return };
+    pub(super) fn check_unused(&self, queue: &Arc<Queue>) {
+        let Some(expires) = queue.arguments.expires_ms else { return };
         let idle_since = {
             let state = self.state.lock();
             if state.deleted {
@@ -61,15 +62,15 @@ impl Queue {
             let in_use = !state.consumers.is_empty();
             let idle_since = if in_use { now_ms() } else { state.last_used_ms };
             if in_use || now_ms() < idle_since + expires {
-                let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(self) };
+                let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(queue) };
                 state.scheduler.schedule(idle_since + expires, event);
                 return;
             }
             idle_since
         };
-        tracing::info!(queue = self.name(), idle_since, "queue unused for x-expires; deleting it");
-        if let Some(vhost) = self.vhost.upgrade() {
-            vhost.delete_expired_queue(self);
+        tracing::info!(queue = queue.name(), idle_since, "queue unused for x-expires; deleting it");
+        if let Some(vhost) = queue.vhost.upgrade() {
+            vhost.delete_expired_queue(queue);
         }
     }
 }

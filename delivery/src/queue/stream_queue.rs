@@ -1,57 +1,133 @@
-//! A queue that is a stream (`x-queue-type: stream`): its construction, its retention timer
-//! and the settlement of its deliveries. Everything else a stream does is in `crate::stream`.
+//! A queue that is a stream (`x-queue-type: stream`): the [`QueueKind`] over a [`Stream`],
+//! with its retention timer. What a stream does is in `crate::stream`.
 
-use super::{MessageRef, Queue, QueueArguments, QueueContext, QueueDefinition};
+use super::kind::{QueueKind, QueueTimer};
+use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, StoreError};
 use crate::consumer::Consumer;
-use crate::error::BrokerResult;
-use crate::scheduler::{now_ms, TimerEvent};
+use crate::error::{BrokerError, BrokerResult};
+use crate::message::Message;
+use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
+use crate::session::Session;
 use crate::stream::{Stream, RETENTION_CHECK_INTERVAL_MS};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+/// A stream's queue kind.
+pub(crate) struct StreamQueue {
+    stream: Stream,
+    scheduler: SchedulerHandle,
+    deleted: AtomicBool,
+}
 
 impl Queue {
     /// A stream (`x-queue-type: stream`) over its opened log.
     pub fn new_stream(definition: QueueDefinition, stream: Stream, context: QueueContext) -> BrokerResult<Arc<Self>> {
         let arguments = QueueArguments::parse(&definition.arguments)?;
         let checks_age = stream.arguments().max_age.is_some();
-        let queue = Self::build(definition, arguments, None, Some(stream), context, |_| {});
+        let scheduler = Arc::clone(&context.scheduler);
+        let kind = StreamQueue { stream, scheduler: context.scheduler, deleted: AtomicBool::new(false) };
+        let queue = Queue::with_kind(definition, arguments, context.vhost, |_, _| Box::new(kind));
         if checks_age {
-            queue.schedule_retention_check();
+            schedule_retention_check(&scheduler, &queue);
         }
         Ok(queue)
     }
+}
 
-    fn schedule_retention_check(self: &Arc<Self>) {
-        let state = self.state.lock();
-        let event = TimerEvent::StreamRetention { queue: Arc::downgrade(self) };
-        state.scheduler.schedule(now_ms() + RETENTION_CHECK_INTERVAL_MS, event);
-    }
+fn schedule_retention_check(scheduler: &SchedulerHandle, queue: &Arc<Queue>) {
+    let event = TimerEvent::StreamRetention { queue: Arc::downgrade(queue) };
+    scheduler.schedule(now_ms() + RETENTION_CHECK_INTERVAL_MS, event);
+}
 
-    /// A stream's timer: applies its retention now, then checks again later.
-    pub fn check_stream_retention(self: &Arc<Self>) {
-        if let Some(stream) = &self.stream {
-            if self.state.lock().deleted {
-                return;
-            }
-            stream.enforce_retention();
-            self.schedule_retention_check();
-        }
-    }
-
-    /// The stream, if this queue is one: for reads by offset.
-    pub fn stream(&self) -> Option<&Stream> {
-        self.stream.as_ref()
-    }
-
-    /// A stream's deliveries were settled: nothing is removed or requeued (see
-    /// [`Stream::settle`] for what it means to a consumer group).
-    pub(super) fn settle_stream(
-        self: &Arc<Self>,
-        stream: &Stream,
+impl StreamQueue {
+    /// Deliveries were settled: nothing is removed or requeued (see [`Stream::settle`] for
+    /// what it means to a consumer group).
+    fn settle_offsets(
+        &self,
+        queue: &Arc<Queue>,
         consumer: Option<&Arc<Consumer>>,
         messages: &[MessageRef],
         requeued: bool,
     ) {
         let offsets: Vec<u64> = messages.iter().map(|m| m.offset()).collect();
-        stream.settle(self, consumer, &offsets, requeued);
+        self.stream.settle(queue, consumer, &offsets, requeued);
+    }
+}
+
+impl QueueKind for StreamQueue {
+    fn publish(&self, queue: &Arc<Queue>, message: Arc<Message>) -> Result<Published, StoreError> {
+        self.stream.publish(queue, &message)
+    }
+
+    fn dispatch(&self, queue: &Arc<Queue>) {
+        self.stream.dispatch(queue);
+    }
+
+    fn add_consumer(&self, _queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()> {
+        self.stream.add_consumer(consumer)
+    }
+
+    fn remove_consumer(&self, _queue: &Arc<Queue>, consumer: &Arc<Consumer>) -> bool {
+        self.stream.remove_consumer(consumer)
+    }
+
+    /// Streams refuse `basic.get` (406): they are read by consumers from an offset.
+    fn get(&self, queue: &Arc<Queue>, _session: &Session, _no_ack: bool) -> BrokerResult<Option<GetResult>> {
+        Err(BrokerError::precondition_failed(format!(
+            "basic.get is not supported on stream '{}': consume with basic.consume (after basic.qos) and an \
+             x-stream-offset argument",
+            queue.name()
+        )))
+    }
+
+    fn settle(&self, queue: &Arc<Queue>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>) {
+        self.settle_offsets(queue, consumer, messages, false);
+    }
+
+    fn reject(&self, queue: &Arc<Queue>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>) {
+        self.settle_offsets(queue, consumer, messages, false);
+    }
+
+    fn requeue(&self, queue: &Arc<Queue>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>) {
+        self.settle_offsets(queue, consumer, messages, true);
+    }
+
+    /// A stream keeps its messages (0, as RabbitMQ answers): only retention removes them.
+    fn purge(&self, _queue: &Arc<Queue>) -> u32 {
+        0
+    }
+
+    fn message_count(&self) -> u32 {
+        u32::try_from(self.stream.message_count()).unwrap_or(u32::MAX)
+    }
+
+    fn unacked_count(&self) -> u32 {
+        self.stream.unacked_count()
+    }
+
+    fn consumer_count(&self) -> u32 {
+        self.stream.consumer_count() as u32
+    }
+
+    fn touch(&self) {}
+
+    fn timer_fired(&self, queue: &Arc<Queue>, timer: QueueTimer) {
+        if timer == QueueTimer::Retention && !self.deleted.load(Ordering::Acquire) {
+            self.stream.enforce_retention();
+            schedule_retention_check(&self.scheduler, queue);
+        }
+    }
+
+    fn close(&self, _queue: &Arc<Queue>) {
+        self.stream.close();
+    }
+
+    fn mark_deleted(&self, _queue: &Arc<Queue>) -> (u32, Vec<Arc<Consumer>>) {
+        self.deleted.store(true, Ordering::Release);
+        (self.message_count(), self.stream.destroy())
+    }
+
+    fn as_stream(&self) -> Option<&Stream> {
+        Some(&self.stream)
     }
 }

@@ -1,0 +1,67 @@
+//! What every kind of queue does: the one interface that the virtual host, sessions and
+//! channels use, whatever `x-queue-type` chose.
+//!
+//! [`super::Queue`] holds what all kinds share (name, definition, parsed arguments) and hands
+//! each operation to its kind: [`super::classic::ClassicQueue`] (messages leave once settled)
+//! or [`super::stream_queue::StreamQueue`] (an append-only log read by offset). A kind's
+//! methods get the queue itself, to hand deliveries to sessions and to arm timers.
+
+use super::{GetResult, MessageRef, Published, Queue, StoreError};
+use crate::consumer::Consumer;
+use crate::error::BrokerResult;
+use crate::message::Message;
+use crate::session::Session;
+use crate::stream::Stream;
+use std::sync::Arc;
+
+/// A timer of a queue's, fired by the broker's scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueTimer {
+    /// The TTL of the message at this position ran out.
+    MessageExpiry(u64),
+    /// `x-expires`: the queue may have been unused long enough.
+    Unused,
+    /// A stream's `x-max-age` retention check.
+    Retention,
+}
+
+/// One kind of queue.
+pub(crate) trait QueueKind: Send + Sync {
+    /// Stores a message (or refuses it, by overflow rules) and dispatches it if it can.
+    fn publish(&self, queue: &Arc<Queue>, message: Arc<Message>) -> Result<Published, StoreError>;
+    /// Delivers what consumers' credit allows.
+    fn dispatch(&self, queue: &Arc<Queue>);
+    /// Attaches a consumer (dispatch starts at the next [`QueueKind::dispatch`]).
+    fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()>;
+    /// Detaches a consumer; true if none is left.
+    fn remove_consumer(&self, queue: &Arc<Queue>, consumer: &Arc<Consumer>) -> bool;
+    /// `basic.get`: the next message, recorded on `session`.
+    fn get(&self, queue: &Arc<Queue>, session: &Session, no_ack: bool) -> BrokerResult<Option<GetResult>>;
+    /// Acknowledged deliveries.
+    fn settle(&self, queue: &Arc<Queue>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>);
+    /// Rejected deliveries (no requeue): dead-lettered or dropped.
+    fn reject(&self, queue: &Arc<Queue>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>);
+    /// Deliveries returned to the queue.
+    fn requeue(&self, queue: &Arc<Queue>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>);
+    /// `queue.purge`: how many messages were removed.
+    fn purge(&self, queue: &Arc<Queue>) -> u32;
+    /// Messages ready for delivery.
+    fn message_count(&self) -> u32;
+    /// Messages delivered and not yet settled.
+    fn unacked_count(&self) -> u32;
+    /// Consumers attached.
+    fn consumer_count(&self) -> u32;
+    /// The queue was used now (declare, get, consume: for `x-expires`).
+    fn touch(&self);
+    /// One of the queue's timers fired.
+    fn timer_fired(&self, queue: &Arc<Queue>, timer: QueueTimer);
+    /// The broker is stopping: make what is stored durable.
+    fn close(&self, queue: &Arc<Queue>);
+    /// The queue was deleted: release its storage; returns its message count and its
+    /// consumers, for cancelling.
+    fn mark_deleted(&self, queue: &Arc<Queue>) -> (u32, Vec<Arc<Consumer>>);
+    /// The stream, if this kind is one: for reads by offset.
+    fn as_stream(&self) -> Option<&Stream> {
+        None
+    }
+}
