@@ -6,7 +6,7 @@ use bytes::{Bytes, BytesMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
-use warren_delivery::queue::DurableMark;
+use warren_delivery::message_store::DurableMark;
 use warren_delivery::Message;
 
 /// What a batch of publishes owes the client, in publish order.
@@ -113,11 +113,10 @@ impl Confirms {
     }
 }
 
-/// Keeps one mark per log, the highest offset.
+/// Keeps one mark per log, the latest: waiting for it covers the others.
 pub fn add_mark(marks: &mut Vec<DurableMark>, mark: DurableMark) {
-    match marks.iter_mut().find(|m| Arc::ptr_eq(&m.log, &mark.log)) {
-        Some(existing) => existing.offset = existing.offset.max(mark.offset),
-        None => marks.push(mark),
+    if !marks.iter_mut().any(|existing| existing.absorb(&mark)) {
+        marks.push(mark);
     }
 }
 
@@ -125,7 +124,7 @@ pub fn add_mark(marks: &mut Vec<DurableMark>, mark: DurableMark) {
 pub async fn wait_durable(marks: &[DurableMark]) -> bool {
     let mut durable = true;
     for mark in marks {
-        if let Err(error) = mark.log.wait_durable(mark.offset).await {
+        if let Err(error) = mark.wait().await {
             tracing::error!(%error, "a log failed before the fsync covering a publish");
             durable = false;
         }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::sync::Arc;
 use warren_delivery::consumer::{ConsumerOptions, TagFilter, TAG_HEADER};
-use warren_delivery::queue::LogStoreConfig;
+use warren_delivery::message_store::LogStoreConfig;
 use warren_delivery::{Broker, ConnectionId, Message, Properties, Queue, QueueDefinition};
 use warren_storage::FlushPolicy;
 

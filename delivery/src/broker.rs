@@ -2,7 +2,8 @@
 
 use crate::definitions::VhostStorage;
 use crate::error::BrokerError;
-use crate::queue::{ConnectionId, LogStoreConfig};
+use crate::message_store::LogStoreConfig;
+use crate::queue::ConnectionId;
 use crate::scheduler::Scheduler;
 use crate::user::UserStore;
 use crate::vhost::VirtualHost;

@@ -9,7 +9,7 @@
 //! record goes to an unreadable file beside the definitions and its data directory is moved
 //! aside, so that one bad record neither keeps the broker down nor loses data.
 
-use crate::queue::{LogStore, LogStoreConfig, StoreError};
+use crate::message_store::{LogStore, LogStoreConfig, StoreError};
 use crate::stream::{Stream, StreamArguments};
 use amq_protocol::types::FieldTable;
 use parking_lot::Mutex;
@@ -218,7 +218,7 @@ impl VhostStorage {
         let dir = self.store_dir(kind, name);
         if dir.exists() {
             tracing::warn!(dir = %dir.display(), "removing stale files in the place of a new {kind} store");
-            std::fs::remove_dir_all(&dir).map_err(|e| StoreError::Io(format!("{}: {e}", dir.display())))?;
+            std::fs::remove_dir_all(&dir).map_err(|e| StoreError::file(&dir, e))?;
         }
         Ok(dir)
     }

@@ -14,6 +14,7 @@ pub mod exchange;
 pub mod field_table;
 mod field_value;
 pub mod message;
+pub mod message_store;
 pub mod properties;
 pub mod queue;
 pub mod scheduler;

@@ -15,7 +15,7 @@ use proptest::prelude::*;
 use std::collections::{BTreeSet, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
-use warren_delivery::queue::{LogStore, LogStoreConfig, MessageStore};
+use warren_delivery::message_store::{LogStore, LogStoreConfig, MessageStore};
 use warren_delivery::{Message, Properties};
 use warren_storage::FlushPolicy;
 

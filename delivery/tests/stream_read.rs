@@ -8,7 +8,7 @@ use bytes::Bytes;
 use std::path::Path;
 use std::sync::Arc;
 use warren_delivery::consumer::{ConsumerOptions, TAG_HEADER};
-use warren_delivery::queue::LogStoreConfig;
+use warren_delivery::message_store::LogStoreConfig;
 use warren_delivery::stream::StreamBatch;
 use warren_delivery::{Broker, ConnectionId, Message, Properties, Queue, QueueDefinition};
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use warren_delivery::queue::LogStoreConfig;
+use warren_delivery::message_store::LogStoreConfig;
 use warren_delivery::Broker;
 
 /// A broker that could not start.

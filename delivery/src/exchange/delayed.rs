@@ -10,7 +10,7 @@
 
 use crate::field_value::number_of;
 use crate::message::Message;
-use crate::queue::{DurableMark, LogStore, MemoryStore, MessageStore, StoreError};
+use crate::message_store::{DurableMark, LogStore, MemoryStore, MessageStore, StoreError};
 use crate::scheduler::{now_ms, DelayedTarget, SchedulerHandle, TimerEvent};
 use crate::vhost::VirtualHost;
 use parking_lot::Mutex;

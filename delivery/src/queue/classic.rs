@@ -11,13 +11,11 @@ use super::dead_letter::{self, DeathReason};
 use super::kind::{QueueKind, QueueTimer};
 use super::ready_list::ReadyList;
 use super::state::QueueState;
-use super::{
-    GetResult, LogStore, MemoryStore, MessageRef, MessageStore, Overflow, Published, Queue, QueueArguments,
-    QueueContext, QueueDefinition, StoreError,
-};
+use super::{GetResult, MessageRef, Overflow, Published, Queue, QueueArguments, QueueContext, QueueDefinition};
 use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
+use crate::message_store::{LogStore, MemoryStore, MessageStore, StoreError};
 use crate::scheduler::{now_ms, TimerEvent};
 use crate::session::Session;
 use amq_protocol::types::AMQPValue;

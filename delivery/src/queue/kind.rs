@@ -6,10 +6,11 @@
 //! or [`super::stream_queue::StreamQueue`] (an append-only log read by offset). A kind's
 //! methods get the queue itself, to hand deliveries to sessions and to arm timers.
 
-use super::{GetResult, MessageRef, Published, Queue, StoreError};
+use super::{GetResult, MessageRef, Published, Queue};
 use crate::consumer::Consumer;
 use crate::error::BrokerResult;
 use crate::message::Message;
+use crate::message_store::StoreError;
 use crate::session::Session;
 use crate::stream::Stream;
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! `x-queue-type` when it is declared or recovered:
 //! - classic (`classic.rs`): ready messages go to consumers with credit and leave once settled;
 //!   persistent messages of a durable queue are in its [`LogStore`], the rest in a
-//!   [`MemoryStore`]. A message whose record turns out damaged on disk when read
+//!   [`MemoryStore`] (both in `crate::message_store`). A message whose record turns out damaged on disk when read
 //!   ([`StoreError::Damaged`]) is dropped and settled, and dispatch goes on.
 //! - stream (`stream_queue.rs`, over `crate::stream`): an append-only log that keeps its
 //!   messages; consumers read it by offset.
@@ -15,19 +15,15 @@ mod classic;
 pub mod dead_letter;
 mod expiry;
 mod kind;
-mod log_store;
-pub(crate) mod message_codec;
 mod message_ref;
-mod message_store;
 mod ready_list;
 mod state;
 mod stream_queue;
 
 pub use arguments::{Overflow, QueueArguments, QueueType, MAX_PRIORITY};
 pub use kind::QueueTimer;
-pub use log_store::{LogStore, LogStoreConfig};
 pub use message_ref::MessageRef;
-pub use message_store::{Appended, DurableMark, MemoryStore, MessageStore, StoreError};
+use crate::message_store::{DurableMark, StoreError};
 
 use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult};

@@ -6,9 +6,10 @@
 use super::arguments::{Overflow, QueueArguments};
 use super::dead_letter::{self, DeathReason};
 use super::ready_list::ReadyList;
-use super::{MemoryStore, MessageRef, MessageStore, StoreError};
+use super::MessageRef;
 use crate::consumer::Consumer;
 use crate::message::Message;
+use crate::message_store::{MemoryStore, MessageStore, StoreError};
 use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};

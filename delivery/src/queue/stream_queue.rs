@@ -2,10 +2,11 @@
 //! with its retention timer. What a stream does is in `crate::stream`.
 
 use super::kind::{QueueKind, QueueTimer};
-use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, StoreError};
+use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition};
 use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::Message;
+use crate::message_store::StoreError;
 use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
 use crate::session::Session;
 use crate::stream::{Stream, RETENTION_CHECK_INTERVAL_MS};

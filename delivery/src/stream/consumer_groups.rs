@@ -6,11 +6,11 @@
 //! groups are written again and the segments before them are deleted, so it stays small
 //! without ever rewriting a file in place.
 
-use crate::queue::StoreError;
+use crate::message_store::StoreError;
 use crate::scheduler::now_ms;
 use std::collections::HashMap;
 use std::path::Path;
-use warren_storage::{FlushPolicy, Log, LogConfig, NewRecord, StorageError};
+use warren_storage::{FlushPolicy, Log, LogConfig, NewRecord};
 
 /// Segment size of the offsets log: small, so that compaction frees whole segments soon.
 const GROUP_SEGMENT_BYTES: u64 = 256 * 1024;
@@ -18,10 +18,6 @@ const GROUP_SEGMENT_BYTES: u64 = 256 * 1024;
 const COMPACT_AFTER_BYTES: u64 = 1024 * 1024;
 /// Longest group name (it is a consumer argument; RabbitMQ's names are short strings).
 pub const MAX_GROUP_NAME_BYTES: usize = 255;
-
-fn io_error(error: StorageError) -> StoreError {
-    StoreError::Io(error.to_string())
-}
 
 /// The committed offsets of a stream's consumer groups.
 pub struct GroupOffsets {
@@ -47,11 +43,11 @@ impl GroupOffsets {
             write_buffer_bytes: 16 * 1024,
             ..LogConfig::default()
         };
-        let log = Log::open(dir, config).map_err(io_error)?;
+        let log = Log::open(dir, config).map_err(StoreError::from)?;
         let mut committed = HashMap::new();
         let mut next = log.first_offset();
         while next < log.next_offset() {
-            let records = log.read(next, 4096, 4 * 1024 * 1024).map_err(io_error)?;
+            let records = log.read(next, 4096, 4 * 1024 * 1024).map_err(StoreError::from)?;
             let Some(last) = records.last() else { break };
             next = last.offset + 1;
             for record in records {
@@ -83,7 +79,7 @@ impl GroupOffsets {
         self.scratch.clear();
         self.scratch.extend_from_slice(&offset.to_be_bytes());
         self.scratch.extend_from_slice(group.as_bytes());
-        self.log.append(NewRecord::new(now_ms() as i64, &self.scratch)).map_err(io_error)?;
+        self.log.append(NewRecord::new(now_ms() as i64, &self.scratch)).map_err(StoreError::from)?;
         Ok(())
     }
 
@@ -97,14 +93,14 @@ impl GroupOffsets {
         for (group, offset) in &groups {
             self.append(group, *offset)?;
         }
-        self.log.delete_below(start).map_err(io_error)?;
+        self.log.delete_below(start).map_err(StoreError::from)?;
         self.compacted_bytes = self.log.size_bytes();
         Ok(())
     }
 
     /// Makes every commit durable (the broker is stopping).
     pub fn close(&self) -> Result<(), StoreError> {
-        self.log.close().map_err(io_error)
+        self.log.close().map_err(StoreError::from)
     }
 }
 

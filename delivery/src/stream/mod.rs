@@ -29,7 +29,9 @@ use crate::consumer::{message_tag, Consumer, TagFilter};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::field_value::string_of;
 use crate::message::Message;
-use crate::queue::{message_codec, DurableMark, LogStoreConfig, MessageRef, Published, Queue, StoreError};
+use crate::message_store::codec as message_codec;
+use crate::message_store::{DurableMark, LogStoreConfig, StoreError};
+use crate::queue::{MessageRef, Published, Queue};
 use crate::scheduler::now_ms;
 use cursor::{Cursor, HeaderFilter};
 use parking_lot::Mutex;
@@ -49,10 +51,6 @@ const PULL_SCAN_RECORDS: usize = 1024 * 1024;
 
 const LOG_DIR: &str = "log";
 const GROUPS_DIR: &str = "groups";
-
-fn io_error(error: StorageError) -> StoreError {
-    StoreError::Io(error.to_string())
-}
 
 fn internal(error: impl std::fmt::Display) -> BrokerError {
     BrokerError::new(ReplyCode::InternalError, format!("stream storage failed: {error}"))
@@ -116,7 +114,7 @@ impl Stream {
             retention_age: arguments.max_age,
             ..LogConfig::default()
         };
-        let log = Log::open(dir.join(LOG_DIR), log_config).map_err(io_error)?;
+        let log = Log::open(dir.join(LOG_DIR), log_config).map_err(StoreError::from)?;
         let groups = GroupOffsets::open(&dir.join(GROUPS_DIR), config.flush_policy)?;
         let state = StreamState { cursors: Vec::new(), groups, scratch: Vec::new(), deleted: false };
         Ok(Stream {
@@ -183,7 +181,7 @@ impl Stream {
         state.scratch.clear();
         message_codec::encode(message, &mut state.scratch);
         let record = NewRecord { timestamp_ms: now_ms() as i64, tag_hash, flags, payload: &state.scratch };
-        let offset = self.log.append(record).map_err(io_error)?;
+        let offset = self.log.append(record).map_err(StoreError::from)?;
         for cursor in state.cursors.iter_mut() {
             if cursor.active && cursor.waits_at(offset) && cursor.consumer.has_credit() {
                 cursor.step_over(offset);
@@ -192,7 +190,7 @@ impl Stream {
                 }
             }
         }
-        Ok(Published::Stored(Some(DurableMark { log: Arc::clone(&self.log), offset })))
+        Ok(Published::Stored(Some(DurableMark::new(&self.log, offset))))
     }
 
     /// Delivers to every active consumer what its credit allows, reading from the log.
@@ -332,17 +330,17 @@ impl Stream {
                 return Ok(batch);
             }
             match self.log.read_filtered(from, max_count, max_bytes, PULL_SCAN_RECORDS, &admits) {
-                Err(StorageError::Corruption { .. }) => match self.log.skip_damage(from).map_err(io_error)? {
+                Err(StorageError::Corruption { .. }) => match self.log.skip_damage(from).map_err(StoreError::from)? {
                     Some(damaged) => batch.next_offset = damaged.next,
                     // The damage lay before `from`, whose record reads back now.
                     None => {
                         break self
                             .log
                             .read_filtered(from, max_count, max_bytes, PULL_SCAN_RECORDS, &admits)
-                            .map_err(io_error)?
+                            .map_err(StoreError::from)?
                     }
                 },
-                result => break result.map_err(io_error)?,
+                result => break result.map_err(StoreError::from)?,
             }
         };
         batch.next_offset = read.next_offset;
@@ -366,7 +364,7 @@ impl Stream {
     /// Makes everything durable (the broker is stopping).
     pub fn close(&self) {
         let state = self.state.lock();
-        if let Err(error) = self.log.close().map_err(io_error).and_then(|()| state.groups.close()) {
+        if let Err(error) = self.log.close().map_err(StoreError::from).and_then(|()| state.groups.close()) {
             tracing::error!(dir = %self.dir.display(), %error, "cannot close the stream");
         }
     }

@@ -4,8 +4,9 @@
 
 use crate::broker::{Broker, DEFAULT_VHOST};
 use crate::message::Message;
+use crate::message_store::LogStoreConfig;
 use crate::properties::Properties;
-use crate::queue::{ConnectionId, LogStoreConfig, Published, QueueDefinition};
+use crate::queue::{ConnectionId, Published, QueueDefinition};
 use crate::vhost::VirtualHost;
 use amq_protocol::protocol::basic::{gen_properties, AMQPProperties};
 use bytes::Bytes;

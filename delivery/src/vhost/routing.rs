@@ -164,11 +164,11 @@ pub struct PublishOutcome {
     /// Whether it reached (or, when delayed, would now reach) at least one queue.
     pub routed: bool,
     /// Disk writes a publisher confirm must wait for.
-    pub marks: Vec<crate::queue::DurableMark>,
+    pub marks: Vec<crate::message_store::DurableMark>,
     /// Whether a queue refused it (`x-overflow: reject-publish`): confirms nack.
     pub rejected: bool,
     /// A store that failed to take it.
-    pub failure: Option<crate::queue::StoreError>,
+    pub failure: Option<crate::message_store::StoreError>,
 }
 
 fn deliver_to(queues: &[Arc<Queue>], message: &Arc<Message>) -> PublishOutcome {

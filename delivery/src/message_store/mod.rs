@@ -1,14 +1,49 @@
-//! Where a queue keeps the bodies of its messages, behind one trait.
+//! Where messages are kept, behind one trait: queues, delayed exchanges and streams use it.
 //!
 //! A store addresses its messages by offset: dense, increasing, assigned at append. That is
-//! the shape of a log, so the durable store ([`super::LogStore`]) and the in-memory one here
-//! implement the same trait, and the queue's delivery logic does not know which it has.
+//! the shape of a log, so the durable store ([`LogStore`], over a `warren-storage` log) and the
+//! in-memory one here implement the same trait, and a queue's delivery logic does not know
+//! which it has. How a message is laid out in a record is `codec`.
+
+pub(crate) mod codec;
+mod log_store;
+
+pub use log_store::{LogStore, LogStoreConfig};
 
 use crate::message::Message;
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::path::Path;
 use std::sync::Arc;
-use warren_storage::Log;
+use warren_storage::{Log, StorageError};
+
+/// What kind of failure the storage below had: what an operator (and later, the broker's
+/// alarms) does about it differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// No space left on the device (or the quota is exhausted).
+    DiskFull,
+    /// The broker may not read or write its files.
+    PermissionDenied,
+    /// Bytes on disk are not what was written.
+    Corruption,
+    /// The store was closed, or failed earlier and refuses writes.
+    Closed,
+    /// Any other I/O error.
+    Io,
+}
+
+impl From<&StorageError> for FailureKind {
+    fn from(error: &StorageError) -> Self {
+        match error {
+            StorageError::DiskFull { .. } => FailureKind::DiskFull,
+            StorageError::PermissionDenied { .. } => FailureKind::PermissionDenied,
+            StorageError::Corruption { .. } => FailureKind::Corruption,
+            StorageError::Closed | StorageError::Failed(_) => FailureKind::Closed,
+            _ => FailureKind::Io,
+        }
+    }
+}
 
 /// A message store failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -16,9 +51,14 @@ pub enum StoreError {
     /// The offset is not (or no longer) stored.
     #[error("no message at offset {0}")]
     Missing(u64),
-    /// The storage below failed (disk full, I/O error).
-    #[error("message store failed: {0}")]
-    Io(String),
+    /// The storage below failed.
+    #[error("message store failed: {detail}")]
+    Storage {
+        /// Disk full, corruption, ...
+        kind: FailureKind,
+        /// What failed, with the file concerned.
+        detail: String,
+    },
     /// The records at these offsets are damaged on disk (the storage engine reported where,
     /// once) or hold bytes that do not decode as a message: they are lost, and the store
     /// never returns them. The range holds the offset asked for and may reach beyond it.
@@ -26,18 +66,56 @@ pub enum StoreError {
     Damaged(Range<u64>),
 }
 
-/// The point a publisher confirm must wait for: `offset` durable in `log`.
+impl From<StorageError> for StoreError {
+    fn from(error: StorageError) -> Self {
+        StoreError::Storage { kind: FailureKind::from(&error), detail: error.to_string() }
+    }
+}
+
+impl StoreError {
+    /// A file operation of the store's own (outside the log) failed on `path`.
+    pub(crate) fn file(path: &Path, error: std::io::Error) -> Self {
+        let kind = match error.kind() {
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => FailureKind::DiskFull,
+            std::io::ErrorKind::PermissionDenied => FailureKind::PermissionDenied,
+            _ => FailureKind::Io,
+        };
+        StoreError::Storage { kind, detail: format!("{}: {error}", path.display()) }
+    }
+}
+
+/// The point a publisher confirm must wait for: an append made durable.
 #[derive(Clone)]
 pub struct DurableMark {
-    /// The log written to.
-    pub log: Arc<Log>,
-    /// The offset appended.
-    pub offset: u64,
+    log: Arc<Log>,
+    offset: u64,
 }
 
 impl std::fmt::Debug for DurableMark {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DurableMark").field("offset", &self.offset).finish_non_exhaustive()
+    }
+}
+
+impl DurableMark {
+    /// The append at `offset` in `log`.
+    pub(crate) fn new(log: &Arc<Log>, offset: u64) -> Self {
+        DurableMark { log: Arc::clone(log), offset }
+    }
+
+    /// Folds `other` into this mark if both wait on the same log (keeping the later point):
+    /// one wait then covers both. False if they are in different logs.
+    pub fn absorb(&mut self, other: &DurableMark) -> bool {
+        if !Arc::ptr_eq(&self.log, &other.log) {
+            return false;
+        }
+        self.offset = self.offset.max(other.offset);
+        true
+    }
+
+    /// Waits until the append is durable; an error if the log failed first.
+    pub async fn wait(&self) -> Result<(), StoreError> {
+        Ok(self.log.wait_durable(self.offset).await?)
     }
 }
 

@@ -16,8 +16,8 @@
 //! recovery of queues that read every message ([`LogStore::for_each_unsettled`]) settles
 //! them itself, so that after a restart they are neither counted nor reported again.
 
-use super::message_codec;
-use super::message_store::{Appended, DurableMark, MessageStore, StoreError};
+use super::codec as message_codec;
+use super::{Appended, DurableMark, MessageStore, StoreError};
 use crate::message::Message;
 use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -66,10 +66,6 @@ impl Default for LogStoreConfig {
             max_record_bytes: 129 * 1024 * 1024,
         }
     }
-}
-
-fn io_error(error: StorageError) -> StoreError {
-    StoreError::Io(error.to_string())
 }
 
 fn now_ms() -> i64 {
@@ -159,7 +155,7 @@ impl LogStore {
             write_buffer_bytes: 64 * 1024,
             ..LogConfig::default()
         };
-        let messages = Log::open(dir.join(MESSAGES_DIR), message_config).map_err(io_error)?;
+        let messages = Log::open(dir.join(MESSAGES_DIR), message_config)?;
         let acks = open_ack_log(dir, config.flush_policy)?;
         let mut store = LogStore {
             dir: dir.to_path_buf(),
@@ -186,7 +182,7 @@ impl LogStore {
     fn replay_acks(&mut self) -> Result<(), StoreError> {
         let mut next = self.acks.first_offset();
         while next < self.acks.next_offset() {
-            let records = self.acks.read(next, 1024, 4 * 1024 * 1024).map_err(io_error)?;
+            let records = self.acks.read(next, 1024, 4 * 1024 * 1024)?;
             let Some(last) = records.last() else { break };
             next = last.offset + 1;
             for record in records {
@@ -268,12 +264,12 @@ impl LogStore {
     /// ([`StoreError::Damaged`] with the lost offsets).
     fn read_log(&self, offset: u64, records: usize, bytes: usize) -> Result<Vec<Record>, StoreError> {
         match self.messages.read(offset, records, bytes) {
-            Err(StorageError::Corruption { .. }) => match self.messages.skip_damage(offset).map_err(io_error)? {
+            Err(StorageError::Corruption { .. }) => match self.messages.skip_damage(offset)? {
                 Some(range) => Err(StoreError::Damaged(range.offsets())),
                 // The damage lay before `offset`, which reads back now.
-                None => self.messages.read(offset, records, bytes).map_err(io_error),
+                None => Ok(self.messages.read(offset, records, bytes)?),
             },
-            result => result.map_err(io_error),
+            result => Ok(result?),
         }
     }
 
@@ -321,7 +317,7 @@ impl LogStore {
             for offset in chunk {
                 self.scratch.extend_from_slice(&offset.to_be_bytes());
             }
-            self.acks.append(NewRecord::new(now_ms(), &self.scratch)).map_err(io_error)?;
+            self.acks.append(NewRecord::new(now_ms(), &self.scratch))?;
         }
         Ok(())
     }
@@ -334,7 +330,7 @@ impl LogStore {
         let compact_dir = self.dir.join(ACKS_COMPACT_DIR);
         let _ = std::fs::remove_dir_all(&compact_dir);
         // One fsync at the end (the flush below), not one per record.
-        let compact = Log::open(&compact_dir, ack_log_config(FlushPolicy::Batch)).map_err(io_error)?;
+        let compact = Log::open(&compact_dir, ack_log_config(FlushPolicy::Batch))?;
         let _ = std::mem::replace(&mut self.acks, compact).close();
         // The compacted log holds the whole settlement state in a few records.
         self.append_ack_record(ACK_RECORD_FIRST_LIVE, &[self.first_live])?;
@@ -343,7 +339,7 @@ impl LogStore {
         if let Some(delivered) = self.delivered_up_to {
             self.append_ack_record(ACK_RECORD_DELIVERED, &[delivered])?;
         }
-        self.acks.flush().map_err(io_error)?;
+        self.acks.flush()?;
         let _ = self.acks.close();
         swap_compacted_ack_log(&self.dir)?;
         self.acks = open_ack_log(&self.dir, self.flush_policy)?;
@@ -360,19 +356,18 @@ fn ack_log_config(flush_policy: FlushPolicy) -> LogConfig {
 fn open_ack_log(dir: &Path, flush_policy: FlushPolicy) -> Result<Log, StoreError> {
     let (acks, compact, old) = (dir.join(ACKS_DIR), dir.join(ACKS_COMPACT_DIR), dir.join(ACKS_OLD_DIR));
     if !acks.exists() && compact.exists() {
-        std::fs::rename(&compact, &acks).map_err(|e| StoreError::Io(e.to_string()))?;
+        std::fs::rename(&compact, &acks).map_err(|e| StoreError::file(&compact, e))?;
     }
     let _ = std::fs::remove_dir_all(&compact);
     let _ = std::fs::remove_dir_all(&old);
-    Log::open(acks, ack_log_config(flush_policy)).map_err(io_error)
+    Ok(Log::open(acks, ack_log_config(flush_policy))?)
 }
 
 fn swap_compacted_ack_log(dir: &Path) -> Result<(), StoreError> {
     let (acks, compact, old) = (dir.join(ACKS_DIR), dir.join(ACKS_COMPACT_DIR), dir.join(ACKS_OLD_DIR));
-    let io = |e: std::io::Error| StoreError::Io(e.to_string());
-    std::fs::rename(&acks, &old).map_err(io)?;
-    std::fs::rename(&compact, &acks).map_err(io)?;
-    std::fs::remove_dir_all(&old).map_err(io)
+    std::fs::rename(&acks, &old).map_err(|e| StoreError::file(&acks, e))?;
+    std::fs::rename(&compact, &acks).map_err(|e| StoreError::file(&compact, e))?;
+    std::fs::remove_dir_all(&old).map_err(|e| StoreError::file(&old, e))
 }
 
 impl MessageStore for LogStore {
@@ -380,9 +375,9 @@ impl MessageStore for LogStore {
         self.scratch.clear();
         message_codec::encode(message, &mut self.scratch);
         let record = NewRecord { timestamp_ms: now_ms(), tag_hash: 0, flags: 0, payload: &self.scratch };
-        let offset = self.messages.append(record).map_err(io_error)?;
+        let offset = self.messages.append(record)?;
         self.recent.push(offset, Arc::clone(message));
-        let durable = DurableMark { log: Arc::clone(&self.messages), offset };
+        let durable = DurableMark::new(&self.messages, offset);
         Ok(Appended { offset, durable: Some(durable) })
     }
 
@@ -448,8 +443,8 @@ impl MessageStore for LogStore {
 
     fn close(&mut self) -> Result<(), StoreError> {
         self.sync()?;
-        self.messages.close().map_err(io_error)?;
-        self.acks.close().map_err(io_error)
+        self.messages.close()?;
+        Ok(self.acks.close()?)
     }
 
     fn destroy(self: Box<Self>) {
