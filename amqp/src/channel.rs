@@ -12,6 +12,7 @@ use amq_protocol::types::{FieldTable, ShortString};
 use bytes::Bytes;
 use rand::distributions::{Alphanumeric, DistString};
 use std::sync::Arc;
+use warren_delivery::direct_reply_to::{self, PSEUDO_QUEUE};
 use warren_delivery::exchange::{Binding, Destination, ExchangeDefinition};
 use warren_delivery::{
     BrokerError, BrokerResult, ConnectionId, ConsumerOptions, Message, QueueDefinition, ReplyCode, Session, VirtualHost,
@@ -120,7 +121,7 @@ impl Channel {
         let (nowait, ok) = match method {
             exchange::AMQPMethod::Declare(d) => {
                 if d.passive {
-                    vhost.exchange(d.exchange.as_str())?;
+                    vhost.declare_exchange_passive(d.exchange.as_str())?;
                 } else {
                     vhost.declare_exchange(ExchangeDefinition::declared(
                         d.exchange.as_str(),
@@ -138,11 +139,12 @@ impl Channel {
                 (d.nowait, exchange::AMQPMethod::DeleteOk(exchange::DeleteOk {}))
             }
             exchange::AMQPMethod::Bind(b) => {
-                vhost.bind(b.source.as_str(), exchange_binding(b.destination, b.routing_key, b.arguments))?;
+                vhost.bind(b.source.as_str(), exchange_binding(b.destination, b.routing_key, b.arguments), ctx.id)?;
                 (b.nowait, exchange::AMQPMethod::BindOk(exchange::BindOk {}))
             }
             exchange::AMQPMethod::Unbind(u) => {
-                vhost.unbind(u.source.as_str(), &exchange_binding(u.destination, u.routing_key, u.arguments))?;
+                let binding = exchange_binding(u.destination, u.routing_key, u.arguments);
+                vhost.unbind(u.source.as_str(), &binding, ctx.id)?;
                 (u.nowait, exchange::AMQPMethod::UnbindOk(exchange::UnbindOk {}))
             }
             other => return Err(BrokerError::command_invalid(format!("{other:?} is sent by servers, not clients"))),
@@ -171,6 +173,13 @@ impl Channel {
     fn queue_method(&mut self, ctx: &ConnectionContext, method: queue::AMQPMethod) -> BrokerResult<()> {
         let vhost = &ctx.vhost;
         let (nowait, ok) = match method {
+            queue::AMQPMethod::Declare(d) if direct_reply_to::is_reply_name(d.queue.as_str()) => {
+                // The pseudo-queue, or a reply address whose requester is still there.
+                vhost.declare_reply_to(d.queue.as_str())?;
+                self.last_queue = Some(d.queue.to_string());
+                let ok = queue::DeclareOk { queue: d.queue, message_count: 0, consumer_count: 1 };
+                (d.nowait, queue::AMQPMethod::DeclareOk(ok))
+            }
             queue::AMQPMethod::Declare(d) => {
                 let declared = if d.passive {
                     vhost.declare_queue_passive(&self.queue_name(&d.queue)?, ctx.id)?
@@ -196,14 +205,13 @@ impl Channel {
                 (d.nowait, queue::AMQPMethod::DeclareOk(ok))
             }
             queue::AMQPMethod::Bind(b) => {
-                let queue = self.usable_queue(ctx, &b.queue)?;
-                let binding = queue_binding(queue.name(), b.routing_key, b.arguments);
-                vhost.bind(b.exchange.as_str(), binding)?;
+                let binding = queue_binding(&self.queue_name(&b.queue)?, b.routing_key, b.arguments);
+                vhost.bind(b.exchange.as_str(), binding, ctx.id)?;
                 (b.nowait, queue::AMQPMethod::BindOk(queue::BindOk {}))
             }
             queue::AMQPMethod::Unbind(u) => {
-                let queue = self.usable_queue(ctx, &u.queue)?;
-                vhost.unbind(u.exchange.as_str(), &queue_binding(queue.name(), u.routing_key, u.arguments))?;
+                let queue = self.queue_name(&u.queue)?;
+                vhost.unbind(u.exchange.as_str(), &queue_binding(&queue, u.routing_key, u.arguments), ctx.id)?;
                 (false, queue::AMQPMethod::UnbindOk(queue::UnbindOk {}))
             }
             queue::AMQPMethod::Purge(p) => {
@@ -272,13 +280,21 @@ impl Channel {
     }
 
     fn consume(&mut self, ctx: &ConnectionContext, consume: basic::Consume) -> BrokerResult<()> {
-        let queue = self.usable_queue(ctx, &consume.queue)?;
         let tag = if consume.consumer_tag.as_str().is_empty() {
             let random = Alphanumeric.sample_string(&mut rand::thread_rng(), GENERATED_TAG_CHARS);
             short(format!("amq.ctag-{random}"))
         } else {
             consume.consumer_tag
         };
+        if consume.queue.as_str() == PSEUDO_QUEUE {
+            self.session.consume_replies(tag.clone(), consume.no_ack, ctx.id, self.id)?;
+            if !consume.nowait {
+                let ok = basic::ConsumeOk { consumer_tag: tag };
+                self.reply(ctx, AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(ok)));
+            }
+            return Ok(());
+        }
+        let queue = self.usable_queue(ctx, &consume.queue)?;
         let options =
             ConsumerOptions { no_ack: consume.no_ack, exclusive: consume.exclusive, arguments: consume.arguments };
         let consumer = self.session.consume(Arc::clone(&queue), tag.clone(), options)?;
@@ -358,6 +374,7 @@ impl Channel {
         }
         let Some(content) = self.content.take() else { return Ok(()) };
         let (mandatory, message) = content.finish();
+        let message = self.with_reply_address(message)?;
         let op = TxOp::Publish { mandatory, message: Arc::new(message) };
         match &mut self.transaction {
             Some(transaction) => {
@@ -366,6 +383,23 @@ impl Channel {
             }
             None => self.publish(ctx, op),
         }
+    }
+
+    /// A request published with `reply_to: amq.rabbitmq.reply-to` gets this channel's reply
+    /// address instead; without a reply consumer on the channel that is 406, as in RabbitMQ.
+    fn with_reply_address(&self, mut message: Message) -> BrokerResult<Message> {
+        if message.properties.reply_to() != Some(PSEUDO_QUEUE.as_bytes()) {
+            return Ok(message);
+        }
+        let address = self
+            .session
+            .reply_address()
+            .ok_or_else(|| BrokerError::precondition_failed("fast reply consumer does not exist"))?;
+        message.properties = message
+            .properties
+            .with_reply_to(&address)
+            .ok_or_else(|| BrokerError::new(ReplyCode::InternalError, "cannot rewrite reply_to"))?;
+        Ok(message)
     }
 
     fn publish(&mut self, ctx: &ConnectionContext, op: TxOp) -> BrokerResult<()> {

@@ -5,7 +5,8 @@ use std::time::Duration;
 /// Protocol settings, given by the server's configuration.
 #[derive(Debug, Clone)]
 pub struct ProtocolConfig {
-    /// Highest channel number a client may open (offered in `connection.tune`).
+    /// Most channels a client may have open at once, whatever their numbers (offered in
+    /// `connection.tune`; 0: no limit).
     pub channel_max: u16,
     /// Largest frame, header and end octet included (offered in `connection.tune`).
     pub frame_max: u32,

@@ -66,6 +66,8 @@ pub struct Connection {
     closing_channels: HashSet<u16>,
     /// Class and method of the method being handled, for close replies.
     current_method: (u16, u16),
+    /// Who logged in (escaped for logs), once authenticated.
+    user: Option<String>,
 }
 
 fn short(s: String) -> ShortString {
@@ -112,6 +114,7 @@ impl Connection {
             channels: HashMap::new(),
             closing_channels: HashSet::new(),
             current_method: (0, 0),
+            user: None,
         };
         let start = connection::Start {
             version_major: 0,
@@ -241,8 +244,9 @@ impl Connection {
                 Ok(())
             }
             (Phase::Open, connection::AMQPMethod::Blocked(_) | connection::AMQPMethod::Unblocked(_)) => Ok(()),
-            (Phase::Open, connection::AMQPMethod::UpdateSecret(_)) => {
-                Err(BrokerError::new(ReplyCode::NotImplemented, "connection.update-secret is not supported"))
+            (Phase::Open, connection::AMQPMethod::UpdateSecret(update)) => {
+                self.update_secret(&update);
+                Ok(())
             }
             (phase, other) => Err(BrokerError::command_invalid(format!("{other:?} is not valid in phase {phase:?}"))),
         }
@@ -265,6 +269,7 @@ impl Connection {
             .map_err(|e| refused(e.to_string()))?;
         let user = client_text::sanitize(&login.username, client_text::MAX_TEXT_BYTES);
         tracing::debug!(peer = %self.peer, user, "authenticated");
+        self.user = Some(user);
         let tune = connection::Tune {
             channel_max: self.config.channel_max,
             frame_max: self.config.frame_max,
@@ -273,6 +278,17 @@ impl Connection {
         self.send_connection(connection::AMQPMethod::Tune(tune));
         self.phase = Phase::AwaitTuneOk;
         Ok(())
+    }
+
+    /// `connection.update-secret`: the client refreshes its credentials (an OAuth 2 token, say)
+    /// on an open connection. As with RabbitMQ's internal user store, whose credentials never
+    /// expire, the new secret is not checked again: the broker logs the request and answers
+    /// `update-secret-ok`. Re-validating belongs to token back-ends, which Warren has not yet.
+    fn update_secret(&mut self, update: &connection::UpdateSecret) {
+        let reason = client_text::sanitize(update.reason.as_str(), client_text::MAX_TEXT_BYTES);
+        let user = self.user.as_deref().unwrap_or_default();
+        tracing::info!(peer = %self.peer, user, reason, "client updated its secret");
+        self.send_connection(connection::AMQPMethod::UpdateSecretOk(connection::UpdateSecretOk {}));
     }
 
     fn tune_ok(&mut self, tune_ok: connection::TuneOk) -> Result<(), BrokerError> {
@@ -285,7 +301,7 @@ impl Connection {
             return Err(not_allowed(format!("frame_max={frame_max} > {} max size", self.config.frame_max)));
         }
         let channel_max = if tune_ok.channel_max == 0 { self.config.channel_max } else { tune_ok.channel_max };
-        if channel_max > self.config.channel_max {
+        if self.config.channel_max != 0 && channel_max > self.config.channel_max {
             return Err(not_allowed(format!("channel_max={channel_max} > {} max", self.config.channel_max)));
         }
         self.tuning = Tuning { channel_max, frame_max, heartbeat_secs: tune_ok.heartbeat };
@@ -377,12 +393,7 @@ impl Connection {
                 if self.channels.contains_key(&id) {
                     return Err(BrokerError::new(ReplyCode::ChannelError, format!("channel {id} is already open")));
                 }
-                if id > self.tuning.channel_max {
-                    return Err(BrokerError::new(
-                        ReplyCode::NotAllowed,
-                        format!("channel {id} > channel_max {}", self.tuning.channel_max),
-                    ));
-                }
+                self.check_channel_limit()?;
                 self.channels.insert(id, Channel::open(id, ctx));
                 self.outbox.method(id, AMQPClass::Channel(channel::AMQPMethod::OpenOk(channel::OpenOk {})));
                 Ok(())
@@ -399,6 +410,21 @@ impl Connection {
                 channel.handle_method(ctx, other)
             }
         }
+    }
+
+    /// `channel_max` limits how many channels are open at once, not their numbers (any of
+    /// 1-65535 may be used), as RabbitMQ applies it; 0 means no limit. A channel the broker
+    /// closed still counts until the client's close-ok frees its number.
+    fn check_channel_limit(&self) -> Result<(), BrokerError> {
+        let limit = usize::from(self.tuning.channel_max);
+        let opened = self.channels.len() + self.closing_channels.len();
+        if limit != 0 && opened >= limit {
+            return Err(BrokerError::new(
+                ReplyCode::NotAllowed,
+                format!("number of channels opened ({opened}) has reached the negotiated channel_max ({limit})"),
+            ));
+        }
+        Ok(())
     }
 
     fn channel_class_method(&mut self, id: u16, method: channel::AMQPMethod) -> Result<(), BrokerError> {

@@ -24,6 +24,21 @@ const MAX_READ_CHUNK_BYTES: usize = 64 * 1024;
 const HANDSHAKE_TICK: Duration = Duration::from_millis(500);
 /// How long shutdown waits for connections to finish closing.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// After the close handshake, how long the broker keeps reading (and discarding) what the
+/// client sent before its close, waiting for it to close its side (see [`drain_after_close`]).
+const CLOSE_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
+/// Room for one read while draining a closed connection.
+const CLOSE_DRAIN_CHUNK_BYTES: usize = 16 * 1024;
+
+/// Why a connection's read loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// The close handshake is done (close-ok sent or received): the client may still have
+    /// frames in flight behind its close.
+    Closed,
+    /// The client went away, or stopped answering: nothing more to read.
+    Gone,
+}
 
 /// Accepts connections until `shutdown` turns true, then closes them all (320
 /// CONNECTION_FORCED) and returns once they are gone or the grace period is over.
@@ -94,11 +109,30 @@ pub async fn serve(
     let frame_max = Arc::new(AtomicU32::new(config.frame_max));
     let writer_task = tokio::spawn(run_writer(writer, rx, Arc::clone(&frame_max)));
     let mut connection = Connection::new(broker, Arc::clone(&config), peer, outbox.clone(), frame_max);
-    read_loop(&mut connection, &outbox, &mut reader, &mut buf, &config, &mut shutdown).await;
+    let ending = read_loop(&mut connection, &outbox, &mut reader, &mut buf, &config, &mut shutdown).await;
     connection.release();
     outbox.send(crate::outbox::Outbound::Shutdown);
-    let _ = writer_task.await;
+    // The writer sends what is queued (close-ok or close last), then half-closes the socket;
+    // meanwhile what the client still sends is read and dropped, so that it never blocks on
+    // a full socket and the socket never closes with unread bytes.
+    if ending == Ending::Closed {
+        let _ = tokio::join!(writer_task, drain_after_close(&mut reader));
+    } else {
+        let _ = writer_task.await;
+    }
     tracing::debug!(%peer, "connection closed");
+}
+
+/// Reads and discards until the client closes its side or [`CLOSE_DRAIN_TIMEOUT`] passes.
+///
+/// A client may have sent frames (publishes, say) after its `connection.close`, or before it
+/// read the broker's close. Closing a socket with unread bytes makes the kernel answer with a
+/// TCP reset, which can reach the client before it reads `close-ok` (it then sees ECONNRESET
+/// or EPIPE instead of a clean close). Reading what it sent until it hangs up avoids that.
+async fn drain_after_close(reader: &mut tokio::net::tcp::OwnedReadHalf) {
+    let mut scratch = vec![0u8; CLOSE_DRAIN_CHUNK_BYTES];
+    let _ = timeout(CLOSE_DRAIN_TIMEOUT, async { while matches!(reader.read(&mut scratch).await, Ok(n) if n > 0) {} })
+        .await;
 }
 
 /// Reads and processes the client's frames until the connection ends. While the client has
@@ -111,7 +145,7 @@ async fn read_loop(
     buf: &mut BytesMut,
     config: &ProtocolConfig,
     shutdown: &mut watch::Receiver<bool>,
-) {
+) -> Ending {
     let started = Instant::now();
     let mut last_received = Instant::now();
     let mut closing_since: Option<Instant> = None;
@@ -129,7 +163,7 @@ async fn read_loop(
         let room = buf.capacity() - buf.len();
         tokio::select! {
             read = reader.read_buf(buf), if !paused => match read {
-                Ok(0) | Err(_) => return,
+                Ok(0) | Err(_) => return Ending::Gone,
                 Ok(n) => {
                     // A read that fills the room means more is waiting: read more at a time.
                     read_chunk = if n >= room { (read_chunk * 2).min(MAX_READ_CHUNK_BYTES) } else { read_chunk };
@@ -155,12 +189,12 @@ async fn read_loop(
                     && started.elapsed() > config.handshake_timeout
                 {
                     tracing::info!("handshake timed out");
-                    return;
+                    return Ending::Gone;
                 }
                 if phase == Phase::Closing {
                     let since = *closing_since.get_or_insert_with(Instant::now);
                     if since.elapsed() > config.close_timeout {
-                        return;
+                        return Ending::Gone;
                     }
                 }
                 let tuned = connection.tuning().heartbeat_secs;
@@ -178,7 +212,7 @@ async fn read_loop(
                     let heard = paused_since.unwrap_or(last_received);
                     if heard.elapsed() > Duration::from_secs(2 * u64::from(heartbeat_secs)) {
                         tracing::info!(paused, "missed heartbeats from client; closing");
-                        return;
+                        return Ending::Gone;
                     }
                     connection.send_heartbeat();
                 }
@@ -187,11 +221,12 @@ async fn read_loop(
                 if connection.phase() == Phase::Open {
                     connection.close_connection(BrokerError::new(ReplyCode::ConnectionForced, "broker shutdown"));
                 } else {
-                    return;
+                    return Ending::Gone;
                 }
             }
         }
     }
+    Ending::Closed
 }
 
 fn frame_header_room() -> usize {

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::sync::Notify;
-use warren_delivery::{Delivery, DeliverySink};
+use warren_delivery::{Delivery, DeliverySink, Message, ReplyDelivery};
 
 /// Bytes gathered before a write is issued, even if more items are waiting.
 const WRITE_BATCH_BYTES: usize = 256 * 1024;
@@ -46,6 +46,8 @@ pub enum Outbound {
     Method(u16, AMQPClass),
     /// A delivery to a consumer on a channel.
     Deliver(u16, Delivery),
+    /// A direct reply to the reply consumer of a channel.
+    Reply(u16, ReplyDelivery),
     /// Flush, close the socket and stop.
     Shutdown,
 }
@@ -57,13 +59,16 @@ impl Outbound {
         match self {
             Outbound::Frames(bytes) => bytes.len(),
             Outbound::Method(..) => METHOD_WEIGHT_BYTES,
-            Outbound::Deliver(_, delivery) => {
-                let message = &delivery.message;
-                DELIVERY_OVERHEAD_BYTES + message.properties.raw().len() + message.body.len()
+            Outbound::Deliver(_, Delivery { message, .. }) | Outbound::Reply(_, ReplyDelivery { message, .. }) => {
+                delivery_weight(message)
             }
             Outbound::Shutdown => 0,
         }
     }
+}
+
+fn delivery_weight(message: &Message) -> usize {
+    DELIVERY_OVERHEAD_BYTES + message.properties.raw().len() + message.body.len()
 }
 
 /// How much an outbox holds, shared by its senders and its writer.
@@ -179,6 +184,10 @@ impl DeliverySink for ChannelSink {
         self.outbox.send(Outbound::Deliver(self.channel, delivery));
     }
 
+    fn deliver_reply(&self, reply: ReplyDelivery) {
+        self.outbox.send(Outbound::Reply(self.channel, reply));
+    }
+
     fn writable(&self) -> bool {
         !self.outbox.is_full()
     }
@@ -202,6 +211,19 @@ fn encode(batch: &mut WriteBatch, item: Outbound, frame_max: u32, weight: &mut u
                 delivery.consumer.tag().as_str(),
                 delivery.delivery_tag,
                 delivery.redelivered,
+                message.exchange.as_str(),
+                message.routing_key.as_str(),
+            );
+            batch.put_content(channel, message.properties.raw(), &message.body, frame_max);
+        }
+        Outbound::Reply(channel, reply) => {
+            let message = &reply.message;
+            frame::put_deliver(
+                batch.buf(),
+                channel,
+                reply.consumer_tag.as_str(),
+                reply.delivery_tag,
+                false,
                 message.exchange.as_str(),
                 message.routing_key.as_str(),
             );

@@ -11,6 +11,7 @@ const CAPABILITIES: &[&str] = &[
     "connection.blocked",
     "authentication_failure_close",
     "per_consumer_qos",
+    "direct_reply_to",
 ];
 
 fn text(s: &str) -> AMQPValue {

@@ -1,7 +1,7 @@
 //! A consumer: one `basic.consume` subscription, its QoS credit and where its deliveries go.
 
 use crate::error::{BrokerError, BrokerResult};
-use crate::field_value::{number_of, string_of};
+use crate::field_value::{number_of, string_of, Shown};
 use crate::message::Message;
 use crate::queue::Queue;
 use crate::session::Session;
@@ -63,7 +63,10 @@ pub fn message_tag(message: &Message) -> Option<&[u8]> {
 }
 
 fn invalid(name: &str, expected: &str, value: &AMQPValue) -> BrokerError {
-    BrokerError::precondition_failed(format!("invalid consumer arg '{name}': expected {expected}, got {value:?}"))
+    BrokerError::precondition_failed(format!(
+        "invalid consumer arg '{name}': expected {expected}, got {}",
+        Shown(value)
+    ))
 }
 
 impl ConsumerOptions {

@@ -6,7 +6,7 @@
 
 use crate::error::{BrokerError, BrokerResult};
 use crate::exchange::ExchangeDefinition;
-use crate::field_value::{number_of, string_of, values_equal};
+use crate::field_value::{string_of, values_equal, Shown};
 use crate::queue::QueueDefinition;
 use amq_protocol::types::{AMQPValue, FieldTable};
 
@@ -39,17 +39,14 @@ fn inequivalent(arg: &str, kind: &str, name: &str, vhost: &str, received: String
     ))
 }
 
-/// A value as a user wrote it: strings as text, numbers as numbers.
+/// A value as a user wrote it, inside the quotes of an inequivalence text: strings bare.
 fn show(value: Option<&AMQPValue>) -> String {
-    let Some(value) = value else { return "none".to_string() };
-    if let Some(text) = string_of(value) {
-        return String::from_utf8_lossy(text).into_owned();
-    }
-    match (value, number_of(value)) {
-        (AMQPValue::Boolean(on), _) => on.to_string(),
-        (_, Some(n)) if n.fract() == 0.0 && n.abs() < 1e15 => format!("{}", n as i64),
-        (_, Some(n)) => n.to_string(),
-        _ => format!("{value:?}"),
+    match value {
+        None => "none".to_string(),
+        Some(value) => match string_of(value) {
+            Some(text) => String::from_utf8_lossy(text).into_owned(),
+            None => Shown(value).to_string(),
+        },
     }
 }
 

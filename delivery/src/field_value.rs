@@ -1,9 +1,11 @@
-//! Comparing field-table values the way RabbitMQ does: by value, not by wire type.
+//! Field-table values as users mean them: compared the way RabbitMQ compares them (by value,
+//! not by wire type), and shown in error texts as they were written.
 //!
 //! A short string equals a long string with the same bytes, and numbers compare as numbers
 //! (a 32-bit 1000 equals a 64-bit 1000, and 1 equals 1.0).
 
 use amq_protocol::types::AMQPValue;
+use std::fmt;
 
 /// The bytes of a string value.
 pub(crate) fn string_of(value: &AMQPValue) -> Option<&[u8]> {
@@ -47,6 +49,51 @@ pub(crate) fn values_equal(a: &AMQPValue, b: &AMQPValue) -> bool {
     a == b
 }
 
+/// A value as a user wrote it, for error texts: `"quorum"` for a string (quoted, escaped),
+/// `1000` or `true` for numbers and booleans whatever their wire type, and arrays and tables
+/// element by element (`["a", 1]`, `{x-match: "all"}`).
+pub(crate) struct Shown<'a>(pub &'a AMQPValue);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let value = self.0;
+        if let Some(text) = string_of(value) {
+            return write!(f, "{:?}", String::from_utf8_lossy(text));
+        }
+        match value {
+            AMQPValue::Boolean(on) => write!(f, "{on}"),
+            AMQPValue::ShortShortInt(v) => write!(f, "{v}"),
+            AMQPValue::ShortShortUInt(v) => write!(f, "{v}"),
+            AMQPValue::ShortInt(v) => write!(f, "{v}"),
+            AMQPValue::ShortUInt(v) => write!(f, "{v}"),
+            AMQPValue::LongInt(v) => write!(f, "{v}"),
+            AMQPValue::LongUInt(v) => write!(f, "{v}"),
+            AMQPValue::LongLongInt(v) => write!(f, "{v}"),
+            AMQPValue::Timestamp(v) => write!(f, "{v}"),
+            AMQPValue::Float(v) => write!(f, "{v}"),
+            AMQPValue::Double(v) => write!(f, "{v}"),
+            AMQPValue::DecimalValue(d) => write!(f, "{}e-{}", d.value, d.scale),
+            AMQPValue::FieldArray(array) => {
+                f.write_str("[")?;
+                for (i, item) in array.as_slice().iter().enumerate() {
+                    write!(f, "{}{}", if i == 0 { "" } else { ", " }, Shown(item))?;
+                }
+                f.write_str("]")
+            }
+            AMQPValue::FieldTable(table) => {
+                f.write_str("{")?;
+                for (i, (key, item)) in table.inner().iter().enumerate() {
+                    write!(f, "{}{}: {}", if i == 0 { "" } else { ", " }, key.as_str(), Shown(item))?;
+                }
+                f.write_str("}")
+            }
+            AMQPValue::ByteArray(bytes) => write!(f, "<{} bytes>", bytes.len()),
+            AMQPValue::Void => f.write_str("void"),
+            AMQPValue::ShortString(_) | AMQPValue::LongString(_) => Ok(()),
+        }
+    }
+}
+
 /// Field tables for unit tests.
 #[cfg(test)]
 pub(crate) mod test_values {
@@ -64,5 +111,26 @@ pub(crate) mod test_values {
     /// A long-string value.
     pub(crate) fn text(s: &str) -> AMQPValue {
         AMQPValue::LongString(LongString::from(s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_values::{table, text};
+    use super::*;
+    use amq_protocol::types::FieldArray;
+
+    #[test]
+    fn values_are_shown_as_written() {
+        assert_eq!(Shown(&text("quorum")).to_string(), "\"quorum\"");
+        assert_eq!(Shown(&AMQPValue::ShortString("say \"hi\"".into())).to_string(), "\"say \\\"hi\\\"\"");
+        assert_eq!(Shown(&AMQPValue::LongInt(-5)).to_string(), "-5");
+        assert_eq!(Shown(&AMQPValue::ShortShortUInt(7)).to_string(), "7");
+        assert_eq!(Shown(&AMQPValue::Boolean(true)).to_string(), "true");
+        assert_eq!(Shown(&AMQPValue::Double(1.5)).to_string(), "1.5");
+        let array = AMQPValue::FieldArray(FieldArray::from(vec![text("a"), AMQPValue::LongInt(1)]));
+        assert_eq!(Shown(&array).to_string(), "[\"a\", 1]");
+        let nested = AMQPValue::FieldTable(table(&[("x-match", text("all"))]));
+        assert_eq!(Shown(&nested).to_string(), "{x-match: \"all\"}");
     }
 }

@@ -55,6 +55,7 @@ pub struct Properties {
     delivery_mode: Option<u8>,
     priority: Option<u8>,
     expiration: Option<Bytes>,
+    reply_to: Option<Bytes>,
     headers: Option<FieldTable>,
 }
 
@@ -79,7 +80,10 @@ impl Properties {
             props.priority = Some(cursor.take::<1>("priority")?[0]);
         }
         cursor.skip_short_string_if(flags & flag::CORRELATION_ID, "correlation-id")?;
-        cursor.skip_short_string_if(flags & flag::REPLY_TO, "reply-to")?;
+        if flags & flag::REPLY_TO != 0 {
+            let range = cursor.short_string("reply-to")?;
+            props.reply_to = Some(raw.slice(range));
+        }
         if flags & flag::EXPIRATION != 0 {
             let range = cursor.short_string("expiration")?;
             props.expiration = Some(raw.slice(range));
@@ -134,6 +138,27 @@ impl Properties {
         text.bytes().all(|b| b.is_ascii_digit()).then(|| text.parse().ok()).flatten()
     }
 
+    /// The `reply-to` property's bytes, if set.
+    pub fn reply_to(&self) -> Option<&[u8]> {
+        self.reply_to.as_deref()
+    }
+
+    /// These properties with `reply-to` set to `reply_to`, every other byte as it was; `None`
+    /// if they have no reply-to to replace. Direct reply-to rewrites a request's
+    /// `amq.rabbitmq.reply-to` to the requester's own reply address this way.
+    pub fn with_reply_to(&self, reply_to: &str) -> Option<Properties> {
+        let new_len = u8::try_from(reply_to.len()).ok()?;
+        let raw = &self.raw;
+        let at = reply_to_position(raw).ok()??;
+        let old_len = usize::from(*raw.get(at)?);
+        let mut out = Vec::with_capacity(raw.len() + reply_to.len());
+        out.extend_from_slice(&raw[..at]);
+        out.push(new_len);
+        out.extend_from_slice(reply_to.as_bytes());
+        out.extend_from_slice(raw.get(at + 1 + old_len..)?);
+        Properties::decode(Bytes::from(out)).ok()
+    }
+
     /// The `headers` table, if set.
     pub fn headers(&self) -> Option<&FieldTable> {
         self.headers.as_ref()
@@ -180,6 +205,29 @@ impl Properties {
         headers.insert(name.into(), AMQPValue::LongLongInt(value));
         Ok(Properties { raw: Bytes::from(out), headers: Some(headers), ..self.clone() })
     }
+}
+
+/// Where the `reply-to` short string (its length octet) starts in a property list, if set.
+fn reply_to_position(raw: &[u8]) -> Result<Option<usize>, PropertiesError> {
+    let mut cursor = Cursor { buf: raw, pos: 0 };
+    let flags = u16::from_be_bytes(cursor.take::<2>("flags")?);
+    if flags & flag::REPLY_TO == 0 {
+        return Ok(None);
+    }
+    cursor.skip_short_string_if(flags & flag::CONTENT_TYPE, "content-type")?;
+    cursor.skip_short_string_if(flags & flag::CONTENT_ENCODING, "content-encoding")?;
+    if flags & flag::HEADERS != 0 {
+        let len = u32::from_be_bytes(cursor.take::<4>("headers")?) as usize;
+        cursor.pos += len;
+    }
+    if flags & flag::DELIVERY_MODE != 0 {
+        cursor.take::<1>("delivery-mode")?;
+    }
+    if flags & flag::PRIORITY != 0 {
+        cursor.take::<1>("priority")?;
+    }
+    cursor.skip_short_string_if(flags & flag::CORRELATION_ID, "correlation-id")?;
+    Ok(Some(cursor.pos))
 }
 
 struct Cursor<'a> {
@@ -275,6 +323,30 @@ mod tests {
             assert_eq!(stamped.headers(), Some(&expected_headers));
             assert_eq!(stamped.is_persistent(), original.is_persistent());
         }
+    }
+
+    #[test]
+    fn reply_to_is_replaced_with_every_other_byte_kept() {
+        let mut headers = FieldTable::default();
+        headers.insert(ShortString::from("k"), AMQPValue::LongInt(7));
+        let props = AMQPProperties::default()
+            .with_content_type("application/json".into())
+            .with_headers(headers)
+            .with_delivery_mode(2)
+            .with_priority(3)
+            .with_correlation_id("c-1".into())
+            .with_reply_to("amq.rabbitmq.reply-to".into())
+            .with_expiration("1000".into())
+            .with_app_id("app".into());
+        let original = Properties::decode(encode(&props)).expect("valid list");
+        assert_eq!(original.reply_to(), Some(&b"amq.rabbitmq.reply-to"[..]));
+        let rewritten = original.with_reply_to("amq.rabbitmq.reply-to.abc.1.2.ff").expect("rewrites");
+        let (_, decoded) = amq_protocol::protocol::basic::parse_properties(&rewritten.raw()[..]).expect("decodes");
+        assert_eq!(decoded, props.with_reply_to("amq.rabbitmq.reply-to.abc.1.2.ff".into()));
+        assert_eq!(rewritten.reply_to(), Some(&b"amq.rabbitmq.reply-to.abc.1.2.ff"[..]));
+        assert_eq!(rewritten.expiration(), Some(&b"1000"[..]));
+        let without = Properties::decode(encode(&AMQPProperties::default())).expect("valid list");
+        assert!(without.with_reply_to("x").is_none(), "only an existing reply-to is replaced");
     }
 
     #[test]

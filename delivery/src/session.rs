@@ -5,11 +5,16 @@
 //! numbers it and passes it to the [`DeliverySink`] the protocol layer gave it. Acks travel
 //! the other way: the session finds the deliveries, releases its lock, then settles them in
 //! their queues. Lock order is always queue, then session.
+//!
+//! A session may also have one reply consumer (direct reply-to, see
+//! [`crate::direct_reply_to`]): replies published to its address are numbered and handed to
+//! the sink like deliveries, but come from no queue and need no ack.
 
 use crate::consumer::{Consumer, ConsumerOptions};
+use crate::direct_reply_to::ReplyAddress;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
-use crate::queue::{MessageRef, Queue};
+use crate::queue::{ConnectionId, MessageRef, Queue};
 use crate::vhost::VirtualHost;
 use amq_protocol::types::ShortString;
 use parking_lot::Mutex;
@@ -30,12 +35,26 @@ pub struct Delivery {
     pub message: Arc<Message>,
 }
 
+/// A direct reply on its way to a reply consumer: like a [`Delivery`], but from no queue,
+/// never redelivered, and not to be acked.
+#[derive(Debug)]
+pub struct ReplyDelivery {
+    /// The reply consumer's tag.
+    pub consumer_tag: ShortString,
+    /// Its tag on the channel.
+    pub delivery_tag: u64,
+    /// The reply.
+    pub message: Arc<Message>,
+}
+
 /// Where a session sends what it has for the client: implemented by the protocol layer.
 ///
 /// Called with queue and session locks held: implementations must not block or call back.
 pub trait DeliverySink: Send + Sync {
     /// Sends a delivery to the client.
     fn deliver(&self, delivery: Delivery);
+    /// Sends a direct reply to the client's reply consumer.
+    fn deliver_reply(&self, reply: ReplyDelivery);
     /// Tells the client the broker cancelled its consumer (its queue was deleted).
     fn consumer_cancelled(&self, consumer_tag: &ShortString);
     /// Whether the client can take more deliveries now. While it cannot (it is not reading
@@ -63,7 +82,16 @@ struct SessionState {
     consumers: Vec<Arc<Consumer>>,
     /// `basic.qos` with global=false: the limit for consumers started from now on.
     consumer_prefetch: u32,
+    /// The direct reply-to consumer, if the channel started one.
+    reply_consumer: Option<ReplyConsumer>,
     closed: bool,
+}
+
+/// A channel's direct reply-to consumer.
+#[derive(Debug)]
+struct ReplyConsumer {
+    tag: ShortString,
+    address: ReplyAddress,
 }
 
 /// The broker-side state of one channel.
@@ -144,8 +172,8 @@ impl Session {
     ) -> BrokerResult<Arc<Consumer>> {
         let prefetch = {
             let state = self.state.lock();
-            if state.consumers.iter().any(|c| c.tag() == &tag) {
-                return Err(BrokerError::new(ReplyCode::NotAllowed, format!("attempt to reuse consumer tag '{tag}'")));
+            if state.has_tag(tag.as_str()) {
+                return Err(reused_tag(tag.as_str()));
             }
             state.consumer_prefetch
         };
@@ -160,13 +188,78 @@ impl Session {
 
     /// Whether a consumer with this tag exists on the channel.
     pub fn has_consumer(&self, tag: &str) -> bool {
-        self.state.lock().consumers.iter().any(|c| c.tag().as_str() == tag)
+        self.state.lock().has_tag(tag)
+    }
+
+    /// `basic.consume` from the direct reply-to pseudo-queue by `channel` of `connection`:
+    /// starts the channel's reply consumer, as RabbitMQ does. It must be no-ack (406), one per
+    /// channel (406), and its tag new on the channel (530).
+    pub fn consume_replies(
+        self: &Arc<Self>,
+        tag: ShortString,
+        no_ack: bool,
+        connection: ConnectionId,
+        channel: u16,
+    ) -> BrokerResult<()> {
+        let mut state = self.state.lock();
+        if state.has_tag(tag.as_str()) {
+            return Err(reused_tag(tag.as_str()));
+        }
+        if !no_ack {
+            return Err(BrokerError::precondition_failed("reply consumer cannot acknowledge"));
+        }
+        if state.reply_consumer.is_some() {
+            return Err(BrokerError::precondition_failed("reply consumer already set"));
+        }
+        let address = self.vhost.reply_consumers().register(connection, channel, self);
+        state.reply_consumer = Some(ReplyConsumer { tag, address });
+        Ok(())
+    }
+
+    /// The address replies to this channel's requests go to (the `reply_to` its publishes of
+    /// `amq.rabbitmq.reply-to` carry), if it has a reply consumer.
+    pub fn reply_address(&self) -> Option<String> {
+        self.state.lock().reply_consumer.as_ref().map(|reply| reply.address.to_string())
+    }
+
+    /// Hands a direct reply sent to `address` to the reply consumer; false if the address is
+    /// not (any more) this channel's. A reply is never buffered: one for a client that is not
+    /// reading what it was sent is dropped (and counts as delivered), as RabbitMQ's direct
+    /// reply-to drops what its consumer has no credit for.
+    pub(crate) fn deliver_reply(&self, address: &ReplyAddress, message: Arc<Message>) -> bool {
+        let mut state = self.state.lock();
+        let current = state.reply_consumer.as_ref().filter(|reply| &reply.address == address);
+        let Some(consumer_tag) = current.map(|reply| reply.tag.clone()) else { return false };
+        if state.closed {
+            return false;
+        }
+        if !self.sink.writable() {
+            tracing::debug!(consumer = consumer_tag.as_str(), "reply dropped: the requester is not reading");
+            return true;
+        }
+        let delivery_tag = state.next_tag;
+        state.next_tag += 1;
+        // Sent under the session lock so that tags reach the client in order.
+        self.sink.deliver_reply(ReplyDelivery { consumer_tag, delivery_tag, message });
+        true
+    }
+
+    /// Ends the reply consumer: its address leads nowhere from now on. Called under the
+    /// session lock (the registry's lock is only ever taken after it).
+    fn stop_replies(&self, state: &mut SessionState) {
+        if let Some(reply) = state.reply_consumer.take() {
+            self.vhost.reply_consumers().unregister(&reply.address);
+        }
     }
 
     /// `basic.cancel` from the client; returns whether the tag was known.
     pub fn cancel(&self, tag: &str) -> bool {
         let consumer = {
             let mut state = self.state.lock();
+            if state.reply_consumer.as_ref().is_some_and(|reply| reply.tag.as_str() == tag) {
+                self.stop_replies(&mut state);
+                return true;
+            }
             let Some(index) = state.consumers.iter().position(|c| c.tag().as_str() == tag) else {
                 return false;
             };
@@ -314,6 +407,7 @@ impl Session {
         let consumers = {
             let mut state = self.state.lock();
             state.closed = true;
+            self.stop_replies(&mut state);
             std::mem::take(&mut state.consumers)
         };
         for consumer in &consumers {
@@ -329,6 +423,18 @@ enum Settlement {
     Ack,
     Reject,
     Requeue,
+}
+
+impl SessionState {
+    /// Whether a consumer (the reply consumer included) has this tag.
+    fn has_tag(&self, tag: &str) -> bool {
+        self.consumers.iter().any(|c| c.tag().as_str() == tag)
+            || self.reply_consumer.as_ref().is_some_and(|reply| reply.tag.as_str() == tag)
+    }
+}
+
+fn reused_tag(tag: &str) -> BrokerError {
+    BrokerError::new(ReplyCode::NotAllowed, format!("attempt to reuse consumer tag '{tag}'"))
 }
 
 fn unknown_tag(tag: u64) -> BrokerError {

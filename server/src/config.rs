@@ -59,7 +59,7 @@ pub struct Cli {
     #[arg(long, env = "WARREN_FSYNC", value_enum, default_value = "batch")]
     pub fsync: Fsync,
 
-    /// Highest channel number a client may open (offered in connection.tune).
+    /// Most channels a connection may have open at once, whatever their numbers (offered in connection.tune).
     #[arg(long, env = "WARREN_CHANNEL_MAX", default_value_t = 2047)]
     pub channel_max: u16,
 

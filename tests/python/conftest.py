@@ -59,8 +59,9 @@ def stop(process: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def run_broker(workdir: Path):
-    """Runs warren in workdir until the block ends; yields (process, pika parameters)."""
+def run_broker(workdir: Path, extra_args=()):
+    """Runs warren in workdir (with extra_args on its command line) until the block ends;
+    yields (process, pika parameters)."""
     binary = Path(os.environ.get("WARREN_BIN", DEFAULT_BIN))
     if not binary.is_file():
         pytest.fail(f"broker binary not found at {binary}; run `cargo build --bin warren` or set WARREN_BIN")
@@ -68,7 +69,7 @@ def run_broker(workdir: Path):
     port = free_port()
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [str(binary), "--amqp-listen", f"127.0.0.1:{port}", "--data-dir", str(workdir / "data")],
+            [str(binary), "--amqp-listen", f"127.0.0.1:{port}", "--data-dir", str(workdir / "data"), *extra_args],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

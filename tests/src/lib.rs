@@ -134,3 +134,28 @@ pub async fn drain(channel: &lapin::Channel, queue: &str) -> Vec<lapin::message:
         }
     }
 }
+
+/// A consumer on a queue of its own on `channel`, to observe the broker closing the channel:
+/// the close arrives asynchronously after a failing method, and a call made meanwhile may fail
+/// with lapin's "Closing" state instead of the reply code. See [`channel_close_code`].
+pub async fn close_watcher(channel: &lapin::Channel) -> lapin::Consumer {
+    let exclusive = lapin::options::QueueDeclareOptions { exclusive: true, ..Default::default() };
+    let queue = match channel.queue_declare("".into(), exclusive, lapin::types::FieldTable::default()).await {
+        Ok(queue) => queue,
+        Err(error) => panic!("cannot declare the watcher's queue: {error}"),
+    };
+    let options = lapin::options::BasicConsumeOptions::default();
+    match channel.basic_consume(queue.name().clone(), "close-watcher".into(), options, Default::default()).await {
+        Ok(consumer) => consumer,
+        Err(error) => panic!("cannot start the close watcher: {error}"),
+    }
+}
+
+/// The reply code the broker closed the watched channel with (within a few seconds).
+pub async fn channel_close_code(watcher: &mut lapin::Consumer) -> Option<u16> {
+    use futures_util::StreamExt;
+    match tokio::time::timeout(std::time::Duration::from_secs(5), watcher.next()).await {
+        Ok(Some(Err(error))) => reply_code(&error),
+        other => panic!("expected the channel to be closed, got {other:?}"),
+    }
+}

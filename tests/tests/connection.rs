@@ -54,6 +54,7 @@ async fn start_announces_product_and_capabilities() {
         "connection.blocked",
         "authentication_failure_close",
         "per_consumer_qos",
+        "direct_reply_to",
     ] {
         assert_eq!(capabilities.inner().get(name), Some(&AMQPValue::Boolean(true)), "{name}");
     }

@@ -6,7 +6,7 @@
 //! not by wire type (a short string equals a long string with the same bytes, 1 equals 1.0).
 
 use crate::error::{BrokerError, BrokerResult};
-use crate::field_value::{string_of, values_equal};
+use crate::field_value::{string_of, values_equal, Shown};
 use amq_protocol::types::{AMQPValue, FieldTable};
 
 /// The `x-match` modes.
@@ -35,7 +35,8 @@ impl HeadersMatcher {
                 Some(b"any-with-x") => (Mode::Any, true),
                 _ => {
                     return Err(BrokerError::precondition_failed(format!(
-                        "invalid x-match value {value:?}: expected all, any, all-with-x or any-with-x"
+                        "invalid x-match value {}: expected all, any, all-with-x or any-with-x",
+                        Shown(value)
                     )))
                 }
             },

@@ -210,6 +210,11 @@ impl Exchange {
         Ok(true)
     }
 
+    /// Whether this exact binding exists.
+    pub fn is_bound(&self, binding: &Binding) -> bool {
+        self.bindings.read().all.contains(binding)
+    }
+
     /// Removes a binding; returns whether it existed.
     pub fn unbind(&self, binding: &Binding) -> bool {
         let mut bindings = self.bindings.write();

@@ -1,6 +1,9 @@
-//! A virtual host: its exchanges and queues, declared, bound and deleted.
+//! A virtual host: its exchanges and queues, declared, bound and deleted, and the channels
+//! waiting for direct replies.
 //!
-//! Routing and publishing live in `routing`, durable definitions in `persistence`.
+//! Binding, unbinding and auto-delete exchanges live in `bindings`, routing and publishing in
+//! `routing`, durable definitions in `persistence`, direct reply-to in
+//! [`crate::direct_reply_to`].
 //!
 //! The name maps are read on every publish and written only by declare and delete, so they sit
 //! behind read-write locks that are never held while a queue's own lock is taken.
@@ -12,9 +15,10 @@
 //! sees a name half-deleted.
 
 use crate::definitions::VhostStorage;
+use crate::direct_reply_to::ReplyConsumers;
 use crate::equivalence;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
-use crate::exchange::{Binding, DelayedMessages, Destination, Exchange, ExchangeDefinition, ExchangeKind};
+use crate::exchange::{DelayedMessages, Destination, Exchange, ExchangeDefinition, ExchangeKind};
 use crate::message_store::MessageStore;
 use crate::queue::{ConnectionId, Queue, QueueArguments, QueueContext, QueueDefinition, QueueType};
 use crate::scheduler::SchedulerHandle;
@@ -25,6 +29,7 @@ use rand::distributions::{Alphanumeric, DistString};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
+mod bindings;
 mod persistence;
 mod routing;
 
@@ -55,6 +60,8 @@ pub struct VirtualHost {
     /// Where durable definitions and messages go; `None` keeps everything in memory.
     storage: Option<VhostStorage>,
     scheduler: SchedulerHandle,
+    /// Direct reply-to consumers, by the address their replies are published to.
+    reply_consumers: ReplyConsumers,
     me: Weak<VirtualHost>,
     /// Held while a queue's or delayed exchange's storage is created or destroyed together
     /// with its name map entry (see the module documentation). Never taken under the name
@@ -99,6 +106,7 @@ impl VirtualHost {
             queues: RwLock::new(HashMap::new()),
             storage,
             scheduler,
+            reply_consumers: ReplyConsumers::new(crate::node::local_id()),
             me: Weak::clone(me),
             lifecycle: Mutex::new(()),
             #[cfg(test)]
@@ -143,6 +151,17 @@ impl VirtualHost {
         BrokerError::not_found(format!("no queue '{name}' in vhost '{}'", self.name))
     }
 
+    /// The channels waiting for direct replies.
+    pub fn reply_consumers(&self) -> &ReplyConsumers {
+        &self.reply_consumers
+    }
+
+    /// `queue.declare` of the direct reply-to pseudo-queue or of a reply address: nothing is
+    /// created; it succeeds while the requester is there (see [`ReplyConsumers::declare`]).
+    pub fn declare_reply_to(&self, name: &str) -> BrokerResult<()> {
+        self.reply_consumers.declare(name, &self.name)
+    }
+
     /// Looks an exchange up (404 if missing).
     pub fn exchange(&self, name: &str) -> BrokerResult<Arc<Exchange>> {
         self.exchanges.read().get(name).cloned().ok_or_else(|| self.exchange_not_found(name))
@@ -163,21 +182,11 @@ impl VirtualHost {
         self.queues.read().values().cloned().collect()
     }
 
-    fn check_not_reserved(kind: &str, name: &str) -> BrokerResult<()> {
-        if name.is_empty() || name.starts_with(RESERVED_PREFIX) {
-            let shown = if name.is_empty() { "the default exchange" } else { name };
-            return Err(BrokerError::access_refused(format!(
-                "{kind} name '{shown}' is reserved: names starting with 'amq.' belong to the broker"
-            )));
-        }
-        Ok(())
-    }
-
-    /// `exchange.declare` (not passive): creates it, or checks that it is equivalent.
+    /// `exchange.declare` (not passive): creates it, or checks that it is equivalent. The
+    /// default exchange is 403; so is a new name with the reserved `amq.` prefix (an existing
+    /// `amq.` exchange is only checked for equivalence, as in RabbitMQ).
     pub fn declare_exchange(&self, definition: ExchangeDefinition) -> BrokerResult<()> {
-        if definition.name.is_empty() {
-            return Self::check_not_reserved("exchange", "");
-        }
+        refuse_default_exchange(&definition.name)?;
         let durable = definition.durable;
         {
             let _lifecycle = self.lifecycle.lock();
@@ -185,7 +194,7 @@ impl VirtualHost {
             if let Some(existing) = exchanges.get(&definition.name) {
                 return equivalence::check_exchange(existing.definition(), &definition, &self.name);
             }
-            Self::check_not_reserved("exchange", &definition.name)?;
+            refuse_reserved_name("exchange", &definition.name)?;
             let exchange = self.new_exchange(definition)?;
             exchanges.insert(exchange.name().to_string(), Arc::new(exchange));
         }
@@ -195,7 +204,13 @@ impl VirtualHost {
         Ok(())
     }
 
-    /// `exchange.delete`.
+    /// `exchange.declare` with passive set: the exchange must exist (404); the default
+    /// exchange is 403, as in RabbitMQ.
+    pub fn declare_exchange_passive(&self, name: &str) -> BrokerResult<Arc<Exchange>> {
+        refuse_default_exchange(name)?;
+        self.exchange(name)
+    }
+
     fn new_exchange(&self, definition: ExchangeDefinition) -> BrokerResult<Exchange> {
         if !definition.delayed {
             return Ok(Exchange::new(definition));
@@ -211,93 +226,58 @@ impl VirtualHost {
         Ok(Exchange::with_delayed(definition, delayed))
     }
 
-    /// Deleting an exchange that does not exist succeeds, as in RabbitMQ.
+    /// `exchange.delete`. Deleting an exchange that does not exist succeeds, as in RabbitMQ;
+    /// the default exchange and the `amq.` ones are 403.
     pub fn delete_exchange(&self, name: &str, if_unused: bool) -> BrokerResult<()> {
-        Self::check_not_reserved("exchange", name)?;
-        let exchange = {
-            let _lifecycle = self.lifecycle.lock();
-            let exchange = {
-                let mut exchanges = self.exchanges.write();
-                let Some(exchange) = exchanges.get(name) else { return Ok(()) };
-                if if_unused && exchange.binding_count() > 0 {
-                    return Err(BrokerError::precondition_failed(format!(
-                        "exchange '{name}' in vhost '{}' in use",
-                        self.name
-                    )));
-                }
-                exchanges.remove(name)
-            };
-            if let Some(delayed) = exchange.as_ref().and_then(|e| e.delayed()) {
-                delayed.destroy();
-            }
-            exchange
-        };
-        if let Some(exchange) = exchange {
-            self.remove_bindings_to(&Destination::Exchange(name.into()));
-            if exchange.definition().durable {
-                self.save_definitions()?;
-            }
+        refuse_default_exchange(name)?;
+        if name.starts_with(RESERVED_PREFIX) {
+            return Err(BrokerError::access_refused(format!(
+                "deletion of system exchange '{name}' in vhost '{}' not allowed",
+                self.name
+            )));
         }
-        Ok(())
+        let Ok(exchange) = self.exchange(name) else { return Ok(()) };
+        if if_unused && exchange.binding_count() > 0 {
+            return Err(BrokerError::precondition_failed(format!("exchange '{name}' in vhost '{}' in use", self.name)));
+        }
+        self.remove_exchange(&exchange)
     }
 
-    fn remove_bindings_to(&self, destination: &Destination) {
-        for exchange in self.exchanges() {
-            if exchange.unbind_destination(destination) > 0 {
-                self.delete_if_auto_delete_exchange(&exchange);
+    /// Removes an exchange (its own bindings go with it) and every binding that leads to it,
+    /// which may leave an auto-delete source with none: that goes too, and so on. Durable
+    /// definitions are saved once at the end if any durable exchange went.
+    fn remove_exchange(&self, exchange: &Arc<Exchange>) -> BrokerResult<()> {
+        let mut doomed = vec![Arc::clone(exchange)];
+        let mut durable_removed = false;
+        while let Some(exchange) = doomed.pop() {
+            if !self.unregister_exchange(&exchange) {
+                continue;
             }
+            durable_removed |= exchange.definition().durable;
+            let destination = Destination::Exchange(exchange.name().into());
+            doomed.extend(self.unbind_everywhere(&destination));
         }
-    }
-
-    fn delete_if_auto_delete_exchange(&self, exchange: &Arc<Exchange>) {
-        if exchange.definition().auto_delete && exchange.binding_count() == 0 {
-            let mut exchanges = self.exchanges.write();
-            if exchanges.get(exchange.name()).is_some_and(|e| Arc::ptr_eq(e, exchange)) {
-                exchanges.remove(exchange.name());
-            }
-        }
-    }
-
-    fn check_bindable(&self, source: &str, destination: &Destination) -> BrokerResult<Arc<Exchange>> {
-        let refuse_default = |name: &str| {
-            if name.is_empty() {
-                Err(BrokerError::access_refused("operation not permitted on the default exchange"))
-            } else {
-                Ok(())
-            }
-        };
-        refuse_default(source)?;
-        match destination {
-            Destination::Exchange(name) => {
-                refuse_default(name)?;
-                self.exchange(name)?;
-            }
-            Destination::Queue(name) => {
-                self.queue(name)?;
-            }
-        }
-        self.exchange(source)
-    }
-
-    /// `queue.bind` / `exchange.bind`.
-    pub fn bind(&self, source: &str, binding: Binding) -> BrokerResult<()> {
-        let exchange = self.check_bindable(source, &binding.destination)?;
-        if exchange.bind(binding)? && exchange.definition().durable {
+        if durable_removed {
             self.save_definitions()?;
         }
         Ok(())
     }
 
-    /// `queue.unbind` / `exchange.unbind`. Unbinding what is not bound succeeds, as in RabbitMQ.
-    pub fn unbind(&self, source: &str, binding: &Binding) -> BrokerResult<()> {
-        let exchange = self.check_bindable(source, &binding.destination)?;
-        if exchange.unbind(binding) {
-            self.delete_if_auto_delete_exchange(&exchange);
-            if exchange.definition().durable {
-                self.save_definitions()?;
+    /// Takes `exchange` out of the name map (if it is still the one there) and destroys the
+    /// messages a delayed exchange holds; returns whether it was there.
+    fn unregister_exchange(&self, exchange: &Arc<Exchange>) -> bool {
+        let _lifecycle = self.lifecycle.lock();
+        {
+            let mut exchanges = self.exchanges.write();
+            if !exchanges.get(exchange.name()).is_some_and(|e| Arc::ptr_eq(e, exchange)) {
+                return false;
             }
+            exchanges.remove(exchange.name());
         }
-        Ok(())
+        if let Some(delayed) = exchange.delayed() {
+            delayed.destroy();
+        }
+        true
     }
 
     /// `queue.declare` (not passive) from `connection`. An empty name gets a server-generated
@@ -310,11 +290,8 @@ impl VirtualHost {
         if definition.name.is_empty() {
             let random = Alphanumeric.sample_string(&mut rand::thread_rng(), GENERATED_NAME_CHARS);
             definition.name = format!("amq.gen-{random}");
-        } else if definition.name.starts_with(RESERVED_PREFIX) {
-            return Err(BrokerError::access_refused(format!(
-                "queue name '{}' contains reserved prefix 'amq.'",
-                definition.name
-            )));
+        } else {
+            refuse_reserved_name("queue", &definition.name)?;
         }
         if let Ok(existing) = self.queue(&definition.name) {
             existing.check_owner(connection)?;
@@ -443,7 +420,11 @@ impl VirtualHost {
             self.pause_at("queue removed from the name map");
             queue.mark_deleted()
         };
-        self.remove_bindings_to(&Destination::Queue(queue.name().into()));
+        for exchange in self.unbind_everywhere(&Destination::Queue(queue.name().into())) {
+            if let Err(error) = self.remove_exchange(&exchange) {
+                tracing::error!(exchange = exchange.name(), %error, "auto-deleted exchange stays in the stored definitions");
+            }
+        }
         for consumer in consumers {
             consumer.session().cancelled_by_broker(&consumer);
         }
@@ -516,6 +497,22 @@ fn is_stored(definition: &QueueDefinition) -> bool {
 
 fn is_standard_exchange(name: &str) -> bool {
     name.is_empty() || name.starts_with(RESERVED_PREFIX)
+}
+
+/// The default exchange cannot be declared, deleted, or bound from or to (403).
+fn refuse_default_exchange(name: &str) -> BrokerResult<()> {
+    if name.is_empty() {
+        return Err(BrokerError::access_refused("operation not permitted on the default exchange"));
+    }
+    Ok(())
+}
+
+/// Names with the `amq.` prefix are the broker's: a client may not create one (403).
+fn refuse_reserved_name(kind: &str, name: &str) -> BrokerResult<()> {
+    if name.starts_with(RESERVED_PREFIX) {
+        return Err(BrokerError::access_refused(format!("{kind} name '{name}' contains reserved prefix 'amq.*'")));
+    }
+    Ok(())
 }
 
 fn existing_locked(queue: &Queue) -> BrokerError {

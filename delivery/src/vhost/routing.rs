@@ -1,7 +1,9 @@
 //! Routing and publishing: from an exchange to queues, through exchange-to-exchange
-//! bindings, alternate exchanges, delayed exchanges and dead-letter exchanges.
+//! bindings, alternate exchanges, delayed exchanges and dead-letter exchanges; and direct
+//! replies, from the default exchange straight to a requester's channel.
 
 use super::VirtualHost;
+use crate::direct_reply_to;
 use crate::error::{BrokerError, BrokerResult};
 use crate::exchange::delayed::delay_of;
 use crate::exchange::{Destination, Exchange};
@@ -25,6 +27,11 @@ impl VirtualHost {
                     String::from_utf8_lossy(expiration)
                 )));
             }
+        }
+        if exchange.is_empty() && direct_reply_to::is_reply_address(message.routing_key.as_str()) {
+            // A direct reply: to its requester's channel, through no queue.
+            let routed = self.reply_consumers().deliver(message);
+            return Ok(PublishOutcome { routed, ..Default::default() });
         }
         let (source, queues) = self.route_with_source(exchange, &message)?;
         let delayed = source.as_ref().and_then(|s| s.delayed());

@@ -1,0 +1,104 @@
+//! What a client reads when refused, with lapin: the reply code RabbitMQ sends and a text that
+//! names the problem plainly (the default exchange by that name, values as they were written).
+
+use lapin::options::*;
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::ExchangeKind;
+use warren_tests::*;
+
+const ACCESS_REFUSED: u16 = 403;
+const PRECONDITION_FAILED: u16 = 406;
+
+/// The reply code and text a refusal carried.
+fn refusal<T: std::fmt::Debug>(result: lapin::Result<T>) -> (u16, String) {
+    match result {
+        Ok(value) => panic!("expected a refusal, got {value:?}"),
+        Err(error) => match error.kind() {
+            lapin::ErrorKind::ProtocolError(amqp) => (amqp.get_id(), amqp.get_message().to_string()),
+            _ => panic!("expected a protocol error, got {error}"),
+        },
+    }
+}
+
+const DEFAULT_EXCHANGE_REFUSED: &str = "ACCESS_REFUSED - operation not permitted on the default exchange";
+
+#[tokio::test]
+async fn passive_declare_of_the_default_exchange_is_403() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    let passive = ExchangeDeclareOptions { passive: true, ..Default::default() };
+    let result = ch.exchange_declare("".into(), ExchangeKind::Direct, passive, FieldTable::default()).await;
+    assert_eq!(refusal(result), (ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED.to_string()));
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn declaring_deleting_and_binding_the_default_exchange_name_it_plainly() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    let declare =
+        ch.exchange_declare("".into(), ExchangeKind::Direct, ExchangeDeclareOptions::default(), FieldTable::default());
+    assert_eq!(refusal(declare.await), (ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED.to_string()));
+    let ch = channel(&conn).await;
+    let delete = ch.exchange_delete("".into(), ExchangeDeleteOptions::default()).await;
+    assert_eq!(refusal(delete), (ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED.to_string()));
+    let ch = channel(&conn).await;
+    let bind = ch
+        .exchange_bind(
+            "amq.direct".into(),
+            "".into(),
+            "k".into(),
+            ExchangeBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await;
+    assert_eq!(refusal(bind), (ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED.to_string()));
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn reserved_names_are_refused_with_rabbitmq_texts() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    let declare = ch
+        .exchange_declare(
+            "amq.custom".into(),
+            ExchangeKind::Direct,
+            ExchangeDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await;
+    let expected = "ACCESS_REFUSED - exchange name 'amq.custom' contains reserved prefix 'amq.*'";
+    assert_eq!(refusal(declare), (ACCESS_REFUSED, expected.to_string()));
+    let ch = channel(&conn).await;
+    let delete = ch.exchange_delete("amq.direct".into(), ExchangeDeleteOptions::default()).await;
+    let expected = "ACCESS_REFUSED - deletion of system exchange 'amq.direct' in vhost '/' not allowed";
+    assert_eq!(refusal(delete), (ACCESS_REFUSED, expected.to_string()));
+    let ch = channel(&conn).await;
+    let queue = ch.queue_declare("amq.mine".into(), QueueDeclareOptions::default(), FieldTable::default()).await;
+    let expected = "ACCESS_REFUSED - queue name 'amq.mine' contains reserved prefix 'amq.*'";
+    assert_eq!(refusal(queue), (ACCESS_REFUSED, expected.to_string()));
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn argument_errors_show_values_as_the_user_wrote_them() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    for (argument, value, shown) in [
+        ("x-queue-type", text("quorum"), "got \"quorum\""),
+        ("x-overflow", text("spill"), "got \"spill\""),
+        ("x-max-priority", AMQPValue::LongInt(300), "got 300"),
+        ("x-single-active-consumer", AMQPValue::LongString("yes".into()), "got \"yes\""),
+    ] {
+        let ch = channel(&conn).await;
+        let result = ch.queue_declare("q".into(), QueueDeclareOptions::default(), table(&[(argument, value)])).await;
+        let (code, message) = refusal(result);
+        assert_eq!(code, PRECONDITION_FAILED, "{message}");
+        assert!(message.contains(argument) && message.ends_with(shown), "{argument}: {message}");
+    }
+    broker.shutdown().await;
+}
