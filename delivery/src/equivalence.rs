@@ -7,31 +7,11 @@
 use crate::error::{BrokerError, BrokerResult};
 use crate::exchange::ExchangeDefinition;
 use crate::field_value::{string_of, values_equal, Shown};
-use crate::queue::QueueDefinition;
+use crate::queue::{QueueDefinition, ARGUMENTS};
 use amq_protocol::types::{AMQPValue, FieldTable};
 
 /// Exchange arguments compared on redeclaration.
 const EXCHANGE_ARGUMENTS: &[&str] = &["alternate-exchange", "x-delayed-type"];
-
-/// Queue arguments compared on redeclaration: the ones that change a queue's behaviour.
-const QUEUE_ARGUMENTS: &[&str] = &[
-    "x-queue-type",
-    "x-max-priority",
-    "x-message-ttl",
-    "x-expires",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-overflow",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-delivery-limit",
-    "x-single-active-consumer",
-    "x-quorum-initial-group-size",
-    "x-max-age",
-    "x-stream-max-segment-size-bytes",
-    "x-queue-mode",
-    "x-queue-version",
-];
 
 fn inequivalent(arg: &str, kind: &str, name: &str, vhost: &str, received: String, current: String) -> BrokerError {
     BrokerError::precondition_failed(format!(
@@ -50,14 +30,14 @@ fn show(value: Option<&AMQPValue>) -> String {
     }
 }
 
-fn check_arguments(
-    keys: &[&str],
+fn check_arguments<'a>(
+    keys: impl IntoIterator<Item = &'a str>,
     asked: &FieldTable,
     current: &FieldTable,
     fail: impl Fn(&str, String, String) -> BrokerError,
 ) -> BrokerResult<()> {
     for key in keys {
-        let (received, had) = (asked.inner().get(*key), current.inner().get(*key));
+        let (received, had) = (asked.inner().get(key), current.inner().get(key));
         let equal = match (received, had) {
             (Some(a), Some(b)) => values_equal(a, b),
             (None, None) => true,
@@ -90,7 +70,7 @@ pub(crate) fn check_exchange(
     if current.internal != asked.internal {
         return Err(fail("internal", asked.internal.to_string(), current.internal.to_string()));
     }
-    check_arguments(EXCHANGE_ARGUMENTS, &asked.arguments, &current.arguments, fail)
+    check_arguments(EXCHANGE_ARGUMENTS.iter().copied(), &asked.arguments, &current.arguments, fail)
 }
 
 /// Checks a `queue.declare` against the existing queue (exclusivity is checked before).
@@ -103,5 +83,6 @@ pub(crate) fn check_queue(current: &QueueDefinition, asked: &QueueDefinition, vh
     if current.auto_delete != asked.auto_delete {
         return Err(fail("auto_delete", asked.auto_delete.to_string(), current.auto_delete.to_string()));
     }
-    check_arguments(QUEUE_ARGUMENTS, &asked.arguments, &current.arguments, fail)
+    let compared = ARGUMENTS.iter().filter(|a| a.compared_on_redeclare).map(|a| a.name);
+    check_arguments(compared, &asked.arguments, &current.arguments, fail)
 }

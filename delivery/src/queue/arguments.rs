@@ -1,11 +1,20 @@
-//! A queue's `x-` arguments, parsed and checked once at declare time.
+//! A queue's `x-` arguments, each declared once in [`ARGUMENTS`]: its name, the kinds of queue
+//! that interpret it, whether a redeclare must repeat it, and how its value is read. Parsing,
+//! the redeclare comparison (`crate::equivalence`) and "not for this kind of queue" all
+//! follow from that one table.
 //!
 //! Names and meanings are RabbitMQ's. A value of the wrong type or out of range is refused
-//! with 406 PRECONDITION_FAILED and a text naming the argument and what is expected.
+//! with 406 PRECONDITION_FAILED and a text naming the argument and what is expected. A kind
+//! ignores the arguments it does not interpret, as RabbitMQ's classic queues do, unless it is
+//! strict: a stream refuses (406) the arguments that only make sense for a queue whose
+//! messages leave, so that an application learns at declare time that they would not apply.
 
 use crate::error::{BrokerError, BrokerResult};
 use crate::field_value::{string_of, whole_number_within, Shown};
+use crate::stream::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
 use amq_protocol::types::{AMQPValue, FieldTable};
+use std::time::Duration;
+use warren_storage::MAX_SEGMENT_BYTES;
 
 /// The highest priority a queue may declare (`x-max-priority`).
 pub const MAX_PRIORITY: u8 = 255;
@@ -32,6 +41,29 @@ pub enum QueueType {
     Stream,
 }
 
+impl QueueType {
+    /// The value of `x-queue-type` that names it.
+    fn name(self) -> &'static str {
+        match self {
+            QueueType::Classic => "classic",
+            QueueType::Stream => "stream",
+        }
+    }
+
+    /// Whether it refuses (rather than ignores) arguments that other kinds interpret.
+    fn is_strict(self) -> bool {
+        self == QueueType::Stream
+    }
+
+    /// Why such an argument does not apply, for the 406 text.
+    fn why_not(self) -> &'static str {
+        match self {
+            QueueType::Classic => "classic queues do not use it",
+            QueueType::Stream => "streams keep every message until retention removes it",
+        }
+    }
+}
+
 /// The arguments that change how a queue behaves.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct QueueArguments {
@@ -43,7 +75,8 @@ pub struct QueueArguments {
     pub expires_ms: Option<u64>,
     /// `x-max-length`: ready messages kept at most.
     pub max_length: Option<u64>,
-    /// `x-max-length-bytes`: ready body bytes kept at most.
+    /// `x-max-length-bytes` of a queue: ready body bytes kept at most (for a stream, see
+    /// [`StreamArguments::max_length_bytes`]).
     pub max_length_bytes: Option<u64>,
     /// `x-overflow`.
     pub overflow: Overflow,
@@ -57,14 +90,116 @@ pub struct QueueArguments {
     pub single_active_consumer: bool,
     /// `x-queue-type`.
     pub queue_type: QueueType,
+    /// A stream's retention and segment size.
+    pub stream: StreamArguments,
 }
+
+/// Reads one argument's value into the parsed arguments (the kind is already known).
+type Parse = fn(&str, &AMQPValue, QueueType, &mut QueueArguments) -> BrokerResult<()>;
+
+/// One `x-` argument of `queue.declare`.
+pub struct QueueArgument {
+    /// Its name, as RabbitMQ spells it.
+    pub name: &'static str,
+    /// The kinds of queue that interpret it.
+    kinds: &'static [QueueType],
+    /// Whether a redeclare must give the same value.
+    pub compared_on_redeclare: bool,
+    parse: Parse,
+}
+
+const ALL: &[QueueType] = &[QueueType::Classic, QueueType::Stream];
+const CLASSIC: &[QueueType] = &[QueueType::Classic];
+const STREAM: &[QueueType] = &[QueueType::Stream];
+
+const fn argument(name: &'static str, kinds: &'static [QueueType], parse: Parse) -> QueueArgument {
+    QueueArgument { name, kinds, compared_on_redeclare: true, parse }
+}
+
+/// Every argument a queue interprets (or that RabbitMQ compares on redeclare), once.
+pub const ARGUMENTS: &[QueueArgument] = &[
+    // Read before the others (it decides the kind); here for the comparison on redeclare.
+    argument("x-queue-type", ALL, |_, _, _, _| Ok(())),
+    argument("x-max-priority", CLASSIC, |name, value, _, parsed| {
+        let max = whole_number(name, value, 1, u64::from(MAX_PRIORITY))?;
+        parsed.max_priority = u8::try_from(max).ok();
+        Ok(())
+    }),
+    argument("x-message-ttl", CLASSIC, |name, value, _, parsed| {
+        parsed.message_ttl_ms = Some(whole_number(name, value, 0, u64::MAX)?);
+        Ok(())
+    }),
+    argument("x-expires", CLASSIC, |name, value, _, parsed| {
+        parsed.expires_ms = Some(whole_number(name, value, 1, u64::MAX)?);
+        Ok(())
+    }),
+    argument("x-max-length", CLASSIC, |name, value, _, parsed| {
+        parsed.max_length = Some(whole_number(name, value, 0, u64::MAX)?);
+        Ok(())
+    }),
+    argument("x-max-length-bytes", ALL, |name, value, kind, parsed| {
+        match kind {
+            QueueType::Classic => parsed.max_length_bytes = Some(whole_number(name, value, 0, u64::MAX)?),
+            QueueType::Stream => parsed.stream.max_length_bytes = Some(whole_number(name, value, 1, u64::MAX)?),
+        }
+        Ok(())
+    }),
+    argument("x-overflow", CLASSIC, |name, value, _, parsed| {
+        parsed.overflow = match text(name, value)?.as_str() {
+            "drop-head" => Overflow::DropHead,
+            "reject-publish" => Overflow::RejectPublish,
+            "reject-publish-dlx" => Overflow::RejectPublishDlx,
+            _ => return Err(invalid(name, "drop-head, reject-publish or reject-publish-dlx", value)),
+        };
+        Ok(())
+    }),
+    argument("x-dead-letter-exchange", CLASSIC, |name, value, _, parsed| {
+        parsed.dead_letter_exchange = Some(text(name, value)?);
+        Ok(())
+    }),
+    argument("x-dead-letter-routing-key", CLASSIC, |name, value, _, parsed| {
+        parsed.dead_letter_routing_key = Some(text(name, value)?);
+        Ok(())
+    }),
+    argument("x-delivery-limit", CLASSIC, |name, value, _, parsed| {
+        parsed.delivery_limit = Some(whole_number(name, value, 0, u64::MAX)?);
+        Ok(())
+    }),
+    argument("x-single-active-consumer", CLASSIC, |name, value, _, parsed| match value {
+        AMQPValue::Boolean(on) => {
+            parsed.single_active_consumer = *on;
+            Ok(())
+        }
+        _ => Err(invalid(name, "a boolean", value)),
+    }),
+    argument("x-max-age", STREAM, |name, value, _, parsed| {
+        let text = string_of(value).and_then(|t| std::str::from_utf8(t).ok());
+        let age = text.and_then(parse_interval_ms).filter(|ms| *ms > 0);
+        let age = age.ok_or_else(|| invalid(name, "a positive age like 7D, 12h, 30m or 10s", value))?;
+        parsed.stream.max_age = Some(Duration::from_millis(age));
+        Ok(())
+    }),
+    argument("x-stream-max-segment-size-bytes", STREAM, |name, value, _, parsed| {
+        parsed.stream.max_segment_size_bytes =
+            Some(whole_number(name, value, MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES - 1)?);
+        Ok(())
+    }),
+    // RabbitMQ's, compared on redeclare; nothing in Warren depends on them yet.
+    argument("x-quorum-initial-group-size", ALL, |_, _, _, _| Ok(())),
+    argument("x-queue-mode", ALL, |_, _, _, _| Ok(())),
+    argument("x-queue-version", ALL, |_, _, _, _| Ok(())),
+];
 
 fn invalid(name: &str, expected: &str, value: &AMQPValue) -> BrokerError {
     BrokerError::precondition_failed(format!("invalid arg '{name}': expected {expected}, got {}", Shown(value)))
 }
 
-fn whole_number(name: &str, value: &AMQPValue, min: u64) -> BrokerResult<u64> {
-    whole_number_within(value, min, u64::MAX).ok_or_else(|| invalid(name, &format!("an integer >= {min}"), value))
+fn whole_number(name: &str, value: &AMQPValue, min: u64, max: u64) -> BrokerResult<u64> {
+    whole_number_within(value, min, max).ok_or_else(|| {
+        let expected =
+            if max == u64::MAX { format!("an integer >= {min}") } else { format!("an integer from {min} to {max}") };
+        invalid(name, &expected, value)
+    })
 }
 
 fn text(name: &str, value: &AMQPValue) -> BrokerResult<String> {
@@ -73,53 +208,33 @@ fn text(name: &str, value: &AMQPValue) -> BrokerResult<String> {
         .ok_or_else(|| invalid(name, "a string", value))
 }
 
+/// The kind named by `x-queue-type` (classic if absent).
+fn queue_type(arguments: &FieldTable) -> BrokerResult<QueueType> {
+    let Some(value) = arguments.inner().get("x-queue-type") else { return Ok(QueueType::Classic) };
+    [QueueType::Classic, QueueType::Stream]
+        .into_iter()
+        .find(|kind| string_of(value) == Some(kind.name().as_bytes()))
+        .ok_or_else(|| invalid("x-queue-type", "'classic' or 'stream' (quorum queues are not available yet)", value))
+}
+
 impl QueueArguments {
-    /// Parses the arguments of `queue.declare`.
+    /// Parses the arguments of `queue.declare`: the kind first, then every argument in
+    /// [`ARGUMENTS`] that the kind interprets; one it does not is ignored, or refused by a
+    /// strict kind.
     pub fn parse(arguments: &FieldTable) -> BrokerResult<Self> {
-        let mut parsed = QueueArguments::default();
+        let kind = queue_type(arguments)?;
+        let mut parsed = QueueArguments { queue_type: kind, ..QueueArguments::default() };
         for (name, value) in arguments.inner() {
-            let name = name.as_str();
-            match name {
-                "x-max-priority" => {
-                    let max = whole_number(name, value, 1)?;
-                    if max > u64::from(MAX_PRIORITY) {
-                        return Err(invalid(name, "an integer from 1 to 255", value));
-                    }
-                    parsed.max_priority = Some(max as u8);
-                }
-                "x-message-ttl" => parsed.message_ttl_ms = Some(whole_number(name, value, 0)?),
-                "x-expires" => parsed.expires_ms = Some(whole_number(name, value, 1)?),
-                "x-max-length" => parsed.max_length = Some(whole_number(name, value, 0)?),
-                "x-max-length-bytes" => parsed.max_length_bytes = Some(whole_number(name, value, 0)?),
-                "x-delivery-limit" => parsed.delivery_limit = Some(whole_number(name, value, 0)?),
-                "x-overflow" => {
-                    parsed.overflow = match text(name, value)?.as_str() {
-                        "drop-head" => Overflow::DropHead,
-                        "reject-publish" => Overflow::RejectPublish,
-                        "reject-publish-dlx" => Overflow::RejectPublishDlx,
-                        _ => return Err(invalid(name, "drop-head, reject-publish or reject-publish-dlx", value)),
-                    }
-                }
-                "x-dead-letter-exchange" => parsed.dead_letter_exchange = Some(text(name, value)?),
-                "x-dead-letter-routing-key" => parsed.dead_letter_routing_key = Some(text(name, value)?),
-                "x-single-active-consumer" => match value {
-                    AMQPValue::Boolean(on) => parsed.single_active_consumer = *on,
-                    _ => return Err(invalid(name, "a boolean", value)),
-                },
-                "x-queue-type" => {
-                    parsed.queue_type = match string_of(value) {
-                        Some(b"classic") => QueueType::Classic,
-                        Some(b"stream") => QueueType::Stream,
-                        _ => {
-                            return Err(invalid(
-                                name,
-                                "'classic' or 'stream' (quorum queues are not available yet)",
-                                value,
-                            ))
-                        }
-                    }
-                }
-                _ => {}
+            let Some(argument) = ARGUMENTS.iter().find(|a| a.name == name.as_str()) else { continue };
+            if argument.kinds.contains(&kind) {
+                (argument.parse)(argument.name, value, kind, &mut parsed)?;
+            } else if kind.is_strict() {
+                return Err(BrokerError::precondition_failed(format!(
+                    "invalid arg '{}' for a {}: {}, so it does not apply (declare a queue of another kind to use it)",
+                    argument.name,
+                    kind.name(),
+                    kind.why_not()
+                )));
             }
         }
         if parsed.dead_letter_routing_key.is_some() && parsed.dead_letter_exchange.is_none() {
@@ -134,7 +249,7 @@ impl QueueArguments {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::field_value::test_values::table;
+    use crate::field_value::test_values::{table, text};
     use amq_protocol::types::LongString;
 
     #[test]
@@ -145,6 +260,7 @@ mod tests {
             ("x-overflow", AMQPValue::LongString(LongString::from("reject-publish"))),
             ("x-dead-letter-exchange", AMQPValue::LongString(LongString::from("dlx"))),
             ("x-single-active-consumer", AMQPValue::Boolean(true)),
+            ("x-max-age", text("1h")),
         ]))
         .expect("valid");
         assert_eq!(args.max_priority, Some(10));
@@ -152,22 +268,55 @@ mod tests {
         assert_eq!(args.overflow, Overflow::RejectPublish);
         assert_eq!(args.dead_letter_exchange.as_deref(), Some("dlx"));
         assert!(args.single_active_consumer);
+        assert_eq!(args.stream.max_age, None, "a classic queue ignores stream arguments");
+    }
+
+    #[test]
+    fn parses_stream_retention_and_segment_size() {
+        let args = QueueArguments::parse(&table(&[
+            ("x-max-age", text("12h")),
+            ("x-max-length-bytes", AMQPValue::LongLongInt(1_000_000)),
+            ("x-stream-max-segment-size-bytes", AMQPValue::LongInt(65_536)),
+            ("x-queue-type", text("stream")),
+        ]))
+        .expect("valid");
+        assert_eq!(args.queue_type, QueueType::Stream);
+        assert_eq!(args.stream.max_age, Some(Duration::from_secs(12 * 3600)));
+        assert_eq!(args.stream.max_length_bytes, Some(1_000_000));
+        assert_eq!(args.stream.max_segment_size_bytes, Some(65_536));
+        assert_eq!(args.max_length_bytes, None);
     }
 
     #[test]
     fn refuses_bad_values_with_406() {
-        for (name, value) in [
-            ("x-max-priority", AMQPValue::LongInt(256)),
-            ("x-max-priority", AMQPValue::LongInt(0)),
-            ("x-message-ttl", AMQPValue::LongInt(-1)),
-            ("x-expires", AMQPValue::LongInt(0)),
-            ("x-overflow", AMQPValue::LongString(LongString::from("spill"))),
-            ("x-single-active-consumer", AMQPValue::LongInt(1)),
-            ("x-queue-type", AMQPValue::LongString(LongString::from("lazy"))),
+        for (kind, name, value) in [
+            ("classic", "x-max-priority", AMQPValue::LongInt(256)),
+            ("classic", "x-max-priority", AMQPValue::LongInt(0)),
+            ("classic", "x-message-ttl", AMQPValue::LongInt(-1)),
+            ("classic", "x-expires", AMQPValue::LongInt(0)),
+            ("classic", "x-overflow", AMQPValue::LongString(LongString::from("spill"))),
+            ("classic", "x-single-active-consumer", AMQPValue::LongInt(1)),
+            ("lazy", "x-queue-type", AMQPValue::LongString(LongString::from("lazy"))),
+            ("stream", "x-max-age", text("12")),
+            ("stream", "x-max-age", text("0s")),
+            ("stream", "x-max-age", AMQPValue::LongInt(5)),
+            ("stream", "x-max-length-bytes", AMQPValue::LongInt(0)),
+            ("stream", "x-stream-max-segment-size-bytes", AMQPValue::LongInt(10)),
+            ("stream", "x-stream-max-segment-size-bytes", AMQPValue::LongLongInt(1 << 40)),
         ] {
-            let error = QueueArguments::parse(&table(&[(name, value)])).expect_err(name);
+            let kind = if name == "x-queue-type" { value.clone() } else { text(kind) };
+            let error = QueueArguments::parse(&table(&[("x-queue-type", kind), (name, value)])).expect_err(name);
             assert_eq!(error.code, crate::error::ReplyCode::PreconditionFailed, "{name}");
             assert!(error.text.contains(name), "{}", error.text);
+        }
+    }
+
+    #[test]
+    fn a_stream_refuses_what_only_queues_whose_messages_leave_interpret() {
+        for argument in ARGUMENTS.iter().filter(|a| !a.kinds.contains(&QueueType::Stream)) {
+            let arguments = table(&[("x-queue-type", text("stream")), (argument.name, AMQPValue::LongInt(5))]);
+            let error = QueueArguments::parse(&arguments).expect_err(argument.name);
+            assert!(error.text.contains("does not apply"), "{}", error.text);
         }
     }
 

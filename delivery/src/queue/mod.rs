@@ -20,7 +20,7 @@ mod ready_list;
 mod state;
 mod stream_queue;
 
-pub use arguments::{Overflow, QueueArguments, QueueType, MAX_PRIORITY};
+pub use arguments::{Overflow, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY};
 pub use kind::QueueTimer;
 pub use message_ref::MessageRef;
 use crate::message_store::{DurableMark, StoreError};

@@ -21,7 +21,7 @@ mod cursor;
 mod offset_spec;
 mod tag;
 
-pub use arguments::{parse_interval_ms, StreamArguments};
+pub use arguments::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
 pub use consumer_groups::{GroupOffsets, MAX_GROUP_NAME_BYTES};
 pub use offset_spec::{OffsetSpec, OFFSET_ARGUMENT};
 

@@ -22,7 +22,6 @@ use crate::exchange::{DelayedMessages, Destination, Exchange, ExchangeDefinition
 use crate::message_store::MessageStore;
 use crate::queue::{ConnectionId, Queue, QueueArguments, QueueContext, QueueDefinition, QueueType};
 use crate::scheduler::SchedulerHandle;
-use crate::stream::StreamArguments;
 use amq_protocol::types::FieldTable;
 use parking_lot::{Mutex, RwLock};
 use rand::distributions::{Alphanumeric, DistString};
@@ -350,7 +349,7 @@ impl VirtualHost {
         if definition.auto_delete {
             return refuse("auto-delete");
         }
-        let arguments = StreamArguments::parse(&definition.arguments)?;
+        let arguments = QueueArguments::parse(&definition.arguments)?.stream;
         let Some(storage) = &self.storage else {
             return Err(BrokerError::new(ReplyCode::NotImplemented, "streams need a broker with a data directory"));
         };

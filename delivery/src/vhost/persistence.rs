@@ -177,7 +177,7 @@ fn queue_definition(record: &QueueRecord) -> BrokerResult<(QueueDefinition, Opti
         arguments: record.arguments.clone(),
     };
     let stream = if QueueArguments::parse(&definition.arguments)?.queue_type == QueueType::Stream {
-        Some(StreamArguments::parse(&definition.arguments)?)
+        Some(QueueArguments::parse(&definition.arguments)?.stream)
     } else {
         None
     };
