@@ -140,5 +140,12 @@ impl BrokerError {
     }
 }
 
+/// 541 INTERNAL_ERROR for a failure of the broker's own (a store that cannot be created or
+/// opened): logged here, where the cause is known, and sent to the client as a short text.
+pub(crate) fn internal_error(what: &str, error: impl fmt::Display) -> BrokerError {
+    tracing::error!(%error, "{what}");
+    BrokerError::new(ReplyCode::InternalError, format!("{what}: {error}"))
+}
+
 /// Shorthand for results of broker operations.
 pub type BrokerResult<T> = Result<T, BrokerError>;

@@ -1,6 +1,7 @@
 //! A classic queue: ready messages wait in a [`ReadyList`] (by priority, then position), go to
 //! consumers with credit, and leave once settled. Persistent messages of a durable queue are
-//! in its [`LogStore`], everything else in a [`MemoryStore`]; the ready list orders them all.
+//! in its [`LogStore`](crate::message_store::LogStore), everything else in a [`MemoryStore`]; the
+//! ready list orders them all.
 //!
 //! All state is behind the queue's own lock; there is no broker-wide lock on the publish or
 //! deliver path. Dispatch runs inline, on the task that made progress possible (a publish, an
@@ -13,9 +14,10 @@ use super::ready_list::ReadyList;
 use super::state::QueueState;
 use super::{GetResult, MessageRef, Overflow, Published, Queue, QueueArguments, QueueContext, QueueDefinition};
 use crate::consumer::Consumer;
-use crate::error::{BrokerError, BrokerResult, ReplyCode};
+use crate::definitions::VhostStorage;
+use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
-use crate::message_store::{LogStore, MemoryStore, MessageStore, StoreError};
+use crate::message_store::{MemoryStore, MessageStore, StoreError};
 use crate::scheduler::{now_ms, TimerEvent};
 use crate::session::Session;
 use amq_protocol::types::AMQPValue;
@@ -34,57 +36,66 @@ pub(crate) struct ClassicQueue {
     pub(super) state: Mutex<QueueState>,
 }
 
-impl Queue {
-    /// A new, empty classic queue; `durable_store` holds the persistent messages of a durable
-    /// queue. Malformed `x-` arguments are 406.
-    pub fn new(
-        definition: QueueDefinition,
-        durable_store: Option<Box<dyn MessageStore>>,
-        context: QueueContext,
-    ) -> BrokerResult<Arc<Self>> {
-        let arguments = QueueArguments::parse(&definition.arguments)?;
-        Ok(ClassicQueue::build(definition, arguments, durable_store, context, |_, _| {}))
-    }
-
-    /// A durable classic queue reopened from its store: the unsettled messages are ready
-    /// again. Queues with priorities, a TTL or a byte limit read each message once to learn
-    /// its priority, size and age.
-    pub fn recover(definition: QueueDefinition, mut store: LogStore, context: QueueContext) -> BrokerResult<Arc<Self>> {
-        let arguments = QueueArguments::parse(&definition.arguments)?;
-        // Only these arguments need each message's properties; a plain queue recovers from
-        // offsets alone, without reading its backlog.
-        let read_each = arguments.max_priority.is_some()
-            || arguments.message_ttl_ms.is_some()
-            || arguments.max_length_bytes.is_some();
-        let mut recovered: Vec<RecoveredMessage> = Vec::new();
-        // A plain queue's backlog goes straight into a ready list of its final size: millions
-        // of offsets, with no intermediate copy and no doubling on the way.
-        let mut plain_ready = None;
-        if read_each {
-            let visit = |offset, timestamp_ms, message| recovered.push((offset, timestamp_ms, message));
-            store.for_each_unsettled(visit).map_err(|e| BrokerError::new(ReplyCode::InternalError, e.to_string()))?;
-        } else {
-            let mut ready = ReadyList::new(None);
-            ready.reserve_plain(store.unsettled_count());
-            store.unsettled().for_each(|offset| ready.push_back(MessageRef::new(offset, offset, false, 0)));
-            plain_ready = Some(ready);
+/// A new, empty classic queue; a durable one (not exclusive) keeps its persistent messages in
+/// a [`LogStore`](crate::message_store::LogStore) created in `storage`.
+pub(super) fn declare(
+    definition: QueueDefinition,
+    arguments: QueueArguments,
+    storage: Option<&VhostStorage>,
+    context: QueueContext,
+) -> BrokerResult<Arc<Queue>> {
+    let durable_store = match storage {
+        Some(storage) if definition.durable && definition.exclusive_owner.is_none() => {
+            let store = storage.create_queue(&definition.name).map_err(|e| internal_error("cannot create queue", e))?;
+            Some(Box::new(store) as Box<dyn MessageStore>)
         }
-        let redelivered_below = store.delivered_up_to().map_or(0, |d| d + 1);
-        let next_position = store.next_offset();
-        let restore = |state: &mut QueueState, arguments: &QueueArguments| {
-            state.next_position = next_position;
-            state.redelivered_below = redelivered_below;
-            if let Some(ready) = plain_ready {
-                state.ready = ready;
-            }
-            for (offset, timestamp_ms, message) in recovered {
-                // TTLs count from when the message was first stored, as before the restart.
-                let published = u64::try_from(timestamp_ms).unwrap_or(0);
-                ClassicQueue::enqueue_locked(arguments, state, offset, offset, false, &message, published);
-            }
-        };
-        Ok(ClassicQueue::build(definition, arguments, Some(Box::new(store)), context, restore))
+        _ => None,
+    };
+    Ok(ClassicQueue::build(definition, arguments, durable_store, context, |_, _| {}))
+}
+
+/// A durable classic queue reopened from its store: the unsettled messages are ready again.
+/// Queues with priorities, a TTL or a byte limit read each message once to learn its
+/// priority, size and age.
+pub(super) fn recover(
+    definition: QueueDefinition,
+    arguments: QueueArguments,
+    storage: &VhostStorage,
+    context: QueueContext,
+) -> BrokerResult<Arc<Queue>> {
+    let mut store = storage.open_queue(&definition.name).map_err(|e| internal_error("cannot recover a queue", e))?;
+    // Only these arguments need each message's properties; a plain queue recovers from
+    // offsets alone, without reading its backlog.
+    let read_each =
+        arguments.max_priority.is_some() || arguments.message_ttl_ms.is_some() || arguments.max_length_bytes.is_some();
+    let mut recovered: Vec<RecoveredMessage> = Vec::new();
+    // A plain queue's backlog goes straight into a ready list of its final size: millions of
+    // offsets, with no intermediate copy and no doubling on the way.
+    let mut plain_ready = None;
+    if read_each {
+        let visit = |offset, timestamp_ms, message| recovered.push((offset, timestamp_ms, message));
+        store.for_each_unsettled(visit).map_err(|e| BrokerError::new(ReplyCode::InternalError, e.to_string()))?;
+    } else {
+        let mut ready = ReadyList::new(None);
+        ready.reserve_plain(store.unsettled_count());
+        store.unsettled().for_each(|offset| ready.push_back(MessageRef::new(offset, offset, false, 0)));
+        plain_ready = Some(ready);
     }
+    let redelivered_below = store.delivered_up_to().map_or(0, |d| d + 1);
+    let next_position = store.next_offset();
+    let restore = |state: &mut QueueState, arguments: &QueueArguments| {
+        state.next_position = next_position;
+        state.redelivered_below = redelivered_below;
+        if let Some(ready) = plain_ready {
+            state.ready = ready;
+        }
+        for (offset, timestamp_ms, message) in recovered {
+            // TTLs count from when the message was first stored, as before the restart.
+            let published = u64::try_from(timestamp_ms).unwrap_or(0);
+            ClassicQueue::enqueue_locked(arguments, state, offset, offset, false, &message, published);
+        }
+    };
+    Ok(ClassicQueue::build(definition, arguments, Some(Box::new(store)), context, restore))
 }
 
 impl ClassicQueue {

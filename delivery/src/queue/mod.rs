@@ -14,16 +14,17 @@ mod arguments;
 mod classic;
 pub mod dead_letter;
 mod expiry;
+pub(crate) mod factory;
 mod kind;
 mod message_ref;
 mod ready_list;
 mod state;
 mod stream_queue;
 
+use crate::message_store::{DurableMark, StoreError};
 pub use arguments::{Overflow, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY};
 pub use kind::QueueTimer;
 pub use message_ref::MessageRef;
-use crate::message_store::{DurableMark, StoreError};
 
 use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult};

@@ -4,7 +4,8 @@
 use super::kind::{QueueKind, QueueTimer};
 use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition};
 use crate::consumer::Consumer;
-use crate::error::{BrokerError, BrokerResult};
+use crate::definitions::VhostStorage;
+use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
 use crate::message_store::StoreError;
 use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
@@ -20,19 +21,60 @@ pub(crate) struct StreamQueue {
     deleted: AtomicBool,
 }
 
-impl Queue {
-    /// A stream (`x-queue-type: stream`) over its opened log.
-    pub fn new_stream(definition: QueueDefinition, stream: Stream, context: QueueContext) -> BrokerResult<Arc<Self>> {
-        let arguments = QueueArguments::parse(&definition.arguments)?;
-        let checks_age = stream.arguments().max_age.is_some();
-        let scheduler = Arc::clone(&context.scheduler);
-        let kind = StreamQueue { stream, scheduler: context.scheduler, deleted: AtomicBool::new(false) };
-        let queue = Queue::with_kind(definition, arguments, context.vhost, |_, _| Box::new(kind));
-        if checks_age {
-            schedule_retention_check(&scheduler, &queue);
-        }
-        Ok(queue)
+/// A new stream: durable, not exclusive, not auto-delete (406 otherwise, as in RabbitMQ), on a
+/// broker with a data directory (540 otherwise).
+pub(super) fn declare(
+    definition: QueueDefinition,
+    arguments: QueueArguments,
+    storage: Option<&VhostStorage>,
+    context: QueueContext,
+) -> BrokerResult<Arc<Queue>> {
+    let refuse = |property: &str| {
+        Err(BrokerError::precondition_failed(format!(
+            "invalid property '{property}' for stream '{}': streams must be durable, not exclusive and not auto-delete",
+            definition.name
+        )))
+    };
+    if !definition.durable {
+        return refuse("non-durable");
     }
+    if definition.exclusive_owner.is_some() {
+        return refuse("exclusive");
+    }
+    if definition.auto_delete {
+        return refuse("auto-delete");
+    }
+    let Some(storage) = storage else {
+        return Err(BrokerError::new(ReplyCode::NotImplemented, "streams need a broker with a data directory"));
+    };
+    let stream = storage
+        .create_stream(&definition.name, arguments.stream.clone())
+        .map_err(|e| internal_error("cannot create stream", e))?;
+    Ok(build(definition, arguments, stream, context))
+}
+
+/// A stream reopened from its log at startup.
+pub(super) fn recover(
+    definition: QueueDefinition,
+    arguments: QueueArguments,
+    storage: &VhostStorage,
+    context: QueueContext,
+) -> BrokerResult<Arc<Queue>> {
+    let stream = storage
+        .open_stream(&definition.name, arguments.stream.clone())
+        .map_err(|e| internal_error("cannot recover a stream", e))?;
+    Ok(build(definition, arguments, stream, context))
+}
+
+fn build(definition: QueueDefinition, arguments: QueueArguments, stream: Stream, context: QueueContext) -> Arc<Queue> {
+    let checks_age = stream.arguments().max_age.is_some();
+    let scheduler = Arc::clone(&context.scheduler);
+    let kind = StreamQueue { stream, scheduler: context.scheduler, deleted: AtomicBool::new(false) };
+    let queue = Queue::with_kind(definition, arguments, context.vhost, |_, _| Box::new(kind));
+    if checks_age {
+        schedule_retention_check(&scheduler, &queue);
+    }
+    queue
 }
 
 fn schedule_retention_check(scheduler: &SchedulerHandle, queue: &Arc<Queue>) {

@@ -17,10 +17,10 @@
 use crate::definitions::VhostStorage;
 use crate::direct_reply_to::ReplyConsumers;
 use crate::equivalence;
-use crate::error::{BrokerError, BrokerResult, ReplyCode};
+use crate::error::{internal_error, BrokerError, BrokerResult};
 use crate::exchange::{DelayedMessages, Destination, Exchange, ExchangeDefinition, ExchangeKind};
 use crate::message_store::MessageStore;
-use crate::queue::{ConnectionId, Queue, QueueArguments, QueueContext, QueueDefinition, QueueType};
+use crate::queue::{self, ConnectionId, Queue, QueueContext, QueueDefinition};
 use crate::scheduler::SchedulerHandle;
 use amq_protocol::types::FieldTable;
 use parking_lot::{Mutex, RwLock};
@@ -75,11 +75,6 @@ pub struct VirtualHost {
 mod interleave;
 #[cfg(test)]
 mod lifecycle_tests;
-
-fn internal_error(what: &str, error: impl std::fmt::Display) -> BrokerError {
-    tracing::error!(%error, "{what}");
-    BrokerError::new(ReplyCode::InternalError, format!("{what}: {error}"))
-}
 
 impl VirtualHost {
     /// A virtual host kept in memory, with the standard exchanges.
@@ -301,9 +296,6 @@ impl VirtualHost {
             existing.touch();
             return Ok(Self::declared(existing));
         }
-        if QueueArguments::parse(&definition.arguments)?.queue_type == QueueType::Stream {
-            return self.declare_stream(definition);
-        }
         let stored = is_stored(&definition);
         let queue = {
             let _lifecycle = self.lifecycle.lock();
@@ -311,62 +303,14 @@ impl VirtualHost {
                 // Declared by another connection meanwhile: answer as for an existing queue.
                 return Ok(Self::declared(existing));
             }
-            let store = match (&self.storage, stored) {
-                (Some(storage), true) => {
-                    let store =
-                        storage.create_queue(&definition.name).map_err(|e| internal_error("cannot create queue", e))?;
-                    Some(Box::new(store) as Box<dyn MessageStore>)
-                }
-                _ => None,
-            };
+            let queue = queue::factory::declare(definition, self.storage.as_ref(), self.queue_context())?;
             self.pause_at("queue storage created");
-            let queue = Queue::new(definition, store, self.queue_context())?;
             self.queues.write().insert(queue.name().to_string(), Arc::clone(&queue));
             queue
         };
         if stored {
             self.save_definitions()?;
         }
-        Ok(Self::declared(queue))
-    }
-
-    /// Declares a new stream: durable, not exclusive, not auto-delete (406 otherwise, as in
-    /// RabbitMQ), with valid retention arguments.
-    fn declare_stream(&self, definition: QueueDefinition) -> BrokerResult<DeclaredQueue> {
-        let refuse = |property: &str| {
-            Err(BrokerError::precondition_failed(format!(
-                "invalid property '{property}' for stream '{}': streams must be durable, not exclusive and not \
-                 auto-delete",
-                definition.name
-            )))
-        };
-        if !definition.durable {
-            return refuse("non-durable");
-        }
-        if definition.exclusive_owner.is_some() {
-            return refuse("exclusive");
-        }
-        if definition.auto_delete {
-            return refuse("auto-delete");
-        }
-        let arguments = QueueArguments::parse(&definition.arguments)?.stream;
-        let Some(storage) = &self.storage else {
-            return Err(BrokerError::new(ReplyCode::NotImplemented, "streams need a broker with a data directory"));
-        };
-        let queue = {
-            let _lifecycle = self.lifecycle.lock();
-            if let Ok(existing) = self.queue(&definition.name) {
-                // Declared by another connection meanwhile.
-                return Ok(Self::declared(existing));
-            }
-            let stream = storage
-                .create_stream(&definition.name, arguments)
-                .map_err(|e| internal_error("cannot create stream", e))?;
-            let queue = Queue::new_stream(definition, stream, self.queue_context())?;
-            self.queues.write().insert(queue.name().to_string(), Arc::clone(&queue));
-            queue
-        };
-        self.save_definitions()?;
         Ok(Self::declared(queue))
     }
 

@@ -1,13 +1,12 @@
 //! A virtual host's durable definitions: restoring them at start, saving them after changes.
 
-use super::{internal_error, is_standard_exchange, is_stored, VirtualHost};
+use super::{is_standard_exchange, is_stored, VirtualHost};
 use crate::definitions::{
     binding_name, BindingRecord, Definitions, EntityKind, ExchangeRecord, LeftOut, LoadedDefinitions, QueueRecord,
 };
-use crate::error::BrokerResult;
+use crate::error::{internal_error, BrokerResult};
 use crate::exchange::{Binding, DelayedMessages, Destination, Exchange, ExchangeDefinition};
-use crate::queue::{Queue, QueueArguments, QueueDefinition, QueueType};
-use crate::stream::StreamArguments;
+use crate::queue::{self, QueueArguments, QueueDefinition};
 use std::sync::{Arc, Weak};
 
 impl VirtualHost {
@@ -68,17 +67,8 @@ impl VirtualHost {
             };
             self.exchanges.write().insert(exchange.name().to_string(), Arc::new(exchange));
         }
-        for (definition, stream_arguments) in queues {
-            let queue = if let Some(arguments) = stream_arguments {
-                let stream = storage
-                    .open_stream(&definition.name, arguments)
-                    .map_err(|e| internal_error("cannot recover a stream", e))?;
-                Queue::new_stream(definition, stream, self.queue_context())?
-            } else {
-                let store =
-                    storage.open_queue(&definition.name).map_err(|e| internal_error("cannot recover a queue", e))?;
-                Queue::recover(definition, store, self.queue_context())?
-            };
+        for (definition, arguments) in queues {
+            let queue = queue::factory::recover(definition, arguments, storage, self.queue_context())?;
             tracing::info!(queue = queue.name(), messages = queue.message_count(), "recovered queue");
             self.queues.write().insert(queue.name().to_string(), queue);
         }
@@ -167,8 +157,8 @@ fn exchange_definition(record: &ExchangeRecord) -> BrokerResult<ExchangeDefiniti
     )
 }
 
-/// A stored queue's definition, and its stream arguments if it is a stream.
-fn queue_definition(record: &QueueRecord) -> BrokerResult<(QueueDefinition, Option<StreamArguments>)> {
+/// A stored queue's definition and its parsed arguments (406 if they no longer parse).
+fn queue_definition(record: &QueueRecord) -> BrokerResult<(QueueDefinition, QueueArguments)> {
     let definition = QueueDefinition {
         name: record.name.clone(),
         durable: true,
@@ -176,12 +166,8 @@ fn queue_definition(record: &QueueRecord) -> BrokerResult<(QueueDefinition, Opti
         auto_delete: record.auto_delete,
         arguments: record.arguments.clone(),
     };
-    let stream = if QueueArguments::parse(&definition.arguments)?.queue_type == QueueType::Stream {
-        Some(QueueArguments::parse(&definition.arguments)?.stream)
-    } else {
-        None
-    };
-    Ok((definition, stream))
+    let arguments = QueueArguments::parse(&definition.arguments)?;
+    Ok((definition, arguments))
 }
 
 /// Why a stored binding cannot be restored: its source or destination is not restored.

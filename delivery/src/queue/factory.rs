@@ -1,0 +1,34 @@
+//! The one place that knows which kind of queue `x-queue-type` names: new queues at declare,
+//! stored ones at recovery. Everything else holds a [`Queue`] and does not ask its kind.
+
+use super::{classic, stream_queue, Queue, QueueArguments, QueueContext, QueueDefinition, QueueType};
+use crate::definitions::VhostStorage;
+use crate::error::BrokerResult;
+use std::sync::Arc;
+
+/// A new queue for `queue.declare`, with its files created in `storage` if it keeps any
+/// (`None`: a broker without a data directory). Its arguments were checked: 406 if not.
+pub(crate) fn declare(
+    definition: QueueDefinition,
+    storage: Option<&VhostStorage>,
+    context: QueueContext,
+) -> BrokerResult<Arc<Queue>> {
+    let arguments = QueueArguments::parse(&definition.arguments)?;
+    match arguments.queue_type {
+        QueueType::Classic => classic::declare(definition, arguments, storage, context),
+        QueueType::Stream => stream_queue::declare(definition, arguments, storage, context),
+    }
+}
+
+/// A stored queue reopened from its files at startup.
+pub(crate) fn recover(
+    definition: QueueDefinition,
+    arguments: QueueArguments,
+    storage: &VhostStorage,
+    context: QueueContext,
+) -> BrokerResult<Arc<Queue>> {
+    match arguments.queue_type {
+        QueueType::Classic => classic::recover(definition, arguments, storage, context),
+        QueueType::Stream => stream_queue::recover(definition, arguments, storage, context),
+    }
+}
