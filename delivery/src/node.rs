@@ -2,8 +2,9 @@
 //!
 //! Addresses that must lead back to this node from anywhere in a cluster (direct reply-to
 //! names, for one) carry the id. As RabbitMQ does with its node names, the id is a hash of
-//! the name, so every node can compute any member's id from the member list. Until the
-//! cluster (issue #10) names nodes in its configuration, a node is `warren@<host name>`.
+//! the name, so every node can compute any member's id from the member list. The name comes
+//! from the configuration (`--node-name`, whose default is [`default_name`]); the process sets
+//! it once with [`set_local_name`] before the broker starts.
 
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -32,18 +33,44 @@ impl fmt::Display for NodeId {
     }
 }
 
-/// This node's name: `warren@<host name>`.
+/// The name this process runs as; set once, by [`set_local_name`] or by the first read.
+static LOCAL_NAME: OnceLock<String> = OnceLock::new();
+
+/// A node's name when none is configured: `warren@<host name>`.
+pub fn default_name() -> String {
+    let host = std::fs::read_to_string(HOSTNAME_FILE)
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string());
+    format!("{NODE_NAME_PREFIX}{host}")
+}
+
+/// The node name was already fixed (set before, or read before being set) to another name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("this process already runs as node {current}; it cannot become {requested}")]
+pub struct NameAlreadySet {
+    /// The name in force.
+    pub current: String,
+    /// The name asked for.
+    pub requested: String,
+}
+
+/// Makes `name` this process's node name. Succeeds if the name was not fixed yet or is already
+/// `name`; a process hosts one node, so another name is refused.
+pub fn set_local_name(name: &str) -> Result<(), NameAlreadySet> {
+    let current = LOCAL_NAME.get_or_init(|| name.to_string());
+    if current == name {
+        Ok(())
+    } else {
+        Err(NameAlreadySet { current: current.clone(), requested: name.to_string() })
+    }
+}
+
+/// This node's name: the configured one, or [`default_name`] if none was set before this call.
 pub fn local_name() -> &'static str {
-    static NAME: OnceLock<String> = OnceLock::new();
-    NAME.get_or_init(|| {
-        let host = std::fs::read_to_string(HOSTNAME_FILE)
-            .ok()
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .map(|h| h.trim().to_string())
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "localhost".to_string());
-        format!("{NODE_NAME_PREFIX}{host}")
-    })
+    LOCAL_NAME.get_or_init(default_name)
 }
 
 /// This node's id.
@@ -60,6 +87,9 @@ mod tests {
         assert_eq!(NodeId::of("warren@a"), NodeId::of("warren@a"));
         assert_ne!(NodeId::of("warren@a"), NodeId::of("warren@b"));
         assert_eq!(NodeId(0xab).to_string(), "000000ab");
-        assert!(local_name().starts_with(NODE_NAME_PREFIX));
+        assert!(default_name().starts_with(NODE_NAME_PREFIX));
+        assert!(set_local_name(local_name()).is_ok());
+        let other = format!("{}-other", local_name());
+        assert_eq!(set_local_name(&other).map_err(|e| e.requested), Err(other));
     }
 }

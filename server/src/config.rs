@@ -14,6 +14,13 @@ use std::time::Duration;
 use warren_amqp::ProtocolConfig;
 use warren_storage::FlushPolicy;
 
+use crate::cluster::peer_address::check_name;
+use crate::cluster::secret::{SecretError, MIN_SECRET_BYTES};
+use crate::cluster::{ClusterSecret, PeerAddress};
+
+/// The cluster name when none is configured.
+pub const DEFAULT_CLUSTER_NAME: &str = "warren";
+
 /// When appends to durable queues are fsynced, and so when publisher confirms go out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -79,6 +86,28 @@ pub struct Cli {
     /// Milliseconds a client has from connecting to connection.open.
     #[arg(long, env = "WARREN_HANDSHAKE_TIMEOUT_MS", default_value_t = 10_000)]
     pub handshake_timeout_ms: u64,
+
+    /// This node's name in the cluster; peers list it in --peers. Default: warren@<host name>.
+    #[arg(long, env = "WARREN_NODE_NAME", default_value_t = warren_delivery::node::default_name())]
+    pub node_name: String,
+
+    /// The cluster's name; nodes of another cluster are refused.
+    #[arg(long, env = "WARREN_CLUSTER_NAME", default_value = DEFAULT_CLUSTER_NAME)]
+    pub cluster_name: String,
+
+    /// Address of the inter-node listener; none (the default) and no --peers is a one-node cluster.
+    #[arg(long, env = "WARREN_CLUSTER_LISTEN", value_name = "ADDR")]
+    pub cluster_listen: Option<SocketAddr>,
+
+    /// Seed list of other nodes, comma-separated: name@host:port (node names may hold @:
+    /// warren@a@10.0.0.1:25672). An entry naming this node is skipped.
+    #[arg(long, env = "WARREN_PEERS", value_delimiter = ',', value_name = "NAME@HOST:PORT,...")]
+    pub peers: Vec<PeerAddress>,
+
+    /// File holding the cluster's shared secret, the same on every node; required with
+    /// --cluster-listen or --peers.
+    #[arg(long, env = "WARREN_CLUSTER_SECRET_FILE", value_name = "PATH")]
+    pub cluster_secret_file: Option<PathBuf>,
 }
 
 /// The TOML file: every key optional, named like the flags.
@@ -93,6 +122,11 @@ struct FileSettings {
     heartbeat: Option<u16>,
     max_message_size: Option<u64>,
     handshake_timeout_ms: Option<u64>,
+    node_name: Option<String>,
+    cluster_name: Option<String>,
+    cluster_listen: Option<SocketAddr>,
+    peers: Option<Vec<PeerAddress>>,
+    cluster_secret_file: Option<PathBuf>,
 }
 
 /// A configuration that cannot be used.
@@ -122,6 +156,51 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
+    /// Clustering is asked for without a secret.
+    #[error(
+        "--cluster-listen and --peers need --cluster-secret-file PATH (TOML cluster_secret_file, \
+         env WARREN_CLUSTER_SECRET_FILE): a file, readable only by the broker's user, holding the \
+         same secret of at least {MIN_SECRET_BYTES} bytes on every node; for example \
+         `head -c 32 /dev/urandom | base64 > PATH && chmod 600 PATH`, copied to every node"
+    )]
+    ClusterSecretRequired,
+    /// The secret file cannot be used.
+    #[error(transparent)]
+    ClusterSecret(#[from] SecretError),
+}
+
+/// This node's identity and its peers.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    /// This node's name.
+    pub node_name: String,
+    /// The cluster's name.
+    pub cluster_name: String,
+    /// Inter-node listener address, if any.
+    pub listen: Option<SocketAddr>,
+    /// The seed list, without this node.
+    pub peers: Vec<PeerAddress>,
+    /// The shared secret: present whenever `listen` or `peers` is set.
+    pub secret: Option<ClusterSecret>,
+}
+
+impl ClusterSettings {
+    /// Whether this node talks to other nodes at all (otherwise it is a one-node cluster).
+    pub fn is_networked(&self) -> bool {
+        self.listen.is_some() || !self.peers.is_empty()
+    }
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        ClusterSettings {
+            node_name: warren_delivery::node::default_name(),
+            cluster_name: DEFAULT_CLUSTER_NAME.to_string(),
+            listen: None,
+            peers: Vec::new(),
+            secret: None,
+        }
+    }
 }
 
 /// The settings the broker runs with.
@@ -135,6 +214,8 @@ pub struct Config {
     pub fsync: Fsync,
     /// Protocol limits.
     pub protocol: ProtocolConfig,
+    /// Node identity and peers.
+    pub cluster: ClusterSettings,
 }
 
 impl Default for Config {
@@ -144,6 +225,7 @@ impl Default for Config {
             data_dir: PathBuf::from("./data"),
             fsync: Fsync::Batch,
             protocol: ProtocolConfig::default(),
+            cluster: ClusterSettings::default(),
         }
     }
 }
@@ -172,6 +254,7 @@ impl Config {
             None => FileSettings::default(),
         };
         let m = &matches;
+        let cluster = cluster_settings(m, &cli, &file)?;
         let frame_max = pick(m, "frame_max", cli.frame_max, file.frame_max);
         if frame_max < 4096 {
             return Err(ConfigError::Invalid { key: "frame_max", message: format!("{frame_max} is below 4096") });
@@ -194,8 +277,30 @@ impl Config {
             data_dir: pick(m, "data_dir", cli.data_dir, file.data_dir),
             fsync: pick(m, "fsync", cli.fsync, file.fsync),
             protocol,
+            cluster,
         })
     }
+}
+
+/// Node identity, listener, seed list and secret, checked; the secret is read only when the
+/// node talks to others, and is then required.
+fn cluster_settings(m: &ArgMatches, cli: &Cli, file: &FileSettings) -> Result<ClusterSettings, ConfigError> {
+    let node_name = pick(m, "node_name", cli.node_name.clone(), file.node_name.clone());
+    let cluster_name = pick(m, "cluster_name", cli.cluster_name.clone(), file.cluster_name.clone());
+    for (key, name) in [("node_name", &node_name), ("cluster_name", &cluster_name)] {
+        check_name(name).map_err(|e| ConfigError::Invalid { key, message: e.to_string() })?;
+    }
+    let listen = pick_optional(m, "cluster_listen", cli.cluster_listen, file.cluster_listen);
+    let mut peers = pick(m, "peers", cli.peers.clone(), file.peers.clone());
+    peers.retain(|peer| peer.name != node_name);
+    let secret_file =
+        pick_optional(m, "cluster_secret_file", cli.cluster_secret_file.clone(), file.cluster_secret_file.clone());
+    let mut settings = ClusterSettings { node_name, cluster_name, listen, peers, secret: None };
+    if settings.is_networked() {
+        let path = secret_file.ok_or(ConfigError::ClusterSecretRequired)?;
+        settings.secret = Some(ClusterSecret::read(&path)?);
+    }
+    Ok(settings)
 }
 
 /// A flag given on the command line wins; otherwise the file's value; otherwise clap's value
@@ -205,6 +310,15 @@ fn pick<T>(matches: &ArgMatches, id: &str, from_clap: T, from_file: Option<T>) -
         from_clap
     } else {
         from_file.unwrap_or(from_clap)
+    }
+}
+
+/// [`pick`] for a setting with no default.
+fn pick_optional<T>(matches: &ArgMatches, id: &str, from_clap: Option<T>, from_file: Option<T>) -> Option<T> {
+    if matches.value_source(id) == Some(ValueSource::CommandLine) {
+        from_clap
+    } else {
+        from_file.or(from_clap)
     }
 }
 
@@ -240,6 +354,104 @@ mod tests {
         let err = Config::try_parse_from(["warren", "--config", &path]).expect_err("unknown key");
         assert!(err.to_string().contains("no_such_key"), "{err}");
         let _ = std::fs::remove_file(&file.0);
+    }
+
+    /// Serializes the tests that set or depend on WARREN_* cluster variables.
+    static ENV_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn secret_file(tag: &str) -> String {
+        let path = std::env::temp_dir().join(format!("warren-secret-{}-{tag}", std::process::id()));
+        std::fs::write(&path, "a secret of at least sixteen bytes\n").expect("write secret");
+        path.to_str().expect("utf-8 path").to_string()
+    }
+
+    #[test]
+    fn without_cluster_settings_a_node_is_alone_and_needs_no_secret() {
+        let _env = ENV_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let config = Config::try_parse_from(["warren"]).expect("valid");
+        assert_eq!(config.cluster.node_name, warren_delivery::node::default_name());
+        assert_eq!(config.cluster.cluster_name, DEFAULT_CLUSTER_NAME);
+        assert!(!config.cluster.is_networked());
+        assert!(config.cluster.secret.is_none());
+    }
+
+    #[test]
+    fn cluster_flags_are_parsed_and_this_node_is_dropped_from_the_seeds() {
+        let secret = secret_file("flags");
+        let config = Config::try_parse_from([
+            "warren",
+            "--node-name",
+            "warren@a",
+            "--cluster-listen",
+            "127.0.0.1:25672",
+            "--peers",
+            "warren@a@127.0.0.1:25672,warren@b@10.0.0.2:25672, warren@c@node-c:25672",
+            "--cluster-secret-file",
+            &secret,
+        ])
+        .expect("valid");
+        let cluster = &config.cluster;
+        assert_eq!(cluster.node_name, "warren@a");
+        assert_eq!(cluster.listen, Some(([127, 0, 0, 1], 25672).into()));
+        let peers: Vec<String> = cluster.peers.iter().map(ToString::to_string).collect();
+        assert_eq!(peers, ["warren@b@10.0.0.2:25672", "warren@c@node-c:25672"]);
+        assert!(cluster.secret.is_some());
+        let _ = std::fs::remove_file(&secret);
+    }
+
+    #[test]
+    fn clustering_without_a_secret_file_is_refused_with_what_to_do() {
+        for args in [["--cluster-listen", "127.0.0.1:25672"], ["--peers", "warren@b@127.0.0.1:25672"]] {
+            let err = Config::try_parse_from(["warren", args[0], args[1]]).expect_err("no secret");
+            let text = err.to_string();
+            assert!(text.contains("--cluster-secret-file PATH") && text.contains("chmod 600"), "{text}");
+        }
+        let err = Config::try_parse_from([
+            "warren",
+            "--peers",
+            "warren@b@127.0.0.1:25672",
+            "--cluster-secret-file",
+            "/nonexistent/secret",
+        ])
+        .expect_err("missing file");
+        assert!(err.to_string().contains("cannot read the cluster secret file"), "{err}");
+    }
+
+    #[test]
+    fn malformed_peers_and_names_are_cli_errors() {
+        let err = Config::try_parse_from(["warren", "--peers", "127.0.0.1:25672"]).expect_err("no name");
+        assert!(err.to_string().contains("name@host:port"), "{err}");
+        let err = Config::try_parse_from(["warren", "--peers", "warren@b@127.0.0.1"]).expect_err("no port");
+        assert!(err.to_string().contains("host:port"), "{err}");
+        let err = Config::try_parse_from(["warren", "--node-name", "has space"]).expect_err("bad name");
+        assert!(err.to_string().contains("node_name"), "{err}");
+    }
+
+    #[test]
+    fn cluster_settings_follow_flag_file_env_precedence() {
+        let _env = ENV_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let secret = secret_file("precedence");
+        let mut file = tempfile_in_target();
+        writeln!(
+            file.1,
+            "cluster_name = \"from-file\"\npeers = [\"warren@f@127.0.0.1:4000\"]\ncluster_secret_file = {secret:?}"
+        )
+        .expect("write");
+        let path = file.0.to_str().expect("utf-8 path").to_string();
+        std::env::set_var("WARREN_CLUSTER_NAME", "from-env");
+        std::env::set_var("WARREN_NODE_NAME", "warren@env");
+        let from_file = Config::try_parse_from(["warren", "--config", &path]);
+        let from_flag = Config::try_parse_from(["warren", "--config", &path, "--cluster-name", "from-flag"]);
+        std::env::remove_var("WARREN_CLUSTER_NAME");
+        std::env::remove_var("WARREN_NODE_NAME");
+        let from_file = from_file.expect("valid");
+        assert_eq!(from_file.cluster.cluster_name, "from-file");
+        assert_eq!(from_file.cluster.node_name, "warren@env");
+        assert_eq!(from_file.cluster.peers.len(), 1);
+        assert!(from_file.cluster.secret.is_some());
+        assert_eq!(from_flag.expect("valid").cluster.cluster_name, "from-flag");
+        let _ = std::fs::remove_file(&file.0);
+        let _ = std::fs::remove_file(&secret);
     }
 
     fn tempfile_in_target() -> (PathBuf, std::fs::File) {

@@ -4,6 +4,7 @@
 //! binary (`main.rs`) adds logging and signal handling; tests start brokers through [`start`].
 
 mod allocator;
+pub mod cluster;
 pub mod config;
 
 pub use config::Config;
@@ -35,6 +36,12 @@ pub enum StartError {
         /// What failed.
         source: warren_delivery::BrokerError,
     },
+    /// This process already runs as another node (one node per process).
+    #[error("cannot take node name: {0}")]
+    NodeName(#[from] warren_delivery::node::NameAlreadySet),
+    /// The inter-node transport cannot start.
+    #[error(transparent)]
+    Cluster(#[from] cluster::service::ClusterStartError),
     /// The AMQP address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -51,6 +58,8 @@ pub struct RunningBroker {
     pub amqp_addr: SocketAddr,
     /// The broker core.
     pub broker: Arc<Broker>,
+    /// The inter-node transport, when this node has a cluster listener or peers.
+    pub cluster: Option<cluster::ClusterTransport>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -60,6 +69,9 @@ impl RunningBroker {
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
+        if let Some(cluster) = &self.cluster {
+            cluster.shutdown().await;
+        }
         self.broker.close();
     }
 }
@@ -99,6 +111,7 @@ const LATENESS_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_
 
 /// Creates the data directory, binds the listener and starts serving.
 pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
+    warren_delivery::node::set_local_name(&config.cluster.node_name)?;
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
     let listener = TcpListener::bind(config.amqp_listen)
@@ -115,10 +128,11 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
     };
     let broker = Broker::open(&config.data_dir, store_config)
         .map_err(|source| StartError::Recovery { path: config.data_dir.clone(), source })?;
+    let cluster = cluster::service::start(&config.cluster).await?;
     let (shutdown, shutdown_rx) = watch::channel(false);
     let protocol = Arc::new(config.protocol.clone());
     let task = tokio::spawn(warren_amqp::listener::run(listener, Arc::clone(&broker), protocol, shutdown_rx));
     tokio::spawn(run_timers(Arc::downgrade(&broker)));
     tracing::info!(%amqp_addr, data_dir = %config.data_dir.display(), "Warren is accepting AMQP 0-9-1 connections");
-    Ok(RunningBroker { amqp_addr, broker, shutdown, task })
+    Ok(RunningBroker { amqp_addr, broker, cluster, shutdown, task })
 }

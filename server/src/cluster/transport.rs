@@ -1,0 +1,493 @@
+//! The inter-node transport: one authenticated, multiplexed TCP connection per pair of nodes,
+//! carrying typed requests (answered by id, each with a timeout) and one-way messages.
+//!
+//! Connection ownership: of two nodes, the one whose name sorts first dials and the other
+//! accepts, so a pair never keeps two connections. The dialer redials with exponential backoff
+//! (and jitter) whenever the connection ends; the acceptor takes a newer connection from the
+//! same peer in place of the old one (the peer restarted). A peer that is not connected is
+//! reported at once ([`TransportError::NotConnected`]); nothing is queued for it.
+//!
+//! The transport knows nothing of Raft: `Q` (requests and one-way messages) and `S`
+//! (responses) are the layer above's types, typically enums whose variants name a Raft group.
+
+use super::connection::{self, Link};
+use super::envelope::{Envelope, RequestId};
+use super::frame::{self, FrameError, MAX_FRAME_BYTES};
+use super::handshake::{self, HandshakeError, Identity};
+use super::inbox::{Inbox, Incoming};
+use super::peer_address::PeerAddress;
+use super::secret::ClusterSecret;
+use rand::Rng;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinHandle;
+
+/// A payload the transport can carry.
+pub trait Wire: Serialize + DeserializeOwned + Send + 'static {}
+impl<T: Serialize + DeserializeOwned + Send + 'static> Wire for T {}
+
+/// Time a peer has to complete the handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time a request waits for its response unless the caller says otherwise.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Interval of heartbeats on an idle connection.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
+/// A connection on which nothing arrives for this long is closed (and redialled).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time allowed for a TCP connect to a peer.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// First and longest pause between dial attempts.
+pub const RECONNECT_MIN_BACKOFF: Duration = Duration::from_millis(50);
+/// See [`RECONNECT_MIN_BACKOFF`].
+pub const RECONNECT_MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Bytes of frames that may wait for one peer's socket before senders wait.
+pub const MAX_BUFFERED_BYTES_PER_PEER: usize = 2 * MAX_FRAME_BYTES;
+/// Requests and messages received but not yet taken from the [`Inbox`].
+pub const INBOX_CAPACITY: usize = 1024;
+/// Incoming connections allowed in the handshake at once; more are closed at once.
+pub const MAX_CONCURRENT_HANDSHAKES: usize = 64;
+
+/// How the transport runs. [`TransportSettings::new`] gives the defaults above.
+#[derive(Debug, Clone)]
+pub struct TransportSettings {
+    /// This node's name, cluster name and secret.
+    pub identity: Identity,
+    /// See [`HANDSHAKE_TIMEOUT`].
+    pub handshake_timeout: Duration,
+    /// See [`DEFAULT_REQUEST_TIMEOUT`].
+    pub request_timeout: Duration,
+    /// See [`HEARTBEAT_INTERVAL`].
+    pub heartbeat_interval: Duration,
+    /// See [`IDLE_TIMEOUT`].
+    pub idle_timeout: Duration,
+    /// See [`RECONNECT_MIN_BACKOFF`].
+    pub reconnect_min_backoff: Duration,
+    /// See [`RECONNECT_MAX_BACKOFF`].
+    pub reconnect_max_backoff: Duration,
+    /// See [`MAX_BUFFERED_BYTES_PER_PEER`]; at least [`MAX_FRAME_BYTES`] is used.
+    pub max_buffered_bytes_per_peer: usize,
+    /// See [`INBOX_CAPACITY`].
+    pub inbox_capacity: usize,
+}
+
+impl TransportSettings {
+    /// The default settings for node `node_name` of cluster `cluster_name`.
+    pub fn new(node_name: &str, cluster_name: &str, secret: ClusterSecret) -> Self {
+        TransportSettings {
+            identity: Identity { cluster_name: cluster_name.to_string(), node_name: node_name.to_string(), secret },
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            heartbeat_interval: HEARTBEAT_INTERVAL,
+            idle_timeout: IDLE_TIMEOUT,
+            reconnect_min_backoff: RECONNECT_MIN_BACKOFF,
+            reconnect_max_backoff: RECONNECT_MAX_BACKOFF,
+            max_buffered_bytes_per_peer: MAX_BUFFERED_BYTES_PER_PEER,
+            inbox_capacity: INBOX_CAPACITY,
+        }
+    }
+}
+
+/// A request or message that could not be delivered or answered.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// No authenticated connection to the peer right now.
+    #[error("no connection to node {0}")]
+    NotConnected(String),
+    /// The connection ended before the answer came.
+    #[error("the connection to node {0} was lost")]
+    Disconnected(String),
+    /// No answer in time (the request may or may not have been handled).
+    #[error("node {peer} did not answer within {timeout:?}")]
+    Timeout {
+        /// The peer.
+        peer: String,
+        /// The time waited.
+        timeout: Duration,
+    },
+    /// The payload cannot be encoded or is too large for one frame.
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+}
+
+/// A node's end of the transport. Cheap to clone; [`Transport::shutdown`] stops it.
+pub struct Transport<Q, S> {
+    shared: Arc<Shared<Q, S>>,
+}
+
+impl<Q, S> Clone for Transport<Q, S> {
+    fn clone(&self) -> Self {
+        Transport { shared: Arc::clone(&self.shared) }
+    }
+}
+
+/// A peer this node knows of.
+struct PeerState<S> {
+    /// The live connection, if any.
+    link: Option<Link<S>>,
+    /// The task dialling it, when this node is the dialling side.
+    dialer: Option<JoinHandle<()>>,
+}
+
+struct Shared<Q, S> {
+    settings: TransportSettings,
+    local_addr: Option<SocketAddr>,
+    peers: Mutex<HashMap<String, PeerState<S>>>,
+    inbox: mpsc::Sender<Incoming<Q, S>>,
+    next_request_id: AtomicU64,
+    next_link_serial: AtomicU64,
+    /// Bumped whenever a connection comes or goes.
+    links_changed: watch::Sender<u64>,
+    shutdown: watch::Sender<bool>,
+    acceptor: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl<Q: Wire, S: Wire> Transport<Q, S> {
+    /// Starts the transport: accepts peers on `listener` (if any) and dials the `peers` whose
+    /// names sort after this node's (entries naming this node are skipped). Returns the
+    /// transport and the inbox of what peers send.
+    pub fn start(
+        settings: TransportSettings,
+        listener: Option<TcpListener>,
+        peers: &[PeerAddress],
+    ) -> (Self, Inbox<Q, S>) {
+        let (inbox, receiver) = mpsc::channel(settings.inbox_capacity.max(1));
+        let shared = Arc::new(Shared {
+            local_addr: listener.as_ref().and_then(|l| l.local_addr().ok()),
+            settings,
+            peers: Mutex::default(),
+            inbox,
+            next_request_id: AtomicU64::new(1),
+            next_link_serial: AtomicU64::new(1),
+            links_changed: watch::Sender::new(0),
+            shutdown: watch::Sender::new(false),
+            acceptor: Mutex::default(),
+        });
+        let transport = Transport { shared };
+        if let Some(listener) = listener {
+            let task = tokio::spawn(accept_loop(Arc::clone(&transport.shared), listener));
+            *lock(&transport.shared.acceptor) = Some(task);
+        }
+        for peer in peers {
+            transport.add_peer(peer);
+        }
+        (transport, Inbox { receiver })
+    }
+
+    /// The address the inter-node listener is bound to.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.shared.local_addr
+    }
+
+    /// This node's name.
+    pub fn node_name(&self) -> &str {
+        &self.shared.settings.identity.node_name
+    }
+
+    /// Makes `peer` known: dials it if this node is the dialling side of the pair (once; later
+    /// calls for the same name are ignored); otherwise waits for it to dial.
+    pub fn add_peer(&self, peer: &PeerAddress) {
+        let local = self.node_name();
+        if peer.name == local {
+            return;
+        }
+        let mut peers = lock(&self.shared.peers);
+        let state = peers.entry(peer.name.clone()).or_insert(PeerState { link: None, dialer: None });
+        if local < peer.name.as_str() && state.dialer.is_none() {
+            state.dialer = Some(tokio::spawn(dial_loop(Arc::clone(&self.shared), peer.clone())));
+        }
+    }
+
+    /// Sends `body` to `peer` and waits for its response, within the default request timeout.
+    pub async fn request(&self, peer: &str, body: Q) -> Result<S, TransportError> {
+        self.request_within(peer, body, self.shared.settings.request_timeout).await
+    }
+
+    /// Sends `body` to `peer` and waits for its response, within `timeout` (which also covers
+    /// waiting for room in the peer's outgoing budget).
+    pub async fn request_within(&self, peer: &str, body: Q, timeout: Duration) -> Result<S, TransportError> {
+        let link = self.link(peer)?;
+        let id: RequestId = self.shared.next_request_id.fetch_add(1, Ordering::Relaxed);
+        let frame = frame::encode(&Envelope::<Q, ()>::Request { id, body }, MAX_FRAME_BYTES)?;
+        link.call(id, frame, timeout).await
+    }
+
+    /// Sends `body` to `peer` with no answer expected; waits for room in the peer's outgoing
+    /// budget at most the default request timeout. Delivery is not acknowledged.
+    pub async fn send(&self, peer: &str, body: Q) -> Result<(), TransportError> {
+        let link = self.link(peer)?;
+        let frame = frame::encode(&Envelope::<Q, ()>::OneWay { body }, MAX_FRAME_BYTES)?;
+        let timeout = self.shared.settings.request_timeout;
+        tokio::time::timeout(timeout, link.send(frame))
+            .await
+            .unwrap_or_else(|_| Err(TransportError::Timeout { peer: peer.to_string(), timeout }))
+    }
+
+    /// The peers with a live connection, sorted.
+    pub fn connected_peers(&self) -> Vec<String> {
+        let peers = lock(&self.shared.peers);
+        let mut names: Vec<String> =
+            peers.iter().filter(|(_, state)| state.link.is_some()).map(|(name, _)| name.clone()).collect();
+        names.sort();
+        names
+    }
+
+    /// Waits until `peer` is connected; false if `timeout` passes first.
+    pub async fn wait_connected(&self, peer: &str, timeout: Duration) -> bool {
+        let mut changes = self.shared.links_changed.subscribe();
+        let connected = || lock(&self.shared.peers).get(peer).is_some_and(|state| state.link.is_some());
+        let wait = async {
+            while !connected() {
+                if changes.changed().await.is_err() {
+                    return false;
+                }
+            }
+            true
+        };
+        tokio::time::timeout(timeout, wait).await.unwrap_or(false)
+    }
+
+    /// Stops accepting and dialling, closes every connection (requests in flight fail) and
+    /// releases the listener's port.
+    pub async fn shutdown(&self) {
+        self.shared.shutdown.send_replace(true);
+        let acceptor = lock(&self.shared.acceptor).take();
+        if let Some(task) = acceptor {
+            let _ = task.await;
+        }
+        let dialers: Vec<JoinHandle<()>> =
+            lock(&self.shared.peers).values_mut().filter_map(|state| state.dialer.take()).collect();
+        for task in dialers {
+            let _ = task.await;
+        }
+    }
+
+    fn link(&self, peer: &str) -> Result<Link<S>, TransportError> {
+        let peers = lock(&self.shared.peers);
+        peers
+            .get(peer)
+            .and_then(|state| state.link.clone())
+            .ok_or_else(|| TransportError::NotConnected(peer.to_string()))
+    }
+}
+
+impl<Q: Wire, S: Wire> Shared<Q, S> {
+    fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// Registers a new connection to `peer`, closing the one it replaces.
+    fn register(&self, peer: &str, link: Link<S>) {
+        let mut peers = lock(&self.peers);
+        let state = peers.entry(peer.to_string()).or_insert(PeerState { link: None, dialer: None });
+        if let Some(old) = state.link.replace(link) {
+            old.close();
+        }
+        drop(peers);
+        self.links_changed.send_modify(|n| *n += 1);
+    }
+
+    /// Forgets connection `serial` to `peer` if it is still the registered one.
+    fn unregister(&self, peer: &str, serial: u64) {
+        let mut peers = lock(&self.peers);
+        if let Some(state) = peers.get_mut(peer) {
+            if state.link.as_ref().is_some_and(|link| link.serial == serial) {
+                state.link = None;
+            }
+        }
+        drop(peers);
+        self.links_changed.send_modify(|n| *n += 1);
+    }
+
+    /// Serves an authenticated connection to `peer` until it ends.
+    async fn run_connection(self: &Arc<Self>, peer: &str, framed: frame::FramedStream) {
+        let serial = self.next_link_serial.fetch_add(1, Ordering::Relaxed);
+        let budget = self.settings.max_buffered_bytes_per_peer.max(MAX_FRAME_BYTES);
+        let (link, task) = Link::new(peer, serial, budget);
+        self.register(peer, link.clone());
+        tracing::info!(peer, "cluster peer connected");
+        let mut shutdown = self.shutdown.subscribe();
+        let reason = connection::serve(framed, link, task, self.inbox.clone(), &self.settings, &mut shutdown).await;
+        self.unregister(peer, serial);
+        tracing::info!(peer, %reason, "cluster peer disconnected");
+    }
+
+    /// Whether an authenticated dialer called `peer` may connect: only nodes that sort before
+    /// this one dial it.
+    fn admit(&self, peer: &str) -> Result<(), String> {
+        if self.is_shutting_down() {
+            return Err("the node is shutting down".to_string());
+        }
+        if peer > self.settings.identity.node_name.as_str() {
+            return Err(format!(
+                "node {} dials node {peer}, not the other way round (the lower name dials)",
+                self.settings.identity.node_name
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Accepts incoming connections until shutdown; each gets a bounded handshake.
+async fn accept_loop<Q: Wire, S: Wire>(shared: Arc<Shared<Q, S>>, listener: TcpListener) {
+    let handshakes = Arc::new(Semaphore::new(MAX_CONCURRENT_HANDSHAKES));
+    let mut shutdown = shared.shutdown.subscribe();
+    loop {
+        let (stream, remote) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(%error, "cluster listener: accept failed");
+                    tokio::time::sleep(RECONNECT_MIN_BACKOFF).await;
+                    continue;
+                }
+            },
+            () = stopped(&mut shutdown) => return,
+        };
+        let Ok(permit) = Arc::clone(&handshakes).try_acquire_owned() else {
+            tracing::warn!(%remote, "cluster listener: too many handshakes in progress; connection closed");
+            continue;
+        };
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let accepted = accept_one(&shared, stream).await;
+            drop(permit);
+            match accepted {
+                Ok((peer, framed)) => shared.run_connection(&peer, framed).await,
+                Err(error) => tracing::warn!(%remote, %error, "cluster connection refused"),
+            }
+        });
+    }
+}
+
+async fn accept_one<Q: Wire, S: Wire>(
+    shared: &Arc<Shared<Q, S>>,
+    stream: TcpStream,
+) -> Result<(String, frame::FramedStream), HandshakeError> {
+    let _ = stream.set_nodelay(true);
+    let identity = &shared.settings.identity;
+    let handshake = handshake::accept(stream, identity, |peer| shared.admit(peer));
+    match tokio::time::timeout(shared.settings.handshake_timeout, handshake).await {
+        Ok(result) => result,
+        Err(_) => Err(HandshakeError::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("handshake not completed within {:?}", shared.settings.handshake_timeout),
+        ))),
+    }
+}
+
+/// Keeps a connection to `peer` open until shutdown, redialling with backoff.
+async fn dial_loop<Q: Wire, S: Wire>(shared: Arc<Shared<Q, S>>, peer: PeerAddress) {
+    let mut backoff = Backoff::new(shared.settings.reconnect_min_backoff, shared.settings.reconnect_max_backoff);
+    let mut shutdown = shared.shutdown.subscribe();
+    let mut failures_in_a_row = 0u32;
+    while !shared.is_shutting_down() {
+        match dial_one(&shared, &peer).await {
+            Ok(framed) => {
+                backoff.reset();
+                failures_in_a_row = 0;
+                shared.run_connection(&peer.name, framed).await;
+            }
+            Err(error) => {
+                failures_in_a_row += 1;
+                // The first failure is worth a warning; a peer that stays down is not news.
+                if failures_in_a_row == 1 {
+                    tracing::warn!(peer = %peer, %error, "cannot connect to cluster peer; retrying");
+                } else {
+                    tracing::debug!(peer = %peer, %error, "cannot connect to cluster peer; retrying");
+                }
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff.next_pause()) => {}
+            () = stopped(&mut shutdown) => return,
+        }
+    }
+}
+
+/// A dial failure.
+#[derive(Debug, thiserror::Error)]
+enum DialError {
+    #[error("connect: {0}")]
+    Connect(std::io::Error),
+    #[error("connect timed out after {0:?}")]
+    ConnectTimeout(Duration),
+    #[error("handshake: {0}")]
+    Handshake(HandshakeError),
+    #[error("handshake not completed within {0:?}")]
+    HandshakeTimeout(Duration),
+}
+
+async fn dial_one<Q: Wire, S: Wire>(
+    shared: &Shared<Q, S>,
+    peer: &PeerAddress,
+) -> Result<frame::FramedStream, DialError> {
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(peer.address.as_str()))
+        .await
+        .map_err(|_| DialError::ConnectTimeout(CONNECT_TIMEOUT))?
+        .map_err(DialError::Connect)?;
+    let _ = stream.set_nodelay(true);
+    let timeout = shared.settings.handshake_timeout;
+    tokio::time::timeout(timeout, handshake::dial(stream, &shared.settings.identity, &peer.name))
+        .await
+        .map_err(|_| DialError::HandshakeTimeout(timeout))?
+        .map_err(DialError::Handshake)
+}
+
+/// Exponential backoff with jitter: each pause is drawn from the upper half of a ceiling that
+/// doubles from `min` up to `max`.
+struct Backoff {
+    min: Duration,
+    max: Duration,
+    ceiling: Duration,
+}
+
+impl Backoff {
+    fn new(min: Duration, max: Duration) -> Self {
+        Backoff { min, max: max.max(min), ceiling: min }
+    }
+
+    fn reset(&mut self) {
+        self.ceiling = self.min;
+    }
+
+    fn next_pause(&mut self) -> Duration {
+        let ceiling = self.ceiling;
+        self.ceiling = (self.ceiling * 2).min(self.max);
+        let half = ceiling / 2;
+        half + rand::thread_rng().gen_range(Duration::ZERO..=half)
+    }
+}
+
+/// Resolves once `shutdown` says stop (or its sender is gone).
+pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_maximum_and_resets() {
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_millis(350));
+        let pauses: Vec<Duration> = (0..5).map(|_| backoff.next_pause()).collect();
+        let ceilings = [100, 200, 350, 350, 350];
+        for (pause, ceiling) in pauses.iter().zip(ceilings) {
+            let ceiling = Duration::from_millis(ceiling);
+            assert!(*pause >= ceiling / 2 && *pause <= ceiling, "{pause:?} outside ({ceiling:?}/2, {ceiling:?})");
+        }
+        backoff.reset();
+        assert!(backoff.next_pause() <= Duration::from_millis(100));
+    }
+}
