@@ -19,6 +19,7 @@ pub mod message_store;
 pub mod node;
 pub mod properties;
 pub mod queue;
+pub mod quorum;
 pub mod scheduler;
 pub mod session;
 pub mod stream;

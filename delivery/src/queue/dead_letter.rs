@@ -13,8 +13,9 @@ use amq_protocol::protocol::basic::{gen_properties, parse_properties, AMQPProper
 use amq_protocol::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use bytes::Bytes;
 
-/// Why a message was dead-lettered (the `reason` in `x-death`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a message was dead-lettered (the `reason` in `x-death`). Serializable: a quorum
+/// queue's snapshot keeps the reasons of messages waiting for their dead-letter confirm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum DeathReason {
     /// Rejected or nacked without requeue.
     Rejected,

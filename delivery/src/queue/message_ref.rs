@@ -23,7 +23,12 @@ impl MessageRef {
         self.location & OFFSET_MASK
     }
 
-    pub(super) fn priority(self) -> u8 {
+    /// Its place in the queue: what orders it within its priority level.
+    pub(crate) fn position(self) -> u64 {
+        self.position
+    }
+
+    pub(crate) fn priority(self) -> u8 {
         ((self.location >> PRIORITY_SHIFT) & 0xff) as u8
     }
 

@@ -25,6 +25,7 @@ use crate::message_store::{DurableMark, StoreError};
 pub use arguments::{Overflow, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY};
 pub use kind::QueueTimer;
 pub use message_ref::MessageRef;
+pub(crate) use ready_list::ReadyList;
 
 use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult};

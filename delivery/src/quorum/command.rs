@@ -1,0 +1,175 @@
+//! What goes through a quorum queue's Raft log: [`Command`]s (the leader's clock plus one
+//! [`Op`]) and the [`Response`] each one gets once applied. Both are serde types encoded
+//! with postcard in the log; a message body is a `Bytes`, stored verbatim.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// A message's id: the Raft log index of its [`Op::Enqueue`].
+pub type MessageId = u64;
+
+/// A consumer of a quorum queue, unique in the cluster: the channel that owns it and its
+/// consumer tag. `basic.get` on a channel uses the channel's [`ConsumerId::getter`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ConsumerId {
+    /// The owning channel, unique in the cluster (chosen by the wiring, e.g. node and
+    /// local channel number): [`Op::Down`] removes all of its consumers.
+    pub channel: u64,
+    /// The consumer tag (never empty for a `basic.consume` consumer).
+    pub tag: String,
+}
+
+impl ConsumerId {
+    /// A consumer `tag` of `channel`.
+    pub fn new(channel: u64, tag: impl Into<String>) -> Self {
+        ConsumerId { channel, tag: tag.into() }
+    }
+
+    /// What holds the messages a channel took with `basic.get` and has not settled: the
+    /// empty tag, which `basic.consume` never uses.
+    pub fn getter(channel: u64) -> Self {
+        ConsumerId { channel, tag: String::new() }
+    }
+
+    /// Whether this is a channel's [`ConsumerId::getter`].
+    pub fn is_getter(&self) -> bool {
+        self.tag.is_empty()
+    }
+}
+
+/// How a consumer takes messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerSpec {
+    /// Messages it may hold unsettled at once (`basic.qos` prefetch-count); 0: no limit.
+    pub prefetch: u32,
+    /// `x-priority`: consumers of a higher priority are served first.
+    pub priority: i32,
+}
+
+/// A message published to the queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Enqueue {
+    /// The exchange it was published to.
+    pub exchange: String,
+    /// Its routing key.
+    pub routing_key: String,
+    /// Its content-header property list, as received (flags then fields); `priority` and
+    /// `expiration` are read from it.
+    pub properties: Bytes,
+    /// Its body.
+    pub body: Bytes,
+}
+
+/// One operation on the queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    /// Publish a message; its id is this entry's index.
+    Enqueue(Enqueue),
+    /// Attach a consumer, or change the spec of an attached one (its messages stay).
+    Checkout {
+        /// Who.
+        consumer: ConsumerId,
+        /// Prefetch and priority.
+        spec: ConsumerSpec,
+    },
+    /// `basic.cancel`: no more deliveries; what it holds stays until settled or returned.
+    Cancel {
+        /// Who.
+        consumer: ConsumerId,
+    },
+    /// The channel closed (or its node left): its consumers go and what they hold returns
+    /// to the queue, each return counting as a failed delivery.
+    Down {
+        /// The channel.
+        channel: u64,
+    },
+    /// `basic.get`: take the next ready message, held by the channel's getter unless
+    /// `settle` (no-ack) removes it at once.
+    Dequeue {
+        /// The getting channel's [`ConsumerId::getter`].
+        consumer: ConsumerId,
+        /// Whether it is settled as taken (`no-ack`).
+        settle: bool,
+    },
+    /// Ack: the messages leave the queue.
+    Settle {
+        /// Who holds them.
+        consumer: ConsumerId,
+        /// Which.
+        ids: Vec<MessageId>,
+    },
+    /// Nack/reject with requeue: back in place, one more failed delivery each (past the
+    /// delivery limit, dead-lettered or dropped with reason `delivery_limit`).
+    Return {
+        /// Who holds them.
+        consumer: ConsumerId,
+        /// Which.
+        ids: Vec<MessageId>,
+    },
+    /// Nack/reject without requeue: dead-lettered (reason `rejected`) or dropped.
+    Discard {
+        /// Who holds them.
+        consumer: ConsumerId,
+        /// Which.
+        ids: Vec<MessageId>,
+    },
+    /// At-least-once dead-lettering: the dead-letter target confirmed these messages, which
+    /// now leave the queue (ids not waiting are ignored).
+    DeadLettered {
+        /// Which.
+        ids: Vec<MessageId>,
+    },
+    /// `queue.purge`: every ready message goes (held ones stay).
+    Purge,
+    /// Time passed: ready messages whose TTL ran out by the command's time expire. (Every
+    /// command expires what is due; this one only carries the time.)
+    Expire,
+}
+
+/// A command: the leader's clock when it proposed it, and the operation.
+///
+/// `at_ms` (milliseconds since the Unix epoch) is the only time apply ever sees: it is the
+/// publish time of an [`Op::Enqueue`] and what TTLs are measured against. The queue's clock
+/// never goes back: a command older than one applied before counts as that one's time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Command {
+    /// The proposing leader's clock, in ms since the Unix epoch.
+    pub at_ms: u64,
+    /// What to do.
+    pub op: Op,
+}
+
+impl Command {
+    /// `op` at `at_ms`.
+    pub fn new(at_ms: u64, op: Op) -> Self {
+        Command { at_ms, op }
+    }
+}
+
+/// What [`Op::Dequeue`] took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dequeued {
+    /// The message (read its body from the log at this index).
+    pub id: MessageId,
+    /// Failed deliveries so far (`x-delivery-count`).
+    pub delivery_count: u32,
+    /// Whether it was delivered before.
+    pub redelivered: bool,
+    /// Ready messages left after it (`basic.get-ok` message-count).
+    pub ready_after: u64,
+}
+
+/// The result of applying one entry, returned to whoever proposed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// Applied; nothing to report (also the response to Raft's own entries).
+    Done,
+    /// The message was queued with this id: confirm it.
+    Enqueued(MessageId),
+    /// `x-overflow` refused the message: nack it.
+    Rejected,
+    /// `basic.get`: the message taken, or `None` if none was ready.
+    Dequeued(Option<Dequeued>),
+    /// `queue.purge`: how many ready messages went.
+    Purged(u64),
+}

@@ -1,0 +1,335 @@
+//! The openraft glue of a quorum queue: its type config ([`QuorumRaft`]), its state machine
+//! ([`QuorumStateMachine`], openraft 0.9's storage-v2 `RaftStateMachine`) and snapshot
+//! builder, and the Raft [`Config`] its snapshots need.
+//!
+//! The log is `warren_storage::raft::RaftLog<QuorumRaft>`. The state machine applies
+//! entries to a [`QueueState`], sends each entry's effects to the queue through a channel
+//! ([`AppliedEffects`]), keeps [`Checkpoints`], and builds snapshots from the newest one at
+//! or below the release cursor, so that openraft, which purges the log up to its snapshot
+//! (with [`quorum_raft_config`]), never purges a live message's body. The current
+//! snapshot is kept in a file replaced atomically; a restart restores it and openraft
+//! replays the log after it.
+
+use super::command::{Command, Response};
+use super::effect::Effect;
+use super::error::QuorumError;
+use super::settings::Settings;
+use super::snapshot::{decode_versioned, Checkpoint, Checkpoints, StateSnapshot, SNAPSHOT_FORMAT_VERSION};
+use super::state::QueueState;
+use bytes::Bytes;
+use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::{
+    BasicNode, Config, ConfigError, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotPolicy,
+    StorageError, StoredMembership,
+};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::io::Cursor;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::mpsc::UnboundedSender;
+use tracing::warn;
+use warren_storage::SnapshotFile;
+
+openraft::declare_raft_types!(
+    /// A quorum queue's Raft types: entries carry [`Command`]s and apply to [`Response`]s;
+    /// u64 node ids, `BasicNode`, tokio.
+    pub QuorumRaft:
+        D = Command,
+        R = Response,
+);
+
+/// Entries applied since the last snapshot before openraft asks for a new one. A request
+/// when the release cursor has not moved returns the current snapshot, which openraft
+/// ignores (it is not newer).
+pub const SNAPSHOT_LOGS_SINCE_LAST: u64 = 1024;
+
+/// openraft's configuration for a quorum queue's group: snapshots every
+/// [`SNAPSHOT_LOGS_SINCE_LAST`] entries and purging up to the snapshot exactly (the
+/// snapshot is at the release cursor, so nothing live is purged). Timeouts are openraft's
+/// defaults; the wiring may change them.
+pub fn quorum_raft_config(cluster_name: &str) -> Result<Config, Box<ConfigError>> {
+    Config {
+        cluster_name: cluster_name.to_owned(),
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_LOGS_SINCE_LAST),
+        max_in_snapshot_log_to_keep: 0,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(Box::new)
+}
+
+/// The effects of one applied entry. Act on them only on the leader that appended the
+/// entry, in the term it appended it: `log_id.leader_id` says who that was (entries a new
+/// leader applies from its predecessor carry the predecessor's id). Entries replayed at
+/// startup send none (see [`QuorumStateMachine::skip_effects_through`]): a single node
+/// restarting may lead again in the same term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppliedEffects {
+    /// The entry.
+    pub log_id: LogId<u64>,
+    /// What it asks for, in order.
+    pub effects: Vec<Effect>,
+}
+
+/// A snapshot as kept in its file: openraft's metadata and the encoded state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedSnapshot {
+    meta: SnapshotMeta<u64, BasicNode>,
+    /// An encoded [`StateSnapshot`].
+    data: Bytes,
+}
+
+impl SavedSnapshot {
+    fn to_raft(&self) -> Snapshot<QuorumRaft> {
+        Snapshot { meta: self.meta.clone(), snapshot: Box::new(Cursor::new(self.data.to_vec())) }
+    }
+
+    fn index(&self) -> Option<u64> {
+        self.meta.last_log_id.map(|id| id.index)
+    }
+}
+
+/// Everything the state machine holds, behind one lock shared with its snapshot builder
+/// and readers.
+struct Machine {
+    settings: Settings,
+    state: QueueState,
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, BasicNode>,
+    checkpoints: Checkpoints,
+    current: Option<SavedSnapshot>,
+    effects: UnboundedSender<AppliedEffects>,
+    /// Entries up to this index were in the log at startup: their effects were the
+    /// concern of the process that appended them, and are not sent again.
+    replayed_through: Option<u64>,
+}
+
+struct Shared {
+    machine: Mutex<Machine>,
+    file: SnapshotFile,
+    /// Serializes snapshot file writes (a build and an install may race).
+    file_lock: tokio::sync::Mutex<()>,
+}
+
+/// A quorum queue's state machine for openraft.
+#[derive(Clone)]
+pub struct QuorumStateMachine {
+    shared: Arc<Shared>,
+}
+
+/// Builds snapshots at the release cursor (see the module documentation).
+pub struct QuorumSnapshotBuilder {
+    shared: Arc<Shared>,
+}
+
+impl QuorumStateMachine {
+    /// Opens the state machine whose snapshot file is `snapshot_path` (none yet: an empty
+    /// queue), for a queue obeying `settings`, taking a checkpoint every
+    /// `checkpoint_interval_entries` at least, and sending effects to `effects`.
+    pub fn open(
+        snapshot_path: impl Into<PathBuf>,
+        settings: Settings,
+        checkpoint_interval_entries: u64,
+        effects: UnboundedSender<AppliedEffects>,
+    ) -> Result<Self, QuorumError> {
+        let file = SnapshotFile::new(snapshot_path);
+        let current: Option<SavedSnapshot> = file.read()?.map(|bytes| decode_versioned(&bytes)).transpose()?;
+        let (state, last_applied, membership) = match &current {
+            Some(saved) => (
+                StateSnapshot::decode(&saved.data)?.restore(settings.clone())?,
+                saved.meta.last_log_id,
+                saved.meta.last_membership.clone(),
+            ),
+            None => (QueueState::new(settings.clone()), None, StoredMembership::default()),
+        };
+        let machine = Machine {
+            settings,
+            state,
+            last_applied,
+            membership,
+            checkpoints: Checkpoints::new(checkpoint_interval_entries),
+            current,
+            effects,
+            replayed_through: None,
+        };
+        let shared = Shared { machine: Mutex::new(machine), file, file_lock: tokio::sync::Mutex::new(()) };
+        Ok(QuorumStateMachine { shared: Arc::new(shared) })
+    }
+
+    /// Entries up to `index` (the log's last index when the node starts, before
+    /// `Raft::new`) are replayed, not new: their effects are not sent.
+    pub fn skip_effects_through(&self, index: u64) {
+        self.shared.machine.lock().replayed_through = Some(index);
+    }
+
+    /// Reads the queue's state (counts, held messages, next expiry...). Keep `f` short: it
+    /// runs with the state machine locked.
+    pub fn read<R>(&self, f: impl FnOnce(&QueueState) -> R) -> R {
+        f(&self.shared.machine.lock().state)
+    }
+
+    /// The last entry applied.
+    pub fn last_applied(&self) -> Option<LogId<u64>> {
+        self.shared.machine.lock().last_applied
+    }
+
+    /// The release cursor now: no entry at or below it holds a live message.
+    pub fn release_cursor(&self) -> Option<u64> {
+        let machine = self.shared.machine.lock();
+        machine.last_applied.map(|applied| machine.state.release_cursor(applied.index))
+    }
+
+    /// The index of the current snapshot, if any.
+    pub fn snapshot_index(&self) -> Option<u64> {
+        self.shared.machine.lock().current.as_ref().and_then(SavedSnapshot::index)
+    }
+
+    /// Saves `snapshot` as the current one unless a newer one is; true if it was saved.
+    async fn save(&self, snapshot: SavedSnapshot) -> Result<bool, QuorumError> {
+        let _writing = self.shared.file_lock.lock().await;
+        let current = self.shared.machine.lock().current.as_ref().and_then(SavedSnapshot::index);
+        if current.is_some() && current >= snapshot.index() {
+            return Ok(false);
+        }
+        let mut bytes = vec![SNAPSHOT_FORMAT_VERSION];
+        bytes = postcard::to_extend(&snapshot, bytes).map_err(QuorumError::Encode)?;
+        let file = self.shared.file.clone();
+        match tokio::task::spawn_blocking(move || file.write(&bytes)).await {
+            Ok(written) => written?,
+            Err(join) => return Err(QuorumError::Storage(warren_storage::StorageError::Failed(join.to_string()))),
+        }
+        self.shared.machine.lock().current = Some(snapshot);
+        Ok(true)
+    }
+}
+
+impl Machine {
+    /// Applies one entry; returns its response.
+    fn apply_entry(&mut self, log_id: LogId<u64>, payload: EntryPayload<QuorumRaft>) -> Response {
+        let response = match payload {
+            EntryPayload::Blank => Response::Done,
+            EntryPayload::Normal(command) => {
+                let (response, effects) = self.state.apply(log_id.index, &command);
+                let replayed = self.replayed_through.is_some_and(|through| log_id.index <= through);
+                if !effects.is_empty() && !replayed {
+                    // No receiver: no queue acts on effects here (e.g. a test).
+                    let _ = self.effects.send(AppliedEffects { log_id, effects });
+                }
+                response
+            }
+            EntryPayload::Membership(membership) => {
+                self.membership = StoredMembership::new(Some(log_id), membership);
+                Response::Done
+            }
+        };
+        self.last_applied = Some(log_id);
+        self.maybe_checkpoint(log_id);
+        response
+    }
+
+    fn maybe_checkpoint(&mut self, log_id: LogId<u64>) {
+        let live = self.state.ready_count() + self.state.unacked_count();
+        if !self.checkpoints.due(log_id.index, live) {
+            return;
+        }
+        match StateSnapshot::of(&self.state).encode() {
+            Ok(data) => self.checkpoints.push(Checkpoint {
+                log_id,
+                membership: self.membership.clone(),
+                data: Bytes::from(data),
+            }),
+            Err(error) => warn!(%error, index = log_id.index, "quorum queue: checkpoint skipped"),
+        }
+    }
+
+    /// The snapshot at the newest checkpoint the release cursor passed, if any.
+    fn usable_snapshot(&mut self) -> Option<SavedSnapshot> {
+        let applied = self.last_applied?;
+        let cursor = self.state.release_cursor(applied.index);
+        let checkpoint = self.checkpoints.take_usable(cursor)?;
+        let snapshot_id = format!("{}-{}", checkpoint.log_id.leader_id, checkpoint.log_id.index);
+        let meta =
+            SnapshotMeta { last_log_id: Some(checkpoint.log_id), last_membership: checkpoint.membership, snapshot_id };
+        Some(SavedSnapshot { meta, data: checkpoint.data })
+    }
+
+    /// The current snapshot, or that of the empty queue before any entry.
+    fn current_or_empty(&self) -> Result<SavedSnapshot, QuorumError> {
+        if let Some(current) = &self.current {
+            return Ok(current.clone());
+        }
+        let data = StateSnapshot::of(&QueueState::new(self.settings.clone())).encode()?;
+        Ok(SavedSnapshot { meta: SnapshotMeta::default(), data: Bytes::from(data) })
+    }
+}
+
+fn snapshot_error(meta: Option<&SnapshotMeta<u64, BasicNode>>, error: QuorumError) -> StorageError<u64> {
+    StorageError::from(openraft::StorageIOError::write_snapshot(meta.map(SnapshotMeta::signature), &error))
+}
+
+impl RaftSnapshotBuilder<QuorumRaft> for QuorumSnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<QuorumRaft>, StorageError<u64>> {
+        let machine = QuorumStateMachine { shared: Arc::clone(&self.shared) };
+        let usable = self.shared.machine.lock().usable_snapshot();
+        if let Some(snapshot) = usable {
+            if machine.save(snapshot.clone()).await.map_err(|e| snapshot_error(Some(&snapshot.meta), e))? {
+                return Ok(snapshot.to_raft());
+            }
+        }
+        let current = self.shared.machine.lock().current_or_empty();
+        current.map(|s| s.to_raft()).map_err(|e| snapshot_error(None, e))
+    }
+}
+
+impl RaftStateMachine<QuorumRaft> for QuorumStateMachine {
+    type SnapshotBuilder = QuorumSnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), StorageError<u64>> {
+        let machine = self.shared.machine.lock();
+        Ok((machine.last_applied, machine.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError<u64>>
+    where
+        I: IntoIterator<Item = openraft::Entry<QuorumRaft>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut machine = self.shared.machine.lock();
+        Ok(entries.into_iter().map(|entry| machine.apply_entry(entry.log_id, entry.payload)).collect())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        QuorumSnapshotBuilder { shared: Arc::clone(&self.shared) }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<u64>> {
+        let data = Bytes::from(snapshot.into_inner());
+        let settings = self.shared.machine.lock().settings.clone();
+        let state = StateSnapshot::decode(&data)
+            .and_then(|s| s.restore(settings))
+            .map_err(|e| snapshot_error(Some(meta), e))?;
+        let saved = SavedSnapshot { meta: meta.clone(), data };
+        self.save(saved).await.map_err(|e| snapshot_error(Some(meta), e))?;
+        let mut machine = self.shared.machine.lock();
+        machine.state = state;
+        machine.last_applied = meta.last_log_id;
+        machine.membership = meta.last_membership.clone();
+        machine.checkpoints.clear();
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<QuorumRaft>>, StorageError<u64>> {
+        Ok(self.shared.machine.lock().current.as_ref().map(SavedSnapshot::to_raft))
+    }
+}

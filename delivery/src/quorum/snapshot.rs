@@ -1,0 +1,171 @@
+//! Snapshots of a quorum queue: what one holds ([`StateSnapshot`]: the live messages'
+//! metadata, the consumers and the counters, never a body), how it is encoded, and the
+//! [`Checkpoints`] from which a snapshot at the release cursor is chosen. Messages waiting
+//! for an at-least-once dead-letter confirm are listed too.
+//!
+//! A snapshot must be the state *at* its index (replaying the entries after it rebuilds
+//! the rest), and it may only be taken at or below the release cursor so that purging the
+//! log up to it keeps every live body. The state at the release cursor is in the past by
+//! the time the cursor moves there, so the state machine keeps checkpoints (encoded states
+//! taken every so many entries, more seldom as the queue grows, as RabbitMQ's quorum queues
+//! do) and a snapshot is the newest checkpoint at or below the release cursor. Such a
+//! checkpoint may list messages that were live then and are settled since: replaying the
+//! log after it settles them again.
+
+use super::command::MessageId;
+use super::consumers::{Consumer, ConsumerKey, Consumers, Counters};
+use super::error::QuorumError;
+use super::settings::Settings;
+use super::state::{MessageState, PendingDeadLetter, QueueState};
+use bytes::Bytes;
+use openraft::{BasicNode, LogId, StoredMembership};
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// The first byte of an encoded snapshot: its format version.
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 1;
+/// Entries between two checkpoints at least; more when the queue holds more messages (a
+/// checkpoint costs time and memory in proportion to them).
+pub const DEFAULT_CHECKPOINT_INTERVAL_ENTRIES: u64 = 4096;
+/// Checkpoints kept waiting for the release cursor at most; when full, the newest is
+/// replaced, so a message that is never settled costs at most this many.
+pub const MAX_PENDING_CHECKPOINTS: usize = 4;
+
+/// A quorum queue's state as data: what a snapshot holds. Two states are the same state
+/// when their snapshots are equal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateSnapshot {
+    clock_ms: u64,
+    /// Every live message with its priority, size, delivery counts and holder; the ready
+    /// ones (no holder) are in delivery order once sorted by priority then id.
+    messages: Vec<(MessageId, MessageState)>,
+    consumers: Vec<(ConsumerKey, Consumer)>,
+    counters: Counters,
+    /// Messages waiting for a dead-letter confirm (at-least-once).
+    dead_lettering: Vec<(MessageId, PendingDeadLetter)>,
+}
+
+impl StateSnapshot {
+    /// The snapshot of `state`.
+    pub fn of(state: &QueueState) -> Self {
+        let parts = state.parts();
+        let consumers = parts
+            .consumers
+            .iter()
+            .map(|(key, consumer)| {
+                let mut consumer = consumer.clone();
+                consumer.held.clear();
+                (key, consumer)
+            })
+            .collect();
+        StateSnapshot {
+            clock_ms: parts.clock_ms,
+            messages: parts.messages.iter().map(|(id, m)| (*id, *m)).collect(),
+            consumers,
+            counters: parts.consumers.counters(),
+            dead_lettering: parts.dead_lettering.iter().map(|(id, pending)| (*id, *pending)).collect(),
+        }
+    }
+
+    /// The state this snapshot holds, obeying `settings`.
+    pub fn restore(self, settings: Settings) -> Result<QueueState, QuorumError> {
+        let consumers = Consumers::restore(self.consumers, self.counters);
+        let messages = self.messages.into_iter().collect();
+        let dead_lettering = self.dead_lettering.into_iter().collect();
+        Ok(QueueState::from_parts(settings, self.clock_ms, messages, consumers, dead_lettering)?)
+    }
+
+    /// Messages the snapshot lists.
+    pub fn message_count(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// The version byte, then postcard.
+    pub fn encode(&self) -> Result<Vec<u8>, QuorumError> {
+        postcard::to_extend(self, vec![SNAPSHOT_FORMAT_VERSION]).map_err(QuorumError::Encode)
+    }
+
+    /// Reads what [`StateSnapshot::encode`] wrote.
+    pub fn decode(bytes: &[u8]) -> Result<Self, QuorumError> {
+        decode_versioned(bytes)
+    }
+}
+
+/// Decodes a version byte then a whole postcard value.
+pub(super) fn decode_versioned<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, QuorumError> {
+    match bytes.split_first() {
+        Some((&SNAPSHOT_FORMAT_VERSION, rest)) => match postcard::take_from_bytes(rest) {
+            Ok((value, [])) => Ok(value),
+            Ok((_, trailing)) => Err(QuorumError::Trailing(trailing.len())),
+            Err(error) => Err(QuorumError::Decode(error)),
+        },
+        Some((&version, _)) => Err(QuorumError::Version(version)),
+        None => Err(QuorumError::Trailing(0)),
+    }
+}
+
+/// The state after one entry, encoded, with the Raft state a snapshot there needs.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    /// The entry it follows.
+    pub log_id: LogId<u64>,
+    /// The membership in force then.
+    pub membership: StoredMembership<u64, BasicNode>,
+    /// The encoded [`StateSnapshot`].
+    pub data: Bytes,
+}
+
+/// Checkpoints waiting for the release cursor to reach them.
+#[derive(Debug)]
+pub struct Checkpoints {
+    interval_entries: u64,
+    pending: VecDeque<Checkpoint>,
+    /// Index of the last checkpoint taken.
+    last_taken: Option<u64>,
+}
+
+impl Checkpoints {
+    /// One checkpoint every `interval_entries` entries at least.
+    pub fn new(interval_entries: u64) -> Self {
+        Checkpoints { interval_entries: interval_entries.max(1), pending: VecDeque::new(), last_taken: None }
+    }
+
+    /// Whether to take one after entry `index`, with `live` messages in the queue.
+    pub fn due(&self, index: u64, live: u64) -> bool {
+        self.last_taken.is_none_or(|last| index >= last.saturating_add(self.interval_entries.max(live)))
+    }
+
+    /// Keeps `checkpoint` (replacing the newest one if as many as allowed are waiting).
+    pub fn push(&mut self, checkpoint: Checkpoint) {
+        self.last_taken = Some(checkpoint.log_id.index);
+        if self.pending.len() >= MAX_PENDING_CHECKPOINTS {
+            self.pending.pop_back();
+        }
+        self.pending.push_back(checkpoint);
+    }
+
+    /// The newest checkpoint at or below `release_cursor`, dropping older ones.
+    pub fn take_usable(&mut self, release_cursor: u64) -> Option<Checkpoint> {
+        let mut usable = None;
+        while self.pending.front().is_some_and(|c| c.log_id.index <= release_cursor) {
+            usable = self.pending.pop_front();
+        }
+        usable
+    }
+
+    /// Forgets every checkpoint (a snapshot was installed over the state).
+    pub fn clear(&mut self) {
+        self.pending.clear();
+        self.last_taken = None;
+    }
+
+    /// Checkpoints waiting.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Whether none is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
