@@ -25,6 +25,12 @@ impl NodeId {
         let digest = Sha256::digest(name.as_bytes());
         NodeId(u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]))
     }
+
+    /// The node's id in Raft groups (openraft's ids are u64): this id, widened, so that
+    /// logs show the same number either way.
+    pub fn raft_id(self) -> u64 {
+        u64::from(self.0)
+    }
 }
 
 impl fmt::Display for NodeId {

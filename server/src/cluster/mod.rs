@@ -8,6 +8,9 @@
 //! - [`transport`]: connections, dialling and backoff, requests, timeouts, back-pressure.
 //! - [`inbox`]: what peers send, handed to the layer above.
 //! - [`service`]: the broker's inter-node message types and the transport as `warren` runs it.
+//! - [`raft_rpc`]: Raft RPCs on the wire, tagged with their group; node ids; frame-size bounds.
+//! - [`raft_network`]: openraft's network for one group (sending RPCs, mapping errors).
+//! - [`raft_router`]: the local group members, by group, that incoming RPCs are handed to.
 
 mod connection;
 mod envelope;
@@ -15,6 +18,9 @@ pub mod frame;
 pub mod handshake;
 pub mod inbox;
 pub mod peer_address;
+pub mod raft_network;
+pub mod raft_router;
+pub mod raft_rpc;
 pub mod secret;
 pub mod service;
 pub mod transport;
@@ -22,6 +28,9 @@ pub mod transport;
 pub use envelope::RequestId;
 pub use inbox::{Inbox, Incoming, IncomingRequest, Responder};
 pub use peer_address::PeerAddress;
+pub use raft_network::{GroupNetwork, PeerClient, RaftNetworkError};
+pub use raft_router::RaftRouter;
+pub use raft_rpc::{fit_to_transport, raft_member, raft_members, raft_node_id, RaftGroupId, RaftReply, RaftRpc};
 pub use secret::ClusterSecret;
 pub use service::{ClusterTransport, PeerRequest, PeerResponse};
 pub use transport::{Transport, TransportError, TransportSettings, Wire};

@@ -1,12 +1,14 @@
 //! The broker's cluster service: binds the inter-node listener, starts the transport with
 //! the broker's message types, and answers what no other layer handles yet.
 //!
-//! [`PeerRequest`] and [`PeerResponse`] are the broker's inter-node messages. Today they hold
-//! only a liveness check; the Raft layer adds its RPCs here, each tagged with its group, and
-//! forwarded client operations follow. Changing them changes the wire format: bump
+//! [`PeerRequest`] and [`PeerResponse`] are the broker's inter-node messages: a liveness
+//! check and Raft RPCs, each tagged with its group (handed to the [`RaftRouter`]); forwarded
+//! client operations follow. Changing them changes the wire format: bump
 //! [`super::handshake::PROTOCOL_VERSION`] when nodes of two versions could meet.
 
-use super::inbox::{Inbox, Incoming};
+use super::inbox::{Inbox, Incoming, IncomingRequest};
+use super::raft_router::RaftRouter;
+use super::raft_rpc::{RaftGroupId, RaftReply, RaftRpc};
 use super::transport::{Transport, TransportSettings};
 use crate::config::ClusterSettings;
 use serde::{Deserialize, Serialize};
@@ -15,17 +17,26 @@ use tokio::net::TcpListener;
 use warren_delivery::client_text::sanitize;
 
 /// A request or one-way message between nodes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum PeerRequest {
     /// Are you there? Answered with [`PeerResponse::Pong`].
     Ping,
+    /// A Raft RPC for the local member of `group`. Answered with [`PeerResponse::Raft`].
+    Raft {
+        /// The group.
+        group: RaftGroupId,
+        /// The RPC (boxed: it is far larger than the other requests).
+        rpc: Box<RaftRpc>,
+    },
 }
 
 /// An answer to a [`PeerRequest`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub enum PeerResponse {
     /// The answer to [`PeerRequest::Ping`].
     Pong,
+    /// The answer to [`PeerRequest::Raft`].
+    Raft(Box<RaftReply>),
 }
 
 /// The transport as the broker uses it.
@@ -47,8 +58,17 @@ pub enum ClusterStartError {
     NoSecret,
 }
 
-/// Starts the transport if this node talks to others (`None` for a one-node cluster).
+/// Starts the transport if this node talks to others (`None` for a one-node cluster); Raft
+/// RPCs go to groups registered with a router of its own, which no group uses yet.
 pub async fn start(settings: &ClusterSettings) -> Result<Option<ClusterTransport>, ClusterStartError> {
+    start_with(settings, RaftRouter::new()).await
+}
+
+/// As [`start`], handing Raft RPCs to the groups registered with `router`.
+pub async fn start_with(
+    settings: &ClusterSettings,
+    router: RaftRouter,
+) -> Result<Option<ClusterTransport>, ClusterStartError> {
     if !settings.is_networked() {
         return Ok(None);
     }
@@ -59,7 +79,7 @@ pub async fn start(settings: &ClusterSettings) -> Result<Option<ClusterTransport
     };
     let transport_settings = TransportSettings::new(&settings.node_name, &settings.cluster_name, secret);
     let (transport, inbox) = Transport::start(transport_settings, listener, &settings.peers);
-    tokio::spawn(answer(inbox));
+    tokio::spawn(serve(inbox, router));
     tracing::info!(
         node = %settings.node_name,
         cluster = %settings.cluster_name,
@@ -73,19 +93,27 @@ pub async fn start(settings: &ClusterSettings) -> Result<Option<ClusterTransport
 /// Most bytes of a peer's message logged when nothing handles it.
 const MAX_LOGGED_MESSAGE_BYTES: usize = 256;
 
-/// Answers pings; logs one-way messages nothing handles yet.
-async fn answer(mut inbox: Inbox<PeerRequest, PeerResponse>) {
+/// Answers what peers send until the transport shuts down: pings here, Raft RPCs through
+/// `router`; logs one-way messages nothing handles yet.
+pub async fn serve(mut inbox: Inbox<PeerRequest, PeerResponse>, router: RaftRouter) {
     while let Some(incoming) = inbox.recv().await {
         match incoming {
-            Incoming::Request(request) => match request.body {
-                PeerRequest::Ping => {
-                    tokio::spawn(request.responder.respond(PeerResponse::Pong));
-                }
-            },
+            Incoming::Request(request) => answer(request, &router).await,
             Incoming::Message { from, body } => {
                 let body = sanitize(&format!("{body:?}"), MAX_LOGGED_MESSAGE_BYTES);
                 tracing::debug!(peer = %from, %body, "cluster message with no handler");
             }
         }
+    }
+}
+
+/// Answers one request (waiting only while the router is at its bound of RPCs in flight).
+async fn answer(request: IncomingRequest<PeerRequest, PeerResponse>, router: &RaftRouter) {
+    let IncomingRequest { from, body, responder } = request;
+    match body {
+        PeerRequest::Ping => {
+            tokio::spawn(responder.respond(PeerResponse::Pong));
+        }
+        PeerRequest::Raft { group, rpc } => router.dispatch(from, group, *rpc, responder).await,
     }
 }

@@ -1,0 +1,102 @@
+//! The receiving side of Raft RPCs: which local `Raft` runs each group, and handing each
+//! incoming RPC to it.
+//!
+//! Owns: the registry of this node's group members ([`RaftRouter::register`] when a replica
+//! starts, [`RaftRouter::unregister`] when it stops), and the bound on RPCs being handled at
+//! once ([`MAX_CONCURRENT_RAFT_RPCS`], for all groups together). An RPC is handled on its own
+//! task, so a slow group (a snapshot being installed) does not hold up the others; when the
+//! bound is reached the service stops taking requests from the inbox, and the transport's
+//! back-pressure does the rest. Nothing is queued per group. An RPC for a group this node
+//! does not run is answered [`RaftReply::UnknownGroup`].
+
+use super::inbox::Responder;
+use super::raft_rpc::{RaftGroupId, RaftReply, RaftRpc};
+use super::service::PeerResponse;
+use openraft::Raft;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::Semaphore;
+use warren_delivery::quorum::QuorumRaft;
+
+/// Raft RPCs handled at once on this node, over all groups.
+pub const MAX_CONCURRENT_RAFT_RPCS: usize = 64;
+
+/// This node's Raft group members, by group. Cheap to clone.
+#[derive(Clone)]
+pub struct RaftRouter {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    groups: Mutex<HashMap<RaftGroupId, Raft<QuorumRaft>>>,
+    in_flight: Arc<Semaphore>,
+}
+
+impl Default for RaftRouter {
+    fn default() -> Self {
+        RaftRouter::new()
+    }
+}
+
+impl RaftRouter {
+    /// A router with no groups.
+    pub fn new() -> Self {
+        let shared = Shared { groups: Mutex::default(), in_flight: Arc::new(Semaphore::new(MAX_CONCURRENT_RAFT_RPCS)) };
+        RaftRouter { shared: Arc::new(shared) }
+    }
+
+    /// Routes `group`'s RPCs to `raft`; returns the member it replaces, if any.
+    pub fn register(&self, group: RaftGroupId, raft: Raft<QuorumRaft>) -> Option<Raft<QuorumRaft>> {
+        self.groups().insert(group, raft)
+    }
+
+    /// Stops routing `group`'s RPCs (they are answered as for an unknown group); returns its
+    /// member, if any.
+    pub fn unregister(&self, group: &RaftGroupId) -> Option<Raft<QuorumRaft>> {
+        self.groups().remove(group)
+    }
+
+    /// The local member of `group`, if any.
+    pub fn get(&self, group: &RaftGroupId) -> Option<Raft<QuorumRaft>> {
+        self.groups().get(group).cloned()
+    }
+
+    /// The groups this node runs a member of, sorted.
+    pub fn group_ids(&self) -> Vec<RaftGroupId> {
+        let mut ids: Vec<RaftGroupId> = self.groups().keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    /// Handles `rpc` for `group` from node `from` on its own task and answers through
+    /// `responder`; waits first while [`MAX_CONCURRENT_RAFT_RPCS`] are being handled.
+    pub async fn dispatch(&self, from: String, group: RaftGroupId, rpc: RaftRpc, responder: Responder<PeerResponse>) {
+        let Ok(permit) = Arc::clone(&self.shared.in_flight).acquire_owned().await else {
+            return; // Never closed; the requester times out if it were.
+        };
+        let router = self.clone();
+        tokio::spawn(async move {
+            let reply = router.handle(&group, rpc).await;
+            if let Err(error) = responder.respond(PeerResponse::Raft(Box::new(reply))).await {
+                tracing::debug!(peer = %from, %group, %error, "Raft RPC answer not sent");
+            }
+            drop(permit);
+        });
+    }
+
+    /// The local member's answer to `rpc`.
+    pub async fn handle(&self, group: &RaftGroupId, rpc: RaftRpc) -> RaftReply {
+        let Some(raft) = self.get(group) else {
+            return RaftReply::UnknownGroup;
+        };
+        match rpc {
+            RaftRpc::AppendEntries(request) => RaftReply::AppendEntries(raft.append_entries(request).await),
+            RaftRpc::Vote(request) => RaftReply::Vote(raft.vote(request).await),
+            RaftRpc::InstallSnapshot(request) => RaftReply::InstallSnapshot(raft.install_snapshot(request).await),
+        }
+    }
+
+    fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<RaftGroupId, Raft<QuorumRaft>>> {
+        self.shared.groups.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
