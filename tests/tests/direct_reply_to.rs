@@ -67,15 +67,46 @@ async fn reply(responder: &lapin::Channel, address: &str, body: &[u8], mandatory
     confirm.take_message().map(|returned| returned.reply_code)
 }
 
+/// The start of most tests here: a requester channel with a reply consumer has sent one request
+/// to queue "rpc", which the responder channel (in confirm mode) took; `address` is its reply
+/// address. With `own_connections`, requester and responder are on two connections (the
+/// requester's is `requester_connection`, the other `_responder_connection`); otherwise both
+/// channels share `requester_connection`.
+struct Rpc {
+    broker: warren_server::RunningBroker,
+    requester_connection: lapin::Connection,
+    _responder_connection: Option<lapin::Connection>,
+    requester: lapin::Channel,
+    responder: lapin::Channel,
+    replies: lapin::Consumer,
+    address: String,
+}
+
+impl Rpc {
+    async fn start(own_connections: bool) -> Rpc {
+        let broker = start_broker().await;
+        let requester_connection = connect(&broker).await;
+        let responder_connection = if own_connections { Some(connect(&broker).await) } else { None };
+        let requester = channel(&requester_connection).await;
+        let responder = confirm_channel(responder_connection.as_ref().unwrap_or(&requester_connection)).await;
+        declare(&responder, "rpc").await;
+        let replies = consume_replies(&requester).await;
+        let address = request(&requester, &responder, "rpc").await;
+        Rpc {
+            broker,
+            requester_connection,
+            _responder_connection: responder_connection,
+            requester,
+            responder,
+            replies,
+            address,
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_reply_reaches_the_requester_through_no_queue() {
-    let broker = start_broker().await;
-    let (client, server) = (connect(&broker).await, connect(&broker).await);
-    let (requester, responder) = (channel(&client).await, confirm_channel(&server).await);
-    declare(&responder, "rpc").await;
-    let mut replies = consume_replies(&requester).await;
-
-    let address = request(&requester, &responder, "rpc").await;
+    let Rpc { broker, responder, mut replies, address, .. } = Rpc::start(true).await;
     assert!(address.starts_with("amq.rabbitmq.reply-to.") && address.len() > PSEUDO_QUEUE.len() + 1, "{address}");
     assert_eq!(reply(&responder, &address, b"answer", true).await, None, "a live requester is a route");
 
@@ -154,12 +185,7 @@ async fn requesting_a_reply_without_a_reply_consumer_is_406() {
 
 #[tokio::test]
 async fn a_reply_to_a_requester_that_is_gone_is_dropped_or_returned_when_mandatory() {
-    let broker = start_broker().await;
-    let (client, server) = (connect(&broker).await, connect(&broker).await);
-    let (requester, responder) = (channel(&client).await, confirm_channel(&server).await);
-    declare(&responder, "rpc").await;
-    let _replies = consume_replies(&requester).await;
-    let address = request(&requester, &responder, "rpc").await;
+    let Rpc { broker, requester, responder, address, .. } = Rpc::start(true).await;
     requester.close(200, "done".into()).await.expect("close the requester's channel");
 
     assert_eq!(reply(&responder, &address, b"too late", true).await, Some(NO_ROUTE));
@@ -169,12 +195,7 @@ async fn a_reply_to_a_requester_that_is_gone_is_dropped_or_returned_when_mandato
 
 #[tokio::test]
 async fn a_cancelled_reply_consumer_leaves_its_address_stale() {
-    let broker = start_broker().await;
-    let conn = connect(&broker).await;
-    let (requester, responder) = (channel(&conn).await, confirm_channel(&conn).await);
-    declare(&responder, "rpc").await;
-    let _replies = consume_replies(&requester).await;
-    let old_address = request(&requester, &responder, "rpc").await;
+    let Rpc { broker, requester, responder, address: old_address, .. } = Rpc::start(false).await;
     requester.basic_cancel("replies".into(), BasicCancelOptions::default()).await.expect("cancel");
 
     // A new reply consumer on the same channel gets a new address; the old one leads nowhere.
@@ -198,12 +219,7 @@ async fn a_cancelled_reply_consumer_leaves_its_address_stale() {
 
 #[tokio::test]
 async fn a_forged_reply_address_is_refused_quietly() {
-    let broker = start_broker().await;
-    let conn = connect(&broker).await;
-    let (requester, responder) = (channel(&conn).await, confirm_channel(&conn).await);
-    declare(&responder, "rpc").await;
-    let mut replies = consume_replies(&requester).await;
-    let address = request(&requester, &responder, "rpc").await;
+    let Rpc { broker, requester_connection: conn, responder, mut replies, address, .. } = Rpc::start(false).await;
 
     // The same connection and channel with another key, then nonsense after the prefix.
     let (prefix, key) = address.rsplit_once('.').expect("a dotted address");
@@ -218,13 +234,7 @@ async fn a_forged_reply_address_is_refused_quietly() {
 
 #[tokio::test]
 async fn declaring_a_reply_address_tells_whether_the_requester_is_there() {
-    let broker = start_broker().await;
-    let (client, server) = (connect(&broker).await, connect(&broker).await);
-    let (requester, responder) = (channel(&client).await, confirm_channel(&server).await);
-    declare(&responder, "rpc").await;
-    let _replies = consume_replies(&requester).await;
-    let address = request(&requester, &responder, "rpc").await;
-
+    let Rpc { broker, requester_connection: client, responder, address, .. } = Rpc::start(true).await;
     let passive = QueueDeclareOptions { passive: true, ..Default::default() };
     let there = responder.queue_declare(address.as_str().into(), passive, FieldTable::default()).await.expect("there");
     assert_eq!((there.message_count(), there.consumer_count()), (0, 1));
