@@ -106,21 +106,25 @@ impl Rpc {
 
 #[tokio::test]
 async fn a_reply_reaches_the_requester_through_no_queue() {
-    let Rpc { broker, responder, mut replies, address, .. } = Rpc::start(true).await;
-    assert!(address.starts_with("amq.rabbitmq.reply-to.") && address.len() > PSEUDO_QUEUE.len() + 1, "{address}");
-    assert_eq!(reply(&responder, &address, b"answer", true).await, None, "a live requester is a route");
+    let mut rpc = Rpc::start(true).await;
+    assert!(
+        rpc.address.starts_with("amq.rabbitmq.reply-to.") && rpc.address.len() > PSEUDO_QUEUE.len() + 1,
+        "{}",
+        rpc.address
+    );
+    assert_eq!(reply(&rpc.responder, &rpc.address, b"answer", true).await, None, "a live requester is a route");
 
-    let answer = next_delivery(&mut replies).await;
+    let answer = next_delivery(&mut rpc.replies).await;
     assert_eq!(answer.data, b"answer");
     assert_eq!(answer.exchange.as_str(), "");
-    assert_eq!(answer.routing_key.as_str(), address);
+    assert_eq!(answer.routing_key.as_str(), rpc.address);
     assert!(!answer.redelivered);
     assert_eq!(answer.properties.correlation_id().as_ref().map(|c| c.as_str()), Some("req-1"));
     // No queue was declared for it: only the request queue exists.
-    let vhost = broker.broker.vhost("/").expect("default vhost");
+    let vhost = rpc.broker.broker.vhost("/").expect("default vhost");
     let names: Vec<String> = vhost.queues().iter().map(|q| q.name().to_string()).collect();
     assert_eq!(names, ["rpc"]);
-    broker.shutdown().await;
+    rpc.broker.shutdown().await;
 }
 
 #[tokio::test]
@@ -185,66 +189,68 @@ async fn requesting_a_reply_without_a_reply_consumer_is_406() {
 
 #[tokio::test]
 async fn a_reply_to_a_requester_that_is_gone_is_dropped_or_returned_when_mandatory() {
-    let Rpc { broker, requester, responder, address, .. } = Rpc::start(true).await;
-    requester.close(200, "done".into()).await.expect("close the requester's channel");
+    let rpc = Rpc::start(true).await;
+    rpc.requester.close(200, "done".into()).await.expect("close the rpc.requester's channel");
 
-    assert_eq!(reply(&responder, &address, b"too late", true).await, Some(NO_ROUTE));
-    assert_eq!(reply(&responder, &address, b"too late", false).await, None, "dropped quietly");
-    broker.shutdown().await;
+    assert_eq!(reply(&rpc.responder, &rpc.address, b"too late", true).await, Some(NO_ROUTE));
+    assert_eq!(reply(&rpc.responder, &rpc.address, b"too late", false).await, None, "dropped quietly");
+    rpc.broker.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_cancelled_reply_consumer_leaves_its_address_stale() {
-    let Rpc { broker, requester, responder, address: old_address, .. } = Rpc::start(false).await;
-    requester.basic_cancel("replies".into(), BasicCancelOptions::default()).await.expect("cancel");
+    let rpc = Rpc::start(false).await;
+    rpc.requester.basic_cancel("replies".into(), BasicCancelOptions::default()).await.expect("cancel");
 
     // A new reply consumer on the same channel gets a new address; the old one leads nowhere.
-    let mut replies = consume_replies(&requester).await;
-    requester
+    let mut replies = consume_replies(&rpc.requester).await;
+    rpc.requester
         .basic_publish("".into(), "rpc".into(), BasicPublishOptions::default(), b"again", asking_for_a_reply())
         .await
         .expect("publish the second request");
     let new_address = loop {
-        let delivered = drain(&responder, "rpc").await;
+        let delivered = drain(&rpc.responder, "rpc").await;
         if let Some(message) = delivered.first() {
             break message.properties.reply_to().as_ref().map(|r| r.to_string()).expect("reply_to");
         }
     };
-    assert_ne!(old_address, new_address);
-    assert_eq!(reply(&responder, &old_address, b"stale", true).await, Some(NO_ROUTE));
-    reply(&responder, &new_address, b"fresh", true).await;
+    assert_ne!(rpc.address, new_address);
+    assert_eq!(reply(&rpc.responder, &rpc.address, b"stale", true).await, Some(NO_ROUTE));
+    reply(&rpc.responder, &new_address, b"fresh", true).await;
     assert_eq!(next_delivery(&mut replies).await.data, b"fresh");
-    broker.shutdown().await;
+    rpc.broker.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_forged_reply_address_is_refused_quietly() {
-    let Rpc { broker, requester_connection: conn, responder, mut replies, address, .. } = Rpc::start(false).await;
+    let mut rpc = Rpc::start(false).await;
 
     // The same connection and channel with another key, then nonsense after the prefix.
-    let (prefix, key) = address.rsplit_once('.').expect("a dotted address");
+    let (prefix, key) = rpc.address.rsplit_once('.').expect("a dotted rpc.address");
     let flipped = if key.starts_with('0') { "1" } else { "0" };
     let forged = format!("{prefix}.{flipped}{}", &key[1..]);
-    assert_eq!(reply(&responder, &forged, b"forged", true).await, Some(NO_ROUTE));
-    assert_eq!(reply(&responder, "amq.rabbitmq.reply-to.not-a-token", b"junk", true).await, Some(NO_ROUTE));
-    assert_no_delivery(&mut replies, 300).await;
-    assert!(!conn.status().closed(), "nothing was closed");
-    broker.shutdown().await;
+    assert_eq!(reply(&rpc.responder, &forged, b"forged", true).await, Some(NO_ROUTE));
+    assert_eq!(reply(&rpc.responder, "amq.rabbitmq.reply-to.not-a-token", b"junk", true).await, Some(NO_ROUTE));
+    assert_no_delivery(&mut rpc.replies, 300).await;
+    assert!(!rpc.requester_connection.status().closed(), "nothing was closed");
+    rpc.broker.shutdown().await;
 }
 
 #[tokio::test]
 async fn declaring_a_reply_address_tells_whether_the_requester_is_there() {
-    let Rpc { broker, requester_connection: client, responder, address, .. } = Rpc::start(true).await;
+    let rpc = Rpc::start(true).await;
     let passive = QueueDeclareOptions { passive: true, ..Default::default() };
-    let there = responder.queue_declare(address.as_str().into(), passive, FieldTable::default()).await.expect("there");
+    let there =
+        rpc.responder.queue_declare(rpc.address.as_str().into(), passive, FieldTable::default()).await.expect("there");
     assert_eq!((there.message_count(), there.consumer_count()), (0, 1));
-    let pseudo = responder.queue_declare(PSEUDO_QUEUE.into(), passive, FieldTable::default()).await.expect("pseudo");
+    let pseudo =
+        rpc.responder.queue_declare(PSEUDO_QUEUE.into(), passive, FieldTable::default()).await.expect("pseudo");
     assert_eq!(pseudo.name().as_str(), PSEUDO_QUEUE);
 
-    client.close(200, "bye".into()).await.expect("requester leaves");
-    let result = responder.queue_declare(address.as_str().into(), passive, FieldTable::default()).await;
-    assert_code(result, NOT_FOUND, "declare of a gone requester's address");
-    broker.shutdown().await;
+    rpc.requester_connection.close(200, "bye".into()).await.expect("requester leaves");
+    let result = rpc.responder.queue_declare(rpc.address.as_str().into(), passive, FieldTable::default()).await;
+    assert_code(result, NOT_FOUND, "declare of a gone requester's rpc.address");
+    rpc.broker.shutdown().await;
 }
 
 #[tokio::test]
