@@ -6,6 +6,7 @@
 
 use crate::content::PendingContent;
 use crate::outbox::{ChannelSink, LateReplies, Outbound, Outbox};
+use crate::pending_reply::PendingReply;
 use crate::publish::{Confirms, Transaction, TxOp};
 use amq_protocol::protocol::{basic, confirm, exchange, queue, tx, AMQPClass};
 use amq_protocol::types::{FieldTable, ShortString};
@@ -46,8 +47,10 @@ pub struct Channel {
     last_queue: Option<String>,
     confirms: Option<Confirms>,
     transaction: Option<Transaction>,
-    /// Confirms and commit-oks that wait for the disk.
+    /// Confirms that wait for the disk.
     late_replies: LateReplies,
+    /// The reply of the last method, if it waits for something (see `pending_reply`).
+    pending: Option<PendingReply>,
 }
 
 fn short(s: impl Into<String>) -> ShortString {
@@ -66,6 +69,7 @@ impl Channel {
             confirms: None,
             transaction: None,
             late_replies: LateReplies::new(ctx.outbox.clone()),
+            pending: None,
         }
     }
 
@@ -95,6 +99,11 @@ impl Channel {
 
     fn reply(&self, ctx: &ConnectionContext, method: AMQPClass) {
         ctx.outbox.method(self.id, method);
+    }
+
+    /// The reply of the method just handled, if it waits for something.
+    pub fn take_pending(&mut self) -> Option<PendingReply> {
+        self.pending.take()
     }
 
     /// Sends any confirms collected while processing a batch of frames.
@@ -465,14 +474,18 @@ impl Channel {
                 }
                 let marks = self.transaction_mut()?.take_marks();
                 if !marks.is_empty() {
-                    // commit-ok promises the published messages are safe: send it after the fsync.
-                    let (replies, id) = (self.late_replies.clone(), self.id);
-                    tokio::spawn(async move {
+                    // commit-ok promises the published messages are safe: it waits for the fsync,
+                    // and the channel's next methods wait for it.
+                    self.pending = Some(PendingReply::new(self.id, async move {
                         if crate::publish::wait_durable(&marks).await {
-                            let commit_ok = AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {}));
-                            replies.send(Outbound::Method(id, commit_ok));
+                            Ok(AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {})))
+                        } else {
+                            Err(BrokerError::new(
+                                ReplyCode::InternalError,
+                                "cannot make the transaction's messages durable",
+                            ))
                         }
-                    });
+                    }));
                     return Ok(());
                 }
                 tx::AMQPMethod::CommitOk(tx::CommitOk {})

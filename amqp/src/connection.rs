@@ -8,6 +8,7 @@ use crate::channel::{Channel, ConnectionContext};
 use crate::config::ProtocolConfig;
 use crate::frame::{self, RawFrame, FRAME_MIN_SIZE_BYTES};
 use crate::outbox::{Outbound, Outbox};
+use crate::pending_reply::PendingReply;
 use crate::sasl;
 use crate::server_properties::server_properties;
 use amq_protocol::protocol::{access, channel, connection, parse_class, AMQPClass};
@@ -64,6 +65,10 @@ pub struct Connection {
     channels: HashMap<u16, Channel>,
     /// Channels the broker closed, whose close-ok has not arrived.
     closing_channels: HashSet<u16>,
+    /// A method's reply is pending: no further frame is processed until it is sent.
+    pending: Option<PendingReply>,
+    /// The pending reply was handed to the read loop and has not completed yet.
+    waiting: bool,
     /// Class and method of the method being handled, for close replies.
     current_method: (u16, u16),
     /// Who logged in (escaped for logs), once authenticated.
@@ -113,6 +118,8 @@ impl Connection {
             context: None,
             channels: HashMap::new(),
             closing_channels: HashSet::new(),
+            pending: None,
+            waiting: false,
             current_method: (0, 0),
             user: None,
         };
@@ -140,7 +147,7 @@ impl Connection {
     /// Feeds the whole frames in `buf` to the connection, until the client has too much
     /// unread (see [`Outbox::is_full`]): the rest stays in `buf` for after it drains.
     pub fn process(&mut self, buf: &mut BytesMut) {
-        while !matches!(self.phase, Phase::Closed) && !self.outbox.is_full() {
+        while !matches!(self.phase, Phase::Closed) && !self.waiting && !self.outbox.is_full() {
             match frame::next_frame(buf, self.tuning.frame_max) {
                 Ok(Some(frame)) => self.handle_frame(frame),
                 Ok(None) => break,
@@ -407,8 +414,32 @@ impl Connection {
             AMQPClass::Connection(_) => Err(BrokerError::command_invalid(format!("connection method on channel {id}"))),
             other => {
                 let channel = self.channels.get_mut(&id).ok_or_else(|| channel_not_open(id))?;
-                channel.handle_method(ctx, other)
+                let handled = channel.handle_method(ctx, other);
+                if let Some(pending) = channel.take_pending() {
+                    self.pending = Some(pending);
+                    self.waiting = true;
+                }
+                handled
             }
+        }
+    }
+
+    /// The reply a method is waiting for, for the read loop to await; frames are processed
+    /// again once it is given to [`Connection::complete_pending`].
+    pub fn take_pending(&mut self) -> Option<PendingReply> {
+        self.pending.take()
+    }
+
+    /// A pending reply is ready: it goes out (or its error closes the channel), and frames
+    /// are processed again.
+    pub fn complete_pending(&mut self, channel: u16, outcome: Result<AMQPClass, BrokerError>) {
+        self.waiting = false;
+        if !self.channels.contains_key(&channel) {
+            return;
+        }
+        match outcome {
+            Ok(reply) => self.outbox.method(channel, reply),
+            Err(error) => self.close_channel(channel, error),
         }
     }
 

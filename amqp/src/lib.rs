@@ -12,6 +12,7 @@ pub mod frame;
 mod hot_methods;
 pub mod listener;
 pub mod outbox;
+pub mod pending_reply;
 pub mod publish;
 pub mod sasl;
 pub mod server_properties;

@@ -4,6 +4,8 @@ use crate::config::ProtocolConfig;
 use crate::connection::{Connection, Phase};
 use crate::frame::PROTOCOL_HEADER;
 use crate::outbox::{run_writer, Outbox};
+use crate::pending_reply::PendingReply;
+use amq_protocol::protocol::AMQPClass;
 use bytes::BytesMut;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU32;
@@ -154,8 +156,11 @@ async fn read_loop(
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut read_chunk = MIN_READ_CHUNK_BYTES;
     let mut paused_since: Option<Instant> = None;
+    let mut pending: Option<PendingReply> = None;
     while connection.phase() != Phase::Closed {
-        let paused = connection.outbox_full();
+        pending = pending.or_else(|| connection.take_pending());
+        // Nothing more is read while a reply is pending: the frames behind it wait their turn.
+        let paused = connection.outbox_full() || pending.is_some();
         paused_since = if paused { Some(paused_since.unwrap_or_else(Instant::now)) } else { None };
         if buf.capacity() - buf.len() < frame_header_room() && !paused {
             buf.reserve(read_chunk);
@@ -175,6 +180,12 @@ async fn read_loop(
                         // writers and ack readers run between chunks.
                         tokio::task::yield_now().await;
                     }
+                }
+            },
+            outcome = wait_for(&mut pending) => {
+                if let Some(done) = pending.take() {
+                    connection.complete_pending(done.channel(), outcome);
+                    connection.process(buf);
                 }
             },
             _ = outbox.drained() => {
@@ -227,6 +238,14 @@ async fn read_loop(
         }
     }
     Ending::Closed
+}
+
+/// The outcome of the pending reply; never completes when there is none.
+async fn wait_for(pending: &mut Option<PendingReply>) -> Result<AMQPClass, BrokerError> {
+    match pending {
+        Some(pending) => pending.outcome().await,
+        None => std::future::pending().await,
+    }
 }
 
 fn frame_header_room() -> usize {

@@ -249,5 +249,43 @@ async fn no_confirm_follows_close_ok() {
     }
     client.open_channel(4).await;
     assert_eq!(drain(&ch, "durable-q").await.len(), 3);
+    drop(client);
+    broker.shutdown().await;
+}
+
+/// `tx.commit` of persistent publishes waits for their fsync; a method sent right behind it
+/// (without waiting for commit-ok, which AMQP allows) is answered after it, never before.
+#[tokio::test]
+async fn replies_keep_the_order_of_methods_behind_a_commit_that_waits_for_the_disk() {
+    use amq_protocol::frame::AMQPFrame;
+    use amq_protocol::protocol::{basic::AMQPProperties, tx};
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    ch.queue_declare("tx-durable".into(), durable(), lapin::types::FieldTable::default()).await.expect("declare");
+    let mut client = RawClient::handshake(broker.amqp_addr).await;
+    client.open_channel(1).await;
+    client.send_method(1, AMQPClass::Tx(tx::AMQPMethod::Select(tx::Select {}))).await;
+    client.expect_method().await;
+    for round in 0..5 {
+        let publish = basic::Publish { exchange: "".into(), routing_key: "tx-durable".into(), ..Default::default() };
+        let properties = AMQPProperties::default().with_delivery_mode(2);
+        let header = amq_protocol::frame::AMQPContentHeader { class_id: 60, body_size: 2, properties };
+        client
+            .send_together(&[
+                AMQPFrame::Method(1, AMQPClass::Basic(basic::AMQPMethod::Publish(publish))),
+                AMQPFrame::Header(1, header),
+                AMQPFrame::Body(1, b"tx".to_vec()),
+                AMQPFrame::Method(1, AMQPClass::Tx(tx::AMQPMethod::Commit(tx::Commit {}))),
+                AMQPFrame::Method(1, declare_passive("tx-durable")),
+            ])
+            .await;
+        let (_, first) = client.expect_method().await;
+        assert!(matches!(first, AMQPClass::Tx(tx::AMQPMethod::CommitOk(_))), "round {round}: {first:?} came first");
+        let (_, second) = client.expect_method().await;
+        assert!(matches!(second, AMQPClass::Queue(queue::AMQPMethod::DeclareOk(_))), "round {round}: {second:?}");
+    }
+    assert_eq!(drain(&ch, "tx-durable").await.len(), 5);
+    drop(client);
     broker.shutdown().await;
 }
