@@ -268,3 +268,21 @@ pub async fn run_writer<W: AsyncWrite + Unpin>(mut socket: W, receiver: OutboxRe
     }
     let _ = socket.shutdown().await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn late_replies_stop_at_close() {
+        let (outbox, mut receiver) = Outbox::new();
+        let replies = LateReplies::new(outbox);
+        let late = replies.clone();
+        replies.send(Outbound::Frames(Bytes::from_static(b"before")));
+        replies.close();
+        // A waiter that finishes after the channel closed (its fsync was slow) sends nothing.
+        late.send(Outbound::Frames(Bytes::from_static(b"after")));
+        assert!(matches!(receiver.rx.try_recv(), Ok(Outbound::Frames(bytes)) if &bytes[..] == b"before"));
+        assert!(receiver.rx.try_recv().is_err());
+    }
+}

@@ -207,19 +207,22 @@ async fn channel_flow_pauses_and_resumes_deliveries() {
     broker.shutdown().await;
 }
 
-/// `basic.publish` (with content) then `channel.close`, read by the broker in one go: a
-/// confirm may come before `close-ok`, or not at all, never after it (a channel reopened with
-/// the same number would take it for its own).
+/// `basic.publish` (with content) then `channel.close`: a confirm may come before `close-ok`,
+/// or not at all, never after it (a channel reopened with the same number would take it for
+/// its own). The close is sent in the same write as the publish, or right after it, so that
+/// the broker reads it while the publish's fsync is still in progress.
 #[tokio::test]
 async fn no_confirm_follows_close_ok() {
     use amq_protocol::frame::AMQPFrame;
     use amq_protocol::protocol::{basic::AMQPProperties, confirm, BasicProperties};
+    const ROUNDS: u16 = 12;
     let broker = start_broker().await;
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
     ch.queue_declare("durable-q".into(), durable(), lapin::types::FieldTable::default()).await.expect("declare");
     let mut client = RawClient::handshake(broker.amqp_addr).await;
-    for (round, persistent) in [(1u16, true), (2, false), (3, true)] {
+    for round in 1..=ROUNDS {
+        let (persistent, together) = (round % 3 != 0, round % 2 == 0);
         client.open_channel(round).await;
         let select = AMQPClass::Confirm(confirm::AMQPMethod::Select(confirm::Select { nowait: false }));
         client.send_method(round, select).await;
@@ -227,14 +230,19 @@ async fn no_confirm_follows_close_ok() {
         let publish = basic::Publish { exchange: "".into(), routing_key: "durable-q".into(), ..Default::default() };
         let properties: BasicProperties = AMQPProperties::default().with_delivery_mode(if persistent { 2 } else { 1 });
         let header = amq_protocol::frame::AMQPContentHeader { class_id: 60, body_size: 5, properties };
-        client
-            .send_together(&[
-                AMQPFrame::Method(round, AMQPClass::Basic(basic::AMQPMethod::Publish(publish))),
-                AMQPFrame::Header(round, header),
-                AMQPFrame::Body(round, b"hello".to_vec()),
-                AMQPFrame::Method(round, AMQPClass::Channel(channel::AMQPMethod::Close(channel::Close::default()))),
-            ])
-            .await;
+        let mut frames = vec![
+            AMQPFrame::Method(round, AMQPClass::Basic(basic::AMQPMethod::Publish(publish))),
+            AMQPFrame::Header(round, header),
+            AMQPFrame::Body(round, b"hello".to_vec()),
+        ];
+        let close = AMQPFrame::Method(round, AMQPClass::Channel(channel::AMQPMethod::Close(channel::Close::default())));
+        if together {
+            frames.push(close);
+            client.send_together(&frames).await;
+        } else {
+            client.send_together(&frames).await;
+            client.send_frame(close).await;
+        }
         // Acks may come first; then close-ok.
         loop {
             match client.expect_method().await {
@@ -245,10 +253,10 @@ async fn no_confirm_follows_close_ok() {
         }
         // Time for a confirm that waited for the fsync: if one came now, the next frame would
         // be that ack instead of the next channel's open-ok.
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    client.open_channel(4).await;
-    assert_eq!(drain(&ch, "durable-q").await.len(), 3);
+    client.open_channel(ROUNDS + 1).await;
+    assert_eq!(drain(&ch, "durable-q").await.len(), usize::from(ROUNDS));
     drop(client);
     broker.shutdown().await;
 }
