@@ -6,6 +6,7 @@
 mod allocator;
 pub mod cluster;
 pub mod config;
+pub mod open_files;
 
 pub use config::Config;
 

@@ -22,6 +22,12 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
+    match warren_server::open_files::raise_to_hard_limit() {
+        Ok(limit) => tracing::info!(before = limit.before, now = limit.now, "open files limit"),
+        Err(error) => {
+            tracing::warn!(%error, "cannot raise the open files limit; connections may run out of descriptors")
+        }
+    }
     let running = warren_server::start(config).await.context("starting the broker")?;
     wait_for_signal().await?;
     tracing::info!("shutting down: closing connections");
