@@ -6,7 +6,7 @@
 
 use crate::content::PendingContent;
 use crate::outbox::{ChannelSink, LateReplies, Outbound, Outbox};
-use crate::pending_reply::PendingReply;
+use crate::pending_reply::{Answer, PendingReply};
 use crate::publish::{Confirms, Transaction, TxOp};
 use amq_protocol::protocol::{basic, confirm, exchange, queue, tx, AMQPClass};
 use amq_protocol::types::{FieldTable, ShortString};
@@ -16,7 +16,8 @@ use std::sync::Arc;
 use warren_delivery::direct_reply_to::{self, PSEUDO_QUEUE};
 use warren_delivery::exchange::{Binding, Destination, ExchangeDefinition};
 use warren_delivery::{
-    BrokerError, BrokerResult, ConnectionId, ConsumerOptions, Message, QueueDefinition, ReplyCode, Session, VirtualHost,
+    BrokerError, BrokerResult, ConnectionId, ConsumerOptions, GetResult, Message, QueueDefinition, Reply, ReplyCode,
+    Session, VirtualHost,
 };
 
 /// Length of the random part of a server-generated consumer tag.
@@ -224,8 +225,21 @@ impl Channel {
                 (false, queue::AMQPMethod::UnbindOk(queue::UnbindOk {}))
             }
             queue::AMQPMethod::Purge(p) => {
-                let message_count = self.usable_queue(ctx, &p.queue)?.purge();
-                (p.nowait, queue::AMQPMethod::PurgeOk(queue::PurgeOk { message_count }))
+                let purge_ok =
+                    |message_count| AMQPClass::Queue(queue::AMQPMethod::PurgeOk(queue::PurgeOk { message_count }));
+                match self.usable_queue(ctx, &p.queue)?.purge() {
+                    Reply::Now(purged) => {
+                        (p.nowait, queue::AMQPMethod::PurgeOk(queue::PurgeOk { message_count: purged? }))
+                    }
+                    // Purged once the group applies it; with nowait nobody waits for the count.
+                    Reply::Later(_) if p.nowait => return Ok(()),
+                    Reply::Later(purged) => {
+                        self.pending = Some(PendingReply::new(self.id, async move {
+                            purged.await.map(|count| Answer::Method(purge_ok(count)))
+                        }));
+                        return Ok(());
+                    }
+                }
             }
             queue::AMQPMethod::Delete(d) => {
                 let name = self.queue_name(&d.queue)?;
@@ -318,27 +332,20 @@ impl Channel {
 
     fn get(&mut self, ctx: &ConnectionContext, get: basic::Get) -> BrokerResult<()> {
         let queue = self.usable_queue(ctx, &get.queue)?;
-        let Some(got) = queue.get(&self.session, get.no_ack)? else {
-            self.reply(ctx, AMQPClass::Basic(basic::AMQPMethod::GetEmpty(basic::GetEmpty {})));
-            return Ok(());
-        };
-        let message = &got.message;
-        let ok = basic::GetOk {
-            delivery_tag: got.delivery_tag,
-            redelivered: got.redelivered,
-            exchange: message.exchange.clone(),
-            routing_key: message.routing_key.clone(),
-            message_count: got.message_count,
-        };
-        self.send_content(ctx, AMQPClass::Basic(basic::AMQPMethod::GetOk(ok)), message);
+        let (channel, frame_max) = (self.id, ctx.frame_max);
+        match queue.get(&self.session, get.no_ack) {
+            Reply::Now(got) => ctx.outbox.send(Outbound::Frames(get_reply(channel, got?, frame_max))),
+            Reply::Later(got) => {
+                self.pending = Some(PendingReply::new(channel, async move {
+                    got.await.map(|got| Answer::Frames(get_reply(channel, got, frame_max)))
+                }));
+            }
+        }
         Ok(())
     }
 
     fn send_content(&self, ctx: &ConnectionContext, method: AMQPClass, message: &Message) {
-        let mut out = bytes::BytesMut::new();
-        crate::frame::put_method(&mut out, self.id, method);
-        crate::frame::put_content(&mut out, self.id, message.properties.raw(), &message.body, ctx.frame_max);
-        ctx.outbox.send(Outbound::Frames(out.freeze()));
+        ctx.outbox.send(Outbound::Frames(method_with_content(self.id, method, message, ctx.frame_max)));
     }
 
     fn settle(&mut self, op: TxOp) -> BrokerResult<()> {
@@ -478,7 +485,7 @@ impl Channel {
                     // and the channel's next methods wait for it.
                     self.pending = Some(PendingReply::new(self.id, async move {
                         if crate::publish::wait_durable(&marks).await {
-                            Ok(AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {})))
+                            Ok(Answer::Method(AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {}))))
                         } else {
                             Err(BrokerError::new(
                                 ReplyCode::InternalError,
@@ -503,6 +510,33 @@ impl Channel {
     fn transaction_mut(&mut self) -> BrokerResult<&mut Transaction> {
         self.transaction.as_mut().ok_or_else(|| BrokerError::precondition_failed("channel is not transactional"))
     }
+}
+
+/// `basic.get-ok` with the message, or `basic.get-empty`, as frames.
+fn get_reply(channel: u16, got: Option<GetResult>, frame_max: u32) -> Bytes {
+    let mut out = bytes::BytesMut::new();
+    let Some(got) = got else {
+        let empty = AMQPClass::Basic(basic::AMQPMethod::GetEmpty(basic::GetEmpty {}));
+        crate::frame::put_method(&mut out, channel, empty);
+        return out.freeze();
+    };
+    let message = &got.message;
+    let ok = basic::GetOk {
+        delivery_tag: got.delivery_tag,
+        redelivered: got.redelivered,
+        exchange: message.exchange.clone(),
+        routing_key: message.routing_key.clone(),
+        message_count: got.message_count,
+    };
+    method_with_content(channel, AMQPClass::Basic(basic::AMQPMethod::GetOk(ok)), message, frame_max)
+}
+
+/// A method followed by a message's header and body frames.
+fn method_with_content(channel: u16, method: AMQPClass, message: &Message, frame_max: u32) -> Bytes {
+    let mut out = bytes::BytesMut::new();
+    crate::frame::put_method(&mut out, channel, method);
+    crate::frame::put_content(&mut out, channel, message.properties.raw(), &message.body, frame_max);
+    out.freeze()
 }
 
 fn exchange_binding(destination: ShortString, routing_key: ShortString, arguments: FieldTable) -> Binding {

@@ -8,7 +8,7 @@ use crate::channel::{Channel, ConnectionContext};
 use crate::config::ProtocolConfig;
 use crate::frame::{self, RawFrame, FRAME_MIN_SIZE_BYTES};
 use crate::outbox::{Outbound, Outbox};
-use crate::pending_reply::PendingReply;
+use crate::pending_reply::{Answer, PendingReply};
 use crate::sasl;
 use crate::server_properties::server_properties;
 use amq_protocol::protocol::{access, channel, connection, parse_class, AMQPClass};
@@ -432,13 +432,14 @@ impl Connection {
 
     /// A pending reply is ready: it goes out (or its error closes the channel), and frames
     /// are processed again.
-    pub fn complete_pending(&mut self, channel: u16, outcome: Result<AMQPClass, BrokerError>) {
+    pub fn complete_pending(&mut self, channel: u16, outcome: crate::pending_reply::Outcome) {
         self.waiting = false;
         if !self.channels.contains_key(&channel) {
             return;
         }
         match outcome {
-            Ok(reply) => self.outbox.method(channel, reply),
+            Ok(Answer::Method(reply)) => self.outbox.method(channel, reply),
+            Ok(Answer::Frames(frames)) => self.outbox.send(Outbound::Frames(frames)),
             Err(error) => self.close_channel(channel, error),
         }
     }

@@ -5,7 +5,6 @@ use crate::connection::{Connection, Phase};
 use crate::frame::PROTOCOL_HEADER;
 use crate::outbox::{run_writer, Outbox};
 use crate::pending_reply::PendingReply;
-use amq_protocol::protocol::AMQPClass;
 use bytes::BytesMut;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU32;
@@ -241,7 +240,7 @@ async fn read_loop(
 }
 
 /// The outcome of the pending reply; never completes when there is none.
-async fn wait_for(pending: &mut Option<PendingReply>) -> Result<AMQPClass, BrokerError> {
+async fn wait_for(pending: &mut Option<PendingReply>) -> crate::pending_reply::Outcome {
     match pending {
         Some(pending) => pending.outcome().await,
         None => std::future::pending().await,

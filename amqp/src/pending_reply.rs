@@ -4,12 +4,22 @@
 //! order of its methods, as AMQP requires of a channel.
 
 use amq_protocol::protocol::AMQPClass;
+use bytes::Bytes;
 use std::future::Future;
 use std::pin::Pin;
 use warren_delivery::BrokerError;
 
+/// What a waiting method answers.
+#[derive(Debug)]
+pub enum Answer {
+    /// A method.
+    Method(AMQPClass),
+    /// Frames already encoded (a method with content, such as `basic.get-ok`).
+    Frames(Bytes),
+}
+
 /// What a waiting method will answer: the reply, or an error that closes its channel.
-type Outcome = Result<AMQPClass, BrokerError>;
+pub type Outcome = Result<Answer, BrokerError>;
 
 /// The reply of a method on `channel`, once `reply` completes.
 pub struct PendingReply {

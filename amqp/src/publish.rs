@@ -6,7 +6,7 @@ use bytes::{Bytes, BytesMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
-use warren_delivery::message_store::DurableMark;
+use warren_delivery::message_store::{DurableMark, StoreError};
 use warren_delivery::Message;
 
 /// What a batch of publishes owes the client, in publish order.
@@ -120,13 +120,19 @@ pub fn add_mark(marks: &mut Vec<DurableMark>, mark: DurableMark) {
     }
 }
 
-/// Waits until every mark is durable; false if a log failed first.
+/// Waits until every mark is durable; false if a log failed first or a queue refused one
+/// of the publishes.
 pub async fn wait_durable(marks: &[DurableMark]) -> bool {
     let mut durable = true;
     for mark in marks {
-        if let Err(error) = mark.wait().await {
-            tracing::error!(%error, "a log failed before the fsync covering a publish");
-            durable = false;
+        match mark.wait().await {
+            Ok(()) => {}
+            // A quorum queue's x-overflow refused it: a nack, not a failure.
+            Err(StoreError::Refused) => durable = false,
+            Err(error) => {
+                tracing::error!(%error, "a log failed before the fsync covering a publish");
+                durable = false;
+            }
         }
     }
     durable

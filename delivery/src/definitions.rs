@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
-use warren_storage::SnapshotFile;
+use warren_storage::{LogConfig, SnapshotFile};
 
 mod reading;
 
@@ -206,6 +206,18 @@ impl VhostStorage {
     /// Creates a new stream's log, discarding anything stale in its place.
     pub fn create_stream(&self, name: &str, arguments: StreamArguments) -> Result<Stream, StoreError> {
         Stream::open(&self.fresh_dir(QUEUES_DIR, name)?, &self.store_config, arguments)
+    }
+
+    /// The directory of a quorum queue's Raft group (a quorum queue is a queue: same
+    /// directory), and how its log is configured.
+    pub fn quorum_queue(&self, name: &str) -> (PathBuf, LogConfig) {
+        (self.store_dir(QUEUES_DIR, name), self.store_config.log_config())
+    }
+
+    /// Like [`VhostStorage::quorum_queue`], for a new queue: the directory is emptied of
+    /// anything stale in its place.
+    pub fn create_quorum_queue(&self, name: &str) -> Result<(PathBuf, LogConfig), StoreError> {
+        Ok((self.fresh_dir(QUEUES_DIR, name)?, self.store_config.log_config()))
     }
 
     fn create_store(&self, kind: &str, name: &str) -> Result<LogStore, StoreError> {

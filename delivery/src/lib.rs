@@ -32,6 +32,6 @@ pub use consumer::{Consumer, ConsumerOptions};
 pub use error::{BrokerError, BrokerResult, ReplyCode};
 pub use message::Message;
 pub use properties::{Properties, PropertiesError};
-pub use queue::{ConnectionId, Queue, QueueDefinition};
-pub use session::{Delivery, DeliverySink, ReplyDelivery, Session};
+pub use queue::{ConnectionId, GetResult, Queue, QueueDefinition, Reply};
+pub use session::{Delivery, DeliverySink, ReplyDelivery, Session, SessionId};
 pub use vhost::VirtualHost;

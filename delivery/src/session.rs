@@ -14,13 +14,33 @@ use crate::consumer::{Consumer, ConsumerOptions};
 use crate::direct_reply_to::ReplyAddress;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
-use crate::queue::{ConnectionId, MessageRef, Queue};
+use crate::queue::{ConnectionId, Holder, MessageRef, Queue};
 use crate::vhost::VirtualHost;
 use amq_protocol::types::ShortString;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+
+/// A channel's identity for queues that track channels themselves (quorum queues, whose
+/// replicated state names the channel holding each message): unique in this process, and
+/// never reused by a later run of the broker (ids start from the start time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(pub u64);
+
+impl SessionId {
+    /// A new id. The first ones of a run are its start time in ms shifted left by
+    /// [`SESSION_ID_COUNTER_BITS`]: a restart starts past every id of the run before, unless
+    /// that run opened more than 2^20 channels per millisecond it lived.
+    fn next() -> Self {
+        static NEXT: OnceLock<AtomicU64> = OnceLock::new();
+        let next = NEXT.get_or_init(|| AtomicU64::new(crate::scheduler::now_ms() << SESSION_ID_COUNTER_BITS));
+        SessionId(next.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Bits of a [`SessionId`] below its run's start time.
+const SESSION_ID_COUNTER_BITS: u32 = 20;
 
 /// One message on its way to a consumer.
 #[derive(Debug)]
@@ -84,6 +104,8 @@ struct SessionState {
     consumer_prefetch: u32,
     /// The direct reply-to consumer, if the channel started one.
     reply_consumer: Option<ReplyConsumer>,
+    /// Queues that track this channel themselves: told when it closes.
+    tracking: Vec<Weak<Queue>>,
     closed: bool,
 }
 
@@ -96,6 +118,7 @@ struct ReplyConsumer {
 
 /// The broker-side state of one channel.
 pub struct Session {
+    id: SessionId,
     vhost: Arc<VirtualHost>,
     sink: Arc<dyn DeliverySink>,
     state: Mutex<SessionState>,
@@ -115,6 +138,7 @@ impl Session {
     /// A session in `vhost` whose deliveries go to `sink`.
     pub fn new(vhost: Arc<VirtualHost>, sink: Arc<dyn DeliverySink>) -> Arc<Self> {
         Arc::new(Session {
+            id: SessionId::next(),
             vhost,
             sink,
             state: Mutex::new(SessionState { next_tag: 1, ..Default::default() }),
@@ -122,6 +146,31 @@ impl Session {
             channel_prefetch: AtomicU32::new(0),
             unacked_total: AtomicU32::new(0),
         })
+    }
+
+    /// Its id.
+    pub fn id(&self) -> SessionId {
+        self.id
+    }
+
+    /// Whether the channel closed.
+    pub fn is_closed(&self) -> bool {
+        self.state.lock().closed
+    }
+
+    /// `queue` tracks this channel itself: it is told when the channel closes (at once if
+    /// it is closed already).
+    pub(crate) fn tracked_by(&self, queue: &Arc<Queue>) {
+        let closed = {
+            let mut state = self.state.lock();
+            if !state.tracking.iter().any(|q| std::ptr::eq(q.as_ptr(), Arc::as_ptr(queue))) {
+                state.tracking.push(Arc::downgrade(queue));
+            }
+            state.closed
+        };
+        if closed {
+            queue.channel_closed(self.id);
+        }
     }
 
     /// The virtual host the channel works in.
@@ -383,11 +432,11 @@ impl Session {
 
     fn settle(&self, taken: Vec<Unacked>, outcome: Settlement) {
         for (queue, consumer, messages) in group_by_queue(taken) {
-            let consumer = consumer.as_ref();
+            let holder = Holder { session: self.id, consumer: consumer.as_ref() };
             match outcome {
-                Settlement::Ack => queue.settle(&messages, consumer),
-                Settlement::Reject => queue.reject(&messages, consumer),
-                Settlement::Requeue => queue.requeue(&messages, consumer),
+                Settlement::Ack => queue.settle(&messages, holder),
+                Settlement::Reject => queue.reject(&messages, holder),
+                Settlement::Requeue => queue.requeue(&messages, holder),
             }
         }
         if self.channel_prefetch.load(Ordering::Acquire) != 0 {
@@ -404,16 +453,19 @@ impl Session {
 
     /// The channel closed: cancel its consumers and requeue what it had not acked.
     pub fn close(&self) {
-        let consumers = {
+        let (consumers, tracking) = {
             let mut state = self.state.lock();
             state.closed = true;
             self.stop_replies(&mut state);
-            std::mem::take(&mut state.consumers)
+            (std::mem::take(&mut state.consumers), std::mem::take(&mut state.tracking))
         };
         for consumer in &consumers {
             self.detach(consumer);
         }
         self.recover();
+        for queue in tracking.iter().filter_map(Weak::upgrade) {
+            queue.channel_closed(self.id);
+        }
     }
 }
 

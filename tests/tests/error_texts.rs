@@ -89,7 +89,7 @@ async fn argument_errors_show_values_as_the_user_wrote_them() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
     for (argument, value, shown) in [
-        ("x-queue-type", text("quorum"), "got \"quorum\""),
+        ("x-queue-type", text("lazy"), "got \"lazy\""),
         ("x-overflow", text("spill"), "got \"spill\""),
         ("x-max-priority", AMQPValue::LongInt(300), "got 300"),
         ("x-single-active-consumer", AMQPValue::LongString("yes".into()), "got \"yes\""),

@@ -99,8 +99,7 @@ async fn declaring_a_stream_follows_rabbitmqs_rules() {
         ("zero max-age", durable(), stream_args(&[("x-max-age", text("0s"))])),
         ("bad segment size", durable(), stream_args(&[("x-stream-max-segment-size-bytes", AMQPValue::LongInt(5))])),
         ("bad max-length-bytes", durable(), stream_args(&[("x-max-length-bytes", text("big"))])),
-        ("classic-only argument", durable(), stream_args(&[("x-max-priority", AMQPValue::LongInt(5))])),
-        ("quorum", durable(), table(&[("x-queue-type", text("quorum"))])),
+        ("queue-only argument", durable(), stream_args(&[("x-max-priority", AMQPValue::LongInt(5))])),
     ];
     for (what, options, args) in refused {
         let ch = channel(&conn).await;

@@ -58,6 +58,19 @@ pub struct LogStoreConfig {
     pub max_record_bytes: usize,
 }
 
+impl LogStoreConfig {
+    /// The configuration of a message log (a queue's, or a quorum queue's Raft log).
+    pub fn log_config(&self) -> LogConfig {
+        LogConfig {
+            flush_policy: self.flush_policy,
+            segment_bytes: self.segment_bytes,
+            max_record_bytes: self.max_record_bytes,
+            write_buffer_bytes: 64 * 1024,
+            ..LogConfig::default()
+        }
+    }
+}
+
 impl Default for LogStoreConfig {
     fn default() -> Self {
         LogStoreConfig {
@@ -148,14 +161,7 @@ impl std::fmt::Debug for LogStore {
 impl LogStore {
     /// Opens (or creates) the store in `dir` and recovers its settlement state.
     pub fn open(dir: &Path, config: &LogStoreConfig) -> Result<Self, StoreError> {
-        let message_config = LogConfig {
-            flush_policy: config.flush_policy,
-            segment_bytes: config.segment_bytes,
-            max_record_bytes: config.max_record_bytes,
-            write_buffer_bytes: 64 * 1024,
-            ..LogConfig::default()
-        };
-        let messages = Log::open(dir.join(MESSAGES_DIR), message_config)?;
+        let messages = Log::open(dir.join(MESSAGES_DIR), config.log_config())?;
         let acks = open_ack_log(dir, config.flush_policy)?;
         let mut store = LogStore {
             dir: dir.to_path_buf(),

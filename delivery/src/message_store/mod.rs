@@ -6,7 +6,10 @@
 //! which it has. How a message is laid out in a record is `codec`.
 
 pub(crate) mod codec;
+mod commit_wait;
 mod log_store;
+
+pub use commit_wait::CommitTracker;
 
 pub use log_store::{LogStore, LogStoreConfig};
 
@@ -64,6 +67,10 @@ pub enum StoreError {
     /// never returns them. The range holds the offset asked for and may reach beyond it.
     #[error("damaged message record(s) at offsets {}..{}; skipped", .0.start, .0.end)]
     Damaged(Range<u64>),
+    /// The queue refused the message (`x-overflow: reject-publish`) when its write was
+    /// applied: the publisher gets a nack.
+    #[error("refused by the queue's x-overflow")]
+    Refused,
 }
 
 impl From<StorageError> for StoreError {
@@ -84,38 +91,72 @@ impl StoreError {
     }
 }
 
-/// The point a publisher confirm must wait for: an append made durable.
+/// The point a publisher confirm must wait for: an append made durable in a local log, or
+/// writes of a quorum queue committed by its Raft group.
 #[derive(Clone)]
 pub struct DurableMark {
-    log: Arc<Log>,
-    offset: u64,
+    point: Point,
+}
+
+#[derive(Clone)]
+enum Point {
+    /// Offsets up to this one of a local log fsynced.
+    Log { log: Arc<Log>, offset: u64 },
+    /// Writes `first..=last` of a quorum queue committed.
+    Commit { tracker: Arc<CommitTracker>, first: u64, last: u64 },
 }
 
 impl std::fmt::Debug for DurableMark {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DurableMark").field("offset", &self.offset).finish_non_exhaustive()
+        match &self.point {
+            Point::Log { offset, .. } => f.debug_struct("DurableMark").field("offset", offset).finish_non_exhaustive(),
+            Point::Commit { first, last, .. } => {
+                f.debug_struct("DurableMark").field("writes", &(first..=last)).finish_non_exhaustive()
+            }
+        }
     }
 }
 
 impl DurableMark {
     /// The append at `offset` in `log`.
     pub(crate) fn new(log: &Arc<Log>, offset: u64) -> Self {
-        DurableMark { log: Arc::clone(log), offset }
+        DurableMark { point: Point::Log { log: Arc::clone(log), offset } }
     }
 
-    /// Folds `other` into this mark if both wait on the same log (keeping the later point):
-    /// one wait then covers both. False if they are in different logs.
+    /// Write `number` of a quorum queue, whose outcomes `tracker` learns.
+    pub(crate) fn commit(tracker: &Arc<CommitTracker>, number: u64) -> Self {
+        DurableMark { point: Point::Commit { tracker: Arc::clone(tracker), first: number, last: number } }
+    }
+
+    /// Folds `other` into this mark if both wait on the same log or queue (keeping the later
+    /// point): one wait then covers both. False if they do not.
     pub fn absorb(&mut self, other: &DurableMark) -> bool {
-        if !Arc::ptr_eq(&self.log, &other.log) {
-            return false;
+        match (&mut self.point, &other.point) {
+            (Point::Log { log, offset }, Point::Log { log: other_log, offset: other_offset })
+                if Arc::ptr_eq(log, other_log) =>
+            {
+                *offset = (*offset).max(*other_offset);
+                true
+            }
+            (
+                Point::Commit { tracker, first, last },
+                Point::Commit { tracker: other_tracker, first: other_first, last: other_last },
+            ) if Arc::ptr_eq(tracker, other_tracker) => {
+                *first = (*first).min(*other_first);
+                *last = (*last).max(*other_last);
+                true
+            }
+            _ => false,
         }
-        self.offset = self.offset.max(other.offset);
-        true
     }
 
-    /// Waits until the append is durable; an error if the log failed first.
+    /// Waits until the write is safe; an error if the log failed first, or if the queue
+    /// refused a write ([`StoreError::Refused`]).
     pub async fn wait(&self) -> Result<(), StoreError> {
-        Ok(self.log.wait_durable(self.offset).await?)
+        match &self.point {
+            Point::Log { log, offset } => Ok(log.wait_durable(*offset).await?),
+            Point::Commit { tracker, first, last } => tracker.wait(*first, *last).await,
+        }
     }
 }
 

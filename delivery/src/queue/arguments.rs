@@ -39,14 +39,42 @@ pub enum QueueType {
     Classic,
     /// A stream: an append-only log read by offset (see `crate::stream`).
     Stream,
+    /// A quorum queue: its messages and state replicated by a Raft group (see
+    /// `crate::quorum`).
+    Quorum,
+}
+
+/// `x-dead-letter-strategy` of a quorum queue: when a dead-lettered message leaves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeadLetterStrategy {
+    /// At once: if the dead-letter target never gets it, it is lost.
+    #[default]
+    AtMostOnce,
+    /// Once the dead-letter target confirmed it; RabbitMQ's rule applies: only with
+    /// `x-overflow: reject-publish`, else at-most-once.
+    AtLeastOnce,
+}
+
+/// `x-queue-leader-locator`: where a new quorum queue's leader is placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LeaderLocator {
+    /// On the node the declaring client is connected to.
+    #[default]
+    ClientLocal,
+    /// On the node leading the fewest queues.
+    Balanced,
 }
 
 impl QueueType {
+    /// Every kind, in the order their names are listed in errors.
+    const ALL: [QueueType; 3] = [QueueType::Classic, QueueType::Quorum, QueueType::Stream];
+
     /// The value of `x-queue-type` that names it.
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             QueueType::Classic => "classic",
             QueueType::Stream => "stream",
+            QueueType::Quorum => "quorum",
         }
     }
 
@@ -58,7 +86,7 @@ impl QueueType {
     /// Why such an argument does not apply, for the 406 text.
     fn why_not(self) -> &'static str {
         match self {
-            QueueType::Classic => "classic queues do not use it",
+            QueueType::Classic | QueueType::Quorum => "queues of this kind do not use it",
             QueueType::Stream => "streams keep every message until retention removes it",
         }
     }
@@ -88,6 +116,12 @@ pub struct QueueArguments {
     pub delivery_limit: Option<u64>,
     /// `x-single-active-consumer`.
     pub single_active_consumer: bool,
+    /// `x-dead-letter-strategy` (quorum queues).
+    pub dead_letter_strategy: DeadLetterStrategy,
+    /// `x-quorum-initial-group-size`: replicas of a new quorum queue (default: min(3, nodes)).
+    pub quorum_initial_group_size: Option<u64>,
+    /// `x-queue-leader-locator` (quorum queues).
+    pub leader_locator: LeaderLocator,
     /// `x-queue-type`.
     pub queue_type: QueueType,
     /// A stream's retention and segment size.
@@ -108,8 +142,10 @@ pub struct QueueArgument {
     parse: Parse,
 }
 
-const ALL: &[QueueType] = &[QueueType::Classic, QueueType::Stream];
-const CLASSIC: &[QueueType] = &[QueueType::Classic];
+const ALL: &[QueueType] = &QueueType::ALL;
+/// Queues whose messages leave once settled.
+const QUEUES: &[QueueType] = &[QueueType::Classic, QueueType::Quorum];
+const QUORUM: &[QueueType] = &[QueueType::Quorum];
 const STREAM: &[QueueType] = &[QueueType::Stream];
 
 const fn argument(name: &'static str, kinds: &'static [QueueType], parse: Parse) -> QueueArgument {
@@ -120,52 +156,66 @@ const fn argument(name: &'static str, kinds: &'static [QueueType], parse: Parse)
 pub const ARGUMENTS: &[QueueArgument] = &[
     // Read before the others (it decides the kind); here for the comparison on redeclare.
     argument("x-queue-type", ALL, |_, _, _, _| Ok(())),
-    argument("x-max-priority", CLASSIC, |name, value, _, parsed| {
+    // On quorum queues an extension: strict levels as on classic queues.
+    argument("x-max-priority", QUEUES, |name, value, _, parsed| {
         let max = whole_number(name, value, 1, u64::from(MAX_PRIORITY))?;
         parsed.max_priority = u8::try_from(max).ok();
         Ok(())
     }),
-    argument("x-message-ttl", CLASSIC, |name, value, _, parsed| {
+    argument("x-message-ttl", QUEUES, |name, value, _, parsed| {
         parsed.message_ttl_ms = Some(whole_number(name, value, 0, u64::MAX)?);
         Ok(())
     }),
-    argument("x-expires", CLASSIC, |name, value, _, parsed| {
+    argument("x-expires", QUEUES, |name, value, _, parsed| {
         parsed.expires_ms = Some(whole_number(name, value, 1, u64::MAX)?);
         Ok(())
     }),
-    argument("x-max-length", CLASSIC, |name, value, _, parsed| {
+    argument("x-max-length", QUEUES, |name, value, _, parsed| {
         parsed.max_length = Some(whole_number(name, value, 0, u64::MAX)?);
         Ok(())
     }),
     argument("x-max-length-bytes", ALL, |name, value, kind, parsed| {
         match kind {
-            QueueType::Classic => parsed.max_length_bytes = Some(whole_number(name, value, 0, u64::MAX)?),
+            QueueType::Classic | QueueType::Quorum => {
+                parsed.max_length_bytes = Some(whole_number(name, value, 0, u64::MAX)?)
+            }
             QueueType::Stream => parsed.stream.max_length_bytes = Some(whole_number(name, value, 1, u64::MAX)?),
         }
         Ok(())
     }),
-    argument("x-overflow", CLASSIC, |name, value, _, parsed| {
-        parsed.overflow = match text(name, value)?.as_str() {
-            "drop-head" => Overflow::DropHead,
-            "reject-publish" => Overflow::RejectPublish,
-            "reject-publish-dlx" => Overflow::RejectPublishDlx,
+    argument("x-overflow", QUEUES, |name, value, kind, parsed| {
+        parsed.overflow = match (text(name, value)?.as_str(), kind) {
+            ("drop-head", _) => Overflow::DropHead,
+            ("reject-publish", _) => Overflow::RejectPublish,
+            // As RabbitMQ: quorum queues do not offer it.
+            ("reject-publish-dlx", QueueType::Classic) => Overflow::RejectPublishDlx,
+            (_, QueueType::Quorum) => return Err(invalid(name, "drop-head or reject-publish", value)),
             _ => return Err(invalid(name, "drop-head, reject-publish or reject-publish-dlx", value)),
         };
         Ok(())
     }),
-    argument("x-dead-letter-exchange", CLASSIC, |name, value, _, parsed| {
+    argument("x-dead-letter-exchange", QUEUES, |name, value, _, parsed| {
         parsed.dead_letter_exchange = Some(text(name, value)?);
         Ok(())
     }),
-    argument("x-dead-letter-routing-key", CLASSIC, |name, value, _, parsed| {
+    argument("x-dead-letter-routing-key", QUEUES, |name, value, _, parsed| {
         parsed.dead_letter_routing_key = Some(text(name, value)?);
         Ok(())
     }),
-    argument("x-delivery-limit", CLASSIC, |name, value, _, parsed| {
+    argument("x-dead-letter-strategy", QUORUM, |name, value, _, parsed| {
+        parsed.dead_letter_strategy = match text(name, value)?.as_str() {
+            "at-most-once" => DeadLetterStrategy::AtMostOnce,
+            "at-least-once" => DeadLetterStrategy::AtLeastOnce,
+            _ => return Err(invalid(name, "at-most-once or at-least-once", value)),
+        };
+        Ok(())
+    }),
+    // Quorum queues dead-letter past 20 when it is not set (RabbitMQ 4's default).
+    argument("x-delivery-limit", QUEUES, |name, value, _, parsed| {
         parsed.delivery_limit = Some(whole_number(name, value, 0, u64::MAX)?);
         Ok(())
     }),
-    argument("x-single-active-consumer", CLASSIC, |name, value, _, parsed| match value {
+    argument("x-single-active-consumer", QUEUES, |name, value, _, parsed| match value {
         AMQPValue::Boolean(on) => {
             parsed.single_active_consumer = *on;
             Ok(())
@@ -184,8 +234,19 @@ pub const ARGUMENTS: &[QueueArgument] = &[
             Some(whole_number(name, value, MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES - 1)?);
         Ok(())
     }),
+    argument("x-quorum-initial-group-size", QUORUM, |name, value, _, parsed| {
+        parsed.quorum_initial_group_size = Some(whole_number(name, value, 1, u64::from(u8::MAX))?);
+        Ok(())
+    }),
+    argument("x-queue-leader-locator", QUORUM, |name, value, _, parsed| {
+        parsed.leader_locator = match text(name, value)?.as_str() {
+            "client-local" => LeaderLocator::ClientLocal,
+            "balanced" => LeaderLocator::Balanced,
+            _ => return Err(invalid(name, "client-local or balanced", value)),
+        };
+        Ok(())
+    }),
     // RabbitMQ's, compared on redeclare; nothing in Warren depends on them yet.
-    argument("x-quorum-initial-group-size", ALL, |_, _, _, _| Ok(())),
     argument("x-queue-mode", ALL, |_, _, _, _| Ok(())),
     argument("x-queue-version", ALL, |_, _, _, _| Ok(())),
 ];
@@ -211,10 +272,10 @@ fn text(name: &str, value: &AMQPValue) -> BrokerResult<String> {
 /// The kind named by `x-queue-type` (classic if absent).
 fn queue_type(arguments: &FieldTable) -> BrokerResult<QueueType> {
     let Some(value) = arguments.inner().get("x-queue-type") else { return Ok(QueueType::Classic) };
-    [QueueType::Classic, QueueType::Stream]
+    QueueType::ALL
         .into_iter()
         .find(|kind| string_of(value) == Some(kind.name().as_bytes()))
-        .ok_or_else(|| invalid("x-queue-type", "'classic' or 'stream' (quorum queues are not available yet)", value))
+        .ok_or_else(|| invalid("x-queue-type", "'classic', 'quorum' or 'stream'", value))
 }
 
 impl QueueArguments {
@@ -322,10 +383,9 @@ mod tests {
 
     #[test]
     fn errors_show_the_value_as_the_user_wrote_it() {
-        let error =
-            QueueArguments::parse(&table(&[("x-queue-type", AMQPValue::LongString(LongString::from("quorum")))]))
-                .expect_err("quorum is not available");
-        assert!(error.text.ends_with("got \"quorum\""), "{}", error.text);
+        let error = QueueArguments::parse(&table(&[("x-queue-type", AMQPValue::LongString(LongString::from("lazy")))]))
+            .expect_err("no such kind");
+        assert!(error.text.ends_with("got \"lazy\""), "{}", error.text);
         let error = QueueArguments::parse(&table(&[("x-max-priority", AMQPValue::LongInt(300))])).expect_err("300");
         assert!(error.text.ends_with("got 300"), "{}", error.text);
     }

@@ -9,10 +9,10 @@
 //! Messages leaving for the dead-letter exchange are published after the lock is released.
 
 use super::dead_letter::{self, DeathReason};
-use super::kind::{QueueKind, QueueTimer};
+use super::kind::{Holder, QueueKind, QueueTimer};
 use super::ready_list::ReadyList;
 use super::state::QueueState;
-use super::{GetResult, MessageRef, Overflow, Published, Queue, QueueArguments, QueueContext, QueueDefinition};
+use super::{GetResult, MessageRef, Overflow, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
 use crate::consumer::Consumer;
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
@@ -20,13 +20,9 @@ use crate::message::Message;
 use crate::message_store::{MemoryStore, MessageStore, StoreError};
 use crate::scheduler::{now_ms, TimerEvent};
 use crate::session::Session;
-use amq_protocol::types::AMQPValue;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
-
-/// The header a redelivery carries under `x-delivery-limit`: deliveries before this one.
-const DELIVERY_COUNT_HEADER: &str = "x-delivery-count";
 
 /// A recovered offset, with its append time and content (for queues whose recovery reads them).
 type RecoveredMessage = (u64, i64, Arc<Message>);
@@ -254,10 +250,7 @@ impl ClassicQueue {
             return message;
         }
         let Some(&count) = state.delivery_counts.get(&next.position) else { return message };
-        let counted = dead_letter::rewrite(&message, |_, headers| {
-            headers.insert(DELIVERY_COUNT_HEADER.into(), AMQPValue::LongLongInt(i64::from(count)));
-        });
-        counted.map(Arc::new).unwrap_or(message)
+        dead_letter::with_delivery_count(message, count)
     }
 
     pub(super) fn settle_locked(&self, queue: &Queue, state: &mut QueueState, messages: &[MessageRef]) {
@@ -343,8 +336,8 @@ impl QueueKind for ClassicQueue {
     }
 
     /// Takes the next ready message for `basic.get`, recorded on `session`.
-    fn get(&self, queue: &Arc<Queue>, session: &Session, no_ack: bool) -> BrokerResult<Option<GetResult>> {
-        Ok(self.with_state(queue, |state| {
+    fn get(&self, queue: &Arc<Queue>, session: &Arc<Session>, no_ack: bool) -> Reply<BrokerResult<Option<GetResult>>> {
+        Reply::Now(Ok(self.with_state(queue, |state| {
             state.last_used_ms = now_ms();
             let now = state.clock();
             self.expire_due_locked(queue, state, now);
@@ -375,12 +368,12 @@ impl QueueKind for ClassicQueue {
             }
             let delivery_tag = session.record_get(queue, next, no_ack);
             Some(GetResult { delivery_tag, redelivered, message, message_count: state.ready.len() as u32 })
-        }))
+        })))
     }
 
     /// Settles acknowledged messages (delivered to `consumer`, if by one) and dispatches
     /// what their credit allows.
-    fn settle(&self, queue: &Arc<Queue>, messages: &[MessageRef], _consumer: Option<&Arc<Consumer>>) {
+    fn settle(&self, queue: &Arc<Queue>, messages: &[MessageRef], _holder: Holder<'_>) {
         self.with_state(queue, |state| {
             state.unacked = state.unacked.saturating_sub(messages.len());
             self.settle_locked(queue, state, messages);
@@ -390,7 +383,7 @@ impl QueueKind for ClassicQueue {
 
     /// Settles rejected messages (reject, or nack without requeue): dead-lettered if the queue
     /// has a dead-letter exchange, dropped otherwise.
-    fn reject(&self, queue: &Arc<Queue>, messages: &[MessageRef], _consumer: Option<&Arc<Consumer>>) {
+    fn reject(&self, queue: &Arc<Queue>, messages: &[MessageRef], _holder: Holder<'_>) {
         self.with_state(queue, |state| {
             state.unacked = state.unacked.saturating_sub(messages.len());
             for &message in messages {
@@ -402,7 +395,7 @@ impl QueueKind for ClassicQueue {
 
     /// Puts delivered messages back at their places, marked redelivered, and dispatches.
     /// A message past `x-delivery-limit`, or past its TTL, is discarded instead.
-    fn requeue(&self, queue: &Arc<Queue>, messages: &[MessageRef], _consumer: Option<&Arc<Consumer>>) {
+    fn requeue(&self, queue: &Arc<Queue>, messages: &[MessageRef], _holder: Holder<'_>) {
         self.with_state(queue, |state| {
             if state.deleted {
                 return;
@@ -429,13 +422,13 @@ impl QueueKind for ClassicQueue {
     }
 
     /// Drops every ready message; returns how many.
-    fn purge(&self, queue: &Arc<Queue>) -> u32 {
-        self.with_state(queue, |state| {
+    fn purge(&self, queue: &Arc<Queue>) -> Reply<BrokerResult<u32>> {
+        Reply::Now(Ok(self.with_state(queue, |state| {
             let ready = state.ready.take_all();
             state.ready_bytes = 0;
             self.settle_locked(queue, state, &ready);
             ready.len() as u32
-        })
+        })))
     }
 
     /// Makes what the queue stores durable (the broker is stopping).

@@ -69,6 +69,18 @@ pub fn rewrite(
     Ok(Message { properties, body: Bytes::copy_from_slice(&message.body), ..message.clone() })
 }
 
+/// The header a redelivery carries: failed deliveries before this one.
+const DELIVERY_COUNT_HEADER: &str = "x-delivery-count";
+
+/// `message` with its `x-delivery-count` header set to `count` (unchanged if its properties
+/// cannot be rewritten).
+pub fn with_delivery_count(message: std::sync::Arc<Message>, count: u32) -> std::sync::Arc<Message> {
+    let counted = rewrite(&message, |_, headers| {
+        headers.insert(DELIVERY_COUNT_HEADER.into(), AMQPValue::LongLongInt(i64::from(count)));
+    });
+    counted.map(std::sync::Arc::new).unwrap_or(message)
+}
+
 /// The copy of `message` dead-lettered from `queue` for `reason`, to be published with
 /// `routing_key`, at `now_secs`.
 pub fn dead_letter(

@@ -1,7 +1,7 @@
 //! The one place that knows which kind of queue `x-queue-type` names: new queues at declare,
 //! stored ones at recovery. Everything else holds a [`Queue`] and does not ask its kind.
 
-use super::{classic, stream_queue, Queue, QueueArguments, QueueContext, QueueDefinition, QueueType};
+use super::{classic, quorum_queue, stream_queue, Queue, QueueArguments, QueueContext, QueueDefinition, QueueType};
 use crate::definitions::VhostStorage;
 use crate::error::BrokerResult;
 use std::sync::Arc;
@@ -17,6 +17,7 @@ pub(crate) fn declare(
     match arguments.queue_type {
         QueueType::Classic => classic::declare(definition, arguments, storage, context),
         QueueType::Stream => stream_queue::declare(definition, arguments, storage, context),
+        QueueType::Quorum => quorum_queue::declare(definition, arguments, storage, context),
     }
 }
 
@@ -30,5 +31,6 @@ pub(crate) fn recover(
     match arguments.queue_type {
         QueueType::Classic => classic::recover(definition, arguments, storage, context),
         QueueType::Stream => stream_queue::recover(definition, arguments, storage, context),
+        QueueType::Quorum => quorum_queue::recover(definition, arguments, storage, context),
     }
 }

@@ -6,12 +6,12 @@
 //! or [`super::stream_queue::StreamQueue`] (an append-only log read by offset). A kind's
 //! methods get the queue itself, to hand deliveries to sessions and to arm timers.
 
-use super::{GetResult, MessageRef, Published, Queue};
+use super::{GetResult, MessageRef, Published, Queue, Reply};
 use crate::consumer::Consumer;
 use crate::error::BrokerResult;
 use crate::message::Message;
 use crate::message_store::StoreError;
-use crate::session::Session;
+use crate::session::{Session, SessionId};
 use crate::stream::Stream;
 use std::sync::Arc;
 
@@ -26,6 +26,15 @@ pub enum QueueTimer {
     Retention,
 }
 
+/// Who holds deliveries being settled: a consumer, or `basic.get` on a channel.
+#[derive(Debug, Clone, Copy)]
+pub struct Holder<'a> {
+    /// The channel's session.
+    pub session: SessionId,
+    /// The consumer they were delivered to; `None` for `basic.get`.
+    pub consumer: Option<&'a Arc<Consumer>>,
+}
+
 /// One kind of queue.
 pub(crate) trait QueueKind: Send + Sync {
     /// Stores a message (or refuses it, by overflow rules) and dispatches it if it can.
@@ -37,15 +46,19 @@ pub(crate) trait QueueKind: Send + Sync {
     /// Detaches a consumer; true if none is left.
     fn remove_consumer(&self, queue: &Arc<Queue>, consumer: &Arc<Consumer>) -> bool;
     /// `basic.get`: the next message, recorded on `session`.
-    fn get(&self, queue: &Arc<Queue>, session: &Session, no_ack: bool) -> BrokerResult<Option<GetResult>>;
-    /// Acknowledged deliveries.
-    fn settle(&self, queue: &Arc<Queue>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>);
+    fn get(&self, queue: &Arc<Queue>, session: &Arc<Session>, no_ack: bool) -> Reply<BrokerResult<Option<GetResult>>>;
+    /// Acknowledged deliveries, held by `consumer` (or taken by `basic.get` on `session`).
+    fn settle(&self, queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>);
     /// Rejected deliveries (no requeue): dead-lettered or dropped.
-    fn reject(&self, queue: &Arc<Queue>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>);
+    fn reject(&self, queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>);
     /// Deliveries returned to the queue.
-    fn requeue(&self, queue: &Arc<Queue>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>);
+    fn requeue(&self, queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>);
     /// `queue.purge`: how many messages were removed.
-    fn purge(&self, queue: &Arc<Queue>) -> u32;
+    fn purge(&self, queue: &Arc<Queue>) -> Reply<BrokerResult<u32>>;
+    /// The channel `session` closed: what its consumers and gets hold goes back to the queue.
+    /// (Only a kind that tracks channels itself needs this; the session returns its
+    /// deliveries one by one anyway.)
+    fn channel_closed(&self, _queue: &Arc<Queue>, _session: SessionId) {}
     /// Messages ready for delivery.
     fn message_count(&self) -> u32;
     /// Messages delivered and not yet settled.

@@ -9,6 +9,8 @@
 //!   ([`StoreError::Damaged`]) is dropped and settled, and dispatch goes on.
 //! - stream (`stream_queue.rs`, over `crate::stream`): an append-only log that keeps its
 //!   messages; consumers read it by offset.
+//! - quorum (`quorum_queue.rs`, over `crate::quorum`): a Raft group replicates the queue's
+//!   messages and its state; the leader acts on what the state machine decides.
 
 mod arguments;
 mod classic;
@@ -17,13 +19,16 @@ mod expiry;
 pub(crate) mod factory;
 mod kind;
 mod message_ref;
+mod quorum_queue;
 mod ready_list;
 mod state;
 mod stream_queue;
 
 use crate::message_store::{DurableMark, StoreError};
-pub use arguments::{Overflow, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY};
-pub use kind::QueueTimer;
+pub use arguments::{
+    DeadLetterStrategy, LeaderLocator, Overflow, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY,
+};
+pub use kind::{Holder, QueueTimer};
 pub use message_ref::MessageRef;
 pub(crate) use ready_list::ReadyList;
 
@@ -31,11 +36,13 @@ use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::Message;
 use crate::scheduler::SchedulerHandle;
-use crate::session::Session;
+use crate::session::{Session, SessionId};
 use crate::stream::Stream;
 use crate::vhost::VirtualHost;
 use amq_protocol::types::FieldTable;
 use kind::QueueKind;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Weak};
 
 /// Identifies a client connection, for exclusive queues.
@@ -77,6 +84,34 @@ pub struct GetResult {
     pub message: Arc<Message>,
     /// Messages still ready after this one.
     pub message_count: u32,
+}
+
+/// An answer a queue gives at once, or once something completes (a quorum queue's Raft
+/// commit): the channel then replies when it is ready, keeping the order of its replies.
+pub enum Reply<T> {
+    /// Ready now.
+    Now(T),
+    /// Ready when the future completes.
+    Later(Pin<Box<dyn Future<Output = T> + Send>>),
+}
+
+impl<T> std::fmt::Debug for Reply<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reply::Now(_) => f.write_str("Reply::Now"),
+            Reply::Later(_) => f.write_str("Reply::Later"),
+        }
+    }
+}
+
+impl<T: Send + 'static> Reply<T> {
+    /// The answer, waiting for it if it is not ready.
+    pub async fn wait(self) -> T {
+        match self {
+            Reply::Now(value) => value,
+            Reply::Later(future) => future.await,
+        }
+    }
 }
 
 /// What a queue needs from the broker around it.
@@ -185,30 +220,35 @@ impl Queue {
     }
 
     /// Takes the next ready message for `basic.get`, recorded on `session`.
-    pub fn get(self: &Arc<Self>, session: &Session, no_ack: bool) -> BrokerResult<Option<GetResult>> {
+    pub fn get(self: &Arc<Self>, session: &Arc<Session>, no_ack: bool) -> Reply<BrokerResult<Option<GetResult>>> {
         self.kind.get(self, session, no_ack)
     }
 
     /// Settles acknowledged messages (delivered to `consumer`, if by one) and dispatches
     /// what their credit allows.
-    pub fn settle(self: &Arc<Self>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>) {
-        self.kind.settle(self, messages, consumer);
+    pub fn settle(self: &Arc<Self>, messages: &[MessageRef], holder: Holder<'_>) {
+        self.kind.settle(self, messages, holder);
     }
 
     /// Settles rejected messages (reject, or nack without requeue): dead-lettered if the queue
     /// has a dead-letter exchange, dropped otherwise.
-    pub fn reject(self: &Arc<Self>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>) {
-        self.kind.reject(self, messages, consumer);
+    pub fn reject(self: &Arc<Self>, messages: &[MessageRef], holder: Holder<'_>) {
+        self.kind.reject(self, messages, holder);
     }
 
     /// Puts delivered messages back at their places, marked redelivered, and dispatches.
-    pub fn requeue(self: &Arc<Self>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>) {
-        self.kind.requeue(self, messages, consumer);
+    pub fn requeue(self: &Arc<Self>, messages: &[MessageRef], holder: Holder<'_>) {
+        self.kind.requeue(self, messages, holder);
     }
 
     /// Drops every ready message; returns how many.
-    pub fn purge(self: &Arc<Self>) -> u32 {
+    pub fn purge(self: &Arc<Self>) -> Reply<BrokerResult<u32>> {
         self.kind.purge(self)
+    }
+
+    /// The channel `session` closed (see [`kind::QueueKind::channel_closed`]).
+    pub(crate) fn channel_closed(self: &Arc<Self>, session: SessionId) {
+        self.kind.channel_closed(self, session);
     }
 
     /// One of the queue's timers fired.

@@ -1,8 +1,8 @@
 //! A queue that is a stream (`x-queue-type: stream`): the [`QueueKind`] over a [`Stream`],
 //! with its retention timer. What a stream does is in `crate::stream`.
 
-use super::kind::{QueueKind, QueueTimer};
-use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition};
+use super::kind::{Holder, QueueKind, QueueTimer};
+use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
 use crate::consumer::Consumer;
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
@@ -115,29 +115,34 @@ impl QueueKind for StreamQueue {
     }
 
     /// Streams refuse `basic.get` (406): they are read by consumers from an offset.
-    fn get(&self, queue: &Arc<Queue>, _session: &Session, _no_ack: bool) -> BrokerResult<Option<GetResult>> {
-        Err(BrokerError::precondition_failed(format!(
+    fn get(
+        &self,
+        queue: &Arc<Queue>,
+        _session: &Arc<Session>,
+        _no_ack: bool,
+    ) -> Reply<BrokerResult<Option<GetResult>>> {
+        Reply::Now(Err(BrokerError::precondition_failed(format!(
             "basic.get is not supported on stream '{}': consume with basic.consume (after basic.qos) and an \
              x-stream-offset argument",
             queue.name()
-        )))
+        ))))
     }
 
-    fn settle(&self, queue: &Arc<Queue>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>) {
-        self.settle_offsets(queue, consumer, messages, false);
+    fn settle(&self, queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>) {
+        self.settle_offsets(queue, holder.consumer, messages, false);
     }
 
-    fn reject(&self, queue: &Arc<Queue>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>) {
-        self.settle_offsets(queue, consumer, messages, false);
+    fn reject(&self, queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>) {
+        self.settle_offsets(queue, holder.consumer, messages, false);
     }
 
-    fn requeue(&self, queue: &Arc<Queue>, messages: &[MessageRef], consumer: Option<&Arc<Consumer>>) {
-        self.settle_offsets(queue, consumer, messages, true);
+    fn requeue(&self, queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>) {
+        self.settle_offsets(queue, holder.consumer, messages, true);
     }
 
     /// A stream keeps its messages (0, as RabbitMQ answers): only retention removes them.
-    fn purge(&self, _queue: &Arc<Queue>) -> u32 {
-        0
+    fn purge(&self, _queue: &Arc<Queue>) -> Reply<BrokerResult<u32>> {
+        Reply::Now(Ok(0))
     }
 
     fn message_count(&self) -> u32 {

@@ -1,7 +1,7 @@
 //! Quorum queues' replicated state machine (issue 13): the commands that go through a
 //! queue's Raft log, the deterministic state they build on every replica, the effects
 //! only the leader acts on, snapshots at the release cursor, and the openraft glue.
-//! Not yet wired into `queue.declare`, channels or a cluster.
+//! The queue kind that uses it is `crate::queue::quorum_queue`.
 //!
 //! - `command`: [`Command`] (the leader's clock and an [`Op`]) and [`Response`].
 //! - `state`: [`QueueState`] and `apply`: ready set by priority then id, held messages per
@@ -11,12 +11,17 @@
 //! - `settings`: the queue arguments the state obeys, from [`crate::queue::QueueArguments`].
 //! - `snapshot`: [`StateSnapshot`] (no bodies) and the checkpoints snapshots are taken from.
 //! - `raft`: the type config [`QuorumRaft`] and [`QuorumStateMachine`].
+//! - `group`: [`QuorumGroup`], a queue's group running on this node, and the proposer that
+//!   feeds it commands in order.
+//! - `no_peers`: the network of a group with no other member.
 //! - `error`: [`QuorumError`].
 
 mod command;
 mod consumers;
 mod effect;
 mod error;
+mod group;
+mod no_peers;
 mod raft;
 mod settings;
 mod snapshot;
@@ -28,6 +33,8 @@ mod tests;
 pub use command::{Command, ConsumerId, ConsumerSpec, Dequeued, Enqueue, MessageId, Op, Response};
 pub use effect::Effect;
 pub use error::QuorumError;
+pub use group::{GroupError, QuorumGroup, LOCAL_NODE_ID};
+pub use no_peers::NoPeers;
 pub use raft::{
     quorum_raft_config, AppliedEffects, QuorumRaft, QuorumSnapshotBuilder, QuorumStateMachine, SNAPSHOT_LOGS_SINCE_LAST,
 };

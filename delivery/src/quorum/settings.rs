@@ -2,21 +2,11 @@
 //! [`QueueArguments`] (parsing stays in `queue::arguments`). They come with the queue's
 //! definition, not from the log, so every replica must be built with the same ones.
 
+pub use crate::queue::DeadLetterStrategy;
 use crate::queue::{Overflow, QueueArguments};
 
 /// `x-delivery-limit` when the queue does not set one: RabbitMQ 4's default.
 pub const DEFAULT_DELIVERY_LIMIT: u32 = 20;
-
-/// `x-dead-letter-strategy`: when a dead-lettered message leaves the queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DeadLetterStrategy {
-    /// At once: if the dead-letter target never gets it, it is lost.
-    #[default]
-    AtMostOnce,
-    /// Once the dead-letter target confirmed it ([`super::Op::DeadLettered`]); RabbitMQ's
-    /// rule applies: only with `x-overflow: reject-publish`, else at-most-once.
-    AtLeastOnce,
-}
 
 /// What the state machine needs of the queue's arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +24,7 @@ pub struct Settings {
     /// Whether messages that leave unsettled are dead-lettered (`x-dead-letter-exchange`
     /// is set) rather than dropped.
     pub dead_letter: bool,
-    /// `x-dead-letter-strategy` (not in the argument table yet: the wiring adds it).
+    /// `x-dead-letter-strategy`.
     pub dead_letter_strategy: DeadLetterStrategy,
     /// `x-delivery-limit`: failed deliveries allowed; one more and the message goes.
     pub delivery_limit: u32,
@@ -66,7 +56,7 @@ impl From<&QueueArguments> for Settings {
             max_length_bytes: arguments.max_length_bytes,
             overflow: arguments.overflow,
             dead_letter: arguments.dead_letter_exchange.is_some(),
-            dead_letter_strategy: DeadLetterStrategy::default(),
+            dead_letter_strategy: arguments.dead_letter_strategy,
             delivery_limit: arguments
                 .delivery_limit
                 .map_or(DEFAULT_DELIVERY_LIMIT, |limit| u32::try_from(limit).unwrap_or(u32::MAX)),

@@ -421,6 +421,12 @@ impl QueueState {
         self.messages.get(&id).map(|m| m.delivery_count)
     }
 
+    /// The channels that have consumers or hold messages (an [`Op::Down`] for one of them
+    /// returns what it holds).
+    pub fn channels(&self) -> BTreeSet<u64> {
+        self.consumers.iter().map(|(_, consumer)| consumer.id.channel).collect()
+    }
+
     /// The single active consumer, if the queue has one.
     pub fn active_consumer(&self) -> Option<&ConsumerId> {
         self.consumers.active()

@@ -61,13 +61,14 @@ impl VirtualHost {
 
     /// Routes a dead-lettered message (its exchange is the dead-letter exchange) to its queues,
     /// skipping any queue it would reach in a cycle with no rejection. A missing dead-letter
-    /// exchange drops it, as in RabbitMQ.
-    pub(crate) fn publish_dead_letter(&self, from: &str, message: Message) {
+    /// exchange drops it, as in RabbitMQ. The outcome says where it went and what a confirm
+    /// of it waits for (at-least-once dead-lettering waits for it).
+    pub(crate) fn publish_dead_letter(&self, from: &str, message: Message) -> PublishOutcome {
         let queues = match self.route(message.exchange.as_str(), &message) {
             Ok(queues) => queues,
             Err(error) => {
                 tracing::warn!(queue = from, %error, "dead-letter exchange unusable; message dropped");
-                return;
+                return PublishOutcome::default();
             }
         };
         let (cycles, queues): (Vec<_>, Vec<_>) =
@@ -75,9 +76,11 @@ impl VirtualHost {
         for queue in cycles {
             tracing::debug!(queue = from, target = queue.name(), "dead-letter cycle; message dropped");
         }
-        if let Some(error) = deliver_to(&queues, &Arc::new(message)).failure {
+        let outcome = deliver_to(&queues, &Arc::new(message));
+        if let Some(error) = &outcome.failure {
             tracing::error!(queue = from, %error, "cannot store a dead letter");
         }
+        outcome
     }
 
     /// The queues a message published to `exchange` goes to, each once. A missing exchange is

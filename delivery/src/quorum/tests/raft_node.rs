@@ -3,13 +3,7 @@
 //! cursor, the log is purged only up to it, and a restart brings the same state back.
 
 use super::*;
-use crate::quorum::{quorum_raft_config, AppliedEffects, QuorumRaft, QuorumStateMachine, StateSnapshot};
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
-    VoteResponse,
-};
+use crate::quorum::{quorum_raft_config, AppliedEffects, NoPeers, QuorumRaft, QuorumStateMachine, StateSnapshot};
 use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use std::collections::BTreeMap;
@@ -24,47 +18,6 @@ const NODE: u64 = 1;
 /// How long the test waits for an election, a snapshot or a replay.
 const WAIT: Duration = Duration::from_secs(10);
 const CHECKPOINT_INTERVAL_ENTRIES: u64 = 4;
-
-/// A network to nobody: a one-node group never calls it.
-struct NoNetwork;
-
-fn unreachable<E: std::error::Error>() -> RPCError<u64, BasicNode, E> {
-    RPCError::Unreachable(Unreachable::new(&std::io::Error::other("a one-node group has no peers")))
-}
-
-impl RaftNetworkFactory<QuorumRaft> for NoNetwork {
-    type Network = NoNetwork;
-
-    async fn new_client(&mut self, _target: u64, _node: &BasicNode) -> NoNetwork {
-        NoNetwork
-    }
-}
-
-impl RaftNetwork<QuorumRaft> for NoNetwork {
-    async fn append_entries(
-        &mut self,
-        _rpc: AppendEntriesRequest<QuorumRaft>,
-        _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        Err(unreachable())
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        _rpc: InstallSnapshotRequest<QuorumRaft>,
-        _option: RPCOption,
-    ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
-        Err(unreachable())
-    }
-
-    async fn vote(
-        &mut self,
-        _rpc: VoteRequest<u64>,
-        _option: RPCOption,
-    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        Err(unreachable())
-    }
-}
 
 struct Node {
     raft: Raft<QuorumRaft>,
@@ -85,7 +38,7 @@ async fn start(dir: &Path) -> Node {
     if let Some(last) = reader.get_log_state().await.expect("log state").last_log_id {
         machine.skip_effects_through(last.index);
     }
-    let raft = Raft::new(NODE, Arc::new(config), NoNetwork, log.clone(), machine.clone()).await.expect("raft starts");
+    let raft = Raft::new(NODE, Arc::new(config), NoPeers, log.clone(), machine.clone()).await.expect("raft starts");
     Node { raft, log, machine, effects }
 }
 

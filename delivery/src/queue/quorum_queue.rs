@@ -1,0 +1,548 @@
+//! A quorum queue (`x-queue-type: quorum`): the [`QueueKind`] over a Raft group
+//! ([`QuorumGroup`]) whose replicated state machine (`crate::quorum`) decides everything:
+//! which message goes to which consumer, what is redelivered, expired, dead-lettered.
+//!
+//! This side turns AMQP into commands and the state machine's effects back into AMQP:
+//! - publishes, acks, nacks, checkouts and cancels are proposed in order and never wait; a
+//!   publisher confirm waits for the commit through the publish's [`DurableMark`];
+//! - `basic.get` and `queue.purge` wait for their command's response ([`Reply::Later`]);
+//! - a task acts on effects while this node leads the group: a delivery reads its body from
+//!   the Raft log (the log *is* the message store) and hands it to the consumer's session;
+//!   a dead letter is published to the dead-letter exchange (and, at-least-once, confirmed
+//!   back to the group once its targets have it);
+//! - when this node takes the lead (at start), channels the state remembers but that are no
+//!   longer open here are declared down, so what they held is delivered again.
+
+use super::dead_letter::{self, DeathReason};
+use super::kind::{Holder, QueueKind, QueueTimer};
+use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use crate::consumer::Consumer;
+use crate::definitions::VhostStorage;
+use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
+use crate::message::Message;
+use crate::message_store::{DurableMark, StoreError};
+use crate::quorum::{
+    AppliedEffects, ConsumerId, ConsumerSpec, Effect, Enqueue, MessageId, Op, QuorumGroup, Response, Settings,
+};
+use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
+use crate::session::{Session, SessionId};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use warren_storage::LogConfig;
+
+/// How long at-least-once dead-lettering waits before trying again a message its targets
+/// did not take (no route, refused, or a failed store).
+const DEAD_LETTER_RETRY_MS: u64 = 1_000;
+/// Effects handled in one go by the effects task.
+const EFFECTS_BATCH: usize = 256;
+
+/// A quorum queue's kind.
+pub(crate) struct QuorumQueue {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    group: QuorumGroup,
+    local: Mutex<Local>,
+    scheduler: SchedulerHandle,
+}
+
+/// What this node knows that the replicated state does not: where deliveries go.
+#[derive(Default)]
+struct Local {
+    /// The consumers attached through this node, by their id in the state.
+    consumers: HashMap<ConsumerId, Arc<Consumer>>,
+    /// Channels open on this node that consumed or got from the queue.
+    channels: HashSet<u64>,
+    deleted: bool,
+    last_used_ms: u64,
+    /// When the message-expiry timer is armed for, if it is.
+    expiry_timer_ms: Option<u64>,
+}
+
+/// A new quorum queue: durable, not exclusive, not auto-delete (406 otherwise, as in
+/// RabbitMQ), on a broker with a data directory (540 otherwise).
+pub(super) fn declare(
+    definition: QueueDefinition,
+    arguments: QueueArguments,
+    storage: Option<&VhostStorage>,
+    context: QueueContext,
+) -> BrokerResult<Arc<Queue>> {
+    let refuse = |property: &str| {
+        Err(BrokerError::precondition_failed(format!(
+            "invalid property '{property}' for quorum queue '{}': quorum queues must be durable, not exclusive and \
+             not auto-delete",
+            definition.name
+        )))
+    };
+    if !definition.durable {
+        return refuse("non-durable");
+    }
+    if definition.exclusive_owner.is_some() {
+        return refuse("exclusive");
+    }
+    if definition.auto_delete {
+        return refuse("auto-delete");
+    }
+    let Some(storage) = storage else {
+        return Err(BrokerError::new(ReplyCode::NotImplemented, "quorum queues need a broker with a data directory"));
+    };
+    let (dir, log_config) =
+        storage.create_quorum_queue(&definition.name).map_err(|e| internal_error("cannot create quorum queue", e))?;
+    build(definition, arguments, &dir, log_config, context)
+}
+
+/// A quorum queue reopened from its Raft log and snapshot at startup.
+pub(super) fn recover(
+    definition: QueueDefinition,
+    arguments: QueueArguments,
+    storage: &VhostStorage,
+    context: QueueContext,
+) -> BrokerResult<Arc<Queue>> {
+    let (dir, log_config) = storage.quorum_queue(&definition.name);
+    build(definition, arguments, &dir, log_config, context)
+}
+
+fn build(
+    definition: QueueDefinition,
+    arguments: QueueArguments,
+    dir: &Path,
+    log_config: LogConfig,
+    context: QueueContext,
+) -> BrokerResult<Arc<Queue>> {
+    let (effects_tx, effects_rx) = mpsc::unbounded_channel();
+    let group = QuorumGroup::open(dir, log_config, Settings::from(&arguments), effects_tx)
+        .map_err(|e| internal_error("cannot start the quorum queue's group", e))?;
+    let expires = arguments.expires_ms;
+    let local = Local { last_used_ms: now_ms(), ..Local::default() };
+    let inner = Arc::new(Inner { group, local: Mutex::new(local), scheduler: Arc::clone(&context.scheduler) });
+    let kind = QuorumQueue { inner: Arc::clone(&inner) };
+    let queue = Queue::with_kind(definition, arguments, context.vhost, |_, _| Box::new(kind));
+    tokio::spawn(act_on_effects(Arc::downgrade(&queue), Arc::downgrade(&inner), effects_rx));
+    tokio::spawn(take_over(Arc::downgrade(&queue), Arc::downgrade(&inner)));
+    if let Some(expires) = expires {
+        let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(&queue) };
+        context.scheduler.schedule(now_ms() + expires, event);
+    }
+    Ok(queue)
+}
+
+/// The id a consumer has in the replicated state.
+fn consumer_id(consumer: &Consumer) -> ConsumerId {
+    ConsumerId::new(consumer.session().id().0, consumer.tag().as_str())
+}
+
+/// Who holds deliveries being settled, in the replicated state.
+fn holder_id(holder: Holder<'_>) -> ConsumerId {
+    match holder.consumer {
+        Some(consumer) => consumer_id(consumer),
+        None => ConsumerId::getter(holder.session.0),
+    }
+}
+
+fn ids(messages: &[MessageRef]) -> Vec<MessageId> {
+    messages.iter().map(|m| m.position()).collect()
+}
+
+/// The ready-list reference a session keeps for a delivered message: its id.
+fn message_ref(id: MessageId) -> MessageRef {
+    MessageRef::new(id, id, false, 0)
+}
+
+/// Runs the effects of applied entries, in order, for as long as the queue lives.
+async fn act_on_effects(queue: Weak<Queue>, inner: Weak<Inner>, mut effects: mpsc::UnboundedReceiver<AppliedEffects>) {
+    let mut batch = Vec::new();
+    while effects.recv_many(&mut batch, EFFECTS_BATCH).await > 0 {
+        let (Some(queue), Some(inner)) = (queue.upgrade(), inner.upgrade()) else { return };
+        inner.act(&queue, std::mem::take(&mut batch));
+    }
+}
+
+/// Once this node leads the group: channels the state remembers that are not open here
+/// are down (a restart closed them), dead letters still waiting for a confirm are sent
+/// again, and the expiry timer is armed.
+async fn take_over(queue: Weak<Queue>, inner: Weak<Inner>) {
+    let Some(led) = inner.upgrade() else { return };
+    if let Err(error) = led.group.led().await {
+        tracing::debug!(%error, "a quorum queue stopped before it was led");
+        return;
+    }
+    drop(led);
+    let (Some(queue), Some(inner)) = (queue.upgrade(), inner.upgrade()) else { return };
+    let remembered = inner.group.machine().read(|state| state.channels());
+    let open = inner.local.lock().channels.clone();
+    for channel in remembered.into_iter().filter(|channel| !open.contains(channel)) {
+        inner.group.propose(Op::Down { channel });
+    }
+    for (id, reason) in inner.group.machine().read(|state| state.dead_lettering()) {
+        tokio::spawn(dead_letter_at_least_once(Arc::downgrade(&queue), Arc::downgrade(&inner), id, reason));
+    }
+    inner.arm_expiry(&queue);
+}
+
+/// At-least-once dead-lettering: publishes the message to the dead-letter exchange until
+/// its targets have it (confirmed), then tells the group it may go.
+async fn dead_letter_at_least_once(queue: Weak<Queue>, inner: Weak<Inner>, id: MessageId, reason: DeathReason) {
+    loop {
+        let marks = {
+            let (Some(queue), Some(inner)) = (queue.upgrade(), inner.upgrade()) else { return };
+            if inner.local.lock().deleted || !inner.group.is_leader() {
+                return;
+            }
+            inner.publish_dead_letter(&queue, id, reason)
+        };
+        if let Some(marks) = marks {
+            let mut confirmed = true;
+            for mark in &marks {
+                confirmed &= mark.wait().await.is_ok();
+            }
+            if confirmed {
+                if let Some(inner) = inner.upgrade() {
+                    inner.group.propose(Op::DeadLettered { ids: vec![id] });
+                }
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(DEAD_LETTER_RETRY_MS)).await;
+    }
+}
+
+impl Inner {
+    /// Acts on effects, if this node leads the group (a follower's copies of the state
+    /// compute the same effects, and do nothing with them).
+    fn act(self: &Arc<Self>, queue: &Arc<Queue>, applied: Vec<AppliedEffects>) {
+        if !self.group.is_leader() || self.local.lock().deleted {
+            return;
+        }
+        // Settles of no-ack deliveries, and returns of deliveries nobody here takes.
+        let mut settles: BTreeMap<ConsumerId, Vec<MessageId>> = BTreeMap::new();
+        let mut returns: BTreeMap<ConsumerId, Vec<MessageId>> = BTreeMap::new();
+        for effect in applied.into_iter().flat_map(|applied| applied.effects) {
+            match effect {
+                Effect::Deliver { consumer, id, delivery_count, redelivered } => {
+                    let target = self.local.lock().consumers.get(&consumer).cloned();
+                    let Some(target) = target else {
+                        returns.entry(consumer).or_default().push(id);
+                        continue;
+                    };
+                    if self.deliver(queue, &target, id, delivery_count, redelivered) && target.no_ack() {
+                        settles.entry(consumer).or_default().push(id);
+                    }
+                }
+                Effect::DeadLetter { id, reason, confirm: false } => {
+                    self.publish_dead_letter(queue, id, reason);
+                }
+                Effect::DeadLetter { id, reason, confirm: true } => {
+                    let (queue, inner) = (Arc::downgrade(queue), Arc::downgrade(self));
+                    tokio::spawn(dead_letter_at_least_once(queue, inner, id, reason));
+                }
+                Effect::ConsumerActive { .. } => {}
+            }
+        }
+        for (consumer, ids) in settles {
+            self.group.propose(Op::Settle { consumer, ids });
+        }
+        for (consumer, ids) in returns {
+            self.group.propose(Op::Return { consumer, ids });
+        }
+        self.arm_expiry(queue);
+    }
+
+    /// Hands message `id` to `consumer`; false if its body cannot be read (it is then
+    /// dropped: settled, and logged).
+    fn deliver(
+        &self,
+        queue: &Arc<Queue>,
+        consumer: &Arc<Consumer>,
+        id: MessageId,
+        delivery_count: u32,
+        redelivered: bool,
+    ) -> bool {
+        let message = match self.group.message(id) {
+            Ok(message) => Arc::new(message),
+            Err(error) => {
+                tracing::error!(queue = queue.name(), id, %error, "cannot read a message to deliver; dropped");
+                self.group.propose(Op::Settle { consumer: consumer_id(consumer), ids: vec![id] });
+                return false;
+            }
+        };
+        let message =
+            if delivery_count > 0 { dead_letter::with_delivery_count(message, delivery_count) } else { message };
+        consumer.session().push(consumer, queue, message_ref(id), redelivered, message);
+        true
+    }
+
+    /// Publishes the dead-letter copy of message `id`; the marks its confirm waits for, or
+    /// `None` if no target took it.
+    fn publish_dead_letter(&self, queue: &Arc<Queue>, id: MessageId, reason: DeathReason) -> Option<Vec<DurableMark>> {
+        let vhost = queue.vhost.upgrade()?;
+        let arguments = queue.arguments();
+        let exchange = arguments.dead_letter_exchange.as_deref()?;
+        let message = match self.group.message(id) {
+            Ok(message) => message,
+            Err(error) => {
+                tracing::error!(queue = queue.name(), id, %error, "cannot read a message to dead-letter; dropped");
+                return Some(Vec::new());
+            }
+        };
+        let routing_key = arguments.dead_letter_routing_key.as_deref().unwrap_or(message.routing_key.as_str());
+        let copy = dead_letter::dead_letter(
+            &message,
+            queue.name(),
+            reason,
+            &routing_key.into(),
+            &exchange.into(),
+            now_ms() / 1000,
+        );
+        let copy = match copy {
+            Ok(copy) => copy,
+            Err(error) => {
+                tracing::error!(queue = queue.name(), %error, "cannot dead-letter a message; dropped");
+                return Some(Vec::new());
+            }
+        };
+        let outcome = vhost.publish_dead_letter(queue.name(), copy);
+        (outcome.routed && !outcome.rejected && outcome.failure.is_none()).then_some(outcome.marks)
+    }
+
+    /// Arms the timer for the next message to expire, unless one is armed earlier.
+    fn arm_expiry(&self, queue: &Arc<Queue>) {
+        if let Some(at) = self.group.machine().read(|state| state.next_expiry_ms()) {
+            self.arm_expiry_at(queue, at);
+        }
+    }
+
+    fn arm_expiry_at(&self, queue: &Arc<Queue>, at_ms: u64) {
+        let mut local = self.local.lock();
+        if local.deleted || local.expiry_timer_ms.is_some_and(|armed| armed <= at_ms) {
+            return;
+        }
+        local.expiry_timer_ms = Some(at_ms);
+        self.scheduler.schedule(at_ms, TimerEvent::MessageExpiry { queue: Arc::downgrade(queue), position: at_ms });
+    }
+}
+
+impl QueueKind for QuorumQueue {
+    /// Proposes the message; a confirm waits for its commit (a nack if `x-overflow` refuses
+    /// it when applied).
+    fn publish(&self, queue: &Arc<Queue>, message: Arc<Message>) -> Result<Published, StoreError> {
+        if self.inner.local.lock().deleted {
+            return Ok(Published::Stored(None));
+        }
+        let enqueue = Enqueue {
+            exchange: message.exchange.to_string(),
+            routing_key: message.routing_key.to_string(),
+            properties: message.properties.raw().clone(),
+            body: message.body.clone(),
+        };
+        let mark = self.inner.group.enqueue(enqueue);
+        let ttl = [queue.arguments().message_ttl_ms, message.properties.expiration_ms()].into_iter().flatten().min();
+        if let Some(ttl) = ttl {
+            self.inner.arm_expiry_at(queue, now_ms().saturating_add(ttl));
+        }
+        Ok(Published::Stored(Some(mark)))
+    }
+
+    /// The state machine dispatches as it applies commands: nothing to do here.
+    fn dispatch(&self, _queue: &Arc<Queue>) {}
+
+    /// Attaches a consumer; exclusivity conflicts are 403 ACCESS_REFUSED, as in RabbitMQ.
+    fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()> {
+        let id = consumer_id(&consumer);
+        {
+            let mut local = self.inner.local.lock();
+            if local.deleted {
+                return Err(BrokerError::not_found(format!("no queue '{}' in vhost '/'", queue.name())));
+            }
+            if local.consumers.values().any(|c| c.is_exclusive()) {
+                return Err(BrokerError::access_refused(format!(
+                    "queue '{}' in vhost '/' has an exclusive consumer",
+                    queue.name()
+                )));
+            }
+            let attached = !local.consumers.is_empty() || self.consumer_count() > 0;
+            if consumer.is_exclusive() && attached {
+                return Err(BrokerError::access_refused(format!(
+                    "queue '{}' in vhost '/' already has consumers; cannot consume exclusively",
+                    queue.name()
+                )));
+            }
+            local.consumers.insert(id.clone(), Arc::clone(&consumer));
+            local.channels.insert(id.channel);
+            local.last_used_ms = now_ms();
+        }
+        consumer.session().tracked_by(queue);
+        // No-ack deliveries are settled as sent: credit does not apply to them.
+        let prefetch = if consumer.no_ack() { 0 } else { consumer.prefetch() };
+        let priority =
+            i32::try_from(consumer.priority()).unwrap_or(if consumer.priority() < 0 { i32::MIN } else { i32::MAX });
+        self.inner.group.propose(Op::Checkout { consumer: id, spec: ConsumerSpec { prefetch, priority } });
+        Ok(())
+    }
+
+    /// Detaches a consumer; what it holds stays held until settled or its channel closes.
+    fn remove_consumer(&self, _queue: &Arc<Queue>, consumer: &Arc<Consumer>) -> bool {
+        let id = consumer_id(consumer);
+        let none_left = {
+            let mut local = self.inner.local.lock();
+            local.consumers.remove(&id);
+            local.last_used_ms = now_ms();
+            local.consumers.is_empty()
+        };
+        self.inner.group.propose(Op::Cancel { consumer: id });
+        none_left
+    }
+
+    /// `basic.get`: answered once the group has applied the dequeue.
+    fn get(&self, queue: &Arc<Queue>, session: &Arc<Session>, no_ack: bool) -> Reply<BrokerResult<Option<GetResult>>> {
+        {
+            let mut local = self.inner.local.lock();
+            local.channels.insert(session.id().0);
+            local.last_used_ms = now_ms();
+        }
+        session.tracked_by(queue);
+        let consumer = ConsumerId::getter(session.id().0);
+        let taken = self.inner.group.ask(Op::Dequeue { consumer, settle: no_ack });
+        let (inner, queue, session) = (Arc::clone(&self.inner), Arc::clone(queue), Arc::clone(session));
+        Reply::Later(Box::pin(async move {
+            let response = taken.await.map_err(|e| internal_error("basic.get on a quorum queue failed", e))?;
+            let Response::Dequeued(Some(taken)) = response else { return Ok(None) };
+            let message = inner.group.message(taken.id).map_err(|e| internal_error("cannot read a message", e))?;
+            let mut message = Arc::new(message);
+            if taken.delivery_count > 0 {
+                message = dead_letter::with_delivery_count(message, taken.delivery_count);
+            }
+            let delivery_tag = session.record_get(&queue, message_ref(taken.id), no_ack);
+            let message_count = u32::try_from(taken.ready_after).unwrap_or(u32::MAX);
+            Ok(Some(GetResult { delivery_tag, redelivered: taken.redelivered, message, message_count }))
+        }))
+    }
+
+    fn settle(&self, _queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>) {
+        self.inner.group.propose(Op::Settle { consumer: holder_id(holder), ids: ids(messages) });
+    }
+
+    /// Dead-lettered (reason `rejected`) or dropped, by the state machine.
+    fn reject(&self, _queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>) {
+        self.inner.group.propose(Op::Discard { consumer: holder_id(holder), ids: ids(messages) });
+    }
+
+    /// Back in place, with one more failed delivery each (past `x-delivery-limit`,
+    /// dead-lettered with reason `delivery_limit`).
+    fn requeue(&self, _queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>) {
+        self.inner.group.propose(Op::Return { consumer: holder_id(holder), ids: ids(messages) });
+    }
+
+    fn purge(&self, _queue: &Arc<Queue>) -> Reply<BrokerResult<u32>> {
+        let purged = self.inner.group.ask(Op::Purge);
+        Reply::Later(Box::pin(async move {
+            match purged.await {
+                Ok(Response::Purged(count)) => Ok(u32::try_from(count).unwrap_or(u32::MAX)),
+                Ok(_) => Ok(0),
+                Err(error) => Err(internal_error("queue.purge on a quorum queue failed", error)),
+            }
+        }))
+    }
+
+    fn channel_closed(&self, _queue: &Arc<Queue>, session: SessionId) {
+        {
+            let mut local = self.inner.local.lock();
+            local.channels.remove(&session.0);
+            local.consumers.retain(|id, _| id.channel != session.0);
+        }
+        self.inner.group.propose(Op::Down { channel: session.0 });
+    }
+
+    fn message_count(&self) -> u32 {
+        let ready = self.inner.group.machine().read(|state| state.ready_count());
+        u32::try_from(ready).unwrap_or(u32::MAX)
+    }
+
+    fn unacked_count(&self) -> u32 {
+        let unacked = self.inner.group.machine().read(|state| state.unacked_count());
+        u32::try_from(unacked).unwrap_or(u32::MAX)
+    }
+
+    fn consumer_count(&self) -> u32 {
+        let consumers = self.inner.group.machine().read(|state| state.consumer_count());
+        u32::try_from(consumers).unwrap_or(u32::MAX)
+    }
+
+    fn touch(&self) {
+        self.inner.local.lock().last_used_ms = now_ms();
+    }
+
+    fn timer_fired(&self, queue: &Arc<Queue>, timer: QueueTimer) {
+        match timer {
+            QueueTimer::MessageExpiry(at_ms) => self.expire(queue, at_ms),
+            QueueTimer::Unused => self.check_unused(queue),
+            QueueTimer::Retention => {}
+        }
+    }
+
+    fn close(&self, _queue: &Arc<Queue>) {
+        self.inner.group.close();
+    }
+
+    fn mark_deleted(&self, _queue: &Arc<Queue>) -> (u32, Vec<Arc<Consumer>>) {
+        let count = self.message_count();
+        let consumers = {
+            let mut local = self.inner.local.lock();
+            local.deleted = true;
+            local.consumers.drain().map(|(_, consumer)| consumer).collect()
+        };
+        self.inner.group.destroy();
+        (count, consumers)
+    }
+}
+
+impl QuorumQueue {
+    /// The expiry timer for `at_ms` fired: the group expires what is due by its clock, then
+    /// the timer is armed for the next message.
+    fn expire(&self, queue: &Arc<Queue>, at_ms: u64) {
+        {
+            let mut local = self.inner.local.lock();
+            if local.expiry_timer_ms == Some(at_ms) {
+                local.expiry_timer_ms = None;
+            }
+        }
+        let expired = self.inner.group.ask(Op::Expire);
+        let (inner, queue) = (Arc::downgrade(&self.inner), Arc::downgrade(queue));
+        tokio::spawn(async move {
+            let _ = expired.await;
+            if let (Some(inner), Some(queue)) = (inner.upgrade(), queue.upgrade()) {
+                inner.arm_expiry(&queue);
+            }
+        });
+    }
+
+    /// `x-expires`: deletes the queue if it has been unused for that long, or re-arms.
+    fn check_unused(&self, queue: &Arc<Queue>) {
+        let Some(expires) = queue.arguments().expires_ms else { return };
+        let in_use = self.consumer_count() > 0;
+        let idle_since = {
+            let local = self.inner.local.lock();
+            if local.deleted {
+                return;
+            }
+            if in_use {
+                now_ms()
+            } else {
+                local.last_used_ms
+            }
+        };
+        if in_use || now_ms() < idle_since + expires {
+            let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(queue) };
+            self.inner.scheduler.schedule(idle_since + expires, event);
+            return;
+        }
+        tracing::info!(queue = queue.name(), idle_since, "queue unused for x-expires; deleting it");
+        if let Some(vhost) = queue.vhost.upgrade() {
+            vhost.delete_expired_queue(queue);
+        }
+    }
+}

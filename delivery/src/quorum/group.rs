@@ -1,0 +1,306 @@
+//! A quorum queue's Raft group as this node runs it: its log and state machine on disk, the
+//! openraft `Raft` started on the tokio runtime, and the proposer that feeds it commands in
+//! the order the queue issued them.
+//!
+//! Proposing never waits: a publish, an ack or a checkout hands its command to the proposer
+//! and goes on; commands reach Raft in that order (`client_write_ff`), and their outcomes
+//! come back in that order too. A publish is numbered by the group's [`CommitTracker`], so a
+//! confirm can wait for its commit like an fsync; `basic.get` and `queue.purge` ask, and
+//! await the [`Response`].
+
+use super::command::{Command, Enqueue, MessageId, Op, Response};
+use super::no_peers::NoPeers;
+use super::raft::{quorum_raft_config, AppliedEffects, QuorumRaft, QuorumStateMachine};
+use super::settings::Settings;
+use super::snapshot::DEFAULT_CHECKPOINT_INTERVAL_ENTRIES;
+use super::QuorumError;
+use crate::message::Message;
+use crate::message_store::{CommitTracker, DurableMark};
+use crate::properties::Properties;
+use crate::scheduler::now_ms;
+use openraft::storage::RaftLogStorage;
+use openraft::{BasicNode, EntryPayload, Raft, ServerState};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot, watch};
+use warren_storage::raft::{RaftLog, RaftLogError};
+use warren_storage::LogConfig;
+
+/// This node's id in its one-member groups (a cluster gives each node its own).
+pub const LOCAL_NODE_ID: u64 = 1;
+/// The Raft cluster name of a single node's groups.
+const LOCAL_CLUSTER_NAME: &str = "warren";
+/// The group's Raft log, in its directory.
+const LOG_DIR: &str = "raft-log";
+/// The state machine's snapshot file, in its directory.
+const SNAPSHOT_FILE: &str = "snapshot";
+
+/// A quorum queue's group could not start or serve.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    /// The Raft log failed.
+    #[error("quorum queue log: {0}")]
+    Log(#[from] RaftLogError),
+    /// The state machine's snapshot failed.
+    #[error(transparent)]
+    Quorum(#[from] QuorumError),
+    /// Raft itself failed or stopped.
+    #[error("quorum queue Raft group: {0}")]
+    Raft(String),
+    /// There is no tokio runtime to run the group on.
+    #[error("quorum queues need the broker's runtime")]
+    NoRuntime,
+    /// The entry of a message is not in the log, or is not a message.
+    #[error("message {0} is not in the quorum queue's log")]
+    MissingMessage(MessageId),
+}
+
+/// What the proposer tells whoever proposed a command, once it is applied.
+enum Outcome {
+    /// Nobody waits.
+    Ignored,
+    /// A numbered write: its tracker learns whether it was committed or refused.
+    Write(u64),
+    /// Someone awaits the response.
+    Answer(oneshot::Sender<Result<Response, String>>),
+}
+
+struct Proposal {
+    command: Command,
+    outcome: Outcome,
+}
+
+type Applied = Pin<Box<dyn Future<Output = Result<Response, String>> + Send>>;
+
+/// A running quorum queue group.
+pub struct QuorumGroup {
+    dir: PathBuf,
+    log: RaftLog<QuorumRaft>,
+    machine: QuorumStateMachine,
+    proposals: mpsc::UnboundedSender<Proposal>,
+    writes: Arc<CommitTracker>,
+    raft: watch::Receiver<Option<Raft<QuorumRaft>>>,
+}
+
+impl std::fmt::Debug for QuorumGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuorumGroup").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+impl QuorumGroup {
+    /// Opens the group kept in `dir` (a new one if `dir` holds none) for a queue obeying
+    /// `settings`, and starts it; effects of entries applied from now on go to `effects`.
+    /// Entries already in the log are replayed without effects.
+    pub fn open(
+        dir: &Path,
+        log_config: LogConfig,
+        settings: Settings,
+        effects: mpsc::UnboundedSender<AppliedEffects>,
+    ) -> Result<Self, GroupError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| GroupError::NoRuntime)?;
+        let log = RaftLog::<QuorumRaft>::open(dir.join(LOG_DIR), log_config)?;
+        let machine =
+            QuorumStateMachine::open(dir.join(SNAPSHOT_FILE), settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES, effects)?;
+        let stored_last = log.next_index().checked_sub(1).filter(|_| log.next_index() > log.first_stored_index());
+        if let Some(last) = stored_last {
+            machine.skip_effects_through(last);
+        }
+        let (proposals, queued) = mpsc::unbounded_channel();
+        let (raft_slot, raft) = watch::channel(None);
+        let writes = CommitTracker::new();
+        let start = start_raft(log.clone(), machine.clone());
+        runtime.spawn(propose_in_order(start, queued, Arc::clone(&writes), raft_slot));
+        Ok(QuorumGroup { dir: dir.to_path_buf(), log, machine, proposals, writes, raft })
+    }
+
+    /// The state machine, for counts and queries.
+    pub fn machine(&self) -> &QuorumStateMachine {
+        &self.machine
+    }
+
+    /// Proposes `op`; nobody waits for its outcome.
+    pub fn propose(&self, op: Op) {
+        self.send(op, Outcome::Ignored);
+    }
+
+    /// Proposes a publish; the mark is safe once it is committed (an error if refused).
+    pub fn enqueue(&self, enqueue: Enqueue) -> DurableMark {
+        let number = self.writes.next();
+        self.send(Op::Enqueue(enqueue), Outcome::Write(number));
+        DurableMark::commit(&self.writes, number)
+    }
+
+    /// Proposes `op` and returns its response once applied.
+    pub fn ask(&self, op: Op) -> impl Future<Output = Result<Response, GroupError>> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        self.send(op, Outcome::Answer(tx));
+        async move {
+            match rx.await {
+                Ok(result) => result.map_err(GroupError::Raft),
+                Err(_) => Err(GroupError::Raft("the group stopped".into())),
+            }
+        }
+    }
+
+    fn send(&self, op: Op, outcome: Outcome) {
+        let proposal = Proposal { command: Command::new(now_ms(), op), outcome };
+        if let Err(mpsc::error::SendError(proposal)) = self.proposals.send(proposal) {
+            fail(proposal.outcome, &self.writes, "the quorum queue's group stopped");
+        }
+    }
+
+    /// Whether this node leads the group now (only the leader acts on effects).
+    pub fn is_leader(&self) -> bool {
+        self.raft.borrow().as_ref().is_some_and(|raft| raft.metrics().borrow().state == ServerState::Leader)
+    }
+
+    /// Waits until the group runs and this node leads it.
+    pub async fn led(&self) -> Result<(), GroupError> {
+        let mut slot = self.raft.clone();
+        let raft = loop {
+            if let Some(raft) = slot.borrow_and_update().clone() {
+                break raft;
+            }
+            slot.changed().await.map_err(|_| GroupError::Raft("the group did not start".into()))?;
+        };
+        raft.wait(None).state(ServerState::Leader, "lead").await.map_err(|e| GroupError::Raft(e.to_string()))?;
+        Ok(())
+    }
+
+    /// The message published by the entry at `id`, as stored.
+    pub fn message(&self, id: MessageId) -> Result<Message, GroupError> {
+        let entry = self.log.entry(id)?.ok_or(GroupError::MissingMessage(id))?;
+        let EntryPayload::Normal(Command { op: Op::Enqueue(enqueue), .. }) = entry.payload else {
+            return Err(GroupError::MissingMessage(id));
+        };
+        let properties = Properties::decode(enqueue.properties).map_err(|_| GroupError::MissingMessage(id))?;
+        Ok(Message {
+            exchange: enqueue.exchange.as_str().into(),
+            routing_key: enqueue.routing_key.as_str().into(),
+            properties,
+            body: enqueue.body,
+        })
+    }
+
+    /// Bytes the group's log holds on disk.
+    pub fn size_bytes(&self) -> u64 {
+        self.log.size_bytes()
+    }
+
+    /// The broker is stopping: what the log holds is made durable, and Raft stops.
+    pub fn close(&self) {
+        self.stop();
+        if let Err(error) = self.log.close() {
+            tracing::error!(dir = %self.dir.display(), %error, "cannot close a quorum queue's log");
+        }
+    }
+
+    /// The queue was deleted: the group stops and its files go.
+    pub fn destroy(&self) {
+        self.close();
+        if let Err(error) = std::fs::remove_dir_all(&self.dir) {
+            tracing::warn!(dir = %self.dir.display(), %error, "cannot remove a deleted quorum queue's files");
+        }
+    }
+
+    fn stop(&self) {
+        if let Some(raft) = self.raft.borrow().clone() {
+            tokio::spawn(async move {
+                if let Err(error) = raft.shutdown().await {
+                    tracing::debug!(%error, "a quorum queue's Raft stopped uncleanly");
+                }
+            });
+        }
+    }
+}
+
+fn fail(outcome: Outcome, writes: &CommitTracker, why: &str) {
+    match outcome {
+        Outcome::Ignored => {}
+        Outcome::Write(number) => writes.fail_from(number, why),
+        Outcome::Answer(tx) => {
+            let _ = tx.send(Err(why.to_string()));
+        }
+    }
+}
+
+/// Starts Raft over the group's log and state machine; a new group becomes a one-member
+/// group led by this node.
+async fn start_raft(log: RaftLog<QuorumRaft>, machine: QuorumStateMachine) -> Result<Raft<QuorumRaft>, GroupError> {
+    let config = quorum_raft_config(LOCAL_CLUSTER_NAME).map_err(|e| GroupError::Raft(e.to_string()))?;
+    let mut reader = log.clone();
+    let fresh = reader.get_log_state().await.map_err(|e| GroupError::Raft(e.to_string()))?.last_log_id.is_none();
+    let raft = Raft::new(LOCAL_NODE_ID, Arc::new(config), NoPeers, log, machine)
+        .await
+        .map_err(|e| GroupError::Raft(e.to_string()))?;
+    if fresh {
+        let members = BTreeMap::from([(LOCAL_NODE_ID, BasicNode::new("local"))]);
+        raft.initialize(members).await.map_err(|e| GroupError::Raft(e.to_string()))?;
+    }
+    raft.wait(None).state(ServerState::Leader, "lead").await.map_err(|e| GroupError::Raft(e.to_string()))?;
+    Ok(raft)
+}
+
+/// Feeds proposals to Raft in order once it runs; a second task reports their outcomes,
+/// also in order.
+async fn propose_in_order(
+    start: impl Future<Output = Result<Raft<QuorumRaft>, GroupError>>,
+    mut proposals: mpsc::UnboundedReceiver<Proposal>,
+    writes: Arc<CommitTracker>,
+    raft_slot: watch::Sender<Option<Raft<QuorumRaft>>>,
+) {
+    let raft = match start.await {
+        Ok(raft) => raft,
+        Err(error) => {
+            tracing::error!(%error, "a quorum queue's Raft group cannot start");
+            let why = format!("the quorum queue's group cannot start: {error}");
+            proposals.close();
+            while let Some(proposal) = proposals.recv().await {
+                fail(proposal.outcome, &writes, &why);
+            }
+            return;
+        }
+    };
+    raft_slot.send_replace(Some(raft.clone()));
+    let (applied_tx, applied_rx) = mpsc::unbounded_channel();
+    tokio::spawn(report_in_order(applied_rx, Arc::clone(&writes)));
+    while let Some(proposal) = proposals.recv().await {
+        match raft.client_write_ff(proposal.command).await {
+            Ok(receiver) => {
+                let applied: Applied = Box::pin(async move {
+                    match receiver.await {
+                        Ok(Ok(written)) => Ok(written.data),
+                        Ok(Err(error)) => Err(error.to_string()),
+                        Err(_) => Err("the group stopped before applying the command".to_string()),
+                    }
+                });
+                if let Err(mpsc::error::SendError((_, outcome))) = applied_tx.send((applied, proposal.outcome)) {
+                    fail(outcome, &writes, "the quorum queue's group stopped");
+                }
+            }
+            Err(fatal) => {
+                let why = format!("the quorum queue's Raft group stopped: {fatal}");
+                fail(proposal.outcome, &writes, &why);
+            }
+        }
+    }
+}
+
+async fn report_in_order(mut applied: mpsc::UnboundedReceiver<(Applied, Outcome)>, writes: Arc<CommitTracker>) {
+    while let Some((response, outcome)) = applied.recv().await {
+        let response = response.await;
+        match (outcome, response) {
+            (Outcome::Ignored, Ok(_)) => {}
+            (Outcome::Ignored, Err(error)) => tracing::warn!(%error, "a quorum queue command was not applied"),
+            (Outcome::Write(number), Ok(response)) => writes.settled(number, response == Response::Rejected),
+            (Outcome::Write(number), Err(error)) => writes.fail_from(number, error),
+            (Outcome::Answer(tx), result) => {
+                let _ = tx.send(result);
+            }
+        }
+    }
+}
