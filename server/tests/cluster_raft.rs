@@ -198,7 +198,7 @@ impl Cluster {
     /// Commits `op` on the leader, node `leader`; its log index.
     async fn write(&self, group: &RaftGroupId, leader: usize, op: Op) -> u64 {
         let raft = &self.node(leader).member(group).raft;
-        let written = raft.client_write(Command::new(1_000, op.clone())).await;
+        let written = raft.client_write(Command::new(1_000, op.clone()).into()).await;
         written.unwrap_or_else(|e| panic!("{op:?} not committed: {e}")).log_id.index
     }
 
@@ -310,7 +310,7 @@ async fn a_leader_cut_off_from_the_majority_cannot_commit() {
         cluster.stop(i).await;
     }
     let raft = &cluster.node(leader).member(&group).raft;
-    let write = raft.client_write(Command::new(2_000, message("alone")));
+    let write = raft.client_write(Command::new(2_000, message("alone")).into());
     match tokio::time::timeout(MINORITY_WRITE_TIMEOUT, write).await {
         Err(_elapsed) => {}
         Ok(Err(_refused)) => {}

@@ -1,12 +1,33 @@
-//! What goes through a quorum queue's Raft log: [`Command`]s (the leader's clock plus one
-//! [`Op`]) and the [`Response`] each one gets once applied. Both are serde types encoded
-//! with postcard in the log; a message body is a `Bytes`, stored verbatim.
+//! What goes through a quorum queue's Raft log: a [`CommandBatch`] per entry (the leader's
+//! clock and the [`Op`]s proposed together, applied in order as [`Command`]s), and the
+//! [`Response`] each op gets once applied. Both are serde types encoded with postcard in the
+//! log; a message body is a `Bytes`, stored verbatim.
+//!
+//! Why batches: openraft 0.9 appends one client write at a time and waits for it to be
+//! durable before the next, so one op per entry would cost an fsync (and, in a cluster, a
+//! round of replication) per publish. The proposer puts every op waiting into one entry.
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-/// A message's id: the Raft log index of its [`Op::Enqueue`].
+/// A message's id: where its [`Op::Enqueue`] is in the log, [`message_id`] of its entry's
+/// index and its position in the entry's batch. Ids grow with the log.
 pub type MessageId = u64;
+
+/// Bits of a [`MessageId`] that hold the position in the entry's batch.
+const POSITION_BITS: u32 = 12;
+/// Ops one entry carries at most.
+pub const MAX_OPS_PER_ENTRY: usize = 1 << POSITION_BITS;
+
+/// The id of the message enqueued by op `position` of the entry at `index`.
+pub fn message_id(index: u64, position: usize) -> MessageId {
+    (index << POSITION_BITS) | (position as u64 & (MAX_OPS_PER_ENTRY as u64 - 1))
+}
+
+/// The log index of the entry holding message `id`, and its position in the entry's batch.
+pub fn entry_of(id: MessageId) -> (u64, usize) {
+    (id >> POSITION_BITS, (id & (MAX_OPS_PER_ENTRY as u64 - 1)) as usize)
+}
 
 /// A consumer of a quorum queue, unique in the cluster: the channel that owns it and its
 /// consumer tag. `basic.get` on a channel uses the channel's [`ConsumerId::getter`].
@@ -143,6 +164,22 @@ impl Command {
     /// `op` at `at_ms`.
     pub fn new(at_ms: u64, op: Op) -> Self {
         Command { at_ms, op }
+    }
+}
+
+/// What one Raft entry carries: ops proposed together, applied in order, all at the proposing
+/// leader's clock `at_ms` (see [`Command`]). At most [`MAX_OPS_PER_ENTRY`] ops.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommandBatch {
+    /// The proposing leader's clock, in ms since the Unix epoch.
+    pub at_ms: u64,
+    /// What to do, in order.
+    pub ops: Vec<Op>,
+}
+
+impl From<Command> for CommandBatch {
+    fn from(command: Command) -> Self {
+        CommandBatch { at_ms: command.at_ms, ops: vec![command.op] }
     }
 }
 

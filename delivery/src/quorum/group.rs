@@ -2,13 +2,15 @@
 //! openraft `Raft` started on the tokio runtime, and the proposer that feeds it commands in
 //! the order the queue issued them.
 //!
-//! Proposing never waits: a publish, an ack or a checkout hands its command to the proposer
-//! and goes on; commands reach Raft in that order (`client_write_ff`), and their outcomes
-//! come back in that order too. A publish is numbered by the group's [`CommitTracker`], so a
-//! confirm can wait for its commit like an fsync; `basic.get` and `queue.purge` ask, and
-//! await the [`Response`].
+//! Proposing never waits: a publish, an ack or a checkout hands its op to the proposer and
+//! goes on; ops reach Raft in that order, batched into entries ([`CommandBatch`]: every op
+//! waiting when the proposer is ready, with at most [`ENTRIES_IN_FLIGHT`] entries submitted
+//! and not yet applied, so that batches grow under load), and their outcomes come back in
+//! that order too. A publish is numbered by the group's [`CommitTracker`], so a confirm can
+//! wait for its commit like an fsync; `basic.get` and `queue.purge` ask, and await the
+//! [`Response`].
 
-use super::command::{Command, Enqueue, MessageId, Op, Response};
+use super::command::{entry_of, CommandBatch, Enqueue, MessageId, Op, Response, MAX_OPS_PER_ENTRY};
 use super::no_peers::NoPeers;
 use super::raft::{quorum_raft_config, AppliedEffects, QuorumRaft, QuorumStateMachine};
 use super::settings::Settings;
@@ -20,12 +22,12 @@ use crate::properties::Properties;
 use crate::scheduler::now_ms;
 use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, EntryPayload, Raft, ServerState};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use warren_storage::raft::{RaftLog, RaftLogError};
 use warren_storage::LogConfig;
 
@@ -37,6 +39,15 @@ const LOCAL_CLUSTER_NAME: &str = "warren";
 const LOG_DIR: &str = "raft-log";
 /// The state machine's snapshot file, in its directory.
 const SNAPSHOT_FILE: &str = "snapshot";
+/// Entries submitted to Raft and not yet applied, at most: while they are written, the ops
+/// proposed meanwhile gather into the next entry.
+pub const ENTRIES_IN_FLIGHT: usize = 2;
+/// Message body bytes one entry carries at most (a larger message goes alone), so that an
+/// entry stays a modest replication message.
+const MAX_ENTRY_BODY_BYTES: usize = 1 << 20;
+/// Decoded entries kept for reading message bodies: deliveries go mostly in id order, so
+/// the messages of one entry are read one after another.
+const DECODED_ENTRIES_KEPT: usize = 4;
 
 /// A quorum queue's group could not start or serve.
 #[derive(Debug, thiserror::Error)]
@@ -69,11 +80,28 @@ enum Outcome {
 }
 
 struct Proposal {
-    command: Command,
+    op: Op,
     outcome: Outcome,
 }
 
-type Applied = Pin<Box<dyn Future<Output = Result<Response, String>> + Send>>;
+impl Proposal {
+    fn body_bytes(&self) -> usize {
+        match &self.op {
+            Op::Enqueue(enqueue) => enqueue.body.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// The responses of an entry's ops, once applied.
+type Applied = Pin<Box<dyn Future<Output = Result<Vec<Response>, String>> + Send>>;
+
+/// An entry submitted to Raft: its responses to come, who waits for them, and its slot.
+struct Submitted {
+    applied: Applied,
+    outcomes: Vec<Outcome>,
+    _slot: OwnedSemaphorePermit,
+}
 
 /// A running quorum queue group.
 pub struct QuorumGroup {
@@ -83,6 +111,8 @@ pub struct QuorumGroup {
     proposals: mpsc::UnboundedSender<Proposal>,
     writes: Arc<CommitTracker>,
     raft: watch::Receiver<Option<Raft<QuorumRaft>>>,
+    /// The entries read last, by index, newest last.
+    decoded: parking_lot::Mutex<VecDeque<(u64, Arc<CommandBatch>)>>,
 }
 
 impl std::fmt::Debug for QuorumGroup {
@@ -114,7 +144,8 @@ impl QuorumGroup {
         let writes = CommitTracker::new();
         let start = start_raft(log.clone(), machine.clone());
         runtime.spawn(propose_in_order(start, queued, Arc::clone(&writes), raft_slot));
-        Ok(QuorumGroup { dir: dir.to_path_buf(), log, machine, proposals, writes, raft })
+        let decoded = parking_lot::Mutex::new(VecDeque::new());
+        Ok(QuorumGroup { dir: dir.to_path_buf(), log, machine, proposals, writes, raft, decoded })
     }
 
     /// The state machine, for counts and queries.
@@ -147,7 +178,7 @@ impl QuorumGroup {
     }
 
     fn send(&self, op: Op, outcome: Outcome) {
-        let proposal = Proposal { command: Command::new(now_ms(), op), outcome };
+        let proposal = Proposal { op, outcome };
         if let Err(mpsc::error::SendError(proposal)) = self.proposals.send(proposal) {
             fail(proposal.outcome, &self.writes, "the quorum queue's group stopped");
         }
@@ -173,10 +204,12 @@ impl QuorumGroup {
 
     /// The message published by the entry at `id`, as stored.
     pub fn message(&self, id: MessageId) -> Result<Message, GroupError> {
-        let entry = self.log.entry(id)?.ok_or(GroupError::MissingMessage(id))?;
-        let EntryPayload::Normal(Command { op: Op::Enqueue(enqueue), .. }) = entry.payload else {
+        let (index, position) = entry_of(id);
+        let batch = self.batch_at(index)?.ok_or(GroupError::MissingMessage(id))?;
+        let Some(Op::Enqueue(enqueue)) = batch.ops.get(position) else {
             return Err(GroupError::MissingMessage(id));
         };
+        let enqueue = enqueue.clone();
         let properties = Properties::decode(enqueue.properties).map_err(|_| GroupError::MissingMessage(id))?;
         Ok(Message {
             exchange: enqueue.exchange.as_str().into(),
@@ -184,6 +217,22 @@ impl QuorumGroup {
             properties,
             body: enqueue.body,
         })
+    }
+
+    /// The commands of the entry at `index`, if it is one of commands.
+    fn batch_at(&self, index: u64) -> Result<Option<Arc<CommandBatch>>, GroupError> {
+        if let Some((_, batch)) = self.decoded.lock().iter().find(|(at, _)| *at == index) {
+            return Ok(Some(Arc::clone(batch)));
+        }
+        let Some(entry) = self.log.entry(index)? else { return Ok(None) };
+        let EntryPayload::Normal(batch) = entry.payload else { return Ok(None) };
+        let batch = Arc::new(batch);
+        let mut decoded = self.decoded.lock();
+        if decoded.len() == DECODED_ENTRIES_KEPT {
+            decoded.pop_front();
+        }
+        decoded.push_back((index, Arc::clone(&batch)));
+        Ok(Some(batch))
     }
 
     /// Bytes the group's log holds on disk.
@@ -245,8 +294,8 @@ async fn start_raft(log: RaftLog<QuorumRaft>, machine: QuorumStateMachine) -> Re
     Ok(raft)
 }
 
-/// Feeds proposals to Raft in order once it runs; a second task reports their outcomes,
-/// also in order.
+/// Feeds proposals to Raft in order once it runs, batched into entries; a second task
+/// reports their outcomes, also in order.
 async fn propose_in_order(
     start: impl Future<Output = Result<Raft<QuorumRaft>, GroupError>>,
     mut proposals: mpsc::UnboundedReceiver<Proposal>,
@@ -266,10 +315,24 @@ async fn propose_in_order(
         }
     };
     raft_slot.send_replace(Some(raft.clone()));
-    let (applied_tx, applied_rx) = mpsc::unbounded_channel();
-    tokio::spawn(report_in_order(applied_rx, Arc::clone(&writes)));
-    while let Some(proposal) = proposals.recv().await {
-        match raft.client_write_ff(proposal.command).await {
+    let (submitted_tx, submitted_rx) = mpsc::unbounded_channel();
+    tokio::spawn(report_in_order(submitted_rx, Arc::clone(&writes)));
+    let slots = Arc::new(Semaphore::new(ENTRIES_IN_FLIGHT));
+    let mut waiting: VecDeque<Proposal> = VecDeque::new();
+    let mut received = Vec::new();
+    loop {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
+        // Everything proposed meanwhile joins the next entry.
+        if waiting.is_empty() && proposals.recv_many(&mut received, MAX_OPS_PER_ENTRY).await == 0 {
+            return;
+        }
+        while let Ok(proposal) = proposals.try_recv() {
+            received.push(proposal);
+        }
+        waiting.extend(received.drain(..));
+        let (ops, outcomes) = next_batch(&mut waiting);
+        let batch = CommandBatch { at_ms: now_ms(), ops };
+        match raft.client_write_ff(batch).await {
             Ok(receiver) => {
                 let applied: Applied = Box::pin(async move {
                     match receiver.await {
@@ -278,28 +341,56 @@ async fn propose_in_order(
                         Err(_) => Err("the group stopped before applying the command".to_string()),
                     }
                 });
-                if let Err(mpsc::error::SendError((_, outcome))) = applied_tx.send((applied, proposal.outcome)) {
-                    fail(outcome, &writes, "the quorum queue's group stopped");
+                let submitted = Submitted { applied, outcomes, _slot: slot };
+                if let Err(mpsc::error::SendError(submitted)) = submitted_tx.send(submitted) {
+                    fail_all(submitted.outcomes, &writes, "the quorum queue's group stopped");
                 }
             }
-            Err(fatal) => {
-                let why = format!("the quorum queue's Raft group stopped: {fatal}");
-                fail(proposal.outcome, &writes, &why);
-            }
+            Err(fatal) => fail_all(outcomes, &writes, &format!("the quorum queue's Raft group stopped: {fatal}")),
         }
     }
 }
 
-async fn report_in_order(mut applied: mpsc::UnboundedReceiver<(Applied, Outcome)>, writes: Arc<CommitTracker>) {
-    while let Some((response, outcome)) = applied.recv().await {
-        let response = response.await;
-        match (outcome, response) {
-            (Outcome::Ignored, Ok(_)) => {}
-            (Outcome::Ignored, Err(error)) => tracing::warn!(%error, "a quorum queue command was not applied"),
-            (Outcome::Write(number), Ok(response)) => writes.settled(number, response == Response::Rejected),
-            (Outcome::Write(number), Err(error)) => writes.fail_from(number, error),
-            (Outcome::Answer(tx), result) => {
-                let _ = tx.send(result);
+/// Takes the ops of the next entry off `waiting`: as many as fit in one.
+fn next_batch(waiting: &mut VecDeque<Proposal>) -> (Vec<Op>, Vec<Outcome>) {
+    let (mut ops, mut outcomes) = (Vec::new(), Vec::new());
+    let mut bytes = 0;
+    while let Some(next) = waiting.front() {
+        let full =
+            ops.len() == MAX_OPS_PER_ENTRY || (!ops.is_empty() && bytes + next.body_bytes() > MAX_ENTRY_BODY_BYTES);
+        if full {
+            break;
+        }
+        let Some(proposal) = waiting.pop_front() else { break };
+        bytes += proposal.body_bytes();
+        ops.push(proposal.op);
+        outcomes.push(proposal.outcome);
+    }
+    (ops, outcomes)
+}
+
+fn fail_all(outcomes: Vec<Outcome>, writes: &CommitTracker, why: &str) {
+    for outcome in outcomes {
+        fail(outcome, writes, why);
+    }
+}
+
+async fn report_in_order(mut submitted: mpsc::UnboundedReceiver<Submitted>, writes: Arc<CommitTracker>) {
+    while let Some(Submitted { applied, outcomes, _slot }) = submitted.recv().await {
+        let responses = match applied.await {
+            Ok(responses) => responses,
+            Err(error) => {
+                fail_all(outcomes, &writes, &error);
+                continue;
+            }
+        };
+        for (outcome, response) in outcomes.into_iter().zip(responses) {
+            match outcome {
+                Outcome::Ignored => {}
+                Outcome::Write(number) => writes.settled(number, response == Response::Rejected),
+                Outcome::Answer(tx) => {
+                    let _ = tx.send(Ok(response));
+                }
             }
         }
     }

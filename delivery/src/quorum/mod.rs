@@ -30,7 +30,10 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use command::{Command, ConsumerId, ConsumerSpec, Dequeued, Enqueue, MessageId, Op, Response};
+pub use command::{
+    entry_of, message_id, Command, CommandBatch, ConsumerId, ConsumerSpec, Dequeued, Enqueue, MessageId, Op, Response,
+    MAX_OPS_PER_ENTRY,
+};
 pub use effect::Effect;
 pub use error::QuorumError;
 pub use group::{GroupError, QuorumGroup, LOCAL_NODE_ID};

@@ -10,7 +10,7 @@
 //! snapshot is kept in a file replaced atomically; a restart restores it and openraft
 //! replays the log after it.
 
-use super::command::{Command, Response};
+use super::command::{message_id, Command, CommandBatch, Response};
 use super::effect::Effect;
 use super::error::QuorumError;
 use super::settings::Settings;
@@ -32,11 +32,11 @@ use tracing::warn;
 use warren_storage::SnapshotFile;
 
 openraft::declare_raft_types!(
-    /// A quorum queue's Raft types: entries carry [`Command`]s and apply to [`Response`]s;
-    /// u64 node ids, `BasicNode`, tokio.
+    /// A quorum queue's Raft types: entries carry [`CommandBatch`]es and apply to one
+    /// [`Response`] per op; u64 node ids, `BasicNode`, tokio.
     pub QuorumRaft:
-        D = Command,
-        R = Response,
+        D = CommandBatch,
+        R = Vec<Response>,
 );
 
 /// Entries applied since the last snapshot before openraft asks for a new one. A request
@@ -205,27 +205,34 @@ impl QuorumStateMachine {
 }
 
 impl Machine {
-    /// Applies one entry; returns its response.
-    fn apply_entry(&mut self, log_id: LogId<u64>, payload: EntryPayload<QuorumRaft>) -> Response {
-        let response = match payload {
-            EntryPayload::Blank => Response::Done,
-            EntryPayload::Normal(command) => {
-                let (response, effects) = self.state.apply(log_id.index, &command);
+    /// Applies one entry; returns the responses of its ops.
+    fn apply_entry(&mut self, log_id: LogId<u64>, payload: EntryPayload<QuorumRaft>) -> Vec<Response> {
+        let responses = match payload {
+            EntryPayload::Blank => Vec::new(),
+            EntryPayload::Normal(batch) => {
+                let mut effects = Vec::new();
+                let mut responses = Vec::with_capacity(batch.ops.len());
+                for (position, op) in batch.ops.into_iter().enumerate() {
+                    let command = Command::new(batch.at_ms, op);
+                    let (response, more) = self.state.apply(message_id(log_id.index, position), &command);
+                    responses.push(response);
+                    effects.extend(more);
+                }
                 let replayed = self.replayed_through.is_some_and(|through| log_id.index <= through);
                 if !effects.is_empty() && !replayed {
                     // No receiver: no queue acts on effects here (e.g. a test).
                     let _ = self.effects.send(AppliedEffects { log_id, effects });
                 }
-                response
+                responses
             }
             EntryPayload::Membership(membership) => {
                 self.membership = StoredMembership::new(Some(log_id), membership);
-                Response::Done
+                Vec::new()
             }
         };
         self.last_applied = Some(log_id);
         self.maybe_checkpoint(log_id);
-        response
+        responses
     }
 
     fn maybe_checkpoint(&mut self, log_id: LogId<u64>) {
@@ -292,7 +299,7 @@ impl RaftStateMachine<QuorumRaft> for QuorumStateMachine {
         Ok((machine.last_applied, machine.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError<u64>>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Response>>, StorageError<u64>>
     where
         I: IntoIterator<Item = openraft::Entry<QuorumRaft>> + OptionalSend,
         I::IntoIter: OptionalSend,

@@ -7,7 +7,7 @@
 //! consumer. Bodies are not here: a message's id is the index of its entry in the Raft
 //! log, where the body is read from.
 
-use super::command::{Command, ConsumerId, ConsumerSpec, Dequeued, Enqueue, MessageId, Op, Response};
+use super::command::{entry_of, Command, ConsumerId, ConsumerSpec, Dequeued, Enqueue, MessageId, Op, Response};
 use super::consumers::{ConsumerKey, Consumers, Status};
 use super::effect::Effect;
 use super::settings::Settings;
@@ -455,11 +455,11 @@ impl QueueState {
         self.messages.keys().next().copied().into_iter().chain(waiting).min()
     }
 
-    /// The release cursor once entries up to `applied` are applied: the highest index at or
-    /// below which every message is settled, so that no entry up to it is needed again
+    /// The release cursor once entries up to `applied` are applied: the highest log index
+    /// at or below which every message is settled, so that no entry up to it is needed again
     /// once a snapshot covers it.
     pub fn release_cursor(&self, applied: u64) -> u64 {
-        self.lowest_live_id().map_or(applied, |lowest| lowest.saturating_sub(1).min(applied))
+        self.lowest_live_id().map_or(applied, |lowest| entry_of(lowest).0.saturating_sub(1).min(applied))
     }
 }
 

@@ -20,13 +20,15 @@ fn with_dlx() -> Settings {
 }
 
 #[test]
-fn an_enqueued_message_is_identified_by_its_log_index() {
+fn an_enqueued_message_is_identified_by_where_it_is_in_the_log() {
     let mut q = Harness::new(Settings::default());
     q.next_index = 41;
-    assert_eq!(q.run(enqueue("a", None, None)).0, Response::Enqueued(41));
-    assert_eq!(q.run(enqueue("bb", None, None)).0, Response::Enqueued(42));
+    let (a, b) = (message_id(41, 0), message_id(42, 0));
+    assert_eq!(q.run(enqueue("a", None, None)).0, Response::Enqueued(a));
+    assert_eq!(q.run(enqueue("bb", None, None)).0, Response::Enqueued(b));
     assert_eq!((q.state.ready_count(), q.state.ready_bytes(), q.state.unacked_count()), (2, 3, 0));
-    assert_eq!(q.state.ready_ids(), vec![41, 42]);
+    assert_eq!(q.state.ready_ids(), vec![a, b]);
+    assert_eq!(entry_of(message_id(7, 4095)), (7, 4095));
 }
 
 #[test]
@@ -207,10 +209,10 @@ fn reject_publish_refuses_and_reject_publish_dlx_also_dead_letters() {
 
     let mut q = Harness::new(Settings { max_length: Some(1), overflow: Overflow::RejectPublishDlx, ..with_dlx() });
     q.publish(1);
-    let index = q.next_index;
+    let id = q.next_id();
     let (response, effects) = q.run(enqueue("refused", None, None));
     assert_eq!(response, Response::Rejected);
-    assert_eq!(dead_letters(&effects), vec![(index, DeathReason::Maxlen)]);
+    assert_eq!(dead_letters(&effects), vec![(id, DeathReason::Maxlen)]);
     let mut q = Harness::new(Settings { max_length_bytes: Some(3), overflow: Overflow::RejectPublish, ..with_dlx() });
     q.publish(1);
     assert_eq!(q.run(enqueue("12", None, None)).0, Response::Rejected);
@@ -221,7 +223,7 @@ fn max_priority_orders_ready_messages_strictly_and_plain_queues_ignore_priority(
     let mut q = Harness::new(Settings { max_priority: Some(255), ..Settings::default() });
     let mut ids = Vec::new();
     for priority in [0u8, 200, 5, 255, 5] {
-        ids.push(q.next_index);
+        ids.push(q.next_id());
         q.run(enqueue("p", Some(priority), None));
     }
     assert_eq!(q.state.ready_ids(), vec![ids[3], ids[1], ids[2], ids[4], ids[0]]);
@@ -234,7 +236,7 @@ fn max_priority_orders_ready_messages_strictly_and_plain_queues_ignore_priority(
     let mut q = Harness::new(Settings::default());
     q.run(enqueue("p", Some(9), None));
     q.run(enqueue("p", Some(0), None));
-    assert_eq!(q.state.ready_ids(), vec![1, 2]);
+    assert_eq!(q.state.ready_ids(), vec![message_id(1, 0), message_id(2, 0)]);
 }
 
 #[test]
@@ -371,11 +373,11 @@ fn the_release_cursor_is_just_below_the_oldest_live_message() {
     let ids = q.publish(3);
     let c = consumer(1, "c");
     q.run(checkout(&c, 3, 0));
-    assert_eq!(q.state.release_cursor(q.next_index - 1), ids[0] - 1);
+    assert_eq!(q.state.release_cursor(q.next_index - 1), entry_of(ids[0]).0 - 1);
     q.run(Op::Settle { consumer: c.clone(), ids: vec![ids[1]] });
-    assert_eq!(q.state.release_cursor(q.next_index - 1), ids[0] - 1, "the oldest is still held");
+    assert_eq!(q.state.release_cursor(q.next_index - 1), entry_of(ids[0]).0 - 1, "the oldest is still held");
     q.run(Op::Settle { consumer: c.clone(), ids: vec![ids[0]] });
-    assert_eq!(q.state.release_cursor(q.next_index - 1), ids[2] - 1);
+    assert_eq!(q.state.release_cursor(q.next_index - 1), entry_of(ids[2]).0 - 1);
     q.run(Op::Settle { consumer: c, ids: vec![ids[2]] });
     assert_eq!(q.state.release_cursor(q.next_index - 1), q.next_index - 1);
 }
@@ -412,7 +414,7 @@ fn at_least_once_dead_letters_stay_until_the_target_confirms() {
     let (_, effects) = q.run(Op::Discard { consumer: c.clone(), ids: vec![ids[0]] });
     assert!(effects.contains(&Effect::DeadLetter { id: ids[0], reason: DeathReason::Rejected, confirm: true }));
     assert_eq!(q.state.dead_lettering(), vec![(ids[0], DeathReason::Rejected)]);
-    assert_eq!(q.state.release_cursor(q.next_index - 1), ids[0] - 1, "still live until confirmed");
+    assert_eq!(q.state.release_cursor(q.next_index - 1), entry_of(ids[0]).0 - 1, "still live until confirmed");
     assert!(matches!(q.run(enqueue("fits", None, None)).0, Response::Enqueued(_)), "1 ready + 1 waiting");
     assert_eq!(q.run(enqueue("full", None, None)).0, Response::Rejected, "the waiting one counts against the limit");
     q.run(Op::DeadLettered { ids: vec![ids[0]] });

@@ -5,7 +5,10 @@ mod apply;
 mod model;
 mod raft_node;
 
-use super::{Command, ConsumerId, ConsumerSpec, Effect, Enqueue, MessageId, Op, QueueState, Response, Settings};
+use super::{
+    entry_of, message_id, Command, ConsumerId, ConsumerSpec, Effect, Enqueue, MessageId, Op, QueueState, Response,
+    Settings,
+};
 use bytes::Bytes;
 
 /// `basic` property flags (AMQP 0-9-1): priority and expiration.
@@ -61,9 +64,14 @@ impl Harness {
     pub(super) fn run(&mut self, op: Op) -> (Response, Vec<Effect>) {
         let index = self.next_index;
         self.next_index += 1;
-        let (response, effects) = self.state.apply(index, &Command::new(self.now_ms, op));
+        let (response, effects) = self.state.apply(message_id(index, 0), &Command::new(self.now_ms, op));
         self.effects.extend(effects.iter().cloned());
         (response, effects)
+    }
+
+    /// The id the next command's message gets (one command per entry here).
+    pub(super) fn next_id(&self) -> MessageId {
+        message_id(self.next_index, 0)
     }
 
     /// Enqueues plain messages; returns their ids.

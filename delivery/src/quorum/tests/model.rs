@@ -203,7 +203,7 @@ proptest! {
         for (kind, priority, pick) in steps {
             match kind {
                 0 | 1 => {
-                    let id = q.next_index;
+                    let id = q.next_id();
                     q.run(enqueue("m", Some(priority), None));
                     ready.insert((-i16::from(level(priority)), id), 0);
                 }

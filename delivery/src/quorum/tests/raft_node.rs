@@ -3,7 +3,9 @@
 //! cursor, the log is purged only up to it, and a restart brings the same state back.
 
 use super::*;
-use crate::quorum::{quorum_raft_config, AppliedEffects, NoPeers, QuorumRaft, QuorumStateMachine, StateSnapshot};
+use crate::quorum::{
+    quorum_raft_config, AppliedEffects, CommandBatch, NoPeers, QuorumRaft, QuorumStateMachine, StateSnapshot,
+};
 use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use std::collections::BTreeMap;
@@ -44,8 +46,9 @@ async fn start(dir: &Path) -> Node {
 
 impl Node {
     async fn write(&self, op: Op) -> (u64, Response) {
-        let written = self.raft.client_write(Command::new(1_000, op)).await.expect("committed");
-        (written.log_id.index, written.data)
+        let written = self.raft.client_write(Command::new(1_000, op).into()).await.expect("committed");
+        let response = written.data.into_iter().next().expect("one response per op");
+        (written.log_id.index, response)
     }
 
     async fn wait_leader(&self) {
@@ -93,8 +96,8 @@ async fn a_one_node_group_applies_snapshots_at_the_release_cursor_and_restarts()
     let mut ids = Vec::new();
     for i in 0..10 {
         let (index, response) = node.write(enqueue(&format!("body {i}"), None, None)).await;
-        assert_eq!(response, Response::Enqueued(index), "a message's id is its log index");
-        ids.push(index);
+        assert_eq!(response, Response::Enqueued(message_id(index, 0)), "a message's id says where it is in the log");
+        ids.push(message_id(index, 0));
     }
     let c = consumer(1, "c");
     node.write(checkout(&c, 3, 0)).await;
@@ -122,21 +125,27 @@ async fn a_one_node_group_applies_snapshots_at_the_release_cursor_and_restarts()
 
     // Snapshot: at the newest checkpoint at or below the release cursor, never above.
     let cursor = node.machine.release_cursor().expect("applied");
-    assert_eq!(cursor, ids[6] - 1);
+    assert_eq!(cursor, entry_of(ids[6]).0 - 1);
     node.raft.trigger().snapshot().await.expect("triggered");
     eventually("a snapshot", || node.machine.snapshot_index().is_some()).await;
     let snapshot_index = node.machine.snapshot_index().expect("taken");
-    assert!(snapshot_index <= cursor && snapshot_index > ids[0], "snapshot at {snapshot_index}, cursor {cursor}");
+    assert!(
+        snapshot_index <= cursor && snapshot_index > entry_of(ids[0]).0,
+        "snapshot at {snapshot_index}, cursor {cursor}"
+    );
     let purged_to = last_purged(&node.log).await;
     assert!(purged_to <= snapshot_index, "purged to {purged_to}, snapshot at {snapshot_index}");
     for id in &held {
-        let entry = node.log.entry(*id).expect("readable").expect("a live body stays in the log");
-        let openraft::EntryPayload::Normal(Command { op: Op::Enqueue(message), .. }) = entry.payload else {
-            panic!("not an enqueue: {entry:?}")
+        let entry = node.log.entry(entry_of(*id).0).expect("readable").expect("a live body stays in the log");
+        let openraft::EntryPayload::Normal(CommandBatch { ops, .. }) = &entry.payload else {
+            panic!("not commands: {entry:?}")
         };
-        assert_eq!(message.body, Bytes::from(format!("body {}", id - ids[0])));
+        let [Op::Enqueue(message)] = ops.as_slice() else { panic!("not an enqueue: {entry:?}") };
+        let number = ids.iter().position(|i| i == id).expect("one of them");
+        assert_eq!(message.body, Bytes::from(format!("body {number}")));
     }
-    assert!(node.log.entry(ids[0]).expect("readable").is_none(), "settled bodies below the cursor are purged");
+    let first = entry_of(ids[0]).0;
+    assert!(node.log.entry(first).expect("readable").is_none(), "settled bodies below the cursor are purged");
 
     // Restart on the same directory: the snapshot then the log after it rebuild the state.
     let before = node.machine.read(StateSnapshot::of);
@@ -158,7 +167,7 @@ async fn a_one_node_group_applies_snapshots_at_the_release_cursor_and_restarts()
 
 fn entry(index: u64, op: Op) -> openraft::Entry<QuorumRaft> {
     let log_id = openraft::LogId::new(openraft::CommittedLeaderId::new(1, NODE), index);
-    openraft::Entry { log_id, payload: openraft::EntryPayload::Normal(Command::new(1_000 + index, op)) }
+    openraft::Entry { log_id, payload: openraft::EntryPayload::Normal(Command::new(1_000 + index, op).into()) }
 }
 
 #[tokio::test]
@@ -171,11 +180,12 @@ async fn a_snapshot_installed_on_another_replica_plus_the_rest_of_the_log_gives_
     let c = consumer(1, "c");
     let mut ops: Vec<Op> = (0..6).map(|i| enqueue(&format!("m{i}"), Some(i), None)).collect();
     ops.push(checkout(&c, 2, 0));
-    ops.push(Op::Settle { consumer: c.clone(), ids: vec![1, 2] });
-    ops.push(Op::Return { consumer: c.clone(), ids: vec![3] });
-    ops.push(Op::Settle { consumer: c.clone(), ids: vec![3, 4] });
+    let id = |index| message_id(index, 0);
+    ops.push(Op::Settle { consumer: c.clone(), ids: vec![id(1), id(2)] });
+    ops.push(Op::Return { consumer: c.clone(), ids: vec![id(3)] });
+    ops.push(Op::Settle { consumer: c.clone(), ids: vec![id(3), id(4)] });
     ops.extend((0..6).map(|_| Op::Expire));
-    ops.push(Op::Settle { consumer: c.clone(), ids: vec![5] });
+    ops.push(Op::Settle { consumer: c.clone(), ids: vec![id(5)] });
     let entries: Vec<_> = ops.into_iter().zip(1..).map(|(op, index)| entry(index, op)).collect();
     let (first, rest) = entries.split_at(12);
     a.apply(first.to_vec()).await.expect("applied");
@@ -194,7 +204,7 @@ async fn a_snapshot_installed_on_another_replica_plus_the_rest_of_the_log_gives_
     a.apply(rest.to_vec()).await.expect("applied");
     b.apply(rest.to_vec()).await.expect("applied");
     assert_eq!(b.read(StateSnapshot::of), a.read(StateSnapshot::of));
-    assert_eq!(a.read(|s| s.held_by(&c)), vec![6]);
+    assert_eq!(a.read(|s| s.held_by(&c)), vec![id(6)]);
 
     // Reopened, a replica starts from its saved snapshot.
     let reopened = open("b").expect("reopens");
