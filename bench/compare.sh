@@ -22,7 +22,7 @@ IDLE_SECS=10
 SCENARIOS=all
 OUT=
 BUILD=1
-ALL_SCENARIOS=(transient-16B transient-1KiB durable fanout latency backlog connections stream-publish stream-replay)
+ALL_SCENARIOS=(transient-16B transient-1KiB durable fanout latency backlog connections stream-publish stream-replay quorum)
 # Open files allowed to the brokers and the tool: the connections scenario needs > 1024.
 OPEN_FILES=65536
 # Seconds a broker gets to start listening.
@@ -274,6 +274,8 @@ scenario_args() {
 	# set-up: read the consume rate).
 	stream-publish) echo "--queue-type stream --size 100 --persistent --confirm 1000 --consumers 0 --duration $DURATION" ;;
 	stream-replay) echo "--queue-type stream --size 100 --persistent --confirm 1000 --backlog --count $BACKLOG_COUNT --stream-offset first --prefetch 1000 --multi-ack-every 100" ;;
+	# A quorum queue on one node: publishes confirmed after the commit, consumed with acks.
+	quorum) echo "--queue-type quorum --size 100 --persistent --confirm 1000 --prefetch 1000 --duration $DURATION" ;;
 	*) die "unknown scenario $1" ;;
 	esac
 }
