@@ -4,6 +4,7 @@ use crate::definitions::VhostStorage;
 use crate::error::BrokerError;
 use crate::message_store::LogStoreConfig;
 use crate::queue::ConnectionId;
+use crate::quorum::{Replication, SingleNode};
 use crate::scheduler::Scheduler;
 use crate::user::UserStore;
 use crate::vhost::VirtualHost;
@@ -36,10 +37,20 @@ impl Broker {
 
     /// A broker on `data_dir`: durable definitions and messages are recovered from it.
     pub fn open(data_dir: &Path, store_config: LogStoreConfig) -> Result<Arc<Self>, BrokerError> {
+        Self::open_replicated(data_dir, store_config, SingleNode::shared())
+    }
+
+    /// A broker on `data_dir` whose quorum queues are replicated through `replication`.
+    pub fn open_replicated(
+        data_dir: &Path,
+        store_config: LogStoreConfig,
+        replication: Arc<dyn Replication>,
+    ) -> Result<Arc<Self>, BrokerError> {
         let hex: String = DEFAULT_VHOST.bytes().map(|b| format!("{b:02x}")).collect();
         let storage = VhostStorage::new(data_dir.join(VHOSTS_DIR).join(hex), store_config);
         let scheduler = Arc::new(Scheduler::default());
-        Ok(Self::with_vhost(VirtualHost::open(DEFAULT_VHOST, storage, Arc::clone(&scheduler))?, scheduler))
+        let vhost = VirtualHost::open(DEFAULT_VHOST, storage, Arc::clone(&scheduler), replication)?;
+        Ok(Self::with_vhost(vhost, scheduler))
     }
 
     fn with_vhost(vhost: Arc<VirtualHost>, scheduler: Arc<Scheduler>) -> Arc<Self> {

@@ -334,7 +334,7 @@ async fn a_replica_behind_the_purged_log_installs_a_snapshot() {
 
     // Everything up to here settled, then a few live messages: the release cursor moves
     // past the entries the stopped replica lacks, and the log is purged up to it.
-    let consumer = ConsumerId::new(1, "c");
+    let consumer = ConsumerId::new(0, 1, "c");
     cluster
         .write(
             &group,

@@ -119,8 +119,12 @@ impl<T: Send + 'static> Reply<T> {
 pub struct QueueContext {
     /// Its virtual host, where dead letters are routed.
     pub vhost: Weak<VirtualHost>,
+    /// That virtual host's name.
+    pub vhost_name: String,
     /// The broker's timers.
     pub scheduler: SchedulerHandle,
+    /// The cluster quorum queues are replicated in.
+    pub replication: Arc<dyn crate::quorum::Replication>,
 }
 
 /// A queue of any kind.

@@ -6,12 +6,15 @@
 //! - publishes, acks, nacks, checkouts and cancels are proposed in order and never wait; a
 //!   publisher confirm waits for the commit through the publish's [`DurableMark`];
 //! - `basic.get` and `queue.purge` wait for their command's response ([`Reply::Later`]);
-//! - a task acts on effects while this node leads the group: a delivery reads its body from
-//!   the Raft log (the log *is* the message store) and hands it to the consumer's session;
-//!   a dead letter is published to the dead-letter exchange (and, at-least-once, confirmed
-//!   back to the group once its targets have it);
-//! - when this node takes the lead (at start), channels the state remembers but that are no
-//!   longer open here are declared down, so what they held is delivered again.
+//! - every member applies the same entries and computes the same effects; each acts on its
+//!   share: a delivery is made by the node its consumer's channel is on, reading the body
+//!   from its own copy of the Raft log (the log *is* the message store); dead letters and
+//!   expiry are the leader's (at-least-once dead letters are confirmed back to the group once
+//!   their targets have them);
+//! - when this node's member starts, channels of this node that the state remembers but that
+//!   are no longer open (a restart closed them) are declared down, so what they held is
+//!   delivered again; whenever this node becomes leader it resends the dead letters still
+//!   waiting for a confirm and arms the expiry timer.
 
 use super::dead_letter::{self, DeathReason};
 use super::kind::{Holder, QueueKind, QueueTimer};
@@ -22,10 +25,12 @@ use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
 use crate::message_store::{DurableMark, StoreError};
 use crate::quorum::{
-    AppliedEffects, ConsumerId, ConsumerSpec, Effect, Enqueue, MessageId, Op, QuorumGroup, Response, Settings,
+    entry_of, AppliedEffects, ConsumerId, ConsumerSpec, Effect, Enqueue, InitialMembers, MessageId, Op, QuorumGroup,
+    Response, Settings,
 };
 use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
 use crate::session::{Session, SessionId};
+use openraft::ServerState;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -93,7 +98,9 @@ pub(super) fn declare(
     };
     let (dir, log_config) =
         storage.create_quorum_queue(&definition.name).map_err(|e| internal_error("cannot create quorum queue", e))?;
-    build(definition, arguments, &dir, log_config, context)
+    let size = arguments.quorum_initial_group_size;
+    let members = context.replication.initial_members(&context.vhost_name, &definition.name, size);
+    build(definition, arguments, &dir, log_config, context, Some(members))
 }
 
 /// A quorum queue reopened from its Raft log and snapshot at startup.
@@ -104,7 +111,12 @@ pub(super) fn recover(
     context: QueueContext,
 ) -> BrokerResult<Arc<Queue>> {
     let (dir, log_config) = storage.quorum_queue(&definition.name);
-    build(definition, arguments, &dir, log_config, context)
+    build(definition, arguments, &dir, log_config, context, None)
+}
+
+/// The name of a quorum queue's Raft group, unique in the cluster.
+fn group_name(vhost: &str, queue: &str) -> String {
+    format!("quorum:{vhost}:{queue}")
 }
 
 fn build(
@@ -113,9 +125,13 @@ fn build(
     dir: &Path,
     log_config: LogConfig,
     context: QueueContext,
+    members: Option<InitialMembers>,
 ) -> BrokerResult<Arc<Queue>> {
     let (effects_tx, effects_rx) = mpsc::unbounded_channel();
-    let group = QuorumGroup::open(dir, log_config, Settings::from(&arguments), effects_tx)
+    let name = group_name(&context.vhost_name, &definition.name);
+    let settings = Settings::from(&arguments);
+    let replication = Arc::clone(&context.replication);
+    let group = QuorumGroup::open(&name, dir, log_config, settings, effects_tx, replication, members)
         .map_err(|e| internal_error("cannot start the quorum queue's group", e))?;
     let expires = arguments.expires_ms;
     let local = Local { last_used_ms: now_ms(), ..Local::default() };
@@ -131,16 +147,18 @@ fn build(
     Ok(queue)
 }
 
-/// The id a consumer has in the replicated state.
-fn consumer_id(consumer: &Consumer) -> ConsumerId {
-    ConsumerId::new(consumer.session().id().0, consumer.tag().as_str())
-}
+impl Inner {
+    /// The id a consumer of this node has in the replicated state.
+    fn consumer_id(&self, consumer: &Consumer) -> ConsumerId {
+        ConsumerId::new(self.group.node_id(), consumer.session().id().0, consumer.tag().as_str())
+    }
 
-/// Who holds deliveries being settled, in the replicated state.
-fn holder_id(holder: Holder<'_>) -> ConsumerId {
-    match holder.consumer {
-        Some(consumer) => consumer_id(consumer),
-        None => ConsumerId::getter(holder.session.0),
+    /// Who holds deliveries being settled, in the replicated state.
+    fn holder_id(&self, holder: Holder<'_>) -> ConsumerId {
+        match holder.consumer {
+            Some(consumer) => self.consumer_id(consumer),
+            None => ConsumerId::getter(self.group.node_id(), holder.session.0),
+        }
     }
 }
 
@@ -162,26 +180,38 @@ async fn act_on_effects(queue: Weak<Queue>, inner: Weak<Inner>, mut effects: mps
     }
 }
 
-/// Once this node leads the group: channels the state remembers that are not open here
-/// are down (a restart closed them), dead letters still waiting for a confirm are sent
-/// again, and the expiry timer is armed.
+/// Once this node's member runs: channels of this node the state remembers that are not
+/// open here are down (a restart closed them); then, whenever this node becomes leader, the
+/// leader's duties start (see [`Inner::lead`]).
 async fn take_over(queue: Weak<Queue>, inner: Weak<Inner>) {
-    let Some(led) = inner.upgrade() else { return };
-    if let Err(error) = led.group.led().await {
-        tracing::debug!(%error, "a quorum queue stopped before it was led");
-        return;
-    }
-    drop(led);
-    let (Some(queue), Some(inner)) = (queue.upgrade(), inner.upgrade()) else { return };
-    let remembered = inner.group.machine().read(|state| state.channels());
-    let open = inner.local.lock().channels.clone();
+    let Some(running) = inner.upgrade() else { return };
+    let raft = match running.group.running().await {
+        Ok(raft) => raft,
+        Err(error) => {
+            tracing::debug!(%error, "a quorum queue stopped before it ran");
+            return;
+        }
+    };
+    let me = running.group.node_id();
+    let remembered = running.group.machine().read(|state| state.channels_of(me));
+    let open = running.local.lock().channels.clone();
     for channel in remembered.into_iter().filter(|channel| !open.contains(channel)) {
-        inner.group.propose(Op::Down { channel });
+        running.group.propose(Op::Down { node: me, channel });
     }
-    for (id, reason) in inner.group.machine().read(|state| state.dead_lettering()) {
-        tokio::spawn(dead_letter_at_least_once(Arc::downgrade(&queue), Arc::downgrade(&inner), id, reason));
+    drop(running);
+    let mut metrics = raft.metrics();
+    let mut leading = false;
+    loop {
+        let now_leading = metrics.borrow_and_update().state == ServerState::Leader;
+        if now_leading && !leading {
+            let (Some(queue), Some(inner)) = (queue.upgrade(), inner.upgrade()) else { return };
+            inner.lead(&queue);
+        }
+        leading = now_leading;
+        if metrics.changed().await.is_err() {
+            return;
+        }
     }
-    inner.arm_expiry(&queue);
 }
 
 /// At-least-once dead-lettering: publishes the message to the dead-letter exchange until
@@ -212,17 +242,28 @@ async fn dead_letter_at_least_once(queue: Weak<Queue>, inner: Weak<Inner>, id: M
 }
 
 impl Inner {
-    /// Acts on effects, if this node leads the group (a follower's copies of the state
-    /// compute the same effects, and do nothing with them).
+    /// This node became the leader: dead letters still waiting for a confirm are sent
+    /// again, and the expiry timer is armed.
+    fn lead(self: &Arc<Self>, queue: &Arc<Queue>) {
+        for (id, reason) in self.group.machine().read(|state| state.dead_lettering()) {
+            tokio::spawn(dead_letter_at_least_once(Arc::downgrade(queue), Arc::downgrade(self), id, reason));
+        }
+        self.arm_expiry(queue);
+    }
+
+    /// Acts on this node's share of effects: deliveries to its consumers; dead letters if
+    /// it leads.
     fn act(self: &Arc<Self>, queue: &Arc<Queue>, applied: Vec<AppliedEffects>) {
-        if !self.group.is_leader() || self.local.lock().deleted {
+        if self.local.lock().deleted {
             return;
         }
+        let (me, leading) = (self.group.node_id(), self.group.is_leader());
         // Settles of no-ack deliveries, and returns of deliveries nobody here takes.
         let mut settles: BTreeMap<ConsumerId, Vec<MessageId>> = BTreeMap::new();
         let mut returns: BTreeMap<ConsumerId, Vec<MessageId>> = BTreeMap::new();
         for effect in applied.into_iter().flat_map(|applied| applied.effects) {
             match effect {
+                Effect::Deliver { consumer, .. } if consumer.node != me => {}
                 Effect::Deliver { consumer, id, delivery_count, redelivered } => {
                     let target = self.local.lock().consumers.get(&consumer).cloned();
                     let Some(target) = target else {
@@ -233,6 +274,7 @@ impl Inner {
                         settles.entry(consumer).or_default().push(id);
                     }
                 }
+                Effect::DeadLetter { .. } if !leading => {}
                 Effect::DeadLetter { id, reason, confirm: false } => {
                     self.publish_dead_letter(queue, id, reason);
                 }
@@ -249,7 +291,9 @@ impl Inner {
         for (consumer, ids) in returns {
             self.group.propose(Op::Return { consumer, ids });
         }
-        self.arm_expiry(queue);
+        if leading {
+            self.arm_expiry(queue);
+        }
     }
 
     /// Hands message `id` to `consumer`; false if its body cannot be read (it is then
@@ -266,7 +310,7 @@ impl Inner {
             Ok(message) => Arc::new(message),
             Err(error) => {
                 tracing::error!(queue = queue.name(), id, %error, "cannot read a message to deliver; dropped");
-                self.group.propose(Op::Settle { consumer: consumer_id(consumer), ids: vec![id] });
+                self.group.propose(Op::Settle { consumer: self.consumer_id(consumer), ids: vec![id] });
                 return false;
             }
         };
@@ -352,7 +396,7 @@ impl QueueKind for QuorumQueue {
 
     /// Attaches a consumer; exclusivity conflicts are 403 ACCESS_REFUSED, as in RabbitMQ.
     fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()> {
-        let id = consumer_id(&consumer);
+        let id = self.inner.consumer_id(&consumer);
         {
             let mut local = self.inner.local.lock();
             if local.deleted {
@@ -386,7 +430,7 @@ impl QueueKind for QuorumQueue {
 
     /// Detaches a consumer; what it holds stays held until settled or its channel closes.
     fn remove_consumer(&self, _queue: &Arc<Queue>, consumer: &Arc<Consumer>) -> bool {
-        let id = consumer_id(consumer);
+        let id = self.inner.consumer_id(consumer);
         let none_left = {
             let mut local = self.inner.local.lock();
             local.consumers.remove(&id);
@@ -405,12 +449,14 @@ impl QueueKind for QuorumQueue {
             local.last_used_ms = now_ms();
         }
         session.tracked_by(queue);
-        let consumer = ConsumerId::getter(session.id().0);
+        let consumer = ConsumerId::getter(self.inner.group.node_id(), session.id().0);
         let taken = self.inner.group.ask(Op::Dequeue { consumer, settle: no_ack });
         let (inner, queue, session) = (Arc::clone(&self.inner), Arc::clone(queue), Arc::clone(session));
         Reply::Later(Box::pin(async move {
             let response = taken.await.map_err(|e| internal_error("basic.get on a quorum queue failed", e))?;
             let Response::Dequeued(Some(taken)) = response else { return Ok(None) };
+            // The answer may come from the leader on another node before this one has the entry.
+            inner.group.applied(entry_of(taken.id).0).await.map_err(|e| internal_error("basic.get failed", e))?;
             let message = inner.group.message(taken.id).map_err(|e| internal_error("cannot read a message", e))?;
             let mut message = Arc::new(message);
             if taken.delivery_count > 0 {
@@ -423,18 +469,18 @@ impl QueueKind for QuorumQueue {
     }
 
     fn settle(&self, _queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>) {
-        self.inner.group.propose(Op::Settle { consumer: holder_id(holder), ids: ids(messages) });
+        self.inner.group.propose(Op::Settle { consumer: self.inner.holder_id(holder), ids: ids(messages) });
     }
 
     /// Dead-lettered (reason `rejected`) or dropped, by the state machine.
     fn reject(&self, _queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>) {
-        self.inner.group.propose(Op::Discard { consumer: holder_id(holder), ids: ids(messages) });
+        self.inner.group.propose(Op::Discard { consumer: self.inner.holder_id(holder), ids: ids(messages) });
     }
 
     /// Back in place, with one more failed delivery each (past `x-delivery-limit`,
     /// dead-lettered with reason `delivery_limit`).
     fn requeue(&self, _queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>) {
-        self.inner.group.propose(Op::Return { consumer: holder_id(holder), ids: ids(messages) });
+        self.inner.group.propose(Op::Return { consumer: self.inner.holder_id(holder), ids: ids(messages) });
     }
 
     fn purge(&self, _queue: &Arc<Queue>) -> Reply<BrokerResult<u32>> {
@@ -454,7 +500,7 @@ impl QueueKind for QuorumQueue {
             local.channels.remove(&session.0);
             local.consumers.retain(|id, _| id.channel != session.0);
         }
-        self.inner.group.propose(Op::Down { channel: session.0 });
+        self.inner.group.propose(Op::Down { node: self.inner.group.node_id(), channel: session.0 });
     }
 
     fn message_count(&self) -> u32 {
@@ -509,6 +555,9 @@ impl QuorumQueue {
             if local.expiry_timer_ms == Some(at_ms) {
                 local.expiry_timer_ms = None;
             }
+        }
+        if !self.inner.group.is_leader() {
+            return; // The leader expires messages; a new one arms its own timer.
         }
         let expired = self.inner.group.ask(Op::Expire);
         let (inner, queue) = (Arc::downgrade(&self.inner), Arc::downgrade(queue));

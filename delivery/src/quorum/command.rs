@@ -29,27 +29,29 @@ pub fn entry_of(id: MessageId) -> (u64, usize) {
     (id >> POSITION_BITS, (id & (MAX_OPS_PER_ENTRY as u64 - 1)) as usize)
 }
 
-/// A consumer of a quorum queue, unique in the cluster: the channel that owns it and its
-/// consumer tag. `basic.get` on a channel uses the channel's [`ConsumerId::getter`].
+/// A consumer of a quorum queue, unique in the cluster: the channel that owns it (a node and
+/// a channel id unique on that node) and its consumer tag. `basic.get` on a channel uses the
+/// channel's [`ConsumerId::getter`]. Ordered by node, then channel, then tag.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ConsumerId {
-    /// The owning channel, unique in the cluster (chosen by the wiring, e.g. node and
-    /// local channel number): [`Op::Down`] removes all of its consumers.
+    /// The node the channel is open on: only that node delivers to it.
+    pub node: u64,
+    /// The owning channel, unique on its node: [`Op::Down`] removes all of its consumers.
     pub channel: u64,
     /// The consumer tag (never empty for a `basic.consume` consumer).
     pub tag: String,
 }
 
 impl ConsumerId {
-    /// A consumer `tag` of `channel`.
-    pub fn new(channel: u64, tag: impl Into<String>) -> Self {
-        ConsumerId { channel, tag: tag.into() }
+    /// A consumer `tag` of `channel` on `node`.
+    pub fn new(node: u64, channel: u64, tag: impl Into<String>) -> Self {
+        ConsumerId { node, channel, tag: tag.into() }
     }
 
     /// What holds the messages a channel took with `basic.get` and has not settled: the
     /// empty tag, which `basic.consume` never uses.
-    pub fn getter(channel: u64) -> Self {
-        ConsumerId { channel, tag: String::new() }
+    pub fn getter(node: u64, channel: u64) -> Self {
+        ConsumerId { node, channel, tag: String::new() }
     }
 
     /// Whether this is a channel's [`ConsumerId::getter`].
@@ -101,6 +103,8 @@ pub enum Op {
     /// The channel closed (or its node left): its consumers go and what they hold returns
     /// to the queue, each return counting as a failed delivery.
     Down {
+        /// The channel's node.
+        node: u64,
         /// The channel.
         channel: u64,
     },

@@ -142,11 +142,11 @@ impl Consumers {
         Some(consumer)
     }
 
-    /// The keys of every consumer of `channel`.
-    pub(super) fn of_channel(&self, channel: u64) -> Vec<ConsumerKey> {
+    /// The keys of every consumer of `channel` on `node`.
+    pub(super) fn of_channel(&self, node: u64, channel: u64) -> Vec<ConsumerKey> {
         self.by_id
-            .range(ConsumerId::getter(channel)..)
-            .take_while(|(id, _)| id.channel == channel)
+            .range(ConsumerId::getter(node, channel)..)
+            .take_while(|(id, _)| id.node == node && id.channel == channel)
             .map(|(_, key)| *key)
             .collect()
     }

@@ -11,8 +11,8 @@
 //! [`Response`].
 
 use super::command::{entry_of, CommandBatch, Enqueue, MessageId, Op, Response, MAX_OPS_PER_ENTRY};
-use super::no_peers::NoPeers;
-use super::raft::{quorum_raft_config, AppliedEffects, QuorumRaft, QuorumStateMachine};
+use super::raft::{AppliedEffects, QuorumRaft, QuorumStateMachine};
+use super::replication::{InitialMembers, Replication};
 use super::settings::Settings;
 use super::snapshot::DEFAULT_CHECKPOINT_INTERVAL_ENTRIES;
 use super::QuorumError;
@@ -21,20 +21,23 @@ use crate::message_store::{CommitTracker, DurableMark};
 use crate::properties::Properties;
 use crate::scheduler::now_ms;
 use openraft::storage::RaftLogStorage;
-use openraft::{BasicNode, EntryPayload, Raft, ServerState};
-use std::collections::{BTreeMap, VecDeque};
+use openraft::{EntryPayload, Raft, ServerState};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use warren_storage::raft::{RaftLog, RaftLogError};
 use warren_storage::LogConfig;
 
 /// This node's id in its one-member groups (a cluster gives each node its own).
 pub const LOCAL_NODE_ID: u64 = 1;
-/// The Raft cluster name of a single node's groups.
-const LOCAL_CLUSTER_NAME: &str = "warren";
+/// How long a proposal waits for the group to have a leader before it fails (a nack).
+const LEADER_WAIT_MS: u64 = 5_000;
+/// How often a reader polls for an entry to be applied on this node.
+const APPLIED_POLL_MS: u64 = 2;
 /// The group's Raft log, in its directory.
 const LOG_DIR: &str = "raft-log";
 /// The state machine's snapshot file, in its directory.
@@ -106,6 +109,8 @@ struct Submitted {
 /// A running quorum queue group.
 pub struct QuorumGroup {
     dir: PathBuf,
+    name: String,
+    replication: Arc<dyn Replication>,
     log: RaftLog<QuorumRaft>,
     machine: QuorumStateMachine,
     proposals: mpsc::UnboundedSender<Proposal>,
@@ -122,14 +127,18 @@ impl std::fmt::Debug for QuorumGroup {
 }
 
 impl QuorumGroup {
-    /// Opens the group kept in `dir` (a new one if `dir` holds none) for a queue obeying
-    /// `settings`, and starts it; effects of entries applied from now on go to `effects`.
-    /// Entries already in the log are replayed without effects.
+    /// Opens this node's member of group `name`, kept in `dir`, for a queue obeying
+    /// `settings`, and starts it on `replication`'s network; a new group (`members` given)
+    /// is initialized by the member they name. Effects of entries applied from now on go to
+    /// `effects`; entries already in the log are replayed without effects.
     pub fn open(
+        name: &str,
         dir: &Path,
         log_config: LogConfig,
         settings: Settings,
         effects: mpsc::UnboundedSender<AppliedEffects>,
+        replication: Arc<dyn Replication>,
+        members: Option<InitialMembers>,
     ) -> Result<Self, GroupError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| GroupError::NoRuntime)?;
         let log = RaftLog::<QuorumRaft>::open(dir.join(LOG_DIR), log_config)?;
@@ -142,10 +151,13 @@ impl QuorumGroup {
         let (proposals, queued) = mpsc::unbounded_channel();
         let (raft_slot, raft) = watch::channel(None);
         let writes = CommitTracker::new();
-        let start = start_raft(log.clone(), machine.clone());
-        runtime.spawn(propose_in_order(start, queued, Arc::clone(&writes), raft_slot));
+        let start = start_raft(name.to_string(), log.clone(), machine.clone(), Arc::clone(&replication), members);
+        let proposer =
+            Proposer { group: name.to_string(), replication: Arc::clone(&replication), writes: Arc::clone(&writes) };
+        runtime.spawn(proposer.run(start, queued, raft_slot));
         let decoded = parking_lot::Mutex::new(VecDeque::new());
-        Ok(QuorumGroup { dir: dir.to_path_buf(), log, machine, proposals, writes, raft, decoded })
+        let dir = dir.to_path_buf();
+        Ok(QuorumGroup { dir, name: name.to_string(), replication, log, machine, proposals, writes, raft, decoded })
     }
 
     /// The state machine, for counts and queries.
@@ -184,21 +196,37 @@ impl QuorumGroup {
         }
     }
 
-    /// Whether this node leads the group now (only the leader acts on effects).
+    /// This node's Raft id.
+    pub fn node_id(&self) -> u64 {
+        self.replication.node_id()
+    }
+
+    /// Whether this node leads the group now.
     pub fn is_leader(&self) -> bool {
         self.raft.borrow().as_ref().is_some_and(|raft| raft.metrics().borrow().state == ServerState::Leader)
     }
 
-    /// Waits until the group runs and this node leads it.
-    pub async fn led(&self) -> Result<(), GroupError> {
+    /// This node's member, once it runs (an error if it could not start).
+    pub async fn running(&self) -> Result<Raft<QuorumRaft>, GroupError> {
         let mut slot = self.raft.clone();
-        let raft = loop {
+        loop {
             if let Some(raft) = slot.borrow_and_update().clone() {
-                break raft;
+                return Ok(raft);
             }
             slot.changed().await.map_err(|_| GroupError::Raft("the group did not start".into()))?;
-        };
-        raft.wait(None).state(ServerState::Leader, "lead").await.map_err(|e| GroupError::Raft(e.to_string()))?;
+        }
+    }
+
+    /// Waits until this node has applied the entry at `index` (a message's body read here
+    /// after another node's answer names it).
+    pub async fn applied(&self, index: u64) -> Result<(), GroupError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(LEADER_WAIT_MS);
+        while self.machine.last_applied().is_none_or(|applied| applied.index < index) {
+            if tokio::time::Instant::now() > deadline {
+                return Err(GroupError::Raft(format!("entry {index} was not applied on this node in time")));
+            }
+            tokio::time::sleep(Duration::from_millis(APPLIED_POLL_MS)).await;
+        }
         Ok(())
     }
 
@@ -257,6 +285,7 @@ impl QuorumGroup {
     }
 
     fn stop(&self) {
+        self.replication.stop_member(&self.name);
         if let Some(raft) = self.raft.borrow().clone() {
             tokio::spawn(async move {
                 if let Err(error) = raft.shutdown().await {
@@ -277,77 +306,125 @@ fn fail(outcome: Outcome, writes: &CommitTracker, why: &str) {
     }
 }
 
-/// Starts Raft over the group's log and state machine; a new group becomes a one-member
-/// group led by this node.
-async fn start_raft(log: RaftLog<QuorumRaft>, machine: QuorumStateMachine) -> Result<Raft<QuorumRaft>, GroupError> {
-    let config = quorum_raft_config(LOCAL_CLUSTER_NAME).map_err(|e| GroupError::Raft(e.to_string()))?;
+/// Starts this node's member over the group's log and state machine; a new group is
+/// initialized by the member its members name. Returns once the group has a leader.
+async fn start_raft(
+    group: String,
+    log: RaftLog<QuorumRaft>,
+    machine: QuorumStateMachine,
+    replication: Arc<dyn Replication>,
+    members: Option<InitialMembers>,
+) -> Result<Raft<QuorumRaft>, GroupError> {
     let mut reader = log.clone();
     let fresh = reader.get_log_state().await.map_err(|e| GroupError::Raft(e.to_string()))?.last_log_id.is_none();
-    let raft = Raft::new(LOCAL_NODE_ID, Arc::new(config), NoPeers, log, machine)
-        .await
-        .map_err(|e| GroupError::Raft(e.to_string()))?;
-    if fresh {
-        let members = BTreeMap::from([(LOCAL_NODE_ID, BasicNode::new("local"))]);
-        raft.initialize(members).await.map_err(|e| GroupError::Raft(e.to_string()))?;
+    let raft = replication.start_member(&group, log, machine).await.map_err(GroupError::Raft)?;
+    if let Some(members) = members.filter(|m| fresh && m.leader == replication.node_id()) {
+        if let Err(error) = raft.initialize(members.members).await {
+            tracing::warn!(%group, %error, "a new quorum queue's group was initialized already");
+        }
     }
-    raft.wait(None).state(ServerState::Leader, "lead").await.map_err(|e| GroupError::Raft(e.to_string()))?;
-    Ok(raft)
+    loop {
+        let wait = raft.wait(Some(Duration::from_millis(LEADER_WAIT_MS)));
+        match wait.metrics(|m| m.current_leader.is_some(), "a leader").await {
+            Ok(_) => return Ok(raft),
+            Err(openraft::metrics::WaitError::Timeout(..)) => {
+                tracing::warn!(%group, "a quorum queue's group has no leader yet (waiting for a majority of its members)")
+            }
+            Err(error) => return Err(GroupError::Raft(error.to_string())),
+        }
+    }
 }
 
-/// Feeds proposals to Raft in order once it runs, batched into entries; a second task
-/// reports their outcomes, also in order.
-async fn propose_in_order(
-    start: impl Future<Output = Result<Raft<QuorumRaft>, GroupError>>,
-    mut proposals: mpsc::UnboundedReceiver<Proposal>,
+/// Feeds a group's proposals to Raft in order, batched into entries: to this node's member
+/// when it leads, else to the leader's node.
+struct Proposer {
+    group: String,
+    replication: Arc<dyn Replication>,
     writes: Arc<CommitTracker>,
-    raft_slot: watch::Sender<Option<Raft<QuorumRaft>>>,
-) {
-    let raft = match start.await {
-        Ok(raft) => raft,
-        Err(error) => {
-            tracing::error!(%error, "a quorum queue's Raft group cannot start");
-            let why = format!("the quorum queue's group cannot start: {error}");
-            proposals.close();
-            while let Some(proposal) = proposals.recv().await {
-                fail(proposal.outcome, &writes, &why);
-            }
-            return;
-        }
-    };
-    raft_slot.send_replace(Some(raft.clone()));
-    let (submitted_tx, submitted_rx) = mpsc::unbounded_channel();
-    tokio::spawn(report_in_order(submitted_rx, Arc::clone(&writes)));
-    let slots = Arc::new(Semaphore::new(ENTRIES_IN_FLIGHT));
-    let mut waiting: VecDeque<Proposal> = VecDeque::new();
-    let mut received = Vec::new();
-    loop {
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
-        // Everything proposed meanwhile joins the next entry.
-        if waiting.is_empty() && proposals.recv_many(&mut received, MAX_OPS_PER_ENTRY).await == 0 {
-            return;
-        }
-        while let Ok(proposal) = proposals.try_recv() {
-            received.push(proposal);
-        }
-        waiting.extend(received.drain(..));
-        let (ops, outcomes) = next_batch(&mut waiting);
-        let batch = CommandBatch { at_ms: now_ms(), ops };
-        match raft.client_write_ff(batch).await {
-            Ok(receiver) => {
-                let applied: Applied = Box::pin(async move {
-                    match receiver.await {
-                        Ok(Ok(written)) => Ok(written.data),
-                        Ok(Err(error)) => Err(error.to_string()),
-                        Err(_) => Err("the group stopped before applying the command".to_string()),
-                    }
-                });
-                let submitted = Submitted { applied, outcomes, _slot: slot };
-                if let Err(mpsc::error::SendError(submitted)) = submitted_tx.send(submitted) {
-                    fail_all(submitted.outcomes, &writes, "the quorum queue's group stopped");
+}
+
+impl Proposer {
+    /// Runs until the group stops; a second task reports outcomes, in order.
+    async fn run(
+        self,
+        start: impl Future<Output = Result<Raft<QuorumRaft>, GroupError>>,
+        mut proposals: mpsc::UnboundedReceiver<Proposal>,
+        raft_slot: watch::Sender<Option<Raft<QuorumRaft>>>,
+    ) {
+        let raft = match start.await {
+            Ok(raft) => raft,
+            Err(error) => {
+                tracing::error!(group = %self.group, %error, "a quorum queue's Raft group cannot start");
+                let why = format!("the quorum queue's group cannot start: {error}");
+                proposals.close();
+                while let Some(proposal) = proposals.recv().await {
+                    fail(proposal.outcome, &self.writes, &why);
                 }
+                return;
             }
-            Err(fatal) => fail_all(outcomes, &writes, &format!("the quorum queue's Raft group stopped: {fatal}")),
+        };
+        raft_slot.send_replace(Some(raft.clone()));
+        let (submitted_tx, submitted_rx) = mpsc::unbounded_channel();
+        tokio::spawn(report_in_order(submitted_rx, Arc::clone(&self.writes)));
+        let slots = Arc::new(Semaphore::new(ENTRIES_IN_FLIGHT));
+        let mut waiting: VecDeque<Proposal> = VecDeque::new();
+        let mut received = Vec::new();
+        loop {
+            let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
+            // Everything proposed meanwhile joins the next entry.
+            if waiting.is_empty() && proposals.recv_many(&mut received, MAX_OPS_PER_ENTRY).await == 0 {
+                return;
+            }
+            while let Ok(proposal) = proposals.try_recv() {
+                received.push(proposal);
+            }
+            waiting.extend(received.drain(..));
+            let (ops, outcomes) = next_batch(&mut waiting);
+            let batch = CommandBatch { at_ms: now_ms(), ops };
+            let Some(applied) = self.submit(&raft, batch).await else {
+                fail_all(outcomes, &self.writes, "the quorum queue's group has no leader");
+                continue;
+            };
+            let remote = applied.1;
+            let submitted = Submitted { applied: applied.0, outcomes, _slot: slot };
+            if let Err(mpsc::error::SendError(submitted)) = submitted_tx.send(submitted) {
+                fail_all(submitted.outcomes, &self.writes, "the quorum queue's group stopped");
+            }
+            if remote {
+                // Batches sent to another node keep their order only one at a time.
+                let Ok(all) = Arc::clone(&slots).acquire_many_owned(ENTRIES_IN_FLIGHT as u32).await else { return };
+                drop(all);
+            }
         }
+    }
+
+    /// Hands `batch` to the leader; its responses to come, and whether it went to another
+    /// node. `None` if the group has no leader in time.
+    async fn submit(&self, raft: &Raft<QuorumRaft>, batch: CommandBatch) -> Option<(Applied, bool)> {
+        let me = self.replication.node_id();
+        let mut leader = raft.metrics().borrow().current_leader;
+        if leader.is_none() {
+            let wait = raft.wait(Some(Duration::from_millis(LEADER_WAIT_MS)));
+            leader = wait.metrics(|m| m.current_leader.is_some(), "a leader").await.ok()?.current_leader;
+        }
+        let leader = leader?;
+        if leader != me {
+            return Some((self.replication.propose_to(leader, &self.group, batch), true));
+        }
+        let applied: Applied = match raft.client_write_ff(batch).await {
+            Ok(receiver) => Box::pin(async move {
+                match receiver.await {
+                    Ok(Ok(written)) => Ok(written.data),
+                    Ok(Err(error)) => Err(error.to_string()),
+                    Err(_) => Err("the group stopped before applying the command".to_string()),
+                }
+            }),
+            Err(fatal) => {
+                let why = format!("the quorum queue's Raft group stopped: {fatal}");
+                Box::pin(async move { Err(why) })
+            }
+        };
+        Some((applied, false))
     }
 }
 

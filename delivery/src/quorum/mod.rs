@@ -14,6 +14,8 @@
 //! - `group`: [`QuorumGroup`], a queue's group running on this node, and the proposer that
 //!   feeds it commands in order.
 //! - `no_peers`: the network of a group with no other member.
+//! - `replication`: what a group needs from the cluster ([`Replication`]), and
+//!   [`SingleNode`] for a broker on its own.
 //! - `error`: [`QuorumError`].
 
 mod command;
@@ -23,6 +25,7 @@ mod error;
 mod group;
 mod no_peers;
 mod raft;
+mod replication;
 mod settings;
 mod snapshot;
 mod state;
@@ -41,6 +44,7 @@ pub use no_peers::NoPeers;
 pub use raft::{
     quorum_raft_config, AppliedEffects, QuorumRaft, QuorumSnapshotBuilder, QuorumStateMachine, SNAPSHOT_LOGS_SINCE_LAST,
 };
+pub use replication::{ClusterFuture, InitialMembers, Replication, SingleNode};
 pub use settings::{DeadLetterStrategy, Settings, DEFAULT_DELIVERY_LIMIT};
 pub use snapshot::{
     Checkpoint, Checkpoints, StateSnapshot, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES, MAX_PENDING_CHECKPOINTS,

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
 /// The first byte of an encoded snapshot: its format version.
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 1;
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 2;
 /// Entries between two checkpoints at least; more when the queue holds more messages (a
 /// checkpoint costs time and memory in proportion to them).
 pub const DEFAULT_CHECKPOINT_INTERVAL_ENTRIES: u64 = 4096;

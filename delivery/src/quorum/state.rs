@@ -89,7 +89,7 @@ impl QueueState {
             Op::Enqueue(message) => self.enqueue(index, message, &mut effects),
             Op::Checkout { consumer, spec } => self.checkout(consumer, *spec),
             Op::Cancel { consumer } => self.cancel(consumer),
-            Op::Down { channel } => self.down(*channel, &mut effects),
+            Op::Down { node, channel } => self.down(*node, *channel, &mut effects),
             Op::Dequeue { consumer, settle } => self.dequeue(consumer, *settle),
             Op::Settle { consumer, ids } => self.settle(consumer, ids, None, &mut effects),
             Op::Return { consumer, ids } => self.return_held(consumer, ids, &mut effects),
@@ -178,8 +178,8 @@ impl QueueState {
         Response::Done
     }
 
-    fn down(&mut self, channel: u64, effects: &mut Vec<Effect>) -> Response {
-        for key in self.consumers.of_channel(channel) {
+    fn down(&mut self, node: u64, channel: u64, effects: &mut Vec<Effect>) -> Response {
+        for key in self.consumers.of_channel(node, channel) {
             if let Some(consumer) = self.consumers.remove(key) {
                 for id in consumer.held {
                     self.requeue(id, effects);
@@ -421,10 +421,10 @@ impl QueueState {
         self.messages.get(&id).map(|m| m.delivery_count)
     }
 
-    /// The channels that have consumers or hold messages (an [`Op::Down`] for one of them
-    /// returns what it holds).
-    pub fn channels(&self) -> BTreeSet<u64> {
-        self.consumers.iter().map(|(_, consumer)| consumer.id.channel).collect()
+    /// The channels of `node` that have consumers or hold messages (an [`Op::Down`] for one
+    /// of them returns what it holds).
+    pub fn channels_of(&self, node: u64) -> BTreeSet<u64> {
+        self.consumers.iter().filter(|(_, c)| c.id.node == node).map(|(_, consumer)| consumer.id.channel).collect()
     }
 
     /// The single active consumer, if the queue has one.

@@ -21,6 +21,7 @@ use crate::error::{internal_error, BrokerError, BrokerResult};
 use crate::exchange::{DelayedMessages, Destination, Exchange, ExchangeDefinition, ExchangeKind};
 use crate::message_store::MessageStore;
 use crate::queue::{self, ConnectionId, Queue, QueueContext, QueueDefinition};
+use crate::quorum::{Replication, SingleNode};
 use crate::scheduler::SchedulerHandle;
 use amq_protocol::types::FieldTable;
 use parking_lot::{Mutex, RwLock};
@@ -59,6 +60,8 @@ pub struct VirtualHost {
     /// Where durable definitions and messages go; `None` keeps everything in memory.
     storage: Option<VhostStorage>,
     scheduler: SchedulerHandle,
+    /// The cluster its quorum queues are replicated in.
+    replication: Arc<dyn Replication>,
     /// Direct reply-to consumers, by the address their replies are published to.
     reply_consumers: ReplyConsumers,
     me: Weak<VirtualHost>,
@@ -79,27 +82,39 @@ mod lifecycle_tests;
 impl VirtualHost {
     /// A virtual host kept in memory, with the standard exchanges.
     pub fn new(name: &str, scheduler: SchedulerHandle) -> Arc<Self> {
-        Self::with_standard_exchanges(name, None, scheduler)
+        Self::with_standard_exchanges(name, None, scheduler, SingleNode::shared())
     }
 
     /// A virtual host on disk: its durable definitions and queues are recovered from `storage`.
-    pub fn open(name: &str, storage: VhostStorage, scheduler: SchedulerHandle) -> Result<Arc<Self>, BrokerError> {
+    /// Its quorum queues are replicated through `replication`.
+    pub fn open(
+        name: &str,
+        storage: VhostStorage,
+        scheduler: SchedulerHandle,
+        replication: Arc<dyn Replication>,
+    ) -> Result<Arc<Self>, BrokerError> {
         // What cannot be read is left out entity by entity (and its data kept aside) by
         // `restore`; only a file that is not a definitions document at all stops the start,
         // before anything on disk is touched.
         let loaded = storage.load().map_err(|e| internal_error("cannot read definitions", e))?;
-        let vhost = Self::with_standard_exchanges(name, Some(storage), scheduler);
+        let vhost = Self::with_standard_exchanges(name, Some(storage), scheduler, replication);
         vhost.restore(loaded)?;
         Ok(vhost)
     }
 
-    fn with_standard_exchanges(name: &str, storage: Option<VhostStorage>, scheduler: SchedulerHandle) -> Arc<Self> {
+    fn with_standard_exchanges(
+        name: &str,
+        storage: Option<VhostStorage>,
+        scheduler: SchedulerHandle,
+        replication: Arc<dyn Replication>,
+    ) -> Arc<Self> {
         let vhost = Arc::new_cyclic(|me| VirtualHost {
             name: name.to_string(),
             exchanges: RwLock::new(HashMap::new()),
             queues: RwLock::new(HashMap::new()),
             storage,
             scheduler,
+            replication,
             reply_consumers: ReplyConsumers::new(crate::node::local_id()),
             me: Weak::clone(me),
             lifecycle: Mutex::new(()),
@@ -129,7 +144,12 @@ impl VirtualHost {
     }
 
     fn queue_context(&self) -> QueueContext {
-        QueueContext { vhost: Weak::clone(&self.me), scheduler: Arc::clone(&self.scheduler) }
+        QueueContext {
+            vhost: Weak::clone(&self.me),
+            vhost_name: self.name.clone(),
+            scheduler: Arc::clone(&self.scheduler),
+            replication: Arc::clone(&self.replication),
+        }
     }
 
     /// Its name.

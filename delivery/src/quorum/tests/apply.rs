@@ -318,9 +318,9 @@ fn a_channel_going_down_returns_everything_it_held_counting_a_failed_delivery() 
     let (a, b, other) = (consumer(7, "a"), consumer(7, "b"), consumer(8, "x"));
     q.run(checkout(&a, 1, 0));
     q.run(checkout(&b, 1, 0));
-    q.run(Op::Dequeue { consumer: ConsumerId::getter(7), settle: false });
+    q.run(Op::Dequeue { consumer: ConsumerId::getter(0, 7), settle: false });
     assert_eq!(q.state.unacked_count(), 3);
-    let (_, effects) = q.run(Op::Down { channel: 7 });
+    let (_, effects) = q.run(Op::Down { node: 0, channel: 7 });
     assert!(effects.is_empty(), "nobody to deliver to");
     assert_eq!(q.state.ready_ids(), ids);
     assert_eq!((q.state.consumer_count(), q.state.unacked_count()), (0, 0));
@@ -333,7 +333,7 @@ fn a_channel_going_down_returns_everything_it_held_counting_a_failed_delivery() 
 fn dequeue_takes_the_next_message_settled_or_held_by_the_getter() {
     let mut q = Harness::new(Settings::default());
     let ids = q.publish(3);
-    let getter = ConsumerId::getter(3);
+    let getter = ConsumerId::getter(0, 3);
     let (response, _) = q.run(Op::Dequeue { consumer: getter.clone(), settle: true });
     let taken = Dequeued { id: ids[0], delivery_count: 0, redelivered: false, ready_after: 2 };
     assert_eq!(response, Response::Dequeued(Some(taken)));

@@ -39,7 +39,7 @@ pub(super) fn enqueue(body: &str, priority: Option<u8>, expiration_ms: Option<u6
 }
 
 pub(super) fn consumer(channel: u64, tag: &str) -> ConsumerId {
-    ConsumerId::new(channel, tag)
+    ConsumerId::new(0, channel, tag)
 }
 
 pub(super) fn checkout(c: &ConsumerId, prefetch: u32, priority: i32) -> Op {

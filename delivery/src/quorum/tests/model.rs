@@ -80,9 +80,9 @@ fn settings() -> impl Strategy<Value = Settings> {
 /// Consumers 0..6 are tags of channels 0..3; 6..9 are the channels' getters.
 fn consumer_of(n: u8) -> ConsumerId {
     if n >= 6 {
-        ConsumerId::getter(u64::from(n - 6))
+        ConsumerId::getter(0, u64::from(n - 6))
     } else {
-        ConsumerId::new(u64::from(n % 3), format!("c{n}"))
+        ConsumerId::new(0, u64::from(n % 3), format!("c{n}"))
     }
 }
 
@@ -105,9 +105,9 @@ fn run_leader(settings: &Settings, steps: &[Step]) -> (QueueState, Vec<(u64, Com
                 checkout(&consumer_of(*consumer % 6), *prefetch, *priority)
             }
             Step::Cancel { consumer } => Op::Cancel { consumer: consumer_of(*consumer) },
-            Step::Down { channel } => Op::Down { channel: u64::from(*channel) },
+            Step::Down { channel } => Op::Down { node: 0, channel: u64::from(*channel) },
             Step::Dequeue { channel, settle } => {
-                Op::Dequeue { consumer: ConsumerId::getter(u64::from(*channel)), settle: *settle }
+                Op::Dequeue { consumer: ConsumerId::getter(0, u64::from(*channel)), settle: *settle }
             }
             Step::Settle { consumer, pick, kind } => {
                 let consumer = consumer_of(*consumer);
@@ -195,7 +195,7 @@ proptest! {
     ) {
         let settings = Settings { max_priority, delivery_limit, ..Settings::default() };
         let mut q = Harness::new(settings);
-        let getter = ConsumerId::getter(1);
+        let getter = ConsumerId::getter(0, 1);
         // Reference: ready (-priority, id) -> delivery count; held id -> (priority, count).
         let mut ready: BTreeMap<(i16, u64), u32> = BTreeMap::new();
         let mut held: BTreeMap<u64, (u8, u32)> = BTreeMap::new();

@@ -1,0 +1,102 @@
+//! What a quorum queue's Raft group needs from the cluster it runs in, as a trait the layer
+//! above implements ([`Replication`]): this node's id, the members of a new group, starting
+//! this node's member on the cluster's network (and routing the group's incoming RPCs to it),
+//! and handing a batch of commands to the leader when it is on another node. A broker on its
+//! own uses [`SingleNode`]: one member, no network.
+
+use super::command::{CommandBatch, Response};
+use super::group::LOCAL_NODE_ID;
+use super::no_peers::NoPeers;
+use super::raft::{quorum_raft_config, QuorumRaft, QuorumStateMachine};
+use openraft::{BasicNode, Raft};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use warren_storage::raft::RaftLog;
+
+/// A future that the cluster layer returns.
+pub type ClusterFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Who a new group's members are, and which of them initializes it (and so leads first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitialMembers {
+    /// The member that initializes the group.
+    pub leader: u64,
+    /// Every member, by Raft id.
+    pub members: BTreeMap<u64, BasicNode>,
+}
+
+/// The cluster as a quorum queue's group sees it.
+pub trait Replication: Send + Sync + std::fmt::Debug + 'static {
+    /// This node's Raft id.
+    fn node_id(&self) -> u64;
+
+    /// The members of the group of a new quorum queue `queue` in `vhost`, asked for
+    /// `x-quorum-initial-group-size` (`None`: the default, min(3, nodes)).
+    fn initial_members(&self, vhost: &str, queue: &str, size: Option<u64>) -> InitialMembers;
+
+    /// Starts this node's member of `group` over `log` and `machine` and routes the group's
+    /// RPCs to it.
+    fn start_member(
+        &self,
+        group: &str,
+        log: RaftLog<QuorumRaft>,
+        machine: QuorumStateMachine,
+    ) -> ClusterFuture<Result<Raft<QuorumRaft>, String>>;
+
+    /// This node's member of `group` stopped: its RPCs are no longer routed here.
+    fn stop_member(&self, group: &str);
+
+    /// Submits `batch` to the member of `group` on node `leader` (which leads the group);
+    /// returns the responses of its ops once applied there.
+    fn propose_to(&self, leader: u64, group: &str, batch: CommandBatch)
+        -> ClusterFuture<Result<Vec<Response>, String>>;
+}
+
+/// A broker on its own: every group has one member, this node.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SingleNode;
+
+impl SingleNode {
+    /// As the replication of a broker's queues.
+    pub fn shared() -> Arc<dyn Replication> {
+        Arc::new(SingleNode)
+    }
+}
+
+/// The Raft cluster name of a single node's groups.
+const LOCAL_CLUSTER_NAME: &str = "warren";
+
+impl Replication for SingleNode {
+    fn node_id(&self) -> u64 {
+        LOCAL_NODE_ID
+    }
+
+    fn initial_members(&self, _vhost: &str, _queue: &str, _size: Option<u64>) -> InitialMembers {
+        InitialMembers { leader: LOCAL_NODE_ID, members: BTreeMap::from([(LOCAL_NODE_ID, BasicNode::new("local"))]) }
+    }
+
+    fn start_member(
+        &self,
+        _group: &str,
+        log: RaftLog<QuorumRaft>,
+        machine: QuorumStateMachine,
+    ) -> ClusterFuture<Result<Raft<QuorumRaft>, String>> {
+        Box::pin(async move {
+            let config = quorum_raft_config(LOCAL_CLUSTER_NAME).map_err(|e| e.to_string())?;
+            Raft::new(LOCAL_NODE_ID, Arc::new(config), NoPeers, log, machine).await.map_err(|e| e.to_string())
+        })
+    }
+
+    fn stop_member(&self, _group: &str) {}
+
+    fn propose_to(
+        &self,
+        leader: u64,
+        _group: &str,
+        _batch: CommandBatch,
+    ) -> ClusterFuture<Result<Vec<Response>, String>> {
+        Box::pin(async move { Err(format!("node {leader} is not this node, and this node has no peers")) })
+    }
+}
