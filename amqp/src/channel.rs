@@ -15,6 +15,7 @@ use rand::distributions::{Alphanumeric, DistString};
 use std::sync::Arc;
 use warren_delivery::direct_reply_to::{self, PSEUDO_QUEUE};
 use warren_delivery::exchange::{Binding, Destination, ExchangeDefinition};
+use warren_delivery::metadata::{DefinitionOp, MetaOutcome};
 use warren_delivery::{
     BrokerError, BrokerResult, ConnectionId, ConsumerOptions, GetResult, Message, QueueDefinition, Reply, ReplyCode,
     Session, VirtualHost,
@@ -129,6 +130,18 @@ impl Channel {
     fn exchange_method(&mut self, ctx: &ConnectionContext, method: exchange::AMQPMethod) -> BrokerResult<()> {
         let vhost = &ctx.vhost;
         let (nowait, ok) = match method {
+            exchange::AMQPMethod::Declare(d) if !d.passive && ctx.vhost.metadata().is_some() => {
+                let op = DefinitionOp::DeclareExchange {
+                    name: d.exchange.to_string(),
+                    kind: d.kind.to_string(),
+                    durable: d.durable,
+                    auto_delete: d.auto_delete,
+                    internal: d.internal,
+                    arguments: d.arguments,
+                };
+                let ok = |_| AMQPClass::Exchange(exchange::AMQPMethod::DeclareOk(exchange::DeclareOk {}));
+                return self.change_definitions(ctx, op, d.nowait, ok);
+            }
             exchange::AMQPMethod::Declare(d) => {
                 if d.passive {
                     vhost.declare_exchange_passive(d.exchange.as_str())?;
@@ -144,13 +157,40 @@ impl Channel {
                 }
                 (d.nowait, exchange::AMQPMethod::DeclareOk(exchange::DeclareOk {}))
             }
+            exchange::AMQPMethod::Delete(d) if ctx.vhost.metadata().is_some() => {
+                let op = DefinitionOp::DeleteExchange { name: d.exchange.to_string(), if_unused: d.if_unused };
+                let ok = |_| AMQPClass::Exchange(exchange::AMQPMethod::DeleteOk(exchange::DeleteOk {}));
+                return self.change_definitions(ctx, op, d.nowait, ok);
+            }
             exchange::AMQPMethod::Delete(d) => {
                 vhost.delete_exchange(d.exchange.as_str(), d.if_unused)?;
                 (d.nowait, exchange::AMQPMethod::DeleteOk(exchange::DeleteOk {}))
             }
+            exchange::AMQPMethod::Bind(b) if ctx.vhost.metadata().is_some() => {
+                let op = DefinitionOp::Bind {
+                    source: b.source.to_string(),
+                    destination: b.destination.to_string(),
+                    to_exchange: true,
+                    routing_key: b.routing_key.to_string(),
+                    arguments: b.arguments,
+                };
+                let ok = |_| AMQPClass::Exchange(exchange::AMQPMethod::BindOk(exchange::BindOk {}));
+                return self.change_definitions(ctx, op, b.nowait, ok);
+            }
             exchange::AMQPMethod::Bind(b) => {
                 vhost.bind(b.source.as_str(), exchange_binding(b.destination, b.routing_key, b.arguments), ctx.id)?;
                 (b.nowait, exchange::AMQPMethod::BindOk(exchange::BindOk {}))
+            }
+            exchange::AMQPMethod::Unbind(u) if ctx.vhost.metadata().is_some() => {
+                let op = DefinitionOp::Unbind {
+                    source: u.source.to_string(),
+                    destination: u.destination.to_string(),
+                    to_exchange: true,
+                    routing_key: u.routing_key.to_string(),
+                    arguments: u.arguments,
+                };
+                let ok = |_| AMQPClass::Exchange(exchange::AMQPMethod::UnbindOk(exchange::UnbindOk {}));
+                return self.change_definitions(ctx, op, u.nowait, ok);
             }
             exchange::AMQPMethod::Unbind(u) => {
                 let binding = exchange_binding(u.destination, u.routing_key, u.arguments);
@@ -163,6 +203,33 @@ impl Channel {
             self.reply(ctx, AMQPClass::Exchange(ok));
         }
         Ok(())
+    }
+
+    /// In a cluster, a definition change goes through the metadata group: the channel's
+    /// reply (or, with `nowait`, its next method) waits until it is applied on this node.
+    fn change_definitions(
+        &mut self,
+        ctx: &ConnectionContext,
+        op: DefinitionOp,
+        nowait: bool,
+        ok: impl FnOnce(MetaOutcome) -> AMQPClass + Send + 'static,
+    ) -> BrokerResult<()> {
+        let Some(metadata) = ctx.vhost.metadata().cloned() else {
+            return Err(BrokerError::new(ReplyCode::InternalError, "this node is not in a cluster"));
+        };
+        let vhost = ctx.vhost.name().to_string();
+        self.pending = Some(PendingReply::new(self.id, async move {
+            let outcome = metadata.change(&vhost, op).await?;
+            Ok(if nowait { Answer::Nothing } else { Answer::Method(ok(outcome)) })
+        }));
+        Ok(())
+    }
+
+    /// Whether `name` is an exclusive queue of this node (those stay out of the cluster's
+    /// definitions).
+    fn is_exclusive_here(&self, ctx: &ConnectionContext, name: &ShortString) -> bool {
+        let name = self.queue_name(name).unwrap_or_default();
+        ctx.vhost.queue(&name).is_ok_and(|q| q.definition().exclusive_owner.is_some())
     }
 
     /// A queue name from a method: "" means the last queue declared on this channel.
@@ -190,6 +257,26 @@ impl Channel {
                 let ok = queue::DeclareOk { queue: d.queue, message_count: 0, consumer_count: 1 };
                 (d.nowait, queue::AMQPMethod::DeclareOk(ok))
             }
+            queue::AMQPMethod::Declare(d) if !d.passive && !d.exclusive && ctx.vhost.metadata().is_some() => {
+                let name =
+                    if d.queue.as_str().is_empty() { VirtualHost::generated_queue_name() } else { d.queue.to_string() };
+                self.last_queue = Some(name.clone());
+                let op = DefinitionOp::DeclareQueue {
+                    name: name.clone(),
+                    durable: d.durable,
+                    auto_delete: d.auto_delete,
+                    arguments: d.arguments,
+                    members: None,
+                };
+                let ok = move |declared: MetaOutcome| {
+                    AMQPClass::Queue(queue::AMQPMethod::DeclareOk(queue::DeclareOk {
+                        queue: short(name),
+                        message_count: declared.message_count,
+                        consumer_count: declared.consumer_count,
+                    }))
+                };
+                return self.change_definitions(ctx, op, d.nowait, ok);
+            }
             queue::AMQPMethod::Declare(d) => {
                 let declared = if d.passive {
                     vhost.declare_queue_passive(&self.queue_name(&d.queue)?, ctx.id)?
@@ -214,10 +301,32 @@ impl Channel {
                 };
                 (d.nowait, queue::AMQPMethod::DeclareOk(ok))
             }
+            queue::AMQPMethod::Bind(b) if ctx.vhost.metadata().is_some() => {
+                let op = DefinitionOp::Bind {
+                    source: b.exchange.to_string(),
+                    destination: self.queue_name(&b.queue)?,
+                    to_exchange: false,
+                    routing_key: b.routing_key.to_string(),
+                    arguments: b.arguments,
+                };
+                let ok = |_| AMQPClass::Queue(queue::AMQPMethod::BindOk(queue::BindOk {}));
+                return self.change_definitions(ctx, op, b.nowait, ok);
+            }
             queue::AMQPMethod::Bind(b) => {
                 let binding = queue_binding(&self.queue_name(&b.queue)?, b.routing_key, b.arguments);
                 vhost.bind(b.exchange.as_str(), binding, ctx.id)?;
                 (b.nowait, queue::AMQPMethod::BindOk(queue::BindOk {}))
+            }
+            queue::AMQPMethod::Unbind(u) if ctx.vhost.metadata().is_some() => {
+                let op = DefinitionOp::Unbind {
+                    source: u.exchange.to_string(),
+                    destination: self.queue_name(&u.queue)?,
+                    to_exchange: false,
+                    routing_key: u.routing_key.to_string(),
+                    arguments: u.arguments,
+                };
+                let ok = |_| AMQPClass::Queue(queue::AMQPMethod::UnbindOk(queue::UnbindOk {}));
+                return self.change_definitions(ctx, op, false, ok);
             }
             queue::AMQPMethod::Unbind(u) => {
                 let queue = self.queue_name(&u.queue)?;
@@ -240,6 +349,20 @@ impl Channel {
                         return Ok(());
                     }
                 }
+            }
+            queue::AMQPMethod::Delete(d)
+                if ctx.vhost.metadata().is_some() && !self.is_exclusive_here(ctx, &d.queue) =>
+            {
+                let op = DefinitionOp::DeleteQueue {
+                    name: self.queue_name(&d.queue)?,
+                    if_unused: d.if_unused,
+                    if_empty: d.if_empty,
+                };
+                let ok = |deleted: MetaOutcome| {
+                    let message_count = deleted.message_count;
+                    AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk { message_count }))
+                };
+                return self.change_definitions(ctx, op, d.nowait, ok);
             }
             queue::AMQPMethod::Delete(d) => {
                 let name = self.queue_name(&d.queue)?;

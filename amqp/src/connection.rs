@@ -440,6 +440,7 @@ impl Connection {
         match outcome {
             Ok(Answer::Method(reply)) => self.outbox.method(channel, reply),
             Ok(Answer::Frames(frames)) => self.outbox.send(Outbound::Frames(frames)),
+            Ok(Answer::Nothing) => {}
             Err(error) => self.close_channel(channel, error),
         }
     }

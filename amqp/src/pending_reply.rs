@@ -16,6 +16,8 @@ pub enum Answer {
     Method(AMQPClass),
     /// Frames already encoded (a method with content, such as `basic.get-ok`).
     Frames(Bytes),
+    /// Nothing (a `nowait` method, whose effect later methods must still wait for).
+    Nothing,
 }
 
 /// What a waiting method will answer: the reply, or an error that closes its channel.

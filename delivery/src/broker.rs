@@ -76,6 +76,13 @@ impl Broker {
         self.vhosts.get(name).cloned()
     }
 
+    /// Makes this node part of a cluster whose definitions change through `metadata`.
+    pub fn join_metadata(&self, metadata: &Arc<crate::metadata::Metadata>) {
+        for vhost in self.vhosts.values() {
+            let _ = vhost.metadata.set(Arc::clone(metadata));
+        }
+    }
+
     /// The user store.
     pub fn users(&self) -> &UserStore {
         &self.users

@@ -4,7 +4,9 @@ use crate::client_text;
 use std::fmt;
 
 /// An AMQP reply code, as the 0-9-1 specification (and RabbitMQ) assigns them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Serializable: errors travel between cluster nodes (a declare applied on one node answers
+/// a client of another).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ReplyCode {
     /// 311: the message body is larger than the broker accepts.
     ContentTooLarge,
@@ -98,7 +100,7 @@ impl fmt::Display for ReplyCode {
 }
 
 /// A refused operation: the reply code to send and a text that says what to fix.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[error("{code} - {text}")]
 pub struct BrokerError {
     /// The reply code for `channel.close` or `connection.close`.

@@ -16,6 +16,7 @@ pub mod field_table;
 mod field_value;
 pub mod message;
 pub mod message_store;
+pub mod metadata;
 pub mod node;
 pub mod properties;
 pub mod queue;

@@ -43,6 +43,9 @@ pub enum StartError {
     /// The inter-node transport cannot start.
     #[error(transparent)]
     Cluster(#[from] cluster::service::ClusterStartError),
+    /// The cluster's metadata group cannot start.
+    #[error(transparent)]
+    Metadata(#[from] cluster::metadata_group::MetadataStartError),
     /// The AMQP address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -127,9 +130,24 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
             .saturating_add(1 << 20),
         ..LogStoreConfig::default()
     };
-    let broker = Broker::open(&config.data_dir, store_config)
+    let router = cluster::RaftRouter::new();
+    let cluster = cluster::service::start_with(&config.cluster, router.clone()).await?;
+    let replication = cluster.as_ref().map(|transport| {
+        let peers: Vec<String> = config.cluster.peers.iter().map(|p| p.name.clone()).collect();
+        let (node, name) = (&config.cluster.node_name, &config.cluster.cluster_name);
+        cluster::replication::ClusterReplication::new(node, name, &peers, transport.clone(), router.clone())
+    });
+    let core_replication: Arc<dyn warren_delivery::quorum::Replication> = match &replication {
+        Some(replication) => Arc::clone(replication) as Arc<dyn warren_delivery::quorum::Replication>,
+        None => warren_delivery::quorum::SingleNode::shared(),
+    };
+    let log_config = store_config.log_config();
+    let broker = Broker::open_replicated(&config.data_dir, store_config, core_replication)
         .map_err(|source| StartError::Recovery { path: config.data_dir.clone(), source })?;
-    let cluster = cluster::service::start(&config.cluster).await?;
+    if let Some(replication) = &replication {
+        let (dir, name) = (&config.data_dir, &config.cluster.cluster_name);
+        cluster::metadata_group::start(replication, &router, &broker, dir, name, log_config).await?;
+    }
     let (shutdown, shutdown_rx) = watch::channel(false);
     let protocol = Arc::new(config.protocol.clone());
     let task = tokio::spawn(warren_amqp::listener::run(listener, Arc::clone(&broker), protocol, shutdown_rx));

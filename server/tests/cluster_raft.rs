@@ -284,7 +284,7 @@ async fn two_groups_share_the_connections_and_unknown_groups_are_reported() {
     cluster.converged(&second, 12).await;
 
     let transport = cluster.node(0).transport.clone();
-    let mut network = GroupNetwork::new(transport, RaftGroupId::new("queue/%2f/nowhere"));
+    let mut network: GroupNetwork = GroupNetwork::new(transport, RaftGroupId::new("queue/%2f/nowhere"));
     let target = raft_node_id(NAMES[1]);
     let mut client = network.new_client(target, &openraft::BasicNode::new(NAMES[1])).await;
     let vote = VoteRequest::new(Vote::new(1, raft_node_id(NAMES[0])), None);

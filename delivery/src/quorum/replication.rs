@@ -19,7 +19,7 @@ use warren_storage::raft::RaftLog;
 pub type ClusterFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// Who a new group's members are, and which of them initializes it (and so leads first).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct InitialMembers {
     /// The member that initializes the group.
     pub leader: u64,
@@ -44,6 +44,10 @@ pub trait Replication: Send + Sync + std::fmt::Debug + 'static {
         log: RaftLog<QuorumRaft>,
         machine: QuorumStateMachine,
     ) -> ClusterFuture<Result<Raft<QuorumRaft>, String>>;
+
+    /// The metadata group decided the members of quorum queue `queue` in `vhost`: the next
+    /// [`Replication::initial_members`] for it answers them.
+    fn plan_members(&self, _vhost: &str, _queue: &str, _members: InitialMembers) {}
 
     /// This node's member of `group` stopped: its RPCs are no longer routed here.
     fn stop_member(&self, group: &str);

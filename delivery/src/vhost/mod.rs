@@ -62,6 +62,9 @@ pub struct VirtualHost {
     scheduler: SchedulerHandle,
     /// The cluster its quorum queues are replicated in.
     replication: Arc<dyn Replication>,
+    /// The cluster's metadata group, once this node is part of one: definitions change
+    /// through it.
+    pub(crate) metadata: std::sync::OnceLock<Arc<crate::metadata::Metadata>>,
     /// Direct reply-to consumers, by the address their replies are published to.
     reply_consumers: ReplyConsumers,
     me: Weak<VirtualHost>,
@@ -115,6 +118,7 @@ impl VirtualHost {
             storage,
             scheduler,
             replication,
+            metadata: std::sync::OnceLock::new(),
             reply_consumers: ReplyConsumers::new(crate::node::local_id()),
             me: Weak::clone(me),
             lifecycle: Mutex::new(()),
@@ -150,6 +154,17 @@ impl VirtualHost {
             scheduler: Arc::clone(&self.scheduler),
             replication: Arc::clone(&self.replication),
         }
+    }
+
+    /// The cluster's metadata group, if this node is in a cluster: definition changes go
+    /// through it ([`crate::metadata::Metadata::change`]) instead of straight to this host.
+    pub fn metadata(&self) -> Option<&Arc<crate::metadata::Metadata>> {
+        self.metadata.get()
+    }
+
+    /// A name for a server-named queue (`amq.gen-...`, as RabbitMQ's).
+    pub fn generated_queue_name() -> String {
+        format!("amq.gen-{}", Alphanumeric.sample_string(&mut rand::thread_rng(), GENERATED_NAME_CHARS))
     }
 
     /// Its name.
@@ -302,8 +317,7 @@ impl VirtualHost {
         connection: ConnectionId,
     ) -> BrokerResult<DeclaredQueue> {
         if definition.name.is_empty() {
-            let random = Alphanumeric.sample_string(&mut rand::thread_rng(), GENERATED_NAME_CHARS);
-            definition.name = format!("amq.gen-{random}");
+            definition.name = Self::generated_queue_name();
         } else {
             refuse_reserved_name("queue", &definition.name)?;
         }

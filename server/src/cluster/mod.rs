@@ -11,16 +11,21 @@
 //! - [`raft_rpc`]: Raft RPCs on the wire, tagged with their group; node ids; frame-size bounds.
 //! - [`raft_network`]: openraft's network for one group (sending RPCs, mapping errors).
 //! - [`raft_router`]: the local group members, by group, that incoming RPCs are handed to.
+//! - [`replication`]: the cluster as the broker core sees it (quorum queues' members, the
+//!   metadata group's forwarding).
+//! - [`metadata_group`]: starting this node's member of the metadata group.
 
 mod connection;
 mod envelope;
 pub mod frame;
 pub mod handshake;
 pub mod inbox;
+pub mod metadata_group;
 pub mod peer_address;
 pub mod raft_network;
 pub mod raft_router;
 pub mod raft_rpc;
+pub mod replication;
 pub mod secret;
 pub mod service;
 pub mod transport;

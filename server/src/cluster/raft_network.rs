@@ -15,8 +15,8 @@
 //! - the target `Raft`'s own error: `RemoteError`.
 
 use super::frame::FrameError;
-use super::raft_rpc::{raft_node_id, RaftGroupId, RaftReply, RaftRpc};
-use super::service::{ClusterTransport, PeerRequest, PeerResponse};
+use super::raft_rpc::{raft_node_id, raft_reply, RaftGroupId, RaftReply, RaftRpc, WireGroup};
+use super::service::ClusterTransport;
 use super::transport::TransportError;
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Timeout, Unreachable,
@@ -27,6 +27,7 @@ use openraft::raft::{
     VoteResponse,
 };
 use openraft::BasicNode;
+use std::marker::PhantomData;
 use std::time::Duration;
 use warren_delivery::quorum::QuorumRaft;
 
@@ -68,24 +69,30 @@ pub enum RaftNetworkError {
     },
 }
 
-/// Makes openraft's per-target clients for one group; one per local `Raft`.
-#[derive(Clone)]
-pub struct GroupNetwork {
+/// Makes openraft's per-target clients for one group of kind `C`; one per local `Raft`.
+pub struct GroupNetwork<C = QuorumRaft> {
     transport: ClusterTransport,
     group: RaftGroupId,
+    kind: PhantomData<fn() -> C>,
 }
 
-impl GroupNetwork {
-    /// The network of group `group` from this node (the one `transport` runs as).
-    pub fn new(transport: ClusterTransport, group: RaftGroupId) -> Self {
-        GroupNetwork { transport, group }
+impl<C> Clone for GroupNetwork<C> {
+    fn clone(&self) -> Self {
+        GroupNetwork { transport: self.transport.clone(), group: self.group.clone(), kind: PhantomData }
     }
 }
 
-impl RaftNetworkFactory<QuorumRaft> for GroupNetwork {
-    type Network = PeerClient;
+impl<C> GroupNetwork<C> {
+    /// The network of group `group` from this node (the one `transport` runs as).
+    pub fn new(transport: ClusterTransport, group: RaftGroupId) -> Self {
+        GroupNetwork { transport, group, kind: PhantomData }
+    }
+}
 
-    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
+impl<C: WireGroup> RaftNetworkFactory<C> for GroupNetwork<C> {
+    type Network = PeerClient<C>;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient<C> {
         PeerClient {
             transport: self.transport.clone(),
             group: self.group.clone(),
@@ -93,12 +100,14 @@ impl RaftNetworkFactory<QuorumRaft> for GroupNetwork {
             target,
             node: node.addr.clone(),
             node_id: raft_node_id(&node.addr),
+            kind: PhantomData,
         }
     }
 }
 
 /// Sends one group's RPCs to one member.
-pub struct PeerClient {
+pub struct PeerClient<C = QuorumRaft> {
+    kind: PhantomData<fn() -> C>,
     transport: ClusterTransport,
     group: RaftGroupId,
     local_id: u64,
@@ -117,9 +126,9 @@ enum Failure<E: std::error::Error> {
     Remote(E),
 }
 
-impl PeerClient {
+impl<C: WireGroup> PeerClient<C> {
     /// Sends `rpc` and waits for the answer within openraft's timeout.
-    async fn call(&self, rpc: RaftRpc, timeout: Duration) -> Result<RaftReply, RaftNetworkError> {
+    async fn call(&self, rpc: RaftRpc<C>, timeout: Duration) -> Result<RaftReply, RaftNetworkError> {
         if self.node_id != self.target {
             return Err(RaftNetworkError::MemberMismatch {
                 id: self.target,
@@ -129,15 +138,13 @@ impl PeerClient {
             });
         }
         let action = rpc.action();
-        let request = PeerRequest::Raft { group: self.group.clone(), rpc: Box::new(rpc) };
-        match self.transport.request_within(&self.node, request, timeout).await? {
-            PeerResponse::Raft(reply) => match *reply {
-                RaftReply::UnknownGroup => {
-                    Err(RaftNetworkError::UnknownGroup { node: self.node.clone(), group: self.group.clone() })
-                }
-                reply => Ok(reply),
-            },
-            PeerResponse::Pong => Err(self.unexpected(action)),
+        let request = C::request(self.group.clone(), rpc);
+        match raft_reply(self.transport.request_within(&self.node, request, timeout).await?) {
+            Some(RaftReply::UnknownGroup) => {
+                Err(RaftNetworkError::UnknownGroup { node: self.node.clone(), group: self.group.clone() })
+            }
+            Some(reply) => Ok(reply),
+            None => Err(self.unexpected(action)),
         }
     }
 
@@ -189,10 +196,10 @@ fn entries_that_fit(entries: usize, len: usize, max: usize) -> u64 {
     u64::try_from(fit).unwrap_or(u64::MAX).clamp(1, entries as u64 - 1)
 }
 
-impl RaftNetwork<QuorumRaft> for PeerClient {
+impl<C: WireGroup> RaftNetwork<C> for PeerClient<C> {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<QuorumRaft>,
+        rpc: AppendEntriesRequest<C>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
         let (action, timeout, entries) = (RPCTypes::AppendEntries, option.hard_ttl(), rpc.entries.len());
@@ -207,7 +214,7 @@ impl RaftNetwork<QuorumRaft> for PeerClient {
 
     async fn install_snapshot(
         &mut self,
-        rpc: InstallSnapshotRequest<QuorumRaft>,
+        rpc: InstallSnapshotRequest<C>,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
         let (action, timeout) = (RPCTypes::InstallSnapshot, option.hard_ttl());
@@ -254,7 +261,7 @@ mod tests {
     async fn client() -> PeerClient {
         let settings = TransportSettings::new("warren@a", "test", ClusterSecret::from_bytes(vec![7; 32]));
         let (transport, _inbox) = Transport::start(settings, None, &[]);
-        let mut network = GroupNetwork::new(transport, RaftGroupId::new("g"));
+        let mut network: GroupNetwork = GroupNetwork::new(transport, RaftGroupId::new("g"));
         network.new_client(raft_node_id("warren@b"), &BasicNode::new("warren@b")).await
     }
 
@@ -297,7 +304,7 @@ mod tests {
     async fn a_member_whose_id_does_not_match_its_name_is_refused() {
         let settings = TransportSettings::new("warren@a", "test", ClusterSecret::from_bytes(vec![7; 32]));
         let (transport, _inbox) = Transport::start(settings, None, &[]);
-        let mut network = GroupNetwork::new(transport, RaftGroupId::new("g"));
+        let mut network: GroupNetwork = GroupNetwork::new(transport, RaftGroupId::new("g"));
         let mut client = network.new_client(42, &BasicNode::new("warren@b")).await;
         let vote = VoteRequest::new(openraft::Vote::new(1, raft_node_id("warren@a")), None);
         match client.vote(vote, RPCOption::new(Duration::from_secs(5))).await {

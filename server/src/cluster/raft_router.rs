@@ -1,21 +1,23 @@
-//! The receiving side of Raft RPCs: which local `Raft` runs each group, and handing each
-//! incoming RPC to it.
+//! The receiving side of Raft RPCs and forwarded proposals: which local `Raft` runs each
+//! group, and handing each incoming RPC or proposal to it.
 //!
 //! Owns: the registry of this node's group members ([`RaftRouter::register`] when a replica
-//! starts, [`RaftRouter::unregister`] when it stops), and the bound on RPCs being handled at
-//! once ([`MAX_CONCURRENT_RAFT_RPCS`], for all groups together). An RPC is handled on its own
+//! starts, [`RaftRouter::unregister`] when it stops; the metadata group's member once it
+//! runs), and the bound on requests being handled at once ([`MAX_CONCURRENT_RAFT_RPCS`],
+//! for all groups together). A request is handled on its own
 //! task, so a slow group (a snapshot being installed) does not hold up the others; when the
 //! bound is reached the service stops taking requests from the inbox, and the transport's
 //! back-pressure does the rest. Nothing is queued per group. An RPC for a group this node
 //! does not run is answered [`RaftReply::UnknownGroup`].
 
 use super::inbox::Responder;
-use super::raft_rpc::{RaftGroupId, RaftReply, RaftRpc};
-use super::service::PeerResponse;
+use super::raft_rpc::{RaftGroupId, RaftReply, RaftRpc, WireGroup};
+use super::service::{PeerRequest, PeerResponse};
 use openraft::Raft;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use tokio::sync::Semaphore;
+use warren_delivery::metadata::Metadata;
 use warren_delivery::quorum::QuorumRaft;
 
 /// Raft RPCs handled at once on this node, over all groups.
@@ -29,6 +31,7 @@ pub struct RaftRouter {
 
 struct Shared {
     groups: Mutex<HashMap<RaftGroupId, Raft<QuorumRaft>>>,
+    metadata: OnceLock<Arc<Metadata>>,
     in_flight: Arc<Semaphore>,
 }
 
@@ -41,7 +44,8 @@ impl Default for RaftRouter {
 impl RaftRouter {
     /// A router with no groups.
     pub fn new() -> Self {
-        let shared = Shared { groups: Mutex::default(), in_flight: Arc::new(Semaphore::new(MAX_CONCURRENT_RAFT_RPCS)) };
+        let in_flight = Arc::new(Semaphore::new(MAX_CONCURRENT_RAFT_RPCS));
+        let shared = Shared { groups: Mutex::default(), metadata: OnceLock::new(), in_flight };
         RaftRouter { shared: Arc::new(shared) }
     }
 
@@ -56,6 +60,11 @@ impl RaftRouter {
         self.groups().remove(group)
     }
 
+    /// Routes the metadata group's RPCs and proposals to this node's member (once).
+    pub fn set_metadata(&self, metadata: Arc<Metadata>) {
+        let _ = self.shared.metadata.set(metadata);
+    }
+
     /// The local member of `group`, if any.
     pub fn get(&self, group: &RaftGroupId) -> Option<Raft<QuorumRaft>> {
         self.groups().get(group).cloned()
@@ -68,35 +77,62 @@ impl RaftRouter {
         ids
     }
 
-    /// Handles `rpc` for `group` from node `from` on its own task and answers through
-    /// `responder`; waits first while [`MAX_CONCURRENT_RAFT_RPCS`] are being handled.
-    pub async fn dispatch(&self, from: String, group: RaftGroupId, rpc: RaftRpc, responder: Responder<PeerResponse>) {
+    /// Handles `request` from node `from` on its own task and answers through `responder`;
+    /// waits first while [`MAX_CONCURRENT_RAFT_RPCS`] are being handled.
+    pub async fn dispatch(&self, from: String, request: PeerRequest, responder: Responder<PeerResponse>) {
         let Ok(permit) = Arc::clone(&self.shared.in_flight).acquire_owned().await else {
             return; // Never closed; the requester times out if it were.
         };
         let router = self.clone();
         tokio::spawn(async move {
-            let reply = router.handle(&group, rpc).await;
-            if let Err(error) = responder.respond(PeerResponse::Raft(Box::new(reply))).await {
-                tracing::debug!(peer = %from, %group, %error, "Raft RPC answer not sent");
+            let response = router.answer(request).await;
+            if let Err(error) = responder.respond(response).await {
+                tracing::debug!(peer = %from, %error, "answer to a peer not sent");
             }
             drop(permit);
         });
     }
 
+    async fn answer(&self, request: PeerRequest) -> PeerResponse {
+        match request {
+            PeerRequest::Ping => PeerResponse::Pong,
+            PeerRequest::Raft { group, rpc } => PeerResponse::Raft(Box::new(self.handle(&group, *rpc).await)),
+            PeerRequest::MetaRaft { rpc } => {
+                let reply = match self.shared.metadata.get() {
+                    Some(metadata) => handle_rpc(metadata.raft(), *rpc).await,
+                    None => RaftReply::UnknownGroup,
+                };
+                PeerResponse::Raft(Box::new(reply))
+            }
+            PeerRequest::Propose { group, batch } => PeerResponse::Proposed(match self.get(&group) {
+                Some(raft) => raft.client_write(batch).await.map(|written| written.data).map_err(|e| e.to_string()),
+                None => Err(format!("this node runs no member of {group}")),
+            }),
+            PeerRequest::ProposeMeta { command } => PeerResponse::MetaProposed(match self.shared.metadata.get() {
+                Some(metadata) => metadata.submit(command).await,
+                None => Err("this node's metadata member is not running yet".into()),
+            }),
+        }
+    }
+
     /// The local member's answer to `rpc`.
     pub async fn handle(&self, group: &RaftGroupId, rpc: RaftRpc) -> RaftReply {
-        let Some(raft) = self.get(group) else {
-            return RaftReply::UnknownGroup;
-        };
-        match rpc {
-            RaftRpc::AppendEntries(request) => RaftReply::AppendEntries(raft.append_entries(request).await),
-            RaftRpc::Vote(request) => RaftReply::Vote(raft.vote(request).await),
-            RaftRpc::InstallSnapshot(request) => RaftReply::InstallSnapshot(raft.install_snapshot(request).await),
+        match self.get(group) {
+            Some(raft) => handle_rpc(&raft, rpc).await,
+            None => RaftReply::UnknownGroup,
         }
     }
 
     fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<RaftGroupId, Raft<QuorumRaft>>> {
         self.shared.groups.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// `raft`'s answer to `rpc`.
+async fn handle_rpc<C: WireGroup>(raft: &Raft<C>, rpc: RaftRpc<C>) -> RaftReply {
+    match rpc {
+        RaftRpc::AppendEntries(request) => RaftReply::AppendEntries(raft.append_entries(request).await),
+        RaftRpc::Vote(request) => RaftReply::Vote(raft.vote(request).await),
+        RaftRpc::InstallSnapshot(request) => RaftReply::InstallSnapshot(raft.install_snapshot(request).await),
     }
 }

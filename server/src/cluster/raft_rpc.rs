@@ -11,16 +11,20 @@
 //! So a group's membership is itself the map from id to node.
 
 use super::frame::MAX_FRAME_BYTES;
+use super::service::{PeerRequest, PeerResponse};
 use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::network::RPCTypes;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
+use openraft::RaftTypeConfig;
 use openraft::{BasicNode, Config, ConfigError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::io::Cursor;
+use warren_delivery::metadata::MetaRaft;
 use warren_delivery::node::NodeId;
 use warren_delivery::quorum::QuorumRaft;
 
@@ -43,18 +47,47 @@ impl fmt::Display for RaftGroupId {
     }
 }
 
-/// One Raft RPC, as openraft's network hands it over.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum RaftRpc {
+/// One Raft RPC of a group of kind `C` (a quorum queue's by default), as openraft's network
+/// hands it over.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(bound = "")]
+pub enum RaftRpc<C: RaftTypeConfig = QuorumRaft> {
     /// Replication and heartbeats.
-    AppendEntries(AppendEntriesRequest<QuorumRaft>),
+    AppendEntries(AppendEntriesRequest<C>),
     /// A candidate asks for a vote.
     Vote(VoteRequest<u64>),
     /// One chunk of a snapshot (at most [`SNAPSHOT_CHUNK_BYTES`] of data).
-    InstallSnapshot(InstallSnapshotRequest<QuorumRaft>),
+    InstallSnapshot(InstallSnapshotRequest<C>),
 }
 
-impl RaftRpc {
+/// A kind of Raft group the cluster runs (quorum queues, the metadata group): its type
+/// config, and how its RPCs travel in the broker's inter-node messages.
+pub trait WireGroup: RaftTypeConfig<NodeId = u64, Node = BasicNode, SnapshotData = Cursor<Vec<u8>>> {
+    /// `rpc` for this node's member of `group`, as a request.
+    fn request(group: RaftGroupId, rpc: RaftRpc<Self>) -> PeerRequest;
+}
+
+impl WireGroup for QuorumRaft {
+    fn request(group: RaftGroupId, rpc: RaftRpc<Self>) -> PeerRequest {
+        PeerRequest::Raft { group, rpc: Box::new(rpc) }
+    }
+}
+
+impl WireGroup for MetaRaft {
+    fn request(_group: RaftGroupId, rpc: RaftRpc<Self>) -> PeerRequest {
+        PeerRequest::MetaRaft { rpc: Box::new(rpc) }
+    }
+}
+
+/// The answer a Raft RPC got, whatever the group's kind.
+pub(crate) fn raft_reply(response: PeerResponse) -> Option<RaftReply> {
+    match response {
+        PeerResponse::Raft(reply) => Some(*reply),
+        _ => None,
+    }
+}
+
+impl<C: RaftTypeConfig> RaftRpc<C> {
     /// Which RPC this is.
     pub fn action(&self) -> RPCTypes {
         match self {

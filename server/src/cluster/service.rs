@@ -15,18 +15,41 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
 use warren_delivery::client_text::sanitize;
+use warren_delivery::metadata::{MetaCommand, MetaRaft};
+use warren_delivery::quorum::{CommandBatch, Response};
 
 /// A request or one-way message between nodes.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub enum PeerRequest {
     /// Are you there? Answered with [`PeerResponse::Pong`].
     Ping,
-    /// A Raft RPC for the local member of `group`. Answered with [`PeerResponse::Raft`].
+    /// A Raft RPC for the local member of quorum queue group `group`. Answered with
+    /// [`PeerResponse::Raft`].
     Raft {
         /// The group.
         group: RaftGroupId,
         /// The RPC (boxed: it is far larger than the other requests).
         rpc: Box<RaftRpc>,
+    },
+    /// A Raft RPC for the local member of the metadata group. Answered with
+    /// [`PeerResponse::Raft`].
+    MetaRaft {
+        /// The RPC.
+        rpc: Box<RaftRpc<MetaRaft>>,
+    },
+    /// Commands for quorum queue group `group`, for its leader to propose. Answered with
+    /// [`PeerResponse::Proposed`].
+    Propose {
+        /// The group.
+        group: RaftGroupId,
+        /// The commands.
+        batch: CommandBatch,
+    },
+    /// A definition change for the metadata group's leader to propose. Answered with
+    /// [`PeerResponse::MetaProposed`].
+    ProposeMeta {
+        /// The change.
+        command: MetaCommand,
     },
 }
 
@@ -35,8 +58,14 @@ pub enum PeerRequest {
 pub enum PeerResponse {
     /// The answer to [`PeerRequest::Ping`].
     Pong,
-    /// The answer to [`PeerRequest::Raft`].
+    /// The answer to [`PeerRequest::Raft`] and [`PeerRequest::MetaRaft`].
     Raft(Box<RaftReply>),
+    /// The answer to [`PeerRequest::Propose`]: the responses of the commands once applied,
+    /// or why they were not.
+    Proposed(Result<Vec<Response>, String>),
+    /// The answer to [`PeerRequest::ProposeMeta`]: the log index the change was committed
+    /// at, or why it was not.
+    MetaProposed(Result<u64, String>),
 }
 
 /// The transport as the broker uses it.
@@ -114,6 +143,6 @@ async fn answer(request: IncomingRequest<PeerRequest, PeerResponse>, router: &Ra
         PeerRequest::Ping => {
             tokio::spawn(responder.respond(PeerResponse::Pong));
         }
-        PeerRequest::Raft { group, rpc } => router.dispatch(from, group, *rpc, responder).await,
+        other => router.dispatch(from, other, responder).await,
     }
 }

@@ -1,0 +1,106 @@
+//! What goes through the metadata group's log: definition changes as a channel received them
+//! (a [`DefinitionOp`] in a virtual host, from a node), and what applying one answers.
+
+use crate::error::BrokerError;
+use crate::quorum::InitialMembers;
+use amq_protocol::types::FieldTable;
+use serde::{Deserialize, Serialize};
+
+/// One definition change, with the fields of the AMQP method that asked for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum DefinitionOp {
+    /// `exchange.declare` (not passive).
+    DeclareExchange {
+        /// Name.
+        name: String,
+        /// Type name.
+        kind: String,
+        /// Durable flag.
+        durable: bool,
+        /// Auto-delete flag.
+        auto_delete: bool,
+        /// Internal flag.
+        internal: bool,
+        /// Arguments.
+        arguments: FieldTable,
+    },
+    /// `exchange.delete`.
+    DeleteExchange {
+        /// Name.
+        name: String,
+        /// Only if it has no bindings.
+        if_unused: bool,
+    },
+    /// `queue.declare` of a queue that is not exclusive (not passive; named by its node).
+    DeclareQueue {
+        /// Name (a server-generated one is chosen by the node the declare came from).
+        name: String,
+        /// Durable flag.
+        durable: bool,
+        /// Auto-delete flag.
+        auto_delete: bool,
+        /// Arguments.
+        arguments: FieldTable,
+        /// A quorum queue's members, chosen by the node the declare came from.
+        members: Option<InitialMembers>,
+    },
+    /// `queue.delete`.
+    DeleteQueue {
+        /// Name.
+        name: String,
+        /// Only if it has no consumers.
+        if_unused: bool,
+        /// Only if it has no messages.
+        if_empty: bool,
+    },
+    /// `queue.bind` or `exchange.bind`.
+    Bind {
+        /// Source exchange.
+        source: String,
+        /// Destination queue or exchange.
+        destination: String,
+        /// Whether the destination is an exchange.
+        to_exchange: bool,
+        /// Routing key.
+        routing_key: String,
+        /// Arguments.
+        arguments: FieldTable,
+    },
+    /// `queue.unbind` or `exchange.unbind`.
+    Unbind {
+        /// Source exchange.
+        source: String,
+        /// Destination queue or exchange.
+        destination: String,
+        /// Whether the destination is an exchange.
+        to_exchange: bool,
+        /// Routing key.
+        routing_key: String,
+        /// Arguments.
+        arguments: FieldTable,
+    },
+}
+
+/// A definition change in `vhost`, proposed by node `origin`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetaCommand {
+    /// The node whose client asked for it (its answer is that node's own result).
+    pub origin: u64,
+    /// The virtual host.
+    pub vhost: String,
+    /// The change.
+    pub op: DefinitionOp,
+}
+
+/// What a declare answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MetaOutcome {
+    /// Ready messages (`queue.declare-ok`, `queue.delete-ok`).
+    pub message_count: u32,
+    /// Consumers (`queue.declare-ok`).
+    pub consumer_count: u32,
+}
+
+/// The result of applying a command on one node: its outcome, or the error that closes
+/// the channel.
+pub type MetaResult = Result<MetaOutcome, BrokerError>;

@@ -1,0 +1,98 @@
+//! [`Metadata`]: how a node changes definitions through the metadata group. The change is
+//! proposed to the leader (this node's member, or another node's through
+//! [`MetaForwarding`]); once it is committed and applied here, the caller gets this node's
+//! own result, so that whatever the client does next on this node sees the change.
+
+use super::command::{DefinitionOp, MetaCommand, MetaOutcome};
+use super::machine::{MetaRaft, MetaStateMachine};
+use crate::error::{BrokerError, BrokerResult, ReplyCode};
+use crate::quorum::{ClusterFuture, Replication};
+use openraft::Raft;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a change waits for the metadata group to have a leader.
+const LEADER_WAIT_MS: u64 = 5_000;
+
+/// Hands a command to the metadata group's leader on another node.
+pub trait MetaForwarding: Send + Sync + std::fmt::Debug + 'static {
+    /// Submits `command` to node `leader`'s member; returns the log index it was committed at.
+    fn propose_to(&self, leader: u64, command: MetaCommand) -> ClusterFuture<Result<u64, String>>;
+}
+
+/// This node's side of the metadata group.
+pub struct Metadata {
+    raft: Raft<MetaRaft>,
+    machine: MetaStateMachine,
+    forwarding: Arc<dyn MetaForwarding>,
+    replication: Arc<dyn Replication>,
+}
+
+impl std::fmt::Debug for Metadata {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metadata").field("machine", &self.machine).finish_non_exhaustive()
+    }
+}
+
+fn unavailable(why: impl std::fmt::Display) -> BrokerError {
+    BrokerError::new(ReplyCode::InternalError, format!("the cluster's metadata group cannot take the change: {why}"))
+}
+
+impl Metadata {
+    /// This node's member `raft` over `machine`; changes to make on another node go through
+    /// `forwarding`, quorum queues' members are chosen by `replication`.
+    pub fn new(
+        raft: Raft<MetaRaft>,
+        machine: MetaStateMachine,
+        forwarding: Arc<dyn MetaForwarding>,
+        replication: Arc<dyn Replication>,
+    ) -> Arc<Self> {
+        Arc::new(Metadata { raft, machine, forwarding, replication })
+    }
+
+    /// This node's member of the group.
+    pub fn raft(&self) -> &Raft<MetaRaft> {
+        &self.raft
+    }
+
+    /// Makes `op` in `vhost` on every node; returns this node's result once it is applied
+    /// here. A quorum queue's members are chosen here, the declaring node first.
+    pub async fn change(&self, vhost: &str, mut op: DefinitionOp) -> BrokerResult<MetaOutcome> {
+        if let DefinitionOp::DeclareQueue { name, arguments, members, .. } = &mut op {
+            let parsed = crate::queue::QueueArguments::parse(arguments)?;
+            if parsed.queue_type == crate::queue::QueueType::Quorum {
+                let size = parsed.quorum_initial_group_size;
+                *members = Some(self.replication.initial_members(vhost, name, size));
+            }
+        }
+        let command = MetaCommand { origin: self.replication.node_id(), vhost: vhost.to_string(), op };
+        let index = self.submit(command).await.map_err(unavailable)?;
+        match self.machine.applied(index).await {
+            Some(result) => result,
+            None => Err(unavailable("its result here was lost")),
+        }
+    }
+
+    /// Submits `command` to the leader (this node's member, or through forwarding); returns
+    /// the log index it was committed at. What a forwarded proposal runs on the leader.
+    pub async fn submit(&self, command: MetaCommand) -> Result<u64, String> {
+        let me = self.replication.node_id();
+        let mut leader = self.raft.metrics().borrow().current_leader;
+        if leader.is_none() {
+            let wait = self.raft.wait(Some(Duration::from_millis(LEADER_WAIT_MS)));
+            leader = wait
+                .metrics(|m| m.current_leader.is_some(), "a leader")
+                .await
+                .map_err(|e| e.to_string())?
+                .current_leader;
+        }
+        match leader {
+            Some(leader) if leader == me => {
+                let written = self.raft.client_write(command).await.map_err(|e| e.to_string())?;
+                Ok(written.log_id.index)
+            }
+            Some(leader) => self.forwarding.propose_to(leader, command).await,
+            None => Err("no leader".into()),
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! The metadata group's openraft glue: its type config ([`MetaRaft`]) and state machine
+//! ([`MetaStateMachine`]), which applies each committed [`MetaCommand`] to this node's
+//! virtual hosts, as the channel that received the method would have.
+//!
+//! The virtual hosts keep their definitions on disk as they always do; the state machine
+//! only remembers, durably, the last entry it applied, so that a restart does not apply
+//! anything twice (a delete replayed over a queue declared again later would lose its
+//! messages). Snapshots are not taken: definitions change rarely, and the log keeps them all.
+
+use super::command::{DefinitionOp, MetaCommand, MetaOutcome, MetaResult};
+use crate::broker::Broker;
+use crate::error::{BrokerError, ReplyCode};
+use crate::exchange::{Binding, Destination, ExchangeDefinition};
+use crate::queue::{ConnectionId, QueueArguments, QueueDefinition, QueueType};
+use crate::quorum::Replication;
+use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::{
+    BasicNode, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, StorageError, StorageIOError, StoredMembership,
+};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use tokio::sync::watch;
+use warren_storage::SnapshotFile;
+
+openraft::declare_raft_types!(
+    /// The metadata group's Raft types: entries carry [`MetaCommand`]s and apply to a
+    /// [`MetaResult`]; u64 node ids, `BasicNode`, tokio.
+    pub MetaRaft:
+        D = MetaCommand,
+        R = MetaResult,
+);
+
+/// Results of this node's own commands kept for their proposer, at most: one that is never
+/// taken (its client went away) is dropped after this many newer ones.
+const RESULTS_KEPT: usize = 4096;
+/// The applied-state file's format version.
+const APPLIED_FORMAT_VERSION: u8 = 1;
+
+/// What the state machine keeps on disk.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Applied {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, BasicNode>,
+}
+
+struct Shared {
+    node_id: u64,
+    broker: Weak<Broker>,
+    replication: Arc<dyn Replication>,
+    file: SnapshotFile,
+    applied: Mutex<Applied>,
+    /// The results of commands proposed by this node, by log index, until taken.
+    results: Mutex<BTreeMap<u64, MetaResult>>,
+    /// The last applied index.
+    applied_index: watch::Sender<u64>,
+}
+
+/// This node's metadata state machine.
+#[derive(Clone)]
+pub struct MetaStateMachine {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for MetaStateMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetaStateMachine").field("node_id", &self.shared.node_id).finish_non_exhaustive()
+    }
+}
+
+fn storage_error(error: impl std::error::Error + 'static) -> StorageError<u64> {
+    StorageError::from(StorageIOError::write_state_machine(&error))
+}
+
+impl MetaStateMachine {
+    /// The state machine of node `node_id`, applying to `broker`'s virtual hosts, its applied
+    /// state kept in `applied_path`.
+    pub fn open(
+        node_id: u64,
+        broker: &Arc<Broker>,
+        replication: Arc<dyn Replication>,
+        applied_path: impl Into<PathBuf>,
+    ) -> Result<Self, warren_storage::StorageError> {
+        let file = SnapshotFile::new(applied_path);
+        let applied: Applied = match file.read()? {
+            Some(bytes) => match bytes.split_first() {
+                Some((&APPLIED_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(|e| {
+                    warren_storage::StorageError::Failed(format!("metadata applied state does not decode: {e}"))
+                })?,
+                _ => return Err(warren_storage::StorageError::Failed("unknown metadata applied-state format".into())),
+            },
+            None => Applied::default(),
+        };
+        let index = applied.last_applied.map_or(0, |id| id.index);
+        let shared = Shared {
+            node_id,
+            broker: Arc::downgrade(broker),
+            replication,
+            file,
+            applied: Mutex::new(applied),
+            results: Mutex::new(BTreeMap::new()),
+            applied_index: watch::Sender::new(index),
+        };
+        Ok(MetaStateMachine { shared: Arc::new(shared) })
+    }
+
+    /// Waits until the entry at `index` is applied here; then the result of this node's own
+    /// command at that index (`None` if it was not this node's, or was taken).
+    pub async fn applied(&self, index: u64) -> Option<MetaResult> {
+        let mut applied = self.shared.applied_index.subscribe();
+        let _ = applied.wait_for(|at| *at >= index).await;
+        self.shared.results.lock().remove(&index)
+    }
+
+    fn save(&self) -> Result<(), warren_storage::StorageError> {
+        let applied = self.shared.applied.lock().clone();
+        let mut bytes = vec![APPLIED_FORMAT_VERSION];
+        bytes =
+            postcard::to_extend(&applied, bytes).map_err(|e| warren_storage::StorageError::Failed(e.to_string()))?;
+        self.shared.file.write(&bytes)
+    }
+
+    /// Applies one command to this node's virtual host.
+    fn apply_command(&self, command: &MetaCommand) -> MetaResult {
+        let broker =
+            self.shared.broker.upgrade().ok_or_else(|| BrokerError::new(ReplyCode::InternalError, "stopping"))?;
+        let vhost = broker
+            .vhost(&command.vhost)
+            .ok_or_else(|| BrokerError::new(ReplyCode::NotAllowed, format!("no vhost '{}'", command.vhost)))?;
+        let mine = command.origin == self.shared.node_id;
+        // Definitions the cluster replicates are never exclusive: no connection owns them.
+        let anyone = ConnectionId(0);
+        match &command.op {
+            DefinitionOp::DeclareExchange { name, kind, durable, auto_delete, internal, arguments } => {
+                let definition =
+                    ExchangeDefinition::declared(name, kind, *durable, *auto_delete, *internal, arguments.clone())?;
+                vhost.declare_exchange(definition)?;
+            }
+            DefinitionOp::DeleteExchange { name, if_unused } => vhost.delete_exchange(name, *if_unused)?,
+            DefinitionOp::DeclareQueue { name, durable, auto_delete, arguments, members } => {
+                let here = match (QueueArguments::parse(arguments)?.queue_type, members) {
+                    (QueueType::Quorum, Some(members)) => members.members.contains_key(&self.shared.node_id),
+                    // Classic queues and streams live on the node they were declared on.
+                    _ => mine,
+                };
+                if !here {
+                    return Ok(MetaOutcome::default());
+                }
+                if let Some(members) = members {
+                    self.shared.replication.plan_members(&command.vhost, name, members.clone());
+                }
+                let definition = QueueDefinition {
+                    name: name.clone(),
+                    durable: *durable,
+                    exclusive_owner: None,
+                    auto_delete: *auto_delete,
+                    arguments: arguments.clone(),
+                };
+                let declared = vhost.declare_queue(definition, anyone)?;
+                return Ok(MetaOutcome {
+                    message_count: declared.message_count,
+                    consumer_count: declared.consumer_count,
+                });
+            }
+            DefinitionOp::DeleteQueue { name, if_unused, if_empty } => {
+                let message_count = vhost.delete_queue(name, *if_unused, *if_empty, anyone)?;
+                return Ok(MetaOutcome { message_count, consumer_count: 0 });
+            }
+            DefinitionOp::Bind { source, destination, to_exchange, routing_key, arguments } => {
+                vhost.bind(source, binding(destination, *to_exchange, routing_key, arguments), anyone)?;
+            }
+            DefinitionOp::Unbind { source, destination, to_exchange, routing_key, arguments } => {
+                vhost.unbind(source, &binding(destination, *to_exchange, routing_key, arguments), anyone)?;
+            }
+        }
+        Ok(MetaOutcome::default())
+    }
+
+    fn apply_entry(&self, log_id: LogId<u64>, payload: EntryPayload<MetaRaft>) -> MetaResult {
+        let result = match payload {
+            EntryPayload::Normal(command) => {
+                let result = self.apply_command(&command);
+                if command.origin == self.shared.node_id {
+                    let mut results = self.shared.results.lock();
+                    results.insert(log_id.index, result.clone());
+                    while results.len() > RESULTS_KEPT {
+                        results.pop_first();
+                    }
+                } else if let Err(error) = &result {
+                    tracing::debug!(index = log_id.index, %error, "metadata change refused here too");
+                }
+                result
+            }
+            EntryPayload::Membership(membership) => {
+                self.shared.applied.lock().membership = StoredMembership::new(Some(log_id), membership);
+                Ok(MetaOutcome::default())
+            }
+            EntryPayload::Blank => Ok(MetaOutcome::default()),
+        };
+        self.shared.applied.lock().last_applied = Some(log_id);
+        result
+    }
+}
+
+fn binding(
+    destination: &str,
+    to_exchange: bool,
+    routing_key: &str,
+    arguments: &amq_protocol::types::FieldTable,
+) -> Binding {
+    let destination =
+        if to_exchange { Destination::Exchange(destination.into()) } else { Destination::Queue(destination.into()) };
+    Binding { destination, routing_key: routing_key.to_string(), arguments: arguments.clone() }
+}
+
+/// Snapshots are not taken (see the module documentation): a request builds an empty one,
+/// which openraft never needs, since the log is never purged.
+pub struct MetaSnapshotBuilder;
+
+impl RaftSnapshotBuilder<MetaRaft> for MetaSnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<MetaRaft>, StorageError<u64>> {
+        Ok(Snapshot { meta: SnapshotMeta::default(), snapshot: Box::new(Cursor::new(Vec::new())) })
+    }
+}
+
+impl RaftStateMachine<MetaRaft> for MetaStateMachine {
+    type SnapshotBuilder = MetaSnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), StorageError<u64>> {
+        let applied = self.shared.applied.lock();
+        Ok((applied.last_applied, applied.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<MetaResult>, StorageError<u64>>
+    where
+        I: IntoIterator<Item = openraft::Entry<MetaRaft>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let results: Vec<MetaResult> =
+            entries.into_iter().map(|entry| self.apply_entry(entry.log_id, entry.payload)).collect();
+        self.save().map_err(storage_error)?;
+        let index = self.shared.applied.lock().last_applied.map_or(0, |id| id.index);
+        self.shared.applied_index.send_replace(index);
+        Ok(results)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        MetaSnapshotBuilder
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        _meta: &SnapshotMeta<u64, BasicNode>,
+        _snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<u64>> {
+        Err(storage_error(std::io::Error::other("the metadata group does not take snapshots")))
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<MetaRaft>>, StorageError<u64>> {
+        Ok(None)
+    }
+}

@@ -1,0 +1,20 @@
+//! The cluster's metadata group (issue 13): one Raft group over every node that replicates
+//! definitions (exchanges, queues with their replicas, bindings), so that a declare on any
+//! node is known on every node once committed, and its `-ok` is sent only then.
+//!
+//! - `command`: [`MetaCommand`] (a vhost and a [`DefinitionOp`], from the node it came from)
+//!   and what applying it answers.
+//! - `machine`: the type config [`MetaRaft`] and [`MetaStateMachine`], which applies each
+//!   command to this node's virtual hosts as a channel would.
+//! - `handle`: [`Metadata`], how a channel proposes a definition change and waits for it.
+//!
+//! Every node applies every command; classic queues and streams live on the node they were
+//! declared on (commands about them only act there), quorum queues on their members.
+
+mod command;
+mod handle;
+mod machine;
+
+pub use command::{DefinitionOp, MetaCommand, MetaOutcome, MetaResult};
+pub use handle::{MetaForwarding, Metadata};
+pub use machine::{MetaRaft, MetaStateMachine};

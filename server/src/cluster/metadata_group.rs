@@ -1,0 +1,115 @@
+//! Starting this node's member of the metadata group (`warren_delivery::metadata`).
+//!
+//! Its files are under `DATA_DIR/cluster/`: the Raft log, the applied state, and the name of
+//! the cluster the directory belongs to (a node started on a data directory of another
+//! cluster refuses to start). The group forms from the seed list with no manual step: the
+//! node whose name sorts first initializes it with every seed as a member, once, when its log
+//! is empty; the others wait for it (openraft elects a leader once a majority is up), and a
+//! restart never initializes it again.
+
+use super::raft_network::GroupNetwork;
+use super::raft_router::RaftRouter;
+use super::raft_rpc::{fit_to_transport, RaftGroupId};
+use super::replication::ClusterReplication;
+use openraft::storage::RaftLogStorage;
+use openraft::{Config, Raft, SnapshotPolicy};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use warren_delivery::metadata::{MetaRaft, MetaStateMachine, Metadata};
+use warren_delivery::quorum::Replication;
+use warren_delivery::Broker;
+use warren_storage::raft::RaftLog;
+use warren_storage::LogConfig;
+
+/// The metadata group's name on the wire.
+pub const METADATA_GROUP: &str = "metadata";
+/// The cluster's files, in the data directory.
+const CLUSTER_DIR: &str = "cluster";
+/// The file naming the cluster the data directory belongs to.
+const CLUSTER_NAME_FILE: &str = "cluster-name";
+
+/// The metadata member could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataStartError {
+    /// The data directory belongs to another cluster.
+    #[error(
+        "the data directory {dir} belongs to cluster '{found}', not '{expected}': start this node with \
+         --cluster-name {found}, or give it an empty data directory to join '{expected}'"
+    )]
+    OtherCluster {
+        /// The directory.
+        dir: PathBuf,
+        /// The cluster it belongs to.
+        found: String,
+        /// The cluster this node was started for.
+        expected: String,
+    },
+    /// A file could not be read or written.
+    #[error("cannot use {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The Raft log, state machine or Raft itself failed.
+    #[error("the cluster's metadata group cannot start: {0}")]
+    Raft(String),
+}
+
+/// Starts this node's metadata member over `broker`, routes the group's RPCs and proposals to
+/// it, and makes `broker`'s definition changes go through it.
+pub async fn start(
+    cluster: &Arc<ClusterReplication>,
+    router: &RaftRouter,
+    broker: &Arc<Broker>,
+    data_dir: &Path,
+    cluster_name: &str,
+    log_config: LogConfig,
+) -> Result<Arc<Metadata>, MetadataStartError> {
+    let dir = data_dir.join(CLUSTER_DIR);
+    check_cluster_name(&dir, cluster_name)?;
+    let raft_error = |e: &dyn std::fmt::Display| MetadataStartError::Raft(e.to_string());
+    let log = RaftLog::<MetaRaft>::open(dir.join("metadata-log"), log_config).map_err(|e| raft_error(&e))?;
+    let replication: Arc<dyn Replication> = Arc::clone(cluster) as Arc<dyn Replication>;
+    let node_id = replication.node_id();
+    let machine = MetaStateMachine::open(node_id, broker, Arc::clone(&replication), dir.join("metadata-applied"))
+        .map_err(|e| raft_error(&e))?;
+    let fresh = log.clone().get_log_state().await.map_err(|e| raft_error(&e))?.last_log_id.is_none();
+    let config =
+        Config { cluster_name: cluster_name.to_string(), snapshot_policy: SnapshotPolicy::Never, ..Default::default() };
+    let config = fit_to_transport(&config).map_err(|e| raft_error(&e))?;
+    let network = GroupNetwork::<MetaRaft>::new(cluster.transport().clone(), RaftGroupId::new(METADATA_GROUP));
+    let raft = Raft::new(node_id, Arc::new(config), network, log, machine.clone()).await.map_err(|e| raft_error(&e))?;
+    let first = cluster.node_names().into_iter().next();
+    if fresh && first.as_deref() == Some(cluster.transport().node_name()) {
+        if let Err(error) = raft.initialize(cluster.members()).await {
+            tracing::info!(%error, "the metadata group was initialized already");
+        }
+        tracing::info!(nodes = ?cluster.node_names(), "initialized the cluster's metadata group");
+    }
+    let forwarding = Arc::clone(cluster) as Arc<dyn warren_delivery::metadata::MetaForwarding>;
+    let metadata = Metadata::new(raft, machine, forwarding, replication);
+    router.set_metadata(Arc::clone(&metadata));
+    broker.join_metadata(&metadata);
+    Ok(metadata)
+}
+
+/// Records the cluster's name in a new data directory; refuses one of another cluster.
+fn check_cluster_name(dir: &Path, cluster_name: &str) -> Result<(), MetadataStartError> {
+    let path = dir.join(CLUSTER_NAME_FILE);
+    let io = |source| MetadataStartError::Io { path: path.clone(), source };
+    match std::fs::read_to_string(&path) {
+        Ok(found) if found.trim() == cluster_name => Ok(()),
+        Ok(found) => Err(MetadataStartError::OtherCluster {
+            dir: dir.to_path_buf(),
+            found: found.trim().to_string(),
+            expected: cluster_name.to_string(),
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).map_err(io)?;
+            std::fs::write(&path, format!("{cluster_name}\n")).map_err(io)
+        }
+        Err(error) => Err(io(error)),
+    }
+}

@@ -1,0 +1,171 @@
+//! The cluster as the broker core sees it: [`ClusterReplication`] implements the core's
+//! `Replication` (quorum queues' groups) and `MetaForwarding` (the metadata group) over the
+//! transport. It knows the nodes (this one and the seeds), chooses a new quorum queue's
+//! members, starts group members on the transport with their RPCs routed by the
+//! [`RaftRouter`], and hands proposals to leaders on other nodes.
+
+use super::raft_network::GroupNetwork;
+use super::raft_router::RaftRouter;
+use super::raft_rpc::{fit_to_transport, raft_node_id, RaftGroupId};
+use super::service::{ClusterTransport, PeerRequest, PeerResponse};
+use openraft::{BasicNode, Raft};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use warren_delivery::metadata::{MetaCommand, MetaForwarding};
+use warren_delivery::quorum::{
+    quorum_raft_config, ClusterFuture, CommandBatch, InitialMembers, QuorumRaft, QuorumStateMachine, Replication,
+    Response,
+};
+use warren_storage::raft::RaftLog;
+
+/// How long a proposal handed to another node's leader may take.
+const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Replicas of a quorum queue when `x-quorum-initial-group-size` is not given, at most.
+const DEFAULT_GROUP_SIZE: usize = 3;
+
+/// The cluster: this node, its seeds, the transport between them.
+pub struct ClusterReplication {
+    node_name: String,
+    cluster_name: String,
+    /// Every node by Raft id: this one and the seeds.
+    nodes: BTreeMap<u64, String>,
+    transport: ClusterTransport,
+    router: RaftRouter,
+    /// Members the metadata group decided, until the queue's group is created.
+    planned: Mutex<HashMap<(String, String), InitialMembers>>,
+}
+
+impl std::fmt::Debug for ClusterReplication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterReplication").field("node", &self.node_name).field("nodes", &self.nodes).finish()
+    }
+}
+
+impl ClusterReplication {
+    /// The cluster of `node_name` and `peers` (node names) in `cluster_name`.
+    pub fn new(
+        node_name: &str,
+        cluster_name: &str,
+        peers: &[String],
+        transport: ClusterTransport,
+        router: RaftRouter,
+    ) -> Arc<Self> {
+        let nodes = std::iter::once(node_name)
+            .chain(peers.iter().map(String::as_str))
+            .map(|n| (raft_node_id(n), n.to_string()));
+        Arc::new(ClusterReplication {
+            node_name: node_name.to_string(),
+            cluster_name: cluster_name.to_string(),
+            nodes: nodes.collect(),
+            transport,
+            router,
+            planned: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Every node as a Raft member, by id.
+    pub fn members(&self) -> BTreeMap<u64, BasicNode> {
+        self.nodes.iter().map(|(id, name)| (*id, BasicNode::new(name))).collect()
+    }
+
+    /// The node names, sorted.
+    pub fn node_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.nodes.values().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &ClusterTransport {
+        &self.transport
+    }
+
+    fn node_name_of(&self, id: u64) -> Result<String, String> {
+        self.nodes.get(&id).cloned().ok_or_else(|| format!("no node has Raft id {id}"))
+    }
+}
+
+impl Replication for ClusterReplication {
+    fn node_id(&self) -> u64 {
+        raft_node_id(&self.node_name)
+    }
+
+    /// This node leads (`client-local`), followed by the nodes after it in name order.
+    fn initial_members(&self, vhost: &str, queue: &str, size: Option<u64>) -> InitialMembers {
+        if let Some(planned) =
+            self.planned.lock().unwrap_or_else(PoisonError::into_inner).remove(&(vhost.to_string(), queue.to_string()))
+        {
+            return planned;
+        }
+        let names = self.node_names();
+        let me = names.iter().position(|n| *n == self.node_name).unwrap_or(0);
+        let size = size.map_or(DEFAULT_GROUP_SIZE, |s| usize::try_from(s).unwrap_or(usize::MAX)).clamp(1, names.len());
+        let members = (0..size)
+            .map(|i| &names[(me + i) % names.len()])
+            .map(|name| (raft_node_id(name), BasicNode::new(name)))
+            .collect();
+        InitialMembers { leader: self.node_id(), members }
+    }
+
+    fn plan_members(&self, vhost: &str, queue: &str, members: InitialMembers) {
+        self.planned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((vhost.to_string(), queue.to_string()), members);
+    }
+
+    fn start_member(
+        &self,
+        group: &str,
+        log: RaftLog<QuorumRaft>,
+        machine: QuorumStateMachine,
+    ) -> ClusterFuture<Result<Raft<QuorumRaft>, String>> {
+        let (group, id) = (RaftGroupId::new(group), self.node_id());
+        let network = GroupNetwork::new(self.transport.clone(), group.clone());
+        let router = self.router.clone();
+        let config = quorum_raft_config(&self.cluster_name)
+            .map_err(|e| e.to_string())
+            .and_then(|c| fit_to_transport(&c).map_err(|e| e.to_string()));
+        Box::pin(async move {
+            let raft = Raft::new(id, Arc::new(config?), network, log, machine).await.map_err(|e| e.to_string())?;
+            router.register(group, raft.clone());
+            Ok(raft)
+        })
+    }
+
+    fn stop_member(&self, group: &str) {
+        self.router.unregister(&RaftGroupId::new(group));
+    }
+
+    fn propose_to(
+        &self,
+        leader: u64,
+        group: &str,
+        batch: CommandBatch,
+    ) -> ClusterFuture<Result<Vec<Response>, String>> {
+        let request = PeerRequest::Propose { group: RaftGroupId::new(group), batch };
+        let node = self.node_name_of(leader);
+        let transport = self.transport.clone();
+        Box::pin(async move {
+            match transport.request_within(&node?, request, PROPOSAL_TIMEOUT).await.map_err(|e| e.to_string())? {
+                PeerResponse::Proposed(result) => result,
+                other => Err(format!("unexpected answer to a proposal: {other:?}")),
+            }
+        })
+    }
+}
+
+impl MetaForwarding for ClusterReplication {
+    fn propose_to(&self, leader: u64, command: MetaCommand) -> ClusterFuture<Result<u64, String>> {
+        let node = self.node_name_of(leader);
+        let transport = self.transport.clone();
+        Box::pin(async move {
+            let request = PeerRequest::ProposeMeta { command };
+            match transport.request_within(&node?, request, PROPOSAL_TIMEOUT).await.map_err(|e| e.to_string())? {
+                PeerResponse::MetaProposed(result) => result,
+                other => Err(format!("unexpected answer to a metadata proposal: {other:?}")),
+            }
+        })
+    }
+}
