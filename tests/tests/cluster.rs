@@ -13,6 +13,8 @@ use warren_tests::*;
 /// A cluster of processes, stopped when dropped.
 struct Cluster {
     nodes: Vec<Option<WarrenProcess>>,
+    /// Each node's data directory and command line, to restart it.
+    starts: Vec<(std::path::PathBuf, Vec<String>)>,
 }
 
 impl Drop for Cluster {
@@ -38,20 +40,32 @@ fn start_cluster(dir: &Path) -> Cluster {
     let peers: Vec<String> = NAMES.iter().zip(&ports).map(|(name, port)| format!("{name}@127.0.0.1:{port}")).collect();
     let peers = peers.join(",");
     let secret = secret.to_string_lossy().to_string();
-    let nodes = NAMES
+    let starts: Vec<(std::path::PathBuf, Vec<String>)> = NAMES
         .iter()
         .zip(&ports)
         .map(|(name, port)| {
             let listen = format!("127.0.0.1:{port}");
             let args =
                 ["--node-name", name, "--peers", &peers, "--cluster-listen", &listen, "--cluster-secret-file", &secret];
-            Some(WarrenProcess::start(&dir.join(name), &args))
+            (dir.join(name), args.iter().map(|a| a.to_string()).collect())
         })
         .collect();
-    Cluster { nodes }
+    let nodes = starts.iter().map(|(dir, args)| Some(start_node(dir, args))).collect();
+    Cluster { nodes, starts }
+}
+
+fn start_node(dir: &Path, args: &[String]) -> WarrenProcess {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    WarrenProcess::start(dir, &args)
 }
 
 impl Cluster {
+    /// Starts node `node` again on its data directory.
+    fn restart(&mut self, node: usize) {
+        let (dir, args) = &self.starts[node];
+        self.nodes[node] = Some(start_node(dir, args));
+    }
+
     async fn connect(&self, node: usize) -> Connection {
         let uri = self.nodes[node].as_ref().expect("running").uri();
         Connection::connect(&uri, ConnectionProperties::default()).await.expect("connect")
@@ -123,5 +137,173 @@ async fn declare_on_a_publish_on_b_consume_on_c() {
     while passive_count(&a, "q").await != Some(0) {
         assert!(Instant::now() < deadline, "acks reached every replica");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What a publisher learned: the sequence numbers confirmed and those nacked or lost with
+/// their connection.
+#[derive(Debug, Default)]
+struct Published {
+    confirmed: Vec<u64>,
+    unconfirmed: Vec<u64>,
+    highest: u64,
+}
+
+/// Publishes numbered messages to `queue` in windows of `window`, with confirms, until `stop`
+/// says so; a failed publish (its node or leader gone) counts as unconfirmed.
+async fn publish_numbered(
+    conn: Connection,
+    queue: &str,
+    window: u64,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Published {
+    let mut published = Published::default();
+    let Ok(ch) = conn.create_channel().await else { return published };
+    if ch.confirm_select(ConfirmSelectOptions::default()).await.is_err() {
+        return published;
+    }
+    let mut next = 0u64;
+    while !*stop.borrow() {
+        let mut pending = Vec::new();
+        for _ in 0..window {
+            let sent = ch
+                .basic_publish(
+                    "".into(),
+                    queue.into(),
+                    Default::default(),
+                    &next.to_be_bytes(),
+                    BasicProperties::default(),
+                )
+                .await;
+            pending.push((next, sent));
+            published.highest = next;
+            next += 1;
+        }
+        for (number, sent) in pending {
+            let confirmed = match sent {
+                Ok(confirm) => confirm.await.is_ok_and(|c| c.is_ack()),
+                Err(_) => false,
+            };
+            if confirmed {
+                published.confirmed.push(number);
+            } else {
+                published.unconfirmed.push(number);
+            }
+        }
+        if published.unconfirmed.len() > 100_000 {
+            break;
+        }
+    }
+    published
+}
+
+/// Takes deliveries from `queue`, acking each, until `stop`; returns (number, redelivered).
+async fn consume_numbered(conn: Connection, queue: &str, stop: tokio::sync::watch::Receiver<bool>) -> Vec<(u64, bool)> {
+    use futures_util::StreamExt;
+    let mut seen = Vec::new();
+    let ch = conn.create_channel().await.expect("channel");
+    ch.basic_qos(100, BasicQosOptions::default()).await.expect("qos");
+    let mut consumer = ch
+        .basic_consume(queue.into(), "checker".into(), Default::default(), FieldTable::default())
+        .await
+        .expect("consume");
+    loop {
+        let next = tokio::time::timeout(Duration::from_millis(200), consumer.next()).await;
+        match next {
+            Ok(Some(Ok(delivery))) => {
+                let number = u64::from_be_bytes(delivery.data.as_slice().try_into().expect("8 bytes"));
+                seen.push((number, delivery.redelivered));
+                let _ = delivery.ack(BasicAckOptions::default()).await;
+            }
+            Ok(_) => break,
+            Err(_) if *stop.borrow() => break,
+            Err(_) => {}
+        }
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_mid_load_loses_no_confirmed_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start_cluster(dir.path());
+    let a = cluster.connect(0).await;
+    declare_when_formed(&a.create_channel().await.expect("channel"), "q").await;
+    let (stop_publishing, publishing) = tokio::sync::watch::channel(false);
+    let (stop_consuming, consuming) = tokio::sync::watch::channel(false);
+    let publisher = tokio::spawn(publish_numbered(cluster.connect(1).await, "q", 50, publishing));
+    let consumer = tokio::spawn(consume_numbered(cluster.connect(2).await, "q", consuming));
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A declared the queue: its member leads the group. Kill it mid-load.
+    cluster.nodes[0].take().expect("running").kill9();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    stop_publishing.send_replace(true);
+    let published = publisher.await.expect("publisher");
+    // Everything confirmed is delivered, after the failover too.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let b = cluster.connect(1).await;
+    while passive_count(&b, "q").await.is_none_or(|ready| ready > 0) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop_consuming.send_replace(true);
+    let seen = consumer.await.expect("consumer");
+
+    let confirmed_after_kill =
+        published.confirmed.iter().filter(|n| **n > published.confirmed.len() as u64 / 3).count();
+    assert!(published.confirmed.len() > 100, "the load ran: {} confirmed", published.confirmed.len());
+    assert!(confirmed_after_kill > 0, "publishes were confirmed after the failover");
+    let received: std::collections::BTreeMap<u64, usize> =
+        seen.iter().fold(Default::default(), |mut counts, (n, _)| {
+            *counts.entry(*n).or_default() += 1;
+            counts
+        });
+    let lost: Vec<u64> = published.confirmed.iter().copied().filter(|n| !received.contains_key(n)).collect();
+    assert!(
+        lost.is_empty(),
+        "confirmed but never delivered: {} of {} ({:?}...)",
+        lost.len(),
+        published.confirmed.len(),
+        &lost[..lost.len().min(10)]
+    );
+    let invented: Vec<u64> = received.keys().copied().filter(|n| *n > published.highest).collect();
+    assert!(invented.is_empty(), "delivered but never published: {invented:?}");
+    let duplicates = received.values().filter(|count| **count > 1).count();
+    // Order holds apart from redeliveries.
+    let first_deliveries: Vec<u64> = seen.iter().filter(|(_, redelivered)| !redelivered).map(|(n, _)| *n).collect();
+    assert!(first_deliveries.windows(2).all(|pair| pair[0] < pair[1]), "first deliveries in publish order");
+    eprintln!(
+        "failover: {} confirmed, {} unconfirmed, {} delivered, {} duplicates",
+        published.confirmed.len(),
+        published.unconfirmed.len(),
+        seen.len(),
+        duplicates
+    );
+
+    // The killed node comes back, catches up from the leader's log, and serves again.
+    cluster.restart(0);
+    let a = cluster.connect(0).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while passive_count(&a, "q").await != Some(0) {
+        assert!(Instant::now() < deadline, "the restarted node caught up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let publisher = confirm_channel(&b).await;
+    for i in 0..10u64 {
+        let body = (1_000_000 + i).to_be_bytes();
+        let confirm =
+            publisher.basic_publish("".into(), "q".into(), Default::default(), &body, BasicProperties::default());
+        assert!(confirm.await.expect("publish").await.expect("confirm").is_ack());
+    }
+    let consumer_ch = a.create_channel().await.expect("channel");
+    let mut on_a = consumer_ch
+        .basic_consume("q".into(), "a".into(), Default::default(), FieldTable::default())
+        .await
+        .expect("consume on A");
+    for i in 0..10u64 {
+        let delivery = next_delivery(&mut on_a).await;
+        assert_eq!(delivery.data, (1_000_000 + i).to_be_bytes(), "the restarted node delivers from its log");
+        delivery.ack(BasicAckOptions::default()).await.expect("ack");
     }
 }

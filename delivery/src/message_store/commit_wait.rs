@@ -8,7 +8,7 @@
 
 use super::StoreError;
 use parking_lot::Mutex;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -25,11 +25,11 @@ struct Outcomes {
     last_numbered: u64,
     /// Writes the state machine refused.
     refused: BTreeSet<u64>,
-    /// From this number on, writes failed (the group stopped, or lost its leadership).
-    failed_from: Option<(u64, String)>,
+    /// Writes that failed (their leader went away, or the group stopped), with why.
+    failed: BTreeMap<u64, String>,
 }
 
-/// Refused write numbers older than this many writes are forgotten: a confirm waits for its
+/// Refused and failed write numbers older than this many writes are forgotten: a confirm waits for its
 /// writes long before that many more are proposed.
 const REFUSED_KEPT: u64 = 1 << 20;
 
@@ -54,21 +54,27 @@ impl CommitTracker {
             let keep_from = number.saturating_sub(REFUSED_KEPT);
             state.refused = state.refused.split_off(&keep_from);
         }
+        self.advance(number);
+    }
+
+    /// Write `number` failed: it may or may not have been committed, so its publisher gets
+    /// a nack. Outcomes still come in order: every write before it has one.
+    pub fn fail(&self, number: u64, why: impl Into<String>) {
+        {
+            let mut state = self.state.lock();
+            state.failed.insert(number, why.into());
+            let keep_from = number.saturating_sub(REFUSED_KEPT);
+            state.failed = state.failed.split_off(&keep_from);
+        }
+        self.advance(number);
+    }
+
+    fn advance(&self, number: u64) {
         self.settled_through.send_if_modified(|through| {
             let moved = number > *through;
             *through = (*through).max(number);
             moved
         });
-    }
-
-    /// Every write from `number` on fails (and those not numbered yet): the group stopped.
-    pub fn fail_from(&self, number: u64, why: impl Into<String>) {
-        let mut state = self.state.lock();
-        if state.failed_from.is_none() {
-            state.failed_from = Some((number, why.into()));
-        }
-        drop(state);
-        self.settled_through.send_replace(u64::MAX);
     }
 
     /// Waits until writes `first..=last` have their outcomes: an error if one was refused
@@ -78,10 +84,8 @@ impl CommitTracker {
         // The sender lives as long as this tracker, which the caller holds.
         let _ = settled.wait_for(|through| *through >= last).await;
         let state = self.state.lock();
-        if let Some((from, why)) = &state.failed_from {
-            if last >= *from {
-                return Err(StoreError::Storage { kind: super::FailureKind::Closed, detail: why.clone() });
-            }
+        if let Some((_, why)) = state.failed.range(first..=last).next() {
+            return Err(StoreError::Storage { kind: super::FailureKind::Closed, detail: why.clone() });
         }
         if state.refused.range(first..=last).next().is_some() {
             return Err(StoreError::Refused);
@@ -116,14 +120,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failure_fails_the_writes_from_its_number_on() {
+    async fn a_failed_write_fails_the_ranges_holding_it_only() {
         let tracker = CommitTracker::new();
         for _ in 0..3 {
             tracker.next();
         }
         tracker.settled(1, false);
-        tracker.fail_from(2, "leadership lost");
+        tracker.fail(2, "leader gone");
+        tracker.settled(3, false);
         assert_eq!(tracker.wait(1, 1).await, Ok(()));
         assert!(matches!(tracker.wait(2, 3).await, Err(StoreError::Storage { kind: FailureKind::Closed, .. })));
+        assert_eq!(tracker.wait(3, 3).await, Ok(()));
     }
 }

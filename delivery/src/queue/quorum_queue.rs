@@ -44,6 +44,13 @@ use warren_storage::LogConfig;
 const DEAD_LETTER_RETRY_MS: u64 = 1_000;
 /// Effects handled in one go by the effects task.
 const EFFECTS_BATCH: usize = 256;
+/// How often a member checks its consumers and, leading, the other nodes (see
+/// [`Inner::housekeeping`]).
+const HOUSEKEEPING_INTERVAL_MS: u64 = 1_000;
+/// How long a node with channels in the state may be unreachable before the leader declares
+/// its channels down (what they held is delivered to others; their consumers, if the node
+/// was only cut off, are cancelled there when it sees they are gone).
+const NODE_DOWN_GRACE_MS: u64 = 5_000;
 
 /// A quorum queue's kind.
 pub(crate) struct QuorumQueue {
@@ -67,6 +74,11 @@ struct Local {
     last_used_ms: u64,
     /// When the message-expiry timer is armed for, if it is.
     expiry_timer_ms: Option<u64>,
+    /// Consumers of this node seen attached in the state (one that then disappears from it
+    /// was declared down by the leader, and is cancelled).
+    seen_attached: HashSet<ConsumerId>,
+    /// Nodes with channels in the state that the leader found unreachable, and since when.
+    down_since: HashMap<u64, std::time::Instant>,
 }
 
 /// A new quorum queue: durable, not exclusive, not auto-delete (406 otherwise, as in
@@ -201,6 +213,7 @@ async fn take_over(queue: Weak<Queue>, inner: Weak<Inner>) {
     drop(running);
     let mut metrics = raft.metrics();
     let mut leading = false;
+    let mut housekeeping = tokio::time::interval(Duration::from_millis(HOUSEKEEPING_INTERVAL_MS));
     loop {
         let now_leading = metrics.borrow_and_update().state == ServerState::Leader;
         if now_leading && !leading {
@@ -208,8 +221,12 @@ async fn take_over(queue: Weak<Queue>, inner: Weak<Inner>) {
             inner.lead(&queue);
         }
         leading = now_leading;
-        if metrics.changed().await.is_err() {
-            return;
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() { return },
+            _ = housekeeping.tick() => {
+                let (Some(queue), Some(inner)) = (queue.upgrade(), inner.upgrade()) else { return };
+                inner.housekeeping(&queue);
+            }
         }
     }
 }
@@ -249,6 +266,49 @@ impl Inner {
             tokio::spawn(dead_letter_at_least_once(Arc::downgrade(queue), Arc::downgrade(self), id, reason));
         }
         self.arm_expiry(queue);
+    }
+
+    /// Every member: its consumers the state no longer has are cancelled (with
+    /// `basic.cancel`, so clients resubscribe). The leader: channels of nodes unreachable for
+    /// longer than [`NODE_DOWN_GRACE_MS`] are declared down.
+    fn housekeeping(&self, _queue: &Arc<Queue>) {
+        let machine = self.group.machine();
+        let vanished: Vec<Arc<Consumer>> = {
+            let mut local = self.local.lock();
+            let ids: Vec<ConsumerId> = local.consumers.keys().cloned().collect();
+            let mut vanished = Vec::new();
+            for id in ids {
+                if machine.read(|state| state.is_attached(&id)) {
+                    local.seen_attached.insert(id);
+                } else if local.seen_attached.remove(&id) {
+                    vanished.extend(local.consumers.remove(&id));
+                }
+            }
+            vanished
+        };
+        for consumer in vanished {
+            tracing::warn!(consumer = consumer.tag().as_str(), "a quorum queue's consumer was dropped by its leader");
+            consumer.session().cancelled_by_broker(&consumer);
+        }
+        if !self.group.is_leader() {
+            self.local.lock().down_since.clear();
+            return;
+        }
+        let me = self.group.node_id();
+        let now = std::time::Instant::now();
+        for node in machine.read(|state| state.nodes_with_channels()).into_iter().filter(|n| *n != me) {
+            if self.group.is_node_up(node) {
+                self.local.lock().down_since.remove(&node);
+                continue;
+            }
+            let since = *self.local.lock().down_since.entry(node).or_insert(now);
+            if now.duration_since(since) >= Duration::from_millis(NODE_DOWN_GRACE_MS) {
+                for channel in machine.read(|state| state.channels_of(node)) {
+                    self.group.propose(Op::Down { node, channel });
+                }
+                self.local.lock().down_since.insert(node, now);
+            }
+        }
     }
 
     /// Acts on this node's share of effects: deliveries to its consumers; dead letters if
@@ -434,6 +494,7 @@ impl QueueKind for QuorumQueue {
         let none_left = {
             let mut local = self.inner.local.lock();
             local.consumers.remove(&id);
+            local.seen_attached.remove(&id);
             local.last_used_ms = now_ms();
             local.consumers.is_empty()
         };

@@ -38,6 +38,9 @@ pub const LOCAL_NODE_ID: u64 = 1;
 const LEADER_WAIT_MS: u64 = 5_000;
 /// How often a reader polls for an entry to be applied on this node.
 const APPLIED_POLL_MS: u64 = 2;
+/// How long the proposer waits before sending again after a batch failed (its leader went
+/// away: a new one is being elected).
+const RETRY_BACKOFF_MS: u64 = 100;
 /// The group's Raft log, in its directory.
 const LOG_DIR: &str = "raft-log";
 /// The state machine's snapshot file, in its directory.
@@ -85,7 +88,13 @@ enum Outcome {
 struct Proposal {
     op: Op,
     outcome: Outcome,
+    /// Times it was proposed and its entry failed.
+    failures: u32,
 }
+
+/// Failed attempts after which an op that is proposed again is given up (the group is gone
+/// for good: deleted, or never regains a leader).
+const MAX_PROPOSAL_FAILURES: u32 = 100;
 
 impl Proposal {
     fn body_bytes(&self) -> usize {
@@ -103,7 +112,21 @@ type Applied = Pin<Box<dyn Future<Output = Result<Vec<Response>, String>> + Send
 struct Submitted {
     applied: Applied,
     outcomes: Vec<Outcome>,
+    /// The ops proposed again if the entry fails: those whose outcome nobody waits for
+    /// (acks, returns, checkouts, cancels, channel-downs); `None` for the others.
+    retry: Vec<Option<(Op, u32)>>,
     _slot: OwnedSemaphorePermit,
+}
+
+/// Whether `op` is proposed again when its entry fails. A publish is not (its publisher
+/// gets a nack and decides), nor what a client waits for (it gets an error); the rest would
+/// otherwise be lost, and a lost ack leaves its consumer without credit for good. Each of
+/// them is harmless applied twice.
+fn retried(op: &Op, outcome: &Outcome) -> Option<Op> {
+    match (op, outcome) {
+        (Op::Enqueue(_), _) | (_, Outcome::Write(_) | Outcome::Answer(_)) => None,
+        (op, Outcome::Ignored) => Some(op.clone()),
+    }
 }
 
 /// A running quorum queue group.
@@ -190,7 +213,7 @@ impl QuorumGroup {
     }
 
     fn send(&self, op: Op, outcome: Outcome) {
-        let proposal = Proposal { op, outcome };
+        let proposal = Proposal { op, outcome, failures: 0 };
         if let Err(mpsc::error::SendError(proposal)) = self.proposals.send(proposal) {
             fail(proposal.outcome, &self.writes, "the quorum queue's group stopped");
         }
@@ -199,6 +222,11 @@ impl QuorumGroup {
     /// This node's Raft id.
     pub fn node_id(&self) -> u64 {
         self.replication.node_id()
+    }
+
+    /// Whether node `id` is reachable now.
+    pub fn is_node_up(&self, id: u64) -> bool {
+        self.replication.is_node_up(id)
     }
 
     /// Whether this node leads the group now.
@@ -299,7 +327,7 @@ impl QuorumGroup {
 fn fail(outcome: Outcome, writes: &CommitTracker, why: &str) {
     match outcome {
         Outcome::Ignored => {}
-        Outcome::Write(number) => writes.fail_from(number, why),
+        Outcome::Write(number) => writes.fail(number, why),
         Outcome::Answer(tx) => {
             let _ = tx.send(Err(why.to_string()));
         }
@@ -365,28 +393,55 @@ impl Proposer {
         };
         raft_slot.send_replace(Some(raft.clone()));
         let (submitted_tx, submitted_rx) = mpsc::unbounded_channel();
-        tokio::spawn(report_in_order(submitted_rx, Arc::clone(&self.writes)));
+        let (retry_tx, mut retries) = mpsc::unbounded_channel();
+        tokio::spawn(report_in_order(submitted_rx, Arc::clone(&self.writes), retry_tx));
         let slots = Arc::new(Semaphore::new(ENTRIES_IN_FLIGHT));
         let mut waiting: VecDeque<Proposal> = VecDeque::new();
         let mut received = Vec::new();
         loop {
             let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
+            if let Ok(failed) = retries.try_recv() {
+                // A batch failed: after a pause for the election, its ops go first.
+                tokio::time::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
+                let mut again: Vec<Proposal> = failed;
+                while let Ok(more) = retries.try_recv() {
+                    again.extend(more);
+                }
+                for proposal in again.into_iter().rev() {
+                    waiting.push_front(proposal);
+                }
+            }
             // Everything proposed meanwhile joins the next entry.
-            if waiting.is_empty() && proposals.recv_many(&mut received, MAX_OPS_PER_ENTRY).await == 0 {
-                return;
+            if waiting.is_empty() {
+                tokio::select! {
+                    failed = retries.recv() => {
+                        waiting.extend(failed.into_iter().flatten());
+                        tokio::time::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
+                    }
+                    count = proposals.recv_many(&mut received, MAX_OPS_PER_ENTRY) => if count == 0 { return },
+                }
             }
             while let Ok(proposal) = proposals.try_recv() {
                 received.push(proposal);
             }
             waiting.extend(received.drain(..));
-            let (ops, outcomes) = next_batch(&mut waiting);
+            if waiting.is_empty() {
+                continue;
+            }
+            let (ops, outcomes, failures) = next_batch(&mut waiting);
+            let retry = ops
+                .iter()
+                .zip(&outcomes)
+                .zip(failures)
+                .map(|((op, outcome), failures)| retried(op, outcome).map(|op| (op, failures)))
+                .collect();
             let batch = CommandBatch { at_ms: now_ms(), ops };
             let Some(applied) = self.submit(&raft, batch).await else {
                 fail_all(outcomes, &self.writes, "the quorum queue's group has no leader");
                 continue;
             };
             let remote = applied.1;
-            let submitted = Submitted { applied: applied.0, outcomes, _slot: slot };
+            let submitted = Submitted { applied: applied.0, outcomes, retry, _slot: slot };
             if let Err(mpsc::error::SendError(submitted)) = submitted_tx.send(submitted) {
                 fail_all(submitted.outcomes, &self.writes, "the quorum queue's group stopped");
             }
@@ -429,8 +484,8 @@ impl Proposer {
 }
 
 /// Takes the ops of the next entry off `waiting`: as many as fit in one.
-fn next_batch(waiting: &mut VecDeque<Proposal>) -> (Vec<Op>, Vec<Outcome>) {
-    let (mut ops, mut outcomes) = (Vec::new(), Vec::new());
+fn next_batch(waiting: &mut VecDeque<Proposal>) -> (Vec<Op>, Vec<Outcome>, Vec<u32>) {
+    let (mut ops, mut outcomes, mut failures) = (Vec::new(), Vec::new(), Vec::new());
     let mut bytes = 0;
     while let Some(next) = waiting.front() {
         let full =
@@ -442,8 +497,9 @@ fn next_batch(waiting: &mut VecDeque<Proposal>) -> (Vec<Op>, Vec<Outcome>) {
         bytes += proposal.body_bytes();
         ops.push(proposal.op);
         outcomes.push(proposal.outcome);
+        failures.push(proposal.failures);
     }
-    (ops, outcomes)
+    (ops, outcomes, failures)
 }
 
 fn fail_all(outcomes: Vec<Outcome>, writes: &CommitTracker, why: &str) {
@@ -452,12 +508,29 @@ fn fail_all(outcomes: Vec<Outcome>, writes: &CommitTracker, why: &str) {
     }
 }
 
-async fn report_in_order(mut submitted: mpsc::UnboundedReceiver<Submitted>, writes: Arc<CommitTracker>) {
-    while let Some(Submitted { applied, outcomes, _slot }) = submitted.recv().await {
+async fn report_in_order(
+    mut submitted: mpsc::UnboundedReceiver<Submitted>,
+    writes: Arc<CommitTracker>,
+    retries: mpsc::UnboundedSender<Vec<Proposal>>,
+) {
+    while let Some(Submitted { applied, outcomes, retry, _slot }) = submitted.recv().await {
         let responses = match applied.await {
             Ok(responses) => responses,
             Err(error) => {
-                fail_all(outcomes, &writes, &error);
+                tracing::debug!(%error, "a quorum queue batch failed; its acks and the like are proposed again");
+                let mut again = Vec::new();
+                for (outcome, op) in outcomes.into_iter().zip(retry) {
+                    match op {
+                        Some((op, failures)) if failures < MAX_PROPOSAL_FAILURES => {
+                            again.push(Proposal { op, outcome, failures: failures + 1 })
+                        }
+                        Some((op, _)) => tracing::warn!(?op, %error, "a quorum queue command is given up"),
+                        None => fail(outcome, &writes, &error),
+                    }
+                }
+                // Sent before the slot is released, so the proposer sees them before it
+                // forms its next batch.
+                let _ = retries.send(again);
                 continue;
             }
         };

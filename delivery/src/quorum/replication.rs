@@ -49,6 +49,11 @@ pub trait Replication: Send + Sync + std::fmt::Debug + 'static {
     /// [`Replication::initial_members`] for it answers them.
     fn plan_members(&self, _vhost: &str, _queue: &str, _members: InitialMembers) {}
 
+    /// Whether node `id` is reachable now (this node always is).
+    fn is_node_up(&self, _id: u64) -> bool {
+        true
+    }
+
     /// This node's member of `group` stopped: its RPCs are no longer routed here.
     fn stop_member(&self, group: &str);
 

@@ -427,6 +427,16 @@ impl QueueState {
         self.consumers.iter().filter(|(_, c)| c.id.node == node).map(|(_, consumer)| consumer.id.channel).collect()
     }
 
+    /// The nodes that have channels with consumers or held messages.
+    pub fn nodes_with_channels(&self) -> BTreeSet<u64> {
+        self.consumers.iter().map(|(_, consumer)| consumer.id.node).collect()
+    }
+
+    /// Whether `consumer` is attached and taking deliveries.
+    pub fn is_attached(&self, consumer: &ConsumerId) -> bool {
+        self.consumers.key_of(consumer).and_then(|key| self.consumers.get(key)).is_some_and(|c| c.status == Status::Up)
+    }
+
     /// The single active consumer, if the queue has one.
     pub fn active_consumer(&self) -> Option<&ConsumerId> {
         self.consumers.active()

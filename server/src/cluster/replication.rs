@@ -134,6 +134,11 @@ impl Replication for ClusterReplication {
         })
     }
 
+    fn is_node_up(&self, id: u64) -> bool {
+        id == self.node_id()
+            || self.nodes.get(&id).is_some_and(|name| self.transport.connected_peers().iter().any(|p| p == name))
+    }
+
     fn stop_member(&self, group: &str) {
         self.router.unregister(&RaftGroupId::new(group));
     }
