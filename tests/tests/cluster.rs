@@ -7,6 +7,7 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties, ExchangeKind};
 use std::path::Path;
 use std::time::{Duration, Instant};
+use warren_tests::fault_proxy::FaultProxy;
 use warren_tests::process::WarrenProcess;
 use warren_tests::*;
 
@@ -15,6 +16,8 @@ struct Cluster {
     nodes: Vec<Option<WarrenProcess>>,
     /// Each node's data directory and command line, to restart it.
     starts: Vec<(std::path::PathBuf, Vec<String>)>,
+    /// The proxy on each link (dialling node, dialled node), if the links are proxied.
+    proxies: std::collections::HashMap<(usize, usize), FaultProxy>,
 }
 
 impl Drop for Cluster {
@@ -32,26 +35,42 @@ fn free_port() -> u16 {
 
 const NAMES: [&str; 3] = ["warren@a", "warren@b", "warren@c"];
 
-/// Starts three nodes whose data directories are under `dir`.
-fn start_cluster(dir: &Path) -> Cluster {
+/// Starts three nodes whose data directories are under `dir`; with `proxied`, every link goes
+/// through a [`FaultProxy`] (the node whose name sorts first dials: it is told the proxy's
+/// address as its peer's).
+async fn start_cluster(dir: &Path, proxied: bool) -> Cluster {
     let secret = dir.join("secret");
     std::fs::write(&secret, "the cluster's shared secret\n").expect("secret");
-    let ports: Vec<u16> = NAMES.iter().map(|_| free_port()).collect();
-    let peers: Vec<String> = NAMES.iter().zip(&ports).map(|(name, port)| format!("{name}@127.0.0.1:{port}")).collect();
-    let peers = peers.join(",");
     let secret = secret.to_string_lossy().to_string();
-    let starts: Vec<(std::path::PathBuf, Vec<String>)> = NAMES
-        .iter()
-        .zip(&ports)
-        .map(|(name, port)| {
-            let listen = format!("127.0.0.1:{port}");
-            let args =
-                ["--node-name", name, "--peers", &peers, "--cluster-listen", &listen, "--cluster-secret-file", &secret];
-            (dir.join(name), args.iter().map(|a| a.to_string()).collect())
-        })
-        .collect();
-    let nodes = starts.iter().map(|(dir, args)| Some(start_node(dir, args))).collect();
-    Cluster { nodes, starts }
+    let ports: Vec<u16> = NAMES.iter().map(|_| free_port()).collect();
+    let mut proxies = std::collections::HashMap::new();
+    if proxied {
+        for dialler in 0..NAMES.len() {
+            for dialled in dialler + 1..NAMES.len() {
+                let target = std::net::SocketAddr::from(([127, 0, 0, 1], ports[dialled]));
+                proxies.insert((dialler, dialled), FaultProxy::start(target).await.expect("proxy"));
+            }
+        }
+    }
+    let mut starts = Vec::new();
+    for (me, name) in NAMES.iter().enumerate() {
+        let peers: Vec<String> = (0..NAMES.len())
+            .map(|other| {
+                let addr = match proxies.get(&(me, other)) {
+                    Some(proxy) => proxy.addr.to_string(),
+                    None => format!("127.0.0.1:{}", ports[other]),
+                };
+                format!("{}@{addr}", NAMES[other])
+            })
+            .collect();
+        let listen = format!("127.0.0.1:{}", ports[me]);
+        let peers = peers.join(",");
+        let args =
+            ["--node-name", name, "--peers", &peers, "--cluster-listen", &listen, "--cluster-secret-file", &secret];
+        starts.push((dir.join(name), args.iter().map(|a| a.to_string()).collect::<Vec<String>>()));
+    }
+    let nodes = tokio::task::block_in_place(|| starts.iter().map(|(dir, args)| Some(start_node(dir, args))).collect());
+    Cluster { nodes, starts, proxies }
 }
 
 fn start_node(dir: &Path, args: &[String]) -> WarrenProcess {
@@ -63,7 +82,21 @@ impl Cluster {
     /// Starts node `node` again on its data directory.
     fn restart(&mut self, node: usize) {
         let (dir, args) = &self.starts[node];
-        self.nodes[node] = Some(start_node(dir, args));
+        self.nodes[node] = Some(tokio::task::block_in_place(|| start_node(dir, args)));
+    }
+
+    /// Cuts every link of node `node` (it needs proxied links).
+    fn isolate(&self, node: usize) {
+        for ((dialler, dialled), proxy) in &self.proxies {
+            if *dialler == node || *dialled == node {
+                proxy.cut();
+            }
+        }
+    }
+
+    /// Heals every link.
+    fn heal(&self) {
+        self.proxies.values().for_each(FaultProxy::heal);
     }
 
     async fn connect(&self, node: usize) -> Connection {
@@ -90,7 +123,7 @@ async fn passive_count(conn: &Connection, name: &str) -> Option<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn declare_on_a_publish_on_b_consume_on_c() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cluster = start_cluster(dir.path());
+    let cluster = start_cluster(dir.path(), false).await;
     let a = cluster.connect(0).await;
     let ch = a.create_channel().await.expect("channel");
     declare_when_formed(&ch, "q").await;
@@ -226,7 +259,7 @@ async fn consume_numbered(conn: Connection, queue: &str, stop: tokio::sync::watc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leader_mid_load_loses_no_confirmed_message() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cluster = start_cluster(dir.path());
+    let mut cluster = start_cluster(dir.path(), false).await;
     let a = cluster.connect(0).await;
     declare_when_formed(&a.create_channel().await.expect("channel"), "q").await;
     let (stop_publishing, publishing) = tokio::sync::watch::channel(false);
@@ -305,5 +338,75 @@ async fn killing_the_leader_mid_load_loses_no_confirmed_message() {
         let delivery = next_delivery(&mut on_a).await;
         assert_eq!(delivery.data, (1_000_000 + i).to_be_bytes(), "the restarted node delivers from its log");
         delivery.ack(BasicAckOptions::default()).await.expect("ack");
+    }
+}
+
+/// Publishes `body` to `queue` and waits up to `within` for its confirm: `Some(acked)`, or
+/// `None` if none came.
+async fn publish_within(ch: &lapin::Channel, queue: &str, body: &[u8], within: Duration) -> Option<bool> {
+    let sent =
+        ch.basic_publish("".into(), queue.into(), Default::default(), body, BasicProperties::default()).await.ok()?;
+    match tokio::time::timeout(within, sent).await {
+        Ok(Ok(confirm)) => Some(confirm.is_ack()),
+        Ok(Err(_)) => Some(false),
+        Err(_) => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_leader_stops_confirming_and_the_majority_goes_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), true).await;
+    let a = cluster.connect(0).await;
+    declare_when_formed(&a.create_channel().await.expect("channel"), "q").await;
+    let on_a = confirm_channel(&a).await;
+    assert_eq!(publish_within(&on_a, "q", b"before", Duration::from_secs(5)).await, Some(true));
+
+    // A, the queue's leader, is cut off: it cannot commit, so it confirms nothing.
+    cluster.isolate(0);
+    let during = publish_within(&on_a, "q", b"minority", Duration::from_secs(3)).await;
+    assert_ne!(during, Some(true), "a minority leader must not confirm");
+
+    // B and C elect a leader and go on.
+    let b = cluster.connect(1).await;
+    let on_b = confirm_channel(&b).await;
+    let mut confirmed = vec![b"before".to_vec()];
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for i in 0..50u32 {
+        let body = format!("majority {i}").into_bytes();
+        loop {
+            assert!(Instant::now() < deadline, "the majority did not take publishes");
+            if publish_within(&on_b, "q", &body, Duration::from_secs(5)).await == Some(true) {
+                confirmed.push(body);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    // Healed: nothing confirmed is lost, and A catches up.
+    cluster.heal();
+    let c = cluster.connect(2).await;
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let ch = c.create_channel().await.expect("channel");
+    while got.len() < confirmed.len() {
+        assert!(Instant::now() < deadline, "got {} of {} confirmed messages", got.len(), confirmed.len());
+        match ch.basic_get("q".into(), BasicGetOptions { no_ack: true }).await.expect("get") {
+            Some(message) => got.push(message.delivery.data),
+            None => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    for body in &confirmed {
+        assert!(got.contains(body), "confirmed {:?} was lost", String::from_utf8_lossy(body));
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (on_a, on_c) = (passive_count(&cluster.connect(0).await, "q").await, passive_count(&c, "q").await);
+        if on_a.is_some() && on_a == on_c {
+            break;
+        }
+        assert!(Instant::now() < deadline, "A did not catch up: {on_a:?} ready there, {on_c:?} on C");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
