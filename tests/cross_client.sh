@@ -35,6 +35,8 @@ if ! "$venv/bin/python" -c 'import sys; sys.exit(0)' >/dev/null 2>&1 ||
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt
 "$venv/bin/python" -m pytest tests/python -p no:cacheprovider -q
+echo "==> Python (pika): quorum queues on a three-node cluster"
+WARREN_CLUSTER_NODES=3 "$venv/bin/python" -m pytest tests/python/test_pika_quorum.py -p no:cacheprovider -q
 
 echo "==> Node.js (amqplib): tests/node"
 (

@@ -90,9 +90,37 @@ def run_broker(workdir: Path, extra_args=()):
         stop(process)
 
 
+@contextlib.contextmanager
+def run_cluster(workdir: Path, nodes: int):
+    """Runs a cluster of `nodes` warren processes in workdir until the block ends; yields the
+    pika parameters of each node, in name order."""
+    names = [f"warren@n{i}" for i in range(nodes)]
+    ports = [free_port() for _ in names]
+    peers = ",".join(f"{name}@127.0.0.1:{port}" for name, port in zip(names, ports))
+    secret = workdir / "secret"
+    secret.write_text("the pika suite's cluster secret\n")
+    with contextlib.ExitStack() as stack:
+        parameters = []
+        for name, port in zip(names, ports):
+            node_dir = workdir / name
+            node_dir.mkdir()
+            args = ["--node-name", name, "--peers", peers, "--cluster-listen", f"127.0.0.1:{port}",
+                    "--cluster-secret-file", str(secret)]
+            _, node_parameters = stack.enter_context(run_broker(node_dir, args))
+            parameters.append(node_parameters)
+        yield parameters
+
+
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory):
-    """The broker shared by the session's tests; yields pika connection parameters for it."""
+    """The broker shared by the session's tests; yields pika connection parameters for it.
+    With WARREN_CLUSTER_NODES=N, a cluster of N nodes, and the parameters of its second node
+    (so that what the tests declare has its leader elsewhere only when the cluster chooses)."""
+    nodes = int(os.environ.get("WARREN_CLUSTER_NODES", "1"))
+    if nodes > 1:
+        with run_cluster(tmp_path_factory.mktemp("warren-cluster"), nodes) as parameters:
+            yield parameters[1]
+        return
     with run_broker(tmp_path_factory.mktemp("warren")) as (_, parameters):
         yield parameters
 

@@ -256,8 +256,38 @@ async fn consume_numbered(conn: Connection, queue: &str, stop: tokio::sync::watc
     seen
 }
 
+/// Failover rounds run by the test: `WARREN_FAILOVER_ROUNDS` (the soak script sets many),
+/// from seed `WARREN_FAILOVER_SEED` on.
+fn failover_rounds() -> (u64, u64) {
+    let var = |name: &str, default: u64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    (var("WARREN_FAILOVER_SEED", 1), var("WARREN_FAILOVER_ROUNDS", 2))
+}
+
+/// A small deterministic generator (xorshift64*), so that a failing seed can be replayed.
+fn seeded(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    move |bound| {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_F491_4F6C_DD1D) % bound.max(1)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leader_mid_load_loses_no_confirmed_message() {
+    let (first, rounds) = failover_rounds();
+    for seed in first..first + rounds {
+        eprintln!("failover round, seed {seed} (replay: WARREN_FAILOVER_SEED={seed} WARREN_FAILOVER_ROUNDS=1)");
+        failover_round(seed).await;
+    }
+}
+
+/// One round: publisher on B, consumer on C, the leader (A) killed after a seeded delay and
+/// restarted after a seeded outage.
+async fn failover_round(seed: u64) {
+    let mut random = seeded(seed);
+    let (kill_after_ms, outage_ms) = (500 + random(2_500), 1_000 + random(4_000));
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cluster = start_cluster(dir.path(), false).await;
     let a = cluster.connect(0).await;
@@ -267,10 +297,10 @@ async fn killing_the_leader_mid_load_loses_no_confirmed_message() {
     let publisher = tokio::spawn(publish_numbered(cluster.connect(1).await, "q", 50, publishing));
     let consumer = tokio::spawn(consume_numbered(cluster.connect(2).await, "q", consuming));
 
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_millis(kill_after_ms)).await;
     // A declared the queue: its member leads the group. Kill it mid-load.
     cluster.nodes[0].take().expect("running").kill9();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    tokio::time::sleep(Duration::from_millis(outage_ms)).await;
     stop_publishing.send_replace(true);
     let published = publisher.await.expect("publisher");
     // Everything confirmed is delivered, after the failover too.
