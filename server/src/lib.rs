@@ -3,7 +3,7 @@
 //! Configuration, the listeners, and the lifecycle: start, run, shut down gracefully. The
 //! binary (`main.rs`) adds logging and signal handling; tests start brokers through [`start`].
 
-mod allocator;
+pub mod allocator;
 pub mod cluster;
 pub mod config;
 pub mod open_files;

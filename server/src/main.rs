@@ -11,6 +11,7 @@ use warren_server::Config;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let huge_pages = warren_server::allocator::disable_transparent_huge_pages();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     // Colour codes only on a terminal: logs redirected to files or read by tests stay plain.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -22,6 +23,9 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
+    if let Err(error) = huge_pages {
+        tracing::warn!(%error, "cannot turn transparent huge pages off; memory per queue will be higher");
+    }
     match warren_server::open_files::raise_to_hard_limit() {
         Ok(limit) => tracing::info!(before = limit.before, now = limit.now, "open files limit"),
         Err(error) => {

@@ -357,7 +357,16 @@ async fn failover_round(seed: u64) {
         let body = (1_000_000 + i).to_be_bytes();
         let confirm =
             publisher.basic_publish("".into(), "q".into(), Default::default(), &body, BasicProperties::default());
-        assert!(confirm.await.expect("publish").await.expect("confirm").is_ack());
+        if !confirm.await.expect("publish").await.expect("confirm").is_ack() {
+            for (i, node) in cluster.nodes.iter().enumerate() {
+                for line in node.as_ref().map(|n| n.log_lines()).unwrap_or_default() {
+                    if line.contains("WARN") || line.contains("ERROR") {
+                        eprintln!("node {i}: {line}");
+                    }
+                }
+            }
+            panic!("nacked after the restart");
+        }
     }
     let consumer_ch = a.create_channel().await.expect("channel");
     let mut on_a = consumer_ch

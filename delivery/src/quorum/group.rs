@@ -12,7 +12,7 @@
 
 use super::command::{entry_of, CommandBatch, Enqueue, MessageId, Op, Response, MAX_OPS_PER_ENTRY};
 use super::raft::{AppliedEffects, QuorumRaft, QuorumStateMachine};
-use super::replication::{InitialMembers, Replication};
+use super::replication::{InitialMembers, ProposeError, Replication};
 use super::settings::Settings;
 use super::snapshot::DEFAULT_CHECKPOINT_INTERVAL_ENTRIES;
 use super::QuorumError;
@@ -106,7 +106,7 @@ impl Proposal {
 }
 
 /// The responses of an entry's ops, once applied.
-type Applied = Pin<Box<dyn Future<Output = Result<Vec<Response>, String>> + Send>>;
+type Applied = Pin<Box<dyn Future<Output = Result<Vec<Response>, ProposeError>> + Send>>;
 
 /// An entry submitted to Raft: its responses to come, who waits for them, and its slot.
 struct Submitted {
@@ -114,7 +114,9 @@ struct Submitted {
     outcomes: Vec<Outcome>,
     /// The ops proposed again if the entry fails: those whose outcome nobody waits for
     /// (acks, returns, checkouts, cancels, channel-downs); `None` for the others.
-    retry: Vec<Option<(Op, u32)>>,
+    retry: Vec<Option<Op>>,
+    /// How often each op failed before.
+    failures: Vec<u32>,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -429,19 +431,14 @@ impl Proposer {
                 continue;
             }
             let (ops, outcomes, failures) = next_batch(&mut waiting);
-            let retry = ops
-                .iter()
-                .zip(&outcomes)
-                .zip(failures)
-                .map(|((op, outcome), failures)| retried(op, outcome).map(|op| (op, failures)))
-                .collect();
+            let retry = ops.iter().zip(&outcomes).map(|(op, outcome)| retried(op, outcome)).collect();
             let batch = CommandBatch { at_ms: now_ms(), ops };
             let Some(applied) = self.submit(&raft, batch).await else {
                 fail_all(outcomes, &self.writes, "the quorum queue's group has no leader");
                 continue;
             };
             let remote = applied.1;
-            let submitted = Submitted { applied: applied.0, outcomes, retry, _slot: slot };
+            let submitted = Submitted { applied: applied.0, outcomes, retry, failures, _slot: slot };
             if let Err(mpsc::error::SendError(submitted)) = submitted_tx.send(submitted) {
                 fail_all(submitted.outcomes, &self.writes, "the quorum queue's group stopped");
             }
@@ -470,13 +467,13 @@ impl Proposer {
             Ok(receiver) => Box::pin(async move {
                 match receiver.await {
                     Ok(Ok(written)) => Ok(written.data),
-                    Ok(Err(error)) => Err(error.to_string()),
-                    Err(_) => Err("the group stopped before applying the command".to_string()),
+                    Ok(Err(error)) => Err(ProposeError::Failed(error.to_string())),
+                    Err(_) => Err(ProposeError::Failed("the group stopped before applying the command".to_string())),
                 }
             }),
             Err(fatal) => {
                 let why = format!("the quorum queue's Raft group stopped: {fatal}");
-                Box::pin(async move { Err(why) })
+                Box::pin(async move { Err(ProposeError::Failed(why)) })
             }
         };
         Some((applied, false))
@@ -513,18 +510,31 @@ async fn report_in_order(
     writes: Arc<CommitTracker>,
     retries: mpsc::UnboundedSender<Vec<Proposal>>,
 ) {
-    while let Some(Submitted { applied, outcomes, retry, _slot }) = submitted.recv().await {
+    while let Some(Submitted { applied, outcomes, retry, failures, _slot }) = submitted.recv().await {
         let responses = match applied.await {
             Ok(responses) => responses,
-            Err(error) => {
+            Err(ProposeError::NotSent(batch)) => {
+                // Nothing of it was applied: every op goes again, publishes included.
+                let mut again = Vec::new();
+                for ((op, outcome), failures) in batch.ops.into_iter().zip(outcomes).zip(failures) {
+                    if failures < MAX_PROPOSAL_FAILURES {
+                        again.push(Proposal { op, outcome, failures: failures + 1 });
+                    } else {
+                        fail(outcome, &writes, "the quorum queue's leader stayed unreachable");
+                    }
+                }
+                let _ = retries.send(again);
+                continue;
+            }
+            Err(ProposeError::Failed(error)) => {
                 tracing::debug!(%error, "a quorum queue batch failed; its acks and the like are proposed again");
                 let mut again = Vec::new();
-                for (outcome, op) in outcomes.into_iter().zip(retry) {
+                for ((outcome, op), failures) in outcomes.into_iter().zip(retry).zip(failures) {
                     match op {
-                        Some((op, failures)) if failures < MAX_PROPOSAL_FAILURES => {
+                        Some(op) if failures < MAX_PROPOSAL_FAILURES => {
                             again.push(Proposal { op, outcome, failures: failures + 1 })
                         }
-                        Some((op, _)) => tracing::warn!(?op, %error, "a quorum queue command is given up"),
+                        Some(op) => tracing::warn!(?op, %error, "a quorum queue command is given up"),
                         None => fail(outcome, &writes, &error),
                     }
                 }

@@ -44,7 +44,7 @@ pub use no_peers::NoPeers;
 pub use raft::{
     quorum_raft_config, AppliedEffects, QuorumRaft, QuorumSnapshotBuilder, QuorumStateMachine, SNAPSHOT_LOGS_SINCE_LAST,
 };
-pub use replication::{ClusterFuture, InitialMembers, Replication, SingleNode};
+pub use replication::{ClusterFuture, InitialMembers, ProposeError, Replication, SingleNode};
 pub use settings::{DeadLetterStrategy, Settings, DEFAULT_DELIVERY_LIMIT};
 pub use snapshot::{
     Checkpoint, Checkpoints, StateSnapshot, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES, MAX_PENDING_CHECKPOINTS,

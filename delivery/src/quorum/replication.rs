@@ -27,6 +27,25 @@ pub struct InitialMembers {
     pub members: BTreeMap<u64, BasicNode>,
 }
 
+/// Why a batch handed to another node's leader has no responses.
+#[derive(Debug)]
+pub enum ProposeError {
+    /// It was not sent (no connection to the leader's node): nothing of it was applied, and
+    /// it is given back to be proposed again.
+    NotSent(CommandBatch),
+    /// It was sent and its fate is unknown (the leader died, or lost its leadership).
+    Failed(String),
+}
+
+impl std::fmt::Display for ProposeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProposeError::NotSent(_) => f.write_str("the leader's node is not connected"),
+            ProposeError::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
 /// The cluster as a quorum queue's group sees it.
 pub trait Replication: Send + Sync + std::fmt::Debug + 'static {
     /// This node's Raft id.
@@ -59,8 +78,12 @@ pub trait Replication: Send + Sync + std::fmt::Debug + 'static {
 
     /// Submits `batch` to the member of `group` on node `leader` (which leads the group);
     /// returns the responses of its ops once applied there.
-    fn propose_to(&self, leader: u64, group: &str, batch: CommandBatch)
-        -> ClusterFuture<Result<Vec<Response>, String>>;
+    fn propose_to(
+        &self,
+        leader: u64,
+        group: &str,
+        batch: CommandBatch,
+    ) -> ClusterFuture<Result<Vec<Response>, ProposeError>>;
 }
 
 /// A broker on its own: every group has one member, this node.
@@ -105,7 +128,8 @@ impl Replication for SingleNode {
         leader: u64,
         _group: &str,
         _batch: CommandBatch,
-    ) -> ClusterFuture<Result<Vec<Response>, String>> {
-        Box::pin(async move { Err(format!("node {leader} is not this node, and this node has no peers")) })
+    ) -> ClusterFuture<Result<Vec<Response>, ProposeError>> {
+        let why = format!("node {leader} is not this node, and this node has no peers");
+        Box::pin(async move { Err(ProposeError::Failed(why)) })
     }
 }

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use warren_delivery::metadata::{MetaCommand, MetaForwarding};
 use warren_delivery::quorum::{
-    quorum_raft_config, ClusterFuture, CommandBatch, InitialMembers, QuorumRaft, QuorumStateMachine, Replication,
-    Response,
+    quorum_raft_config, ClusterFuture, CommandBatch, InitialMembers, ProposeError, QuorumRaft, QuorumStateMachine,
+    Replication, Response,
 };
 use warren_storage::raft::RaftLog;
 
@@ -148,14 +148,22 @@ impl Replication for ClusterReplication {
         leader: u64,
         group: &str,
         batch: CommandBatch,
-    ) -> ClusterFuture<Result<Vec<Response>, String>> {
+    ) -> ClusterFuture<Result<Vec<Response>, ProposeError>> {
+        let node = match self.node_name_of(leader) {
+            Ok(node) => node,
+            Err(why) => return Box::pin(async move { Err(ProposeError::Failed(why)) }),
+        };
+        if !self.transport.connected_peers().contains(&node) {
+            // Not sent: the batch goes back to be proposed again (the leader may change).
+            return Box::pin(async move { Err(ProposeError::NotSent(batch)) });
+        }
         let request = PeerRequest::Propose { group: RaftGroupId::new(group), batch };
-        let node = self.node_name_of(leader);
         let transport = self.transport.clone();
         Box::pin(async move {
-            match transport.request_within(&node?, request, PROPOSAL_TIMEOUT).await.map_err(|e| e.to_string())? {
-                PeerResponse::Proposed(result) => result,
-                other => Err(format!("unexpected answer to a proposal: {other:?}")),
+            let answer = transport.request_within(&node, request, PROPOSAL_TIMEOUT).await;
+            match answer.map_err(|e| ProposeError::Failed(e.to_string()))? {
+                PeerResponse::Proposed(result) => result.map_err(ProposeError::Failed),
+                other => Err(ProposeError::Failed(format!("unexpected answer to a proposal: {other:?}"))),
             }
         })
     }
