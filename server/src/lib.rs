@@ -147,6 +147,7 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
     if let Some(replication) = &replication {
         let (dir, name) = (&config.data_dir, &config.cluster.cluster_name);
         cluster::metadata_group::start(replication, &router, &broker, dir, name, log_config).await?;
+        replication.watch_peers();
     }
     let (shutdown, shutdown_rx) = watch::channel(false);
     let protocol = Arc::new(config.protocol.clone());

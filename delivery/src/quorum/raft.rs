@@ -44,12 +44,17 @@ openraft::declare_raft_types!(
 /// ignores (it is not newer).
 pub const SNAPSHOT_LOGS_SINCE_LAST: u64 = 1024;
 
-/// How often a quorum queue's leader sends heartbeats, in ms. Every group has its own, so
-/// an idle queue costs this many wake-ups per follower: a thousand idle queues on three nodes
-/// cost a few percent of a core at 500 ms, ten times more at openraft's default of 50 ms.
+/// openraft's tick for a quorum queue's group, in ms (its heartbeat interval setting).
+/// Groups send no heartbeats of their own and call no elections on a timeout: with one group
+/// per queue, a thousand idle queues would send thousands of heartbeats a second (43% of a
+/// core on three nodes at openraft's default of 50 ms). The cluster watches its nodes
+/// instead, once per pair of nodes, and asks the groups that need it for a heartbeat (a node
+/// came back) or an election (their leader's node is gone): see the server's failure
+/// detector. Commits reach followers without heartbeats: openraft sends the new commit index
+/// after each commit.
 pub const HEARTBEAT_INTERVAL_MS: u64 = 500;
-/// A follower that hears nothing for a random time in this range calls an election: a dead
-/// leader is replaced within about this long (plus the election).
+/// openraft's election timeout range, in ms (elections are called by the failure detector;
+/// openraft requires a range above the heartbeat interval).
 pub const ELECTION_TIMEOUT_MS: (u64, u64) = (1_500, 3_000);
 
 /// openraft's configuration for a quorum queue's group: snapshots every
@@ -64,6 +69,8 @@ pub fn quorum_raft_config(cluster_name: &str) -> Result<Config, Box<ConfigError>
         heartbeat_interval: HEARTBEAT_INTERVAL_MS,
         election_timeout_min: ELECTION_TIMEOUT_MS.0,
         election_timeout_max: ELECTION_TIMEOUT_MS.1,
+        enable_heartbeat: false,
+        enable_elect: false,
         ..Default::default()
     }
     .validate()

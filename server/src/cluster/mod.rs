@@ -14,9 +14,12 @@
 //! - [`replication`]: the cluster as the broker core sees it (quorum queues' members, the
 //!   metadata group's forwarding).
 //! - [`metadata_group`]: starting this node's member of the metadata group.
+//! - [`failure_detector`]: one watch per pair of nodes; heartbeats and elections of quorum
+//!   queues' groups when a node comes or goes.
 
 mod connection;
 mod envelope;
+pub mod failure_detector;
 pub mod frame;
 pub mod handshake;
 pub mod inbox;

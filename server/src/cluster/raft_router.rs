@@ -70,6 +70,11 @@ impl RaftRouter {
         self.groups().get(group).cloned()
     }
 
+    /// This node's members, with their groups.
+    pub fn members(&self) -> Vec<(RaftGroupId, Raft<QuorumRaft>)> {
+        self.groups().iter().map(|(group, raft)| (group.clone(), raft.clone())).collect()
+    }
+
     /// The groups this node runs a member of, sorted.
     pub fn group_ids(&self) -> Vec<RaftGroupId> {
         let mut ids: Vec<RaftGroupId> = self.groups().keys().cloned().collect();

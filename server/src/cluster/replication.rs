@@ -76,6 +76,12 @@ impl ClusterReplication {
         names
     }
 
+    /// Starts the failure detector (see [`super::failure_detector`]).
+    pub fn watch_peers(&self) {
+        let nodes = self.nodes.clone();
+        tokio::spawn(super::failure_detector::run(self.transport.clone(), self.router.clone(), nodes));
+    }
+
     /// The transport.
     pub fn transport(&self) -> &ClusterTransport {
         &self.transport

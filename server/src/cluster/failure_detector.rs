@@ -1,0 +1,125 @@
+//! The cluster's failure detector: one watch per pair of nodes instead of a heartbeat per
+//! quorum queue. Quorum queues' groups send no heartbeats and call no elections on their own
+//! (see `warren_delivery::quorum::HEARTBEAT_INTERVAL_MS`); this task watches which peers the
+//! transport is connected to (its connections carry their own keep-alives) and acts for the
+//! groups this node runs a member of:
+//! - a peer came (back): the groups this node leads send a heartbeat, which brings the peer's
+//!   members up to date;
+//! - a peer is gone for [`PEER_DOWN_AFTER_MS`]: the groups it led call an election here,
+//!   each after a delay of its own (so that the followers of one group do not split votes);
+//! - a group with no known leader for [`LEADERLESS_ELECT_AFTER_MS`] (all its members
+//!   restarted, say) calls an election.
+
+use super::raft_router::RaftRouter;
+use super::raft_rpc::{raft_node_id, RaftGroupId};
+use super::service::ClusterTransport;
+use openraft::ServerState;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
+
+/// How often the detector looks.
+const TICK_MS: u64 = 200;
+/// How long a peer must stay disconnected before its groups elect a new leader.
+pub const PEER_DOWN_AFTER_MS: u64 = 1_000;
+/// How long a group may have no known leader before it calls an election.
+pub const LEADERLESS_ELECT_AFTER_MS: u64 = 3_000;
+/// Elections of one group are spread over this many ms across its members.
+const ELECTION_SPREAD_MS: u64 = 600;
+
+/// What the detector knows of a peer.
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    up: bool,
+    since: Instant,
+    /// Whether its groups were asked to elect in this outage.
+    handled: bool,
+}
+
+/// Runs the detector until the transport shuts down.
+pub async fn run(transport: ClusterTransport, router: RaftRouter, nodes: BTreeMap<u64, String>) {
+    let me = raft_node_id(transport.node_name());
+    let mut peers: HashMap<u64, Peer> = HashMap::new();
+    let mut leaderless: HashMap<RaftGroupId, Instant> = HashMap::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(TICK_MS));
+    loop {
+        tick.tick().await;
+        let connected = transport.connected_peers();
+        let now = Instant::now();
+        for (&id, name) in nodes.iter().filter(|(id, _)| **id != me) {
+            let up = connected.iter().any(|peer| peer == name);
+            let peer = peers.entry(id).or_insert(Peer { up: !up, since: now, handled: false });
+            if up != peer.up {
+                *peer = Peer { up, since: now, handled: false };
+                if up {
+                    heartbeat_led_groups(&router).await;
+                }
+            }
+            if !peer.up && !peer.handled && now.duration_since(peer.since) >= Duration::from_millis(PEER_DOWN_AFTER_MS)
+            {
+                peer.handled = true;
+                tracing::info!(peer = %name, "cluster peer down: its quorum queue groups elect new leaders");
+                elect_where_led_by(&router, me, id);
+            }
+        }
+        elect_leaderless(&router, me, &mut leaderless, now);
+    }
+}
+
+/// The groups this node leads send a heartbeat (a peer came: its members catch up).
+async fn heartbeat_led_groups(router: &RaftRouter) {
+    for (_, raft) in router.members() {
+        if raft.metrics().borrow().state == ServerState::Leader {
+            let _ = raft.trigger().heartbeat().await;
+        }
+    }
+}
+
+/// Calls an election in every group here whose leader is node `gone`, each after its delay.
+fn elect_where_led_by(router: &RaftRouter, me: u64, gone: u64) {
+    for (group, raft) in router.members() {
+        if raft.metrics().borrow().current_leader != Some(gone) {
+            continue;
+        }
+        let delay = election_delay(&group, me);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if raft.metrics().borrow().current_leader == Some(gone) {
+                let _ = raft.trigger().elect().await;
+            }
+        });
+    }
+}
+
+/// Groups without a known leader for long enough call an election.
+fn elect_leaderless(router: &RaftRouter, me: u64, leaderless: &mut HashMap<RaftGroupId, Instant>, now: Instant) {
+    let mut still = HashMap::new();
+    for (group, raft) in router.members() {
+        let metrics = raft.metrics().borrow().clone();
+        if metrics.current_leader.is_some() || metrics.state == ServerState::Leader {
+            continue;
+        }
+        let since = leaderless.get(&group).copied().unwrap_or(now);
+        if now.duration_since(since) >= Duration::from_millis(LEADERLESS_ELECT_AFTER_MS) {
+            let delay = election_delay(&group, me);
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                if raft.metrics().borrow().current_leader.is_none() {
+                    let _ = raft.trigger().elect().await;
+                }
+            });
+            still.insert(group, now);
+        } else {
+            still.insert(group, since);
+        }
+    }
+    *leaderless = still;
+}
+
+/// How long this node's member of `group` waits before calling an election: spread by a
+/// hash of the group and the node, the same every time.
+fn election_delay(group: &RaftGroupId, me: u64) -> Duration {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (group, me).hash(&mut hasher);
+    Duration::from_millis(hasher.finish() % ELECTION_SPREAD_MS)
+}
