@@ -211,7 +211,8 @@ async fn take_over(queue: Weak<Queue>, inner: Weak<Inner>) {
         running.group.propose(Op::Down { node: me, channel });
     }
     drop(running);
-    let mut metrics = raft.metrics();
+    // Server metrics change with the role and the leader only, not with every commit.
+    let mut metrics = raft.server_metrics();
     let mut leading = false;
     let mut housekeeping = tokio::time::interval(Duration::from_millis(HOUSEKEEPING_INTERVAL_MS));
     loop {
@@ -367,7 +368,7 @@ impl Inner {
         redelivered: bool,
     ) -> bool {
         let message = match self.group.message(id) {
-            Ok(message) => Arc::new(message),
+            Ok(message) => message,
             Err(error) => {
                 tracing::error!(queue = queue.name(), id, %error, "cannot read a message to deliver; dropped");
                 self.group.propose(Op::Settle { consumer: self.consumer_id(consumer), ids: vec![id] });
@@ -518,8 +519,7 @@ impl QueueKind for QuorumQueue {
             let Response::Dequeued(Some(taken)) = response else { return Ok(None) };
             // The answer may come from the leader on another node before this one has the entry.
             inner.group.applied(entry_of(taken.id).0).await.map_err(|e| internal_error("basic.get failed", e))?;
-            let message = inner.group.message(taken.id).map_err(|e| internal_error("cannot read a message", e))?;
-            let mut message = Arc::new(message);
+            let mut message = inner.group.message(taken.id).map_err(|e| internal_error("cannot read a message", e))?;
             if taken.delivery_count > 0 {
                 message = dead_letter::with_delivery_count(message, taken.delivery_count);
             }

@@ -10,7 +10,7 @@
 //! wait for its commit like an fsync; `basic.get` and `queue.purge` ask, and await the
 //! [`Response`].
 
-use super::command::{entry_of, CommandBatch, Enqueue, MessageId, Op, Response, MAX_OPS_PER_ENTRY};
+use super::command::{entry_of, CommandBatch, ConsumerId, Enqueue, MessageId, Op, Response, MAX_OPS_PER_ENTRY};
 use super::raft::{AppliedEffects, QuorumRaft, QuorumStateMachine};
 use super::replication::{InitialMembers, ProposeError, Replication};
 use super::settings::Settings;
@@ -142,7 +142,7 @@ pub struct QuorumGroup {
     writes: Arc<CommitTracker>,
     raft: watch::Receiver<Option<Raft<QuorumRaft>>>,
     /// The entries read last, by index, newest last.
-    decoded: parking_lot::Mutex<VecDeque<(u64, Arc<CommandBatch>)>>,
+    decoded: parking_lot::Mutex<VecDeque<(u64, DecodedEntry)>>,
 }
 
 impl std::fmt::Debug for QuorumGroup {
@@ -261,36 +261,28 @@ impl QuorumGroup {
     }
 
     /// The message published by the entry at `id`, as stored.
-    pub fn message(&self, id: MessageId) -> Result<Message, GroupError> {
+    pub fn message(&self, id: MessageId) -> Result<Arc<Message>, GroupError> {
         let (index, position) = entry_of(id);
-        let batch = self.batch_at(index)?.ok_or(GroupError::MissingMessage(id))?;
-        let Some(Op::Enqueue(enqueue)) = batch.ops.get(position) else {
-            return Err(GroupError::MissingMessage(id));
-        };
-        let enqueue = enqueue.clone();
-        let properties = Properties::decode(enqueue.properties).map_err(|_| GroupError::MissingMessage(id))?;
-        Ok(Message {
-            exchange: enqueue.exchange.as_str().into(),
-            routing_key: enqueue.routing_key.as_str().into(),
-            properties,
-            body: enqueue.body,
-        })
+        let messages = self.messages_at(index)?.ok_or(GroupError::MissingMessage(id))?;
+        messages.get(position).cloned().flatten().ok_or(GroupError::MissingMessage(id))
     }
 
-    /// The commands of the entry at `index`, if it is one of commands.
-    fn batch_at(&self, index: u64) -> Result<Option<Arc<CommandBatch>>, GroupError> {
-        if let Some((_, batch)) = self.decoded.lock().iter().find(|(at, _)| *at == index) {
-            return Ok(Some(Arc::clone(batch)));
+    /// The messages the entry at `index` published, by position (`None` for its other ops,
+    /// and for a publish whose properties do not decode); `None` if it is not an entry of
+    /// commands.
+    fn messages_at(&self, index: u64) -> Result<Option<DecodedEntry>, GroupError> {
+        if let Some((_, messages)) = self.decoded.lock().iter().find(|(at, _)| *at == index) {
+            return Ok(Some(Arc::clone(messages)));
         }
         let Some(entry) = self.log.entry(index)? else { return Ok(None) };
         let EntryPayload::Normal(batch) = entry.payload else { return Ok(None) };
-        let batch = Arc::new(batch);
+        let messages: DecodedEntry = Arc::new(batch.ops.into_iter().map(published).collect());
         let mut decoded = self.decoded.lock();
         if decoded.len() == DECODED_ENTRIES_KEPT {
             decoded.pop_front();
         }
-        decoded.push_back((index, Arc::clone(&batch)));
-        Ok(Some(batch))
+        decoded.push_back((index, Arc::clone(&messages)));
+        Ok(Some(messages))
     }
 
     /// Bytes the group's log holds on disk.
@@ -324,6 +316,21 @@ impl QuorumGroup {
             });
         }
     }
+}
+
+/// The messages of an entry, by position in its batch.
+type DecodedEntry = Arc<Vec<Option<Arc<Message>>>>;
+
+/// The message `op` published, if it is a publish.
+fn published(op: Op) -> Option<Arc<Message>> {
+    let Op::Enqueue(enqueue) = op else { return None };
+    let properties = Properties::decode(enqueue.properties).ok()?;
+    Some(Arc::new(Message {
+        exchange: enqueue.exchange.as_str().into(),
+        routing_key: enqueue.routing_key.as_str().into(),
+        properties,
+        body: enqueue.body,
+    }))
 }
 
 fn fail(outcome: Outcome, writes: &CommitTracker, why: &str) {
@@ -481,8 +488,14 @@ impl Proposer {
 }
 
 /// Takes the ops of the next entry off `waiting`: as many as fit in one.
+///
+/// Acks of one consumer are merged into one [`Op::Settle`] (a consumer acking every message
+/// would otherwise put one op per message in the log): an ack joins the consumer's earlier
+/// ack in the batch unless an op other than a publish or an ack came between (a return,
+/// cancel or channel-down must see the acks before it applied first).
 fn next_batch(waiting: &mut VecDeque<Proposal>) -> (Vec<Op>, Vec<Outcome>, Vec<u32>) {
     let (mut ops, mut outcomes, mut failures) = (Vec::new(), Vec::new(), Vec::new());
+    let mut open_settles: Vec<(ConsumerId, usize)> = Vec::new();
     let mut bytes = 0;
     while let Some(next) = waiting.front() {
         let full =
@@ -492,7 +505,22 @@ fn next_batch(waiting: &mut VecDeque<Proposal>) -> (Vec<Op>, Vec<Outcome>, Vec<u
         }
         let Some(proposal) = waiting.pop_front() else { break };
         bytes += proposal.body_bytes();
-        ops.push(proposal.op);
+        match (proposal.op, &proposal.outcome) {
+            (Op::Settle { consumer, ids }, Outcome::Ignored) => {
+                let open = open_settles.iter().find(|(c, _)| *c == consumer).map(|(_, at)| *at);
+                if let Some(Op::Settle { ids: earlier, .. }) = open.and_then(|at| ops.get_mut(at)) {
+                    earlier.extend(ids);
+                    continue;
+                }
+                open_settles.push((consumer.clone(), ops.len()));
+                ops.push(Op::Settle { consumer, ids });
+            }
+            (op @ Op::Enqueue(_), _) => ops.push(op),
+            (op, _) => {
+                open_settles.clear();
+                ops.push(op);
+            }
+        }
         outcomes.push(proposal.outcome);
         failures.push(proposal.failures);
     }
