@@ -46,8 +46,8 @@ async fn start_cluster(dir: &Path, proxied: bool) -> Cluster {
     let mut proxies = std::collections::HashMap::new();
     if proxied {
         for dialler in 0..NAMES.len() {
-            for dialled in dialler + 1..NAMES.len() {
-                let target = std::net::SocketAddr::from(([127, 0, 0, 1], ports[dialled]));
+            for (dialled, port) in ports.iter().enumerate().skip(dialler + 1) {
+                let target = std::net::SocketAddr::from(([127, 0, 0, 1], *port));
                 proxies.insert((dialler, dialled), FaultProxy::start(target).await.expect("proxy"));
             }
         }
