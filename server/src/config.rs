@@ -58,6 +58,11 @@ pub struct Cli {
     #[arg(long, env = "WARREN_AMQP_LISTEN", default_value = "0.0.0.0:5672")]
     pub amqp_listen: SocketAddr,
 
+    /// Address of the management HTTP API (RabbitMQ's shapes; what `warren ctl` talks to), or
+    /// `none`. A port that cannot be bound is logged and the broker runs without the API.
+    #[arg(long, env = "WARREN_HTTP_LISTEN", default_value = "0.0.0.0:15672", value_parser = parse_http_listen)]
+    pub http_listen: HttpListen,
+
     /// Directory for the broker's data; created if missing.
     #[arg(long, env = "WARREN_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
@@ -110,11 +115,33 @@ pub struct Cli {
     pub cluster_secret_file: Option<PathBuf>,
 }
 
+/// `--http-listen`: an address, or `none` (the API off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpListen(pub Option<SocketAddr>);
+
+fn parse_http_listen(value: &str) -> Result<HttpListen, String> {
+    if value == "none" {
+        return Ok(HttpListen(None));
+    }
+    value
+        .parse()
+        .map(|addr| HttpListen(Some(addr)))
+        .map_err(|_| format!("'{value}' is not an address like 0.0.0.0:15672, or none"))
+}
+
+impl<'de> Deserialize<'de> for HttpListen {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        parse_http_listen(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 /// The TOML file: every key optional, named like the flags.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileSettings {
     amqp_listen: Option<SocketAddr>,
+    http_listen: Option<HttpListen>,
     data_dir: Option<PathBuf>,
     fsync: Option<Fsync>,
     channel_max: Option<u16>,
@@ -208,6 +235,8 @@ impl Default for ClusterSettings {
 pub struct Config {
     /// Address of the AMQP listener.
     pub amqp_listen: SocketAddr,
+    /// Address of the management HTTP API, if it is on.
+    pub http_listen: Option<SocketAddr>,
     /// Data directory.
     pub data_dir: PathBuf,
     /// fsync policy of durable queues.
@@ -222,6 +251,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             amqp_listen: ([0, 0, 0, 0], 5672).into(),
+            http_listen: Some(([0, 0, 0, 0], 15672).into()),
             data_dir: PathBuf::from("./data"),
             fsync: Fsync::Batch,
             protocol: ProtocolConfig::default(),
@@ -274,6 +304,7 @@ impl Config {
         };
         Ok(Config {
             amqp_listen: pick(m, "amqp_listen", cli.amqp_listen, file.amqp_listen),
+            http_listen: pick(m, "http_listen", cli.http_listen, file.http_listen).0,
             data_dir: pick(m, "data_dir", cli.data_dir, file.data_dir),
             fsync: pick(m, "fsync", cli.fsync, file.fsync),
             protocol,

@@ -6,6 +6,7 @@
 pub mod allocator;
 pub mod cluster;
 pub mod config;
+pub mod ctl;
 pub mod open_files;
 
 pub use config::Config;
@@ -64,6 +65,8 @@ pub struct RunningBroker {
     pub broker: Arc<Broker>,
     /// The inter-node transport, when this node has a cluster listener or peers.
     pub cluster: Option<cluster::ClusterTransport>,
+    /// The address the management API is bound to, if it runs.
+    pub http_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -110,6 +113,27 @@ async fn run_timers(broker: std::sync::Weak<Broker>) {
     }
 }
 
+/// Serves the management API on `listen`, if set; returns its address. A port that cannot
+/// be bound is logged, and the broker runs without the API.
+async fn start_management(
+    listen: Option<SocketAddr>,
+    management: warren_webui::Management,
+    shutdown: watch::Receiver<bool>,
+) -> Option<SocketAddr> {
+    let listen = listen?;
+    let listener = match TcpListener::bind(listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::error!(%listen, %error, "the management API is not started: its address cannot be bound (set --http-listen)");
+            return None;
+        }
+    };
+    let http_addr = listener.local_addr().ok()?;
+    tracing::info!(%http_addr, "management API listening");
+    tokio::spawn(warren_webui::serve(listener, management, shutdown));
+    Some(http_addr)
+}
+
 /// How often the firing lateness of delayed messages is logged.
 const LATENESS_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -150,9 +174,15 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         replication.watch_peers();
     }
     let (shutdown, shutdown_rx) = watch::channel(false);
+    let view: Arc<dyn warren_webui::ClusterView> = match &replication {
+        Some(replication) => Arc::clone(replication) as Arc<dyn warren_webui::ClusterView>,
+        None => Arc::new(cluster::replication::OneNode(config.cluster.node_name.clone())),
+    };
+    let management = warren_webui::Management::new(Arc::clone(&broker), view);
+    let http_addr = start_management(config.http_listen, management, shutdown_rx.clone()).await;
     let protocol = Arc::new(config.protocol.clone());
     let task = tokio::spawn(warren_amqp::listener::run(listener, Arc::clone(&broker), protocol, shutdown_rx));
     tokio::spawn(run_timers(Arc::downgrade(&broker)));
     tracing::info!(%amqp_addr, data_dir = %config.data_dir.display(), "Warren is accepting AMQP 0-9-1 connections");
-    Ok(RunningBroker { amqp_addr, broker, cluster, shutdown, task })
+    Ok(RunningBroker { amqp_addr, broker, cluster, http_addr, shutdown, task })
 }

@@ -11,6 +11,14 @@ use warren_server::Config;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some("ctl") {
+        if let Err(error) = warren_server::ctl::run(args) {
+            eprintln!("warren ctl: {error}");
+            std::process::exit(2);
+        }
+        return Ok(());
+    }
     let huge_pages = warren_server::allocator::disable_transparent_huge_pages();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     // Colour codes only on a terminal: logs redirected to files or read by tests stay plain.

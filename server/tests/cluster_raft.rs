@@ -36,11 +36,15 @@ const CHECKPOINT_INTERVAL_ENTRIES: u64 = 16;
 const MINORITY_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// openraft's settings for the test groups: fast heartbeats, elections within a second.
+/// These groups run without the broker's failure detector, so they keep openraft's own
+/// heartbeats and election timeouts.
 fn raft_config() -> Arc<Config> {
     let base = Config {
         heartbeat_interval: 100,
         election_timeout_min: 500,
         election_timeout_max: 1_000,
+        enable_heartbeat: true,
+        enable_elect: true,
         ..quorum_raft_config(CLUSTER).expect("valid")
     };
     Arc::new(fit_to_transport(&base).expect("valid"))

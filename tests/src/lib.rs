@@ -18,7 +18,12 @@ pub async fn start_broker() -> RunningBroker {
 /// Like [`start_broker`], with settings adjusted by `adjust`.
 pub async fn start_broker_with(adjust: impl FnOnce(&mut Config)) -> RunningBroker {
     let data_dir = std::env::temp_dir().join(format!("warren-test-{}-{}", std::process::id(), next_id()));
-    let mut config = Config { amqp_listen: SocketAddr::from(([127, 0, 0, 1], 0)), data_dir, ..Config::default() };
+    let mut config = Config {
+        amqp_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        http_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+        data_dir,
+        ..Config::default()
+    };
     adjust(&mut config);
     match warren_server::start(config).await {
         Ok(running) => running,

@@ -30,13 +30,15 @@ pub struct WarrenProcess {
     log: Arc<Mutex<Vec<String>>>,
     /// Where it accepts AMQP connections.
     pub amqp_addr: SocketAddr,
+    /// Where its management API listens (logged before the AMQP address).
+    pub http_addr: Option<SocketAddr>,
 }
 
 impl WarrenProcess {
     /// Starts `warren` on a free loopback port with `data_dir`, plus `extra_args`.
     pub fn start(data_dir: &Path, extra_args: &[&str]) -> WarrenProcess {
         let mut child = Command::new(warren_binary())
-            .args(["--amqp-listen", "127.0.0.1:0", "--data-dir"])
+            .args(["--amqp-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .args(extra_args)
             .env("RUST_LOG", "info")
@@ -52,6 +54,9 @@ impl WarrenProcess {
         // never fills).
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.split("http_addr=").nth(1).and_then(|rest| rest.split(' ').next()) {
+                    let _ = tx.send(format!("http {addr}"));
+                }
                 if let Some(addr) = line.split("amqp_addr=").nth(1).and_then(|rest| rest.split(' ').next()) {
                     let _ = tx.send(addr.to_string());
                 }
@@ -61,8 +66,13 @@ impl WarrenProcess {
             }
         });
         let deadline = Instant::now() + START_TIMEOUT;
+        let mut http_addr = None;
         let addr = loop {
             if let Ok(addr) = rx.recv_timeout(Duration::from_millis(100)) {
+                if let Some(http) = addr.strip_prefix("http ") {
+                    http_addr = http.parse().ok();
+                    continue;
+                }
                 break addr;
             }
             if let Ok(Some(status)) = child.try_wait() {
@@ -70,7 +80,7 @@ impl WarrenProcess {
             }
             assert!(Instant::now() < deadline, "warren did not start listening in time");
         };
-        WarrenProcess { child, log, amqp_addr: addr.parse().expect("listening address") }
+        WarrenProcess { child, log, amqp_addr: addr.parse().expect("listening address"), http_addr }
     }
 
     /// Its resident memory now (VmRSS), in bytes.

@@ -462,3 +462,103 @@ async fn a_minority_leader_stops_confirming_and_the_majority_goes_on() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Runs `warren ctl` against node `node`'s management API; returns its output.
+fn ctl(cluster: &Cluster, node: usize, args: &[&str]) -> String {
+    let http = cluster.nodes[node].as_ref().and_then(|n| n.http_addr).expect("management API");
+    let output = std::process::Command::new(warren_tests::process::warren_binary())
+        .arg("ctl")
+        .args(["--node", &format!("http://{http}")])
+        .args(args)
+        .output()
+        .expect("run warren ctl");
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "warren ctl {args:?}: {}{}", text, String::from_utf8_lossy(&output.stderr));
+    text
+}
+
+/// Polls `warren ctl quorum_status` on `node` until `done` holds of its output.
+async fn wait_for_status(cluster: &Cluster, node: usize, queue: &str, what: &str, done: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = tokio::task::block_in_place(|| ctl(cluster, node, &["quorum_status", queue]));
+        if done(&status) {
+            return;
+        }
+        if Instant::now() > deadline {
+            dump_warnings(cluster);
+            panic!("{what}: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn has_file_named(dir: &Path, name: &str) -> bool {
+    std::fs::read_dir(dir).into_iter().flatten().flatten().any(|entry| {
+        let path = entry.path();
+        path.file_name().is_some_and(|n| n == name) || (path.is_dir() && has_file_named(&path, name))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_member_installs_a_snapshot_gets_every_live_body_and_serves_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    let ch = confirm_channel(&a).await;
+    let single = table(&[
+        ("x-queue-type", text("quorum")),
+        ("x-quorum-initial-group-size", lapin::types::AMQPValue::LongInt(1)),
+    ]);
+    ch.queue_declare("q".into(), durable(), single).await.expect("declare a one-replica quorum queue on A");
+    // Over a thousand entries published and settled, so that A's group takes a snapshot past
+    // them and purges its log: the new member must install the snapshot.
+    for i in 0..1_100u32 {
+        assert_eq!(publish_within(&ch, "q", &i.to_be_bytes(), Duration::from_secs(5)).await, Some(true));
+    }
+    let settled = drain(&ch, "q").await;
+    assert_eq!(settled.len(), 1_100);
+    // Then 10,000 live messages.
+    let live = 10_000u64;
+    for first in (0..live).step_by(500) {
+        let mut confirms = Vec::new();
+        for n in first..first + 500 {
+            let body = (1_000_000 + n).to_be_bytes();
+            confirms.push(
+                ch.basic_publish("".into(), "q".into(), Default::default(), &body, BasicProperties::default())
+                    .await
+                    .expect("publish"),
+            );
+        }
+        for confirm in confirms {
+            assert!(confirm.await.expect("confirm").is_ack());
+        }
+    }
+    let status = tokio::task::block_in_place(|| ctl(&cluster, 0, &["quorum_status", "q"]));
+    assert!(status.contains("member: warren@a") && !status.contains("warren@b"), "{status}");
+
+    tokio::task::block_in_place(|| ctl(&cluster, 0, &["add_member", "q", "warren@b"]));
+    wait_for_status(&cluster, 0, "q", "B joined", |s| s.contains("member: warren@b")).await;
+    tokio::task::block_in_place(|| ctl(&cluster, 0, &["delete_member", "q", "warren@a"]));
+    wait_for_status(&cluster, 1, "q", "B alone leads", |s| {
+        s.contains("leader: warren@b") && s.contains("member: warren@b") && !s.contains("member: warren@a")
+    })
+    .await;
+    assert!(has_file_named(&dir.path().join("warren@b"), "snapshot"), "B installed a snapshot");
+    // The old replica is gone: stop its node too; B serves every live message alone.
+    cluster.nodes[0].take().expect("running").kill9();
+    let b = cluster.connect(1).await;
+    let on_b = b.create_channel().await.expect("channel");
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.len() < live as usize {
+        assert!(Instant::now() < deadline, "got {} of {live}", got.len());
+        match on_b.basic_get("q".into(), BasicGetOptions { no_ack: true }).await.expect("get") {
+            Some(message) => {
+                got.push(u64::from_be_bytes(message.delivery.data.as_slice().try_into().expect("8 bytes")))
+            }
+            None => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    assert_eq!(got, (1_000_000..1_000_000 + live).collect::<Vec<u64>>(), "every live message, in order");
+}

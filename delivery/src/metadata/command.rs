@@ -53,6 +53,27 @@ pub enum DefinitionOp {
         /// Only if it has no messages.
         if_empty: bool,
     },
+    /// A quorum queue gains a member on node `node` (its Raft id `node_id`): that node
+    /// creates its replica (with the queue's definition, carried here), and the group's
+    /// leader adds it (`warren ctl add_member`).
+    AddMember {
+        /// The queue.
+        name: String,
+        /// The new member's node name.
+        node: String,
+        /// Its Raft id.
+        node_id: u64,
+        /// The queue's arguments (the new member has no copy of its definition yet).
+        arguments: FieldTable,
+    },
+    /// A quorum queue loses its member on node `node_id`: the leader removes it from the
+    /// group, and that node drops its replica once it is out (`warren ctl delete_member`).
+    DeleteMember {
+        /// The queue.
+        name: String,
+        /// The member's Raft id.
+        node_id: u64,
+    },
     /// `queue.bind` or `exchange.bind`.
     Bind {
         /// Source exchange.

@@ -73,6 +73,29 @@ impl Metadata {
         }
     }
 
+    /// Adds a member on node `node` to quorum queue `queue` of `vhost` (this node must have
+    /// the queue: its definition goes to the new member).
+    pub async fn add_member(&self, vhost: &crate::vhost::VirtualHost, queue: &str, node: &str) -> BrokerResult<()> {
+        let local = vhost.queue(queue)?;
+        if local.quorum_group().is_none() {
+            return Err(BrokerError::precondition_failed(format!("queue '{queue}' is not a quorum queue")));
+        }
+        let op = DefinitionOp::AddMember {
+            name: queue.to_string(),
+            node: node.to_string(),
+            node_id: crate::node::NodeId::of(node).raft_id(),
+            arguments: local.definition().arguments.clone(),
+        };
+        self.change(vhost.name(), op).await.map(|_| ())
+    }
+
+    /// Removes quorum queue `queue`'s member on node `node`.
+    pub async fn delete_member(&self, vhost: &str, queue: &str, node: &str) -> BrokerResult<()> {
+        let op =
+            DefinitionOp::DeleteMember { name: queue.to_string(), node_id: crate::node::NodeId::of(node).raft_id() };
+        self.change(vhost, op).await.map(|_| ())
+    }
+
     /// Submits `command` to the leader (this node's member, or through forwarding); returns
     /// the log index it was committed at. What a forwarded proposal runs on the leader.
     pub async fn submit(&self, command: MetaCommand) -> Result<u64, String> {

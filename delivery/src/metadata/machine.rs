@@ -169,6 +169,10 @@ impl MetaStateMachine {
                 let message_count = vhost.delete_queue(name, *if_unused, *if_empty, anyone)?;
                 return Ok(MetaOutcome { message_count, consumer_count: 0 });
             }
+            DefinitionOp::AddMember { name, node, node_id, arguments } => {
+                self.add_member(&vhost, &command.vhost, name, node, *node_id, arguments)?;
+            }
+            DefinitionOp::DeleteMember { name, node_id } => self.delete_member(&vhost, name, *node_id),
             DefinitionOp::Bind { source, destination, to_exchange, routing_key, arguments } => {
                 vhost.bind(source, binding(destination, *to_exchange, routing_key, arguments), anyone)?;
             }
@@ -177,6 +181,66 @@ impl MetaStateMachine {
             }
         }
         Ok(MetaOutcome::default())
+    }
+
+    /// The new member's node creates its replica (it is not initialized: the leader sends it
+    /// the log); the leader's node adds it to the group.
+    fn add_member(
+        &self,
+        vhost: &Arc<crate::vhost::VirtualHost>,
+        vhost_name: &str,
+        name: &str,
+        node: &str,
+        node_id: u64,
+        arguments: &amq_protocol::types::FieldTable,
+    ) -> Result<(), BrokerError> {
+        let me = self.shared.node_id;
+        if node_id == me && vhost.queue(name).is_err() {
+            let joining = crate::quorum::InitialMembers { leader: u64::MAX, members: BTreeMap::new() };
+            self.shared.replication.plan_members(vhost_name, name, joining);
+            let definition = QueueDefinition {
+                name: name.to_string(),
+                durable: true,
+                exclusive_owner: None,
+                auto_delete: false,
+                arguments: arguments.clone(),
+            };
+            vhost.declare_queue(definition, ConnectionId(0))?;
+        }
+        let Ok(queue) = vhost.queue(name) else { return Ok(()) };
+        if queue.quorum_group().is_some_and(|group| group.is_leader()) {
+            let (queue, node) = (Arc::clone(&queue), openraft::BasicNode::new(node));
+            tokio::spawn(async move {
+                if let Some(group) = queue.quorum_group() {
+                    match group.add_member(node_id, node).await {
+                        Ok(()) => tracing::info!(queue = queue.name(), node_id, "quorum queue member added"),
+                        Err(error) => tracing::warn!(queue = queue.name(), %error, "cannot add a quorum queue member"),
+                    }
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// The leader's node removes the member; the member's node drops its replica once it is
+    /// out of the group.
+    fn delete_member(&self, vhost: &Arc<crate::vhost::VirtualHost>, name: &str, node_id: u64) {
+        let Ok(queue) = vhost.queue(name) else { return };
+        let Some(group) = queue.quorum_group() else { return };
+        if group.is_leader() {
+            let queue = Arc::clone(&queue);
+            tokio::spawn(async move {
+                if let Some(group) = queue.quorum_group() {
+                    if let Err(error) = group.remove_member(node_id).await {
+                        tracing::warn!(queue = queue.name(), %error, "cannot remove a quorum queue member");
+                    }
+                }
+            });
+        }
+        if node_id == self.shared.node_id {
+            let (vhost, queue) = (Arc::clone(vhost), Arc::clone(&queue));
+            tokio::spawn(async move { drop_replica_when_out(vhost, queue, node_id).await });
+        }
     }
 
     fn apply_entry(&self, log_id: LogId<u64>, payload: EntryPayload<MetaRaft>) -> MetaResult {
@@ -203,6 +267,22 @@ impl MetaStateMachine {
         self.shared.applied.lock().last_applied = Some(log_id);
         result
     }
+}
+
+/// How long a removed member waits for the group to drop it before it drops its replica
+/// anyway.
+const MEMBER_REMOVAL_WAIT_MS: u64 = 30_000;
+
+/// Drops this node's replica of `queue` (its files too) once the group no longer counts it
+/// as a member.
+async fn drop_replica_when_out(vhost: Arc<crate::vhost::VirtualHost>, queue: Arc<crate::queue::Queue>, me: u64) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(MEMBER_REMOVAL_WAIT_MS);
+    while queue.quorum_group().is_some_and(|g| g.members().iter().any(|(id, _)| *id == me))
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    vhost.drop_local_replica(&queue);
 }
 
 fn binding(

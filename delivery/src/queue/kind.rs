@@ -78,4 +78,8 @@ pub(crate) trait QueueKind: Send + Sync {
     fn as_stream(&self) -> Option<&Stream> {
         None
     }
+    /// This node's member of the Raft group, if this kind is a quorum queue.
+    fn as_quorum(&self) -> Option<&crate::quorum::QuorumGroup> {
+        None
+    }
 }

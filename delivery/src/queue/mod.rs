@@ -275,4 +275,9 @@ impl Queue {
     pub fn stream(&self) -> Option<&Stream> {
         self.kind.as_stream()
     }
+
+    /// This node's member of the queue's Raft group, if it is a quorum queue.
+    pub fn quorum_group(&self) -> Option<&crate::quorum::QuorumGroup> {
+        self.kind.as_quorum()
+    }
 }

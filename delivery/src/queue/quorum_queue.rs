@@ -605,6 +605,9 @@ impl QueueKind for QuorumQueue {
         self.inner.group.destroy();
         (count, consumers)
     }
+    fn as_quorum(&self) -> Option<&QuorumGroup> {
+        Some(&self.inner.group)
+    }
 }
 
 impl QuorumQueue {

@@ -21,8 +21,8 @@ use crate::message_store::{CommitTracker, DurableMark};
 use crate::properties::Properties;
 use crate::scheduler::now_ms;
 use openraft::storage::RaftLogStorage;
-use openraft::{EntryPayload, Raft, ServerState};
-use std::collections::VecDeque;
+use openraft::{BasicNode, EntryPayload, Raft, ServerState};
+use std::collections::{BTreeSet, VecDeque};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -247,6 +247,41 @@ impl QuorumGroup {
         }
     }
 
+    /// The group's voting members now, by Raft id, with their nodes (a node's name in a
+    /// cluster), as this node knows them.
+    pub fn members(&self) -> Vec<(u64, BasicNode)> {
+        let Some(raft) = self.raft.borrow().clone() else { return Vec::new() };
+        let metrics = raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        membership.nodes().filter(|(id, _)| voters.contains(id)).map(|(id, node)| (*id, node.clone())).collect()
+    }
+
+    /// The leader this node knows of, by Raft id.
+    pub fn leader(&self) -> Option<u64> {
+        self.raft.borrow().as_ref().and_then(|raft| raft.metrics().borrow().current_leader)
+    }
+
+    /// Adds node `id` (`node`) to the group's voters: it joins as a learner, catches up from
+    /// the log (or a snapshot and the log after it), then votes. Call on the leader.
+    pub async fn add_member(&self, id: u64, node: BasicNode) -> Result<(), GroupError> {
+        let raft = self.running().await?;
+        raft.add_learner(id, node, true).await.map_err(|e| GroupError::Raft(e.to_string()))?;
+        change_voters(&raft, |voters| {
+            voters.insert(id);
+        })
+        .await
+    }
+
+    /// Removes node `id` from the group's voters. Call on the leader.
+    pub async fn remove_member(&self, id: u64) -> Result<(), GroupError> {
+        let raft = self.running().await?;
+        change_voters(&raft, |voters| {
+            voters.remove(&id);
+        })
+        .await
+    }
+
     /// Waits until this node has applied the entry at `index` (a message's body read here
     /// after another node's answer names it).
     pub async fn applied(&self, index: u64) -> Result<(), GroupError> {
@@ -314,6 +349,29 @@ impl QuorumGroup {
                     tracing::debug!(%error, "a quorum queue's Raft stopped uncleanly");
                 }
             });
+        }
+    }
+}
+
+/// How long a membership change waits for the one before it to finish.
+const MEMBERSHIP_CHANGE_WAIT_MS: u64 = 30_000;
+
+/// Changes the group's voters by `change` (applied to the last committed membership's
+/// voters), waiting for a change still in progress to finish first.
+async fn change_voters(raft: &Raft<QuorumRaft>, change: impl Fn(&mut BTreeSet<u64>)) -> Result<(), GroupError> {
+    use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(MEMBERSHIP_CHANGE_WAIT_MS);
+    loop {
+        let mut voters: BTreeSet<u64> = raft.metrics().borrow().membership_config.membership().voter_ids().collect();
+        change(&mut voters);
+        match raft.change_membership(voters, false).await {
+            Ok(_) => return Ok(()),
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(ChangeMembershipError::InProgress(_))))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(APPLIED_POLL_MS * 50)).await;
+            }
+            Err(error) => return Err(GroupError::Raft(error.to_string())),
         }
     }
 }

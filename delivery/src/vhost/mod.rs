@@ -408,6 +408,16 @@ impl VirtualHost {
         count
     }
 
+    /// Drops this node's replica of a quorum queue it is no longer a member of: the queue
+    /// goes from this host (and its stored definitions), its files are deleted; the queue
+    /// itself lives on in its group.
+    pub fn drop_local_replica(&self, queue: &Arc<Queue>) {
+        self.remove_queue(queue);
+        if let Err(error) = self.save_definitions() {
+            tracing::error!(%error, queue = queue.name(), "a dropped replica stays in the stored definitions");
+        }
+    }
+
     /// Deletes an auto-delete queue whose last consumer went.
     pub(crate) fn delete_auto_delete_queue(&self, queue: &Arc<Queue>) {
         if queue.consumer_count() == 0 {

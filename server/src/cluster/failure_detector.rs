@@ -8,7 +8,7 @@
 //! - a peer is gone for [`PEER_DOWN_AFTER_MS`]: the groups it led call an election here,
 //!   each after a delay of its own (so that the followers of one group do not split votes);
 //! - a group with no known leader for [`LEADERLESS_ELECT_AFTER_MS`] (all its members
-//!   restarted, say) calls an election.
+//!   restarted, say), or whose leader left it (a member removed itself), calls an election.
 
 use super::raft_router::RaftRouter;
 use super::raft_rpc::{raft_node_id, RaftGroupId};
@@ -91,12 +91,26 @@ fn elect_where_led_by(router: &RaftRouter, me: u64, gone: u64) {
     }
 }
 
-/// Groups without a known leader for long enough call an election.
+/// Whether this node's member sees no leader it can follow: none known, or one that is no
+/// longer a voter of the group (it removed itself).
+fn without_leader(metrics: &openraft::RaftMetrics<u64, openraft::BasicNode>) -> bool {
+    if metrics.state == ServerState::Leader {
+        return false;
+    }
+    let membership = metrics.membership_config.membership();
+    let voter = |id: u64| membership.voter_ids().any(|v| v == id);
+    match metrics.current_leader {
+        None => true,
+        Some(leader) => !voter(leader) && voter(metrics.id),
+    }
+}
+
+/// Groups without a leader for long enough call an election.
 fn elect_leaderless(router: &RaftRouter, me: u64, leaderless: &mut HashMap<RaftGroupId, Instant>, now: Instant) {
     let mut still = HashMap::new();
     for (group, raft) in router.members() {
         let metrics = raft.metrics().borrow().clone();
-        if metrics.current_leader.is_some() || metrics.state == ServerState::Leader {
+        if !without_leader(&metrics) {
             continue;
         }
         let since = leaderless.get(&group).copied().unwrap_or(now);
@@ -104,7 +118,8 @@ fn elect_leaderless(router: &RaftRouter, me: u64, leaderless: &mut HashMap<RaftG
             let delay = election_delay(&group, me);
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
-                if raft.metrics().borrow().current_leader.is_none() {
+                let still = without_leader(&raft.metrics().borrow());
+                if still {
                     let _ = raft.trigger().elect().await;
                 }
             });

@@ -175,6 +175,31 @@ impl Replication for ClusterReplication {
     }
 }
 
+/// The nodes as the management API shows them: this one, and the seeds, running if
+/// connected.
+impl warren_webui::ClusterView for ClusterReplication {
+    fn nodes(&self) -> Vec<warren_webui::NodeStatus> {
+        let connected = self.transport.connected_peers();
+        self.node_names()
+            .into_iter()
+            .map(|name| {
+                let running = name == self.node_name || connected.contains(&name);
+                warren_webui::NodeStatus { name, running, kind: "disc" }
+            })
+            .collect()
+    }
+}
+
+/// A node on its own, as the management API shows it.
+#[derive(Debug)]
+pub struct OneNode(pub String);
+
+impl warren_webui::ClusterView for OneNode {
+    fn nodes(&self) -> Vec<warren_webui::NodeStatus> {
+        vec![warren_webui::NodeStatus { name: self.0.clone(), running: true, kind: "disc" }]
+    }
+}
+
 impl MetaForwarding for ClusterReplication {
     fn propose_to(&self, leader: u64, command: MetaCommand) -> ClusterFuture<Result<u64, String>> {
         let node = self.node_name_of(leader);

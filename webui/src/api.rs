@@ -1,0 +1,161 @@
+//! The routes of the management API and their JSON, in RabbitMQ's shapes.
+
+use crate::auth::Authenticated;
+use crate::error::ApiError;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use warren_delivery::{Broker, Queue, VirtualHost};
+
+/// What the API needs to know of the cluster (the server knows it).
+pub trait ClusterView: Send + Sync + 'static {
+    /// Every node of the cluster and whether it is reachable from this one.
+    fn nodes(&self) -> Vec<NodeStatus>;
+}
+
+/// A node as `GET /api/nodes` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeStatus {
+    /// Its name.
+    pub name: String,
+    /// Whether it is up (this node, or a peer connected to it).
+    pub running: bool,
+    /// RabbitMQ's node type; Warren's nodes keep their data on disk.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+}
+
+/// The API's state: the broker and the cluster.
+#[derive(Clone)]
+pub struct Management {
+    broker: Arc<Broker>,
+    cluster: Arc<dyn ClusterView>,
+}
+
+impl Management {
+    /// The API of `broker`, in `cluster`.
+    pub fn new(broker: Arc<Broker>, cluster: Arc<dyn ClusterView>) -> Self {
+        Management { broker, cluster }
+    }
+
+    /// The broker.
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
+    fn vhost(&self, name: &str) -> Result<Arc<VirtualHost>, ApiError> {
+        self.broker.vhost(name).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no vhost '{name}'")))
+    }
+}
+
+/// The API's routes.
+pub fn router(management: Management) -> Router {
+    Router::new()
+        .route("/api/nodes", get(nodes))
+        .route("/api/queues/{vhost}/{name}", get(queue))
+        .route("/api/queues/quorum/{vhost}/{name}/replicas/add", post(add_replica))
+        .route("/api/queues/quorum/{vhost}/{name}/replicas/delete", post(delete_replica))
+        .with_state(management)
+}
+
+async fn nodes(_: Authenticated, State(api): State<Management>) -> Json<Vec<NodeStatus>> {
+    Json(api.cluster.nodes())
+}
+
+/// A queue as `GET /api/queues/{vhost}/{name}` shows it.
+#[derive(Debug, Serialize)]
+struct QueueInfo {
+    name: String,
+    vhost: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    durable: bool,
+    auto_delete: bool,
+    exclusive: bool,
+    messages: u64,
+    messages_ready: u64,
+    messages_unacknowledged: u64,
+    consumers: u64,
+    /// A quorum queue's leader, as this node knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leader: Option<String>,
+    /// A quorum queue's members.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    members: Vec<String>,
+}
+
+fn queue_info(vhost: &str, queue: &Queue) -> QueueInfo {
+    let definition = queue.definition();
+    let (ready, unacked) = (u64::from(queue.message_count()), u64::from(queue.unacked_count()));
+    let (kind, leader, members) = match (queue.quorum_group(), queue.stream()) {
+        (Some(group), _) => {
+            let members = group.members();
+            let leader =
+                group.leader().and_then(|id| members.iter().find(|(m, _)| *m == id)).map(|(_, n)| n.addr.clone());
+            ("quorum", leader, members.into_iter().map(|(_, node)| node.addr).collect())
+        }
+        (None, Some(_)) => ("stream", None, Vec::new()),
+        (None, None) => ("classic", None, Vec::new()),
+    };
+    QueueInfo {
+        name: definition.name.clone(),
+        vhost: vhost.to_string(),
+        kind,
+        durable: definition.durable,
+        auto_delete: definition.auto_delete,
+        exclusive: definition.exclusive_owner.is_some(),
+        messages: ready + unacked,
+        messages_ready: ready,
+        messages_unacknowledged: unacked,
+        consumers: u64::from(queue.consumer_count()),
+        leader,
+        members,
+    }
+}
+
+async fn queue(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> Result<Json<QueueInfo>, ApiError> {
+    let host = api.vhost(&vhost)?;
+    let queue = host.queue(&name)?;
+    Ok(Json(queue_info(&vhost, &queue)))
+}
+
+/// The body of the replica routes.
+#[derive(Debug, Deserialize)]
+struct ReplicaRequest {
+    node: String,
+}
+
+async fn add_replica(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path((vhost, name)): Path<(String, String)>,
+    Json(request): Json<ReplicaRequest>,
+) -> Result<StatusCode, ApiError> {
+    let host = api.vhost(&vhost)?;
+    let metadata = host.metadata().cloned().ok_or_else(not_clustered)?;
+    metadata.add_member(&host, &name, &request.node).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_replica(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path((vhost, name)): Path<(String, String)>,
+    Json(request): Json<ReplicaRequest>,
+) -> Result<StatusCode, ApiError> {
+    let host = api.vhost(&vhost)?;
+    let metadata = host.metadata().cloned().ok_or_else(not_clustered)?;
+    metadata.delete_member(&vhost, &name, &request.node).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn not_clustered() -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "this node is not in a cluster: a quorum queue's replicas are its own node")
+}
