@@ -138,10 +138,7 @@ async fn add_replica(
     Path((vhost, name)): Path<(String, String)>,
     Json(request): Json<ReplicaRequest>,
 ) -> Result<StatusCode, ApiError> {
-    let host = api.vhost(&vhost)?;
-    let metadata = host.metadata().cloned().ok_or_else(not_clustered)?;
-    metadata.add_member(&host, &name, &request.node).await?;
-    Ok(StatusCode::NO_CONTENT)
+    change_replicas(&api, &vhost, &name, &request.node, ReplicaChange::Add).await
 }
 
 async fn delete_replica(
@@ -150,9 +147,29 @@ async fn delete_replica(
     Path((vhost, name)): Path<(String, String)>,
     Json(request): Json<ReplicaRequest>,
 ) -> Result<StatusCode, ApiError> {
-    let host = api.vhost(&vhost)?;
+    change_replicas(&api, &vhost, &name, &request.node, ReplicaChange::Delete).await
+}
+
+/// What a replica route asks for.
+#[derive(Debug, Clone, Copy)]
+enum ReplicaChange {
+    Add,
+    Delete,
+}
+
+async fn change_replicas(
+    api: &Management,
+    vhost: &str,
+    queue: &str,
+    node: &str,
+    change: ReplicaChange,
+) -> Result<StatusCode, ApiError> {
+    let host = api.vhost(vhost)?;
     let metadata = host.metadata().cloned().ok_or_else(not_clustered)?;
-    metadata.delete_member(&vhost, &name, &request.node).await?;
+    match change {
+        ReplicaChange::Add => metadata.add_member(&host, queue, node).await?,
+        ReplicaChange::Delete => metadata.delete_member(vhost, queue, node).await?,
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -308,18 +308,8 @@ impl QueueKind for ClassicQueue {
         if state.deleted {
             return Err(BrokerError::not_found(format!("no queue '{}' in vhost '/'", queue.name())));
         }
-        if state.consumers.iter().any(|c| c.is_exclusive()) {
-            return Err(BrokerError::access_refused(format!(
-                "queue '{}' in vhost '/' has an exclusive consumer",
-                queue.name()
-            )));
-        }
-        if consumer.is_exclusive() && !state.consumers.is_empty() {
-            return Err(BrokerError::access_refused(format!(
-                "queue '{}' in vhost '/' already has consumers; cannot consume exclusively",
-                queue.name()
-            )));
-        }
+        let exclusive_attached = state.consumers.iter().any(|c| c.is_exclusive());
+        super::check_exclusive_consume(queue, exclusive_attached, !state.consumers.is_empty(), &consumer)?;
         state.consumers.push(consumer);
         state.unwanted.clear();
         state.last_used_ms = now_ms();

@@ -8,7 +8,7 @@ use super::dead_letter::DeathReason;
 use super::state::QueueState;
 use super::{Queue, QueueArguments};
 use crate::message::Message;
-use crate::scheduler::{now_ms, TimerEvent};
+use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
 use std::sync::Arc;
 
 impl ClassicQueue {
@@ -53,24 +53,29 @@ impl ClassicQueue {
 
     /// `x-expires`: deletes the queue if it has been unused for that long, or re-arms.
     pub(super) fn check_unused(&self, queue: &Arc<Queue>) {
-        let Some(expires) = queue.arguments.expires_ms else { return };
-        let idle_since = {
+        let (in_use, last_used_ms, scheduler) = {
             let state = self.state.lock();
             if state.deleted {
                 return;
             }
-            let in_use = !state.consumers.is_empty();
-            let idle_since = if in_use { now_ms() } else { state.last_used_ms };
-            if in_use || now_ms() < idle_since + expires {
-                let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(queue) };
-                state.scheduler.schedule(idle_since + expires, event);
-                return;
-            }
-            idle_since
+            (!state.consumers.is_empty(), state.last_used_ms, std::sync::Arc::clone(&state.scheduler))
         };
-        tracing::info!(queue = queue.name(), idle_since, "queue unused for x-expires; deleting it");
-        if let Some(vhost) = queue.vhost.upgrade() {
-            vhost.delete_expired_queue(queue);
-        }
+        delete_if_unused(queue, &scheduler, in_use, last_used_ms);
+    }
+}
+
+/// `x-expires` of any kind of queue: deletes `queue` if it is not `in_use` and was last used
+/// at `last_used_ms` longer ago than that; else re-arms its timer.
+pub(super) fn delete_if_unused(queue: &Arc<Queue>, scheduler: &SchedulerHandle, in_use: bool, last_used_ms: u64) {
+    let Some(expires) = queue.arguments.expires_ms else { return };
+    let idle_since = if in_use { now_ms() } else { last_used_ms };
+    if in_use || now_ms() < idle_since + expires {
+        let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(queue) };
+        scheduler.schedule(idle_since + expires, event);
+        return;
+    }
+    tracing::info!(queue = queue.name(), idle_since, "queue unused for x-expires; deleting it");
+    if let Some(vhost) = queue.vhost.upgrade() {
+        vhost.delete_expired_queue(queue);
     }
 }

@@ -114,6 +114,57 @@ impl<T: Send + 'static> Reply<T> {
     }
 }
 
+/// The rules of a queue kind that keeps its messages in a log of its own (streams, quorum
+/// queues): durable, not exclusive, not auto-delete (406 otherwise, as in RabbitMQ), on a
+/// broker with a data directory (540 otherwise). `kind` names one of them, `kinds` several.
+fn require_log_of_its_own<'a>(
+    definition: &QueueDefinition,
+    storage: Option<&'a crate::definitions::VhostStorage>,
+    kind: &str,
+    kinds: &str,
+) -> BrokerResult<&'a crate::definitions::VhostStorage> {
+    let refused = [
+        (!definition.durable, "non-durable"),
+        (definition.exclusive_owner.is_some(), "exclusive"),
+        (definition.auto_delete, "auto-delete"),
+    ];
+    if let Some((_, property)) = refused.iter().find(|(refused, _)| *refused) {
+        return Err(BrokerError::precondition_failed(format!(
+            "invalid property '{property}' for {kind} '{}': {kinds} must be durable, not exclusive and not auto-delete",
+            definition.name
+        )));
+    }
+    storage.ok_or_else(|| {
+        BrokerError::new(
+            crate::error::ReplyCode::NotImplemented,
+            format!("{kinds} need a broker with a data directory"),
+        )
+    })
+}
+
+/// Refuses a consumer that conflicts with exclusivity (403 ACCESS_REFUSED, as in RabbitMQ):
+/// any consumer while one is exclusive, an exclusive one while any is attached.
+fn check_exclusive_consume(
+    queue: &Queue,
+    exclusive_attached: bool,
+    any_attached: bool,
+    consumer: &Consumer,
+) -> BrokerResult<()> {
+    if exclusive_attached {
+        return Err(BrokerError::access_refused(format!(
+            "queue '{}' in vhost '/' has an exclusive consumer",
+            queue.name()
+        )));
+    }
+    if consumer.is_exclusive() && any_attached {
+        return Err(BrokerError::access_refused(format!(
+            "queue '{}' in vhost '/' already has consumers; cannot consume exclusively",
+            queue.name()
+        )));
+    }
+    Ok(())
+}
+
 /// What a queue needs from the broker around it.
 #[derive(Debug, Clone)]
 pub struct QueueContext {

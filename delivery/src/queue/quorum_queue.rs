@@ -21,7 +21,7 @@ use super::kind::{Holder, QueueKind, QueueTimer};
 use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
 use crate::consumer::Consumer;
 use crate::definitions::VhostStorage;
-use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
+use crate::error::{internal_error, BrokerError, BrokerResult};
 use crate::message::Message;
 use crate::message_store::{DurableMark, StoreError};
 use crate::quorum::{
@@ -89,25 +89,7 @@ pub(super) fn declare(
     storage: Option<&VhostStorage>,
     context: QueueContext,
 ) -> BrokerResult<Arc<Queue>> {
-    let refuse = |property: &str| {
-        Err(BrokerError::precondition_failed(format!(
-            "invalid property '{property}' for quorum queue '{}': quorum queues must be durable, not exclusive and \
-             not auto-delete",
-            definition.name
-        )))
-    };
-    if !definition.durable {
-        return refuse("non-durable");
-    }
-    if definition.exclusive_owner.is_some() {
-        return refuse("exclusive");
-    }
-    if definition.auto_delete {
-        return refuse("auto-delete");
-    }
-    let Some(storage) = storage else {
-        return Err(BrokerError::new(ReplyCode::NotImplemented, "quorum queues need a broker with a data directory"));
-    };
+    let storage = super::require_log_of_its_own(&definition, storage, "quorum queue", "quorum queues")?;
     let (dir, log_config) =
         storage.create_quorum_queue(&definition.name).map_err(|e| internal_error("cannot create quorum queue", e))?;
     let size = arguments.quorum_initial_group_size;
@@ -463,19 +445,9 @@ impl QueueKind for QuorumQueue {
             if local.deleted {
                 return Err(BrokerError::not_found(format!("no queue '{}' in vhost '/'", queue.name())));
             }
-            if local.consumers.values().any(|c| c.is_exclusive()) {
-                return Err(BrokerError::access_refused(format!(
-                    "queue '{}' in vhost '/' has an exclusive consumer",
-                    queue.name()
-                )));
-            }
+            let exclusive_attached = local.consumers.values().any(|c| c.is_exclusive());
             let attached = !local.consumers.is_empty() || self.consumer_count() > 0;
-            if consumer.is_exclusive() && attached {
-                return Err(BrokerError::access_refused(format!(
-                    "queue '{}' in vhost '/' already has consumers; cannot consume exclusively",
-                    queue.name()
-                )));
-            }
+            super::check_exclusive_consume(queue, exclusive_attached, attached, &consumer)?;
             local.consumers.insert(id.clone(), Arc::clone(&consumer));
             local.channels.insert(id.channel);
             local.last_used_ms = now_ms();
@@ -635,27 +607,14 @@ impl QuorumQueue {
 
     /// `x-expires`: deletes the queue if it has been unused for that long, or re-arms.
     fn check_unused(&self, queue: &Arc<Queue>) {
-        let Some(expires) = queue.arguments().expires_ms else { return };
         let in_use = self.consumer_count() > 0;
-        let idle_since = {
+        let last_used_ms = {
             let local = self.inner.local.lock();
             if local.deleted {
                 return;
             }
-            if in_use {
-                now_ms()
-            } else {
-                local.last_used_ms
-            }
+            local.last_used_ms
         };
-        if in_use || now_ms() < idle_since + expires {
-            let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(queue) };
-            self.inner.scheduler.schedule(idle_since + expires, event);
-            return;
-        }
-        tracing::info!(queue = queue.name(), idle_since, "queue unused for x-expires; deleting it");
-        if let Some(vhost) = queue.vhost.upgrade() {
-            vhost.delete_expired_queue(queue);
-        }
+        super::expiry::delete_if_unused(queue, &self.inner.scheduler, in_use, last_used_ms);
     }
 }

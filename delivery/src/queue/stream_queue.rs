@@ -5,7 +5,7 @@ use super::kind::{Holder, QueueKind, QueueTimer};
 use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
 use crate::consumer::Consumer;
 use crate::definitions::VhostStorage;
-use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
+use crate::error::{internal_error, BrokerError, BrokerResult};
 use crate::message::Message;
 use crate::message_store::StoreError;
 use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
@@ -29,24 +29,7 @@ pub(super) fn declare(
     storage: Option<&VhostStorage>,
     context: QueueContext,
 ) -> BrokerResult<Arc<Queue>> {
-    let refuse = |property: &str| {
-        Err(BrokerError::precondition_failed(format!(
-            "invalid property '{property}' for stream '{}': streams must be durable, not exclusive and not auto-delete",
-            definition.name
-        )))
-    };
-    if !definition.durable {
-        return refuse("non-durable");
-    }
-    if definition.exclusive_owner.is_some() {
-        return refuse("exclusive");
-    }
-    if definition.auto_delete {
-        return refuse("auto-delete");
-    }
-    let Some(storage) = storage else {
-        return Err(BrokerError::new(ReplyCode::NotImplemented, "streams need a broker with a data directory"));
-    };
+    let storage = super::require_log_of_its_own(&definition, storage, "stream", "streams")?;
     let stream = storage
         .create_stream(&definition.name, arguments.stream.clone())
         .map_err(|e| internal_error("cannot create stream", e))?;
