@@ -83,6 +83,11 @@ impl Broker {
         }
     }
 
+    /// Every virtual host.
+    pub fn vhosts(&self) -> Vec<Arc<VirtualHost>> {
+        self.vhosts.values().cloned().collect()
+    }
+
     /// The user store.
     pub fn users(&self) -> &UserStore {
         &self.users

@@ -2,7 +2,8 @@
 //! rabbitmq-queues. It speaks the management HTTP API (`--node`, default the local node's).
 //!
 //! Verbs so far: `cluster_status`, `quorum_status QUEUE`, `add_member QUEUE NODE`,
-//! `delete_member QUEUE NODE` (issue 13; the rest of the API and the verbs come with 14).
+//! `delete_member QUEUE NODE`, `grow NODE all`, `shrink NODE` (issue 13; the rest of the API
+//! and the verbs come with 14).
 
 use clap::{Parser, Subcommand};
 use serde_json::Value;
@@ -54,6 +55,19 @@ enum Verb {
         /// The node.
         node: String,
     },
+    /// Adds a replica on a node to every quorum queue without one there.
+    Grow {
+        /// The node.
+        node: String,
+        /// Which queues: `all` (RabbitMQ's `even` is not offered).
+        #[arg(default_value = "all", value_parser = ["all"])]
+        strategy: String,
+    },
+    /// Removes every quorum queue's replica from a node.
+    Shrink {
+        /// The node.
+        node: String,
+    },
 }
 
 /// A ctl run failed; the text says what to fix.
@@ -96,6 +110,14 @@ pub fn run(args: impl IntoIterator<Item = String>) -> Result<(), CtlError> {
             ctl.post(&format!("/api/queues/quorum/{vhost}/{}/replicas/delete", encode(queue)), node)?;
             println!("removing {node} from quorum queue '{queue}'");
         }
+        Verb::Grow { node, .. } => {
+            ctl.post(&format!("/api/queues/quorum/replicas/on/{}/grow", encode(node)), node)?;
+            println!("adding replicas on {node}");
+        }
+        Verb::Shrink { node } => {
+            ctl.delete(&format!("/api/queues/quorum/replicas/on/{}/shrink", encode(node)))?;
+            println!("removing the replicas on {node}");
+        }
     }
     Ok(())
 }
@@ -129,6 +151,12 @@ impl Ctl {
         let url = format!("{}{path}", self.node.trim_end_matches('/'));
         let body = serde_json::json!({ "node": node });
         self.agent(ureq::post(&url)).send_json(body).map_err(|e| self.failed(&url, e))?;
+        Ok(())
+    }
+
+    fn delete(&self, path: &str) -> Result<(), CtlError> {
+        let url = format!("{}{path}", self.node.trim_end_matches('/'));
+        self.agent(ureq::delete(&url)).call().map_err(|e| self.failed(&url, e))?;
         Ok(())
     }
 

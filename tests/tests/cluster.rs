@@ -562,3 +562,35 @@ async fn a_new_member_installs_a_snapshot_gets_every_live_body_and_serves_alone(
     }
     assert_eq!(got, (1_000_000..1_000_000 + live).collect::<Vec<u64>>(), "every live message, in order");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grow_and_shrink_move_every_quorum_queue() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    let ch = confirm_channel(&a).await;
+    let single = table(&[
+        ("x-queue-type", text("quorum")),
+        ("x-quorum-initial-group-size", lapin::types::AMQPValue::LongInt(1)),
+    ]);
+    for queue in ["g1", "g2"] {
+        ch.queue_declare(queue.into(), durable(), single.clone()).await.expect("declare");
+        assert_eq!(publish_within(&ch, queue, queue.as_bytes(), Duration::from_secs(5)).await, Some(true));
+    }
+    tokio::task::block_in_place(|| ctl(&cluster, 0, &["grow", "warren@b", "all"]));
+    for queue in ["g1", "g2"] {
+        wait_for_status(&cluster, 0, queue, "grown", |s| s.contains("member: warren@b")).await;
+    }
+    tokio::task::block_in_place(|| ctl(&cluster, 0, &["shrink", "warren@a"]));
+    for queue in ["g1", "g2"] {
+        wait_for_status(&cluster, 1, queue, "shrunk", |s| {
+            s.contains("leader: warren@b") && !s.contains("member: warren@a")
+        })
+        .await;
+        let got = cluster.connect(1).await.create_channel().await.expect("channel");
+        let message = got.basic_get(queue.into(), BasicGetOptions { no_ack: true }).await.expect("get");
+        assert_eq!(message.map(|m| m.delivery.data), Some(queue.as_bytes().to_vec()), "{queue} moved whole");
+    }
+    let status = tokio::task::block_in_place(|| ctl(&cluster, 1, &["cluster_status"]));
+    assert!(NAMES.iter().all(|name| status.contains(&format!("{name} running"))), "{status}");
+}

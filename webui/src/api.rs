@@ -4,7 +4,7 @@ use crate::auth::Authenticated;
 use crate::error::ApiError;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -58,6 +58,8 @@ pub fn router(management: Management) -> Router {
         .route("/api/queues/{vhost}/{name}", get(queue))
         .route("/api/queues/quorum/{vhost}/{name}/replicas/add", post(add_replica))
         .route("/api/queues/quorum/{vhost}/{name}/replicas/delete", post(delete_replica))
+        .route("/api/queues/quorum/replicas/on/{node}/grow", post(grow))
+        .route("/api/queues/quorum/replicas/on/{node}/shrink", delete(shrink))
         .with_state(management)
 }
 
@@ -169,6 +171,47 @@ async fn change_replicas(
     match change {
         ReplicaChange::Add => metadata.add_member(&host, queue, node).await?,
         ReplicaChange::Delete => metadata.delete_member(vhost, queue, node).await?,
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The quorum queues this node has, with their vhosts, for which `wanted` holds of whether
+/// `node` is one of their members.
+fn quorum_queues(api: &Management, node: &str, wanted: bool) -> Vec<(Arc<VirtualHost>, Arc<Queue>)> {
+    let mut found = Vec::new();
+    for vhost in api.broker.vhosts() {
+        for queue in vhost.queues() {
+            let member = queue.quorum_group().map(|group| group.members().iter().any(|(_, n)| n.addr == node));
+            if member == Some(wanted) {
+                found.push((Arc::clone(&vhost), queue));
+            }
+        }
+    }
+    found
+}
+
+/// rabbitmq-queues `grow NODE all`: every quorum queue here without a replica on `node` gets one.
+async fn grow(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path(node): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    for (vhost, queue) in quorum_queues(&api, &node, false) {
+        let metadata = vhost.metadata().cloned().ok_or_else(not_clustered)?;
+        metadata.add_member(&vhost, queue.name(), &node).await?;
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// rabbitmq-queues `shrink NODE`: every quorum queue here with a replica on `node` loses it.
+async fn shrink(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path(node): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    for (vhost, queue) in quorum_queues(&api, &node, true) {
+        let metadata = vhost.metadata().cloned().ok_or_else(not_clustered)?;
+        metadata.delete_member(vhost.name(), queue.name(), &node).await?;
     }
     Ok(StatusCode::NO_CONTENT)
 }
