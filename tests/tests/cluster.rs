@@ -594,3 +594,20 @@ async fn grow_and_shrink_move_every_quorum_queue() {
     let status = tokio::task::block_in_place(|| ctl(&cluster, 1, &["cluster_status"]));
     assert!(NAMES.iter().all(|name| status.contains(&format!("{name} running"))), "{status}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn balanced_leader_locator_spreads_leaders_over_the_nodes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let ch = cluster.connect(0).await.create_channel().await.expect("channel");
+    let balanced = table(&[("x-queue-type", text("quorum")), ("x-queue-leader-locator", text("balanced"))]);
+    let mut leaders = std::collections::BTreeSet::new();
+    for queue in ["b1", "b2", "b3"] {
+        ch.queue_declare(queue.into(), durable(), balanced.clone()).await.expect("declare");
+        wait_for_status(&cluster, 0, queue, "a leader", |s| !s.contains("(none known)")).await;
+        let status = tokio::task::block_in_place(|| ctl(&cluster, 0, &["quorum_status", queue]));
+        let leader = status.lines().find_map(|l| l.strip_prefix("leader: ")).expect("leader line").to_string();
+        leaders.insert(leader);
+    }
+    assert_eq!(leaders.len(), 3, "one leader per node: {leaders:?}");
+}

@@ -114,6 +114,10 @@ async fn a_quorum_queue_must_be_durable_and_neither_exclusive_nor_auto_delete() 
     declare_quorum(&ch, "q", &[("x-quorum-initial-group-size", long(3))]).await;
     let other_kind = ch.queue_declare("q".into(), durable(), FieldTable::default()).await;
     assert_code(other_kind, 406, "redeclared as a classic queue");
+    let ch = channel(&conn).await;
+    let filtered = table(&[("x-stream-filter", text("red"))]);
+    let consume = ch.basic_consume("q".into(), "f".into(), Default::default(), filtered).await;
+    assert_code(consume, 406, "tag filters are not offered on quorum queues");
 }
 
 #[tokio::test]

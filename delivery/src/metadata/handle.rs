@@ -62,7 +62,7 @@ impl Metadata {
             let parsed = crate::queue::QueueArguments::parse(arguments)?;
             if parsed.queue_type == crate::queue::QueueType::Quorum {
                 let size = parsed.quorum_initial_group_size;
-                *members = Some(self.replication.initial_members(vhost, name, size));
+                *members = Some(self.replication.initial_members(vhost, name, size, parsed.leader_locator));
             }
         }
         let command = MetaCommand { origin: self.replication.node_id(), vhost: vhost.to_string(), op };

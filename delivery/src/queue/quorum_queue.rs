@@ -93,7 +93,8 @@ pub(super) fn declare(
     let (dir, log_config) =
         storage.create_quorum_queue(&definition.name).map_err(|e| internal_error("cannot create quorum queue", e))?;
     let size = arguments.quorum_initial_group_size;
-    let members = context.replication.initial_members(&context.vhost_name, &definition.name, size);
+    let locator = arguments.leader_locator;
+    let members = context.replication.initial_members(&context.vhost_name, &definition.name, size, locator);
     build(definition, arguments, &dir, log_config, context, Some(members))
 }
 
@@ -439,6 +440,14 @@ impl QueueKind for QuorumQueue {
 
     /// Attaches a consumer; exclusivity conflicts are 403 ACCESS_REFUSED, as in RabbitMQ.
     fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()> {
+        if consumer.filters() {
+            // Silently delivering everything would break the filter's promise of exactly the
+            // matching messages.
+            return Err(BrokerError::precondition_failed(format!(
+                "x-stream-filter is not supported on quorum queue '{}': filter on a classic queue or a stream",
+                queue.name()
+            )));
+        }
         let id = self.inner.consumer_id(&consumer);
         {
             let mut local = self.inner.local.lock();

@@ -8,6 +8,7 @@ use super::command::{CommandBatch, Response};
 use super::group::LOCAL_NODE_ID;
 use super::no_peers::NoPeers;
 use super::raft::{quorum_raft_config, QuorumRaft, QuorumStateMachine};
+use crate::queue::LeaderLocator;
 use openraft::{BasicNode, Raft};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -52,8 +53,9 @@ pub trait Replication: Send + Sync + std::fmt::Debug + 'static {
     fn node_id(&self) -> u64;
 
     /// The members of the group of a new quorum queue `queue` in `vhost`, asked for
-    /// `x-quorum-initial-group-size` (`None`: the default, min(3, nodes)).
-    fn initial_members(&self, vhost: &str, queue: &str, size: Option<u64>) -> InitialMembers;
+    /// `x-quorum-initial-group-size` (`None`: the default, min(3, nodes)), its first leader
+    /// placed by `x-queue-leader-locator`.
+    fn initial_members(&self, vhost: &str, queue: &str, size: Option<u64>, locator: LeaderLocator) -> InitialMembers;
 
     /// Starts this node's member of `group` over `log` and `machine` and routes the group's
     /// RPCs to it.
@@ -105,7 +107,7 @@ impl Replication for SingleNode {
         LOCAL_NODE_ID
     }
 
-    fn initial_members(&self, _vhost: &str, _queue: &str, _size: Option<u64>) -> InitialMembers {
+    fn initial_members(&self, _vhost: &str, _queue: &str, _size: Option<u64>, _: LeaderLocator) -> InitialMembers {
         InitialMembers { leader: LOCAL_NODE_ID, members: BTreeMap::from([(LOCAL_NODE_ID, BasicNode::new("local"))]) }
     }
 

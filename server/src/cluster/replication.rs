@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use warren_delivery::metadata::{MetaCommand, MetaForwarding};
+use warren_delivery::queue::LeaderLocator;
 use warren_delivery::quorum::{
     quorum_raft_config, ClusterFuture, CommandBatch, InitialMembers, ProposeError, QuorumRaft, QuorumStateMachine,
     Replication, Response,
@@ -87,6 +88,23 @@ impl ClusterReplication {
         &self.transport
     }
 
+    /// Of `names`, the node leading the fewest of the groups this node runs a member of
+    /// (this node on a tie, then the first by name).
+    fn least_leading(&self, names: &[String]) -> String {
+        let mut leading: BTreeMap<u64, usize> = names.iter().map(|n| (raft_node_id(n), 0)).collect();
+        for (_, raft) in self.router.members() {
+            if let Some(leader) = raft.metrics().borrow().current_leader {
+                *leading.entry(leader).or_default() += 1;
+            }
+        }
+        let count = |name: &String| leading.get(&raft_node_id(name)).copied().unwrap_or(0);
+        let fewest = names.iter().map(count).min().unwrap_or(0);
+        if names.iter().any(|n| *n == self.node_name && count(n) == fewest) {
+            return self.node_name.clone();
+        }
+        names.iter().find(|n| count(n) == fewest).cloned().unwrap_or_else(|| self.node_name.clone())
+    }
+
     fn node_name_of(&self, id: u64) -> Result<String, String> {
         self.nodes.get(&id).cloned().ok_or_else(|| format!("no node has Raft id {id}"))
     }
@@ -97,21 +115,27 @@ impl Replication for ClusterReplication {
         raft_node_id(&self.node_name)
     }
 
-    /// This node leads (`client-local`), followed by the nodes after it in name order.
-    fn initial_members(&self, vhost: &str, queue: &str, size: Option<u64>) -> InitialMembers {
+    /// The first leader is this node (`client-local`) or the node leading the fewest quorum
+    /// queues that this node knows of (`balanced`; this node on a tie), followed by the
+    /// nodes after it in name order.
+    fn initial_members(&self, vhost: &str, queue: &str, size: Option<u64>, locator: LeaderLocator) -> InitialMembers {
         if let Some(planned) =
             self.planned.lock().unwrap_or_else(PoisonError::into_inner).remove(&(vhost.to_string(), queue.to_string()))
         {
             return planned;
         }
         let names = self.node_names();
-        let me = names.iter().position(|n| *n == self.node_name).unwrap_or(0);
+        let leader = match locator {
+            LeaderLocator::ClientLocal => self.node_name.clone(),
+            LeaderLocator::Balanced => self.least_leading(&names),
+        };
+        let first = names.iter().position(|n| *n == leader).unwrap_or(0);
         let size = size.map_or(DEFAULT_GROUP_SIZE, |s| usize::try_from(s).unwrap_or(usize::MAX)).clamp(1, names.len());
         let members = (0..size)
-            .map(|i| &names[(me + i) % names.len()])
+            .map(|i| &names[(first + i) % names.len()])
             .map(|name| (raft_node_id(name), BasicNode::new(name)))
             .collect();
-        InitialMembers { leader: self.node_id(), members }
+        InitialMembers { leader: raft_node_id(&leader), members }
     }
 
     fn plan_members(&self, vhost: &str, queue: &str, members: InitialMembers) {
