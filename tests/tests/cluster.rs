@@ -372,12 +372,17 @@ async fn failover_round(seed: u64) {
         .basic_consume("q".into(), "a".into(), Default::default(), FieldTable::default())
         .await
         .expect("consume on A");
+    // What the checker held unacked when it stopped, or a publish nacked during the failover
+    // that was stored after all, may come again first (at least once): anything published.
     let mut got = std::collections::BTreeSet::new();
     while got.len() < 10 {
         let delivery = next_delivery(&mut on_a).await;
         let number = u64::from_be_bytes(delivery.data.as_slice().try_into().expect("8 bytes"));
-        assert!((1_000_000..1_000_010).contains(&number), "only what was published after the restart: {number}");
-        got.insert(number);
+        if (1_000_000..1_000_010).contains(&number) {
+            got.insert(number);
+        } else {
+            assert!(number <= published.highest, "delivered but never published: {number}");
+        }
         delivery.ack(BasicAckOptions::default()).await.expect("ack");
     }
 }
