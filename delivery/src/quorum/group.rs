@@ -353,6 +353,15 @@ impl QuorumGroup {
     }
 }
 
+/// Sends the followers a heartbeat, which carries the leader's commit index. Groups send no
+/// heartbeats of their own (see [`super::raft::HEARTBEAT_INTERVAL_MS`]), and openraft sends a
+/// new commit index only with the next entries: without this, a follower could go on without
+/// applying (nor delivering to its consumers) the last entries before a quiet spell until the
+/// next write.
+pub async fn tell_followers_the_commit(leader: &Raft<QuorumRaft>) {
+    let _ = leader.trigger().heartbeat().await;
+}
+
 /// How long a membership change waits for the one before it to finish.
 const MEMBERSHIP_CHANGE_WAIT_MS: u64 = 30_000;
 
@@ -528,10 +537,14 @@ impl Proposer {
         if leader != me {
             return Some((self.replication.propose_to(leader, &self.group, batch), true));
         }
+        let leader = raft.clone();
         let applied: Applied = match raft.client_write_ff(batch).await {
             Ok(receiver) => Box::pin(async move {
                 match receiver.await {
-                    Ok(Ok(written)) => Ok(written.data),
+                    Ok(Ok(written)) => {
+                        tell_followers_the_commit(&leader).await;
+                        Ok(written.data)
+                    }
                     Ok(Err(error)) => Err(ProposeError::Failed(error.to_string())),
                     Err(_) => Err(ProposeError::Failed("the group stopped before applying the command".to_string())),
                 }

@@ -39,7 +39,7 @@ pub use command::{
 };
 pub use effect::Effect;
 pub use error::QuorumError;
-pub use group::{GroupError, QuorumGroup, LOCAL_NODE_ID};
+pub use group::{tell_followers_the_commit, GroupError, QuorumGroup, LOCAL_NODE_ID};
 pub use no_peers::NoPeers;
 pub use raft::{
     quorum_raft_config, AppliedEffects, QuorumRaft, QuorumSnapshotBuilder, QuorumStateMachine, SNAPSHOT_LOGS_SINCE_LAST,

@@ -110,7 +110,13 @@ impl RaftRouter {
                 PeerResponse::Raft(Box::new(reply))
             }
             PeerRequest::Propose { group, batch } => PeerResponse::Proposed(match self.get(&group) {
-                Some(raft) => raft.client_write(batch).await.map(|written| written.data).map_err(|e| e.to_string()),
+                Some(raft) => match raft.client_write(batch).await {
+                    Ok(written) => {
+                        warren_delivery::quorum::tell_followers_the_commit(&raft).await;
+                        Ok(written.data)
+                    }
+                    Err(error) => Err(error.to_string()),
+                },
                 None => Err(format!("this node runs no member of {group}")),
             }),
             PeerRequest::ProposeMeta { command } => PeerResponse::MetaProposed(match self.shared.metadata.get() {
