@@ -208,8 +208,8 @@ async fn take_over(queue: Weak<Queue>, inner: Weak<Inner>) {
         tokio::select! {
             changed = metrics.changed() => if changed.is_err() { return },
             _ = housekeeping.tick() => {
-                let (Some(queue), Some(inner)) = (queue.upgrade(), inner.upgrade()) else { return };
-                inner.housekeeping(&queue);
+                let Some(inner) = inner.upgrade() else { return };
+                inner.housekeeping();
             }
         }
     }
@@ -255,7 +255,7 @@ impl Inner {
     /// Every member: its consumers the state no longer has are cancelled (with
     /// `basic.cancel`, so clients resubscribe). The leader: channels of nodes unreachable for
     /// longer than [`NODE_DOWN_GRACE_MS`] are declared down.
-    fn housekeeping(&self, _queue: &Arc<Queue>) {
+    fn housekeeping(&self) {
         let machine = self.group.machine();
         let vanished: Vec<Arc<Consumer>> = {
             let mut local = self.local.lock();
