@@ -11,8 +11,8 @@
 //! - `settings`: the queue arguments the state obeys, from [`crate::queue::QueueArguments`].
 //! - `snapshot`: [`StateSnapshot`] (no bodies) and the checkpoints snapshots are taken from.
 //! - `raft`: the type config [`QuorumRaft`] and [`QuorumStateMachine`].
-//! - `group`: [`QuorumGroup`], a queue's group running on this node, and the proposer that
-//!   feeds it commands in order.
+//! - `group`: [`QuorumGroup`], a queue's group running on this node.
+//! - `proposer`: what feeds the group this node's commands, in order and batched.
 //! - `no_peers`: the network of a group with no other member.
 //! - `replication`: what a group needs from the cluster ([`Replication`]), and
 //!   [`SingleNode`] for a broker on its own.
@@ -24,6 +24,7 @@ mod effect;
 mod error;
 mod group;
 mod no_peers;
+mod proposer;
 mod raft;
 mod replication;
 mod settings;
@@ -39,8 +40,9 @@ pub use command::{
 };
 pub use effect::Effect;
 pub use error::QuorumError;
-pub use group::{tell_followers_the_commit, GroupError, QuorumGroup, LOCAL_NODE_ID};
+pub use group::{GroupError, QuorumGroup, LOCAL_NODE_ID};
 pub use no_peers::NoPeers;
+pub use proposer::{tell_followers_the_commit, ENTRIES_IN_FLIGHT};
 pub use raft::{
     quorum_raft_config, AppliedEffects, QuorumRaft, QuorumSnapshotBuilder, QuorumStateMachine, SNAPSHOT_LOGS_SINCE_LAST,
 };
