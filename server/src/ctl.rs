@@ -10,7 +10,11 @@ use serde_json::Value;
 
 /// warren ctl: manage a running Warren through its management API.
 #[derive(Debug, Parser)]
-#[command(name = "warren ctl", about, long_about = None)]
+#[command(
+    name = "warren ctl",
+    about = "Manages a running Warren through its management HTTP API, with rabbitmqctl's and rabbitmq-queues' verbs.",
+    long_about = None
+)]
 pub struct Ctl {
     /// The management API to talk to.
     #[arg(long, env = "WARREN_CTL_NODE", default_value = "http://127.0.0.1:15672")]
