@@ -84,7 +84,7 @@ pub fn run(args: impl IntoIterator<Item = String>) -> Result<(), CtlError> {
     let ctl = match Ctl::try_parse_from(std::iter::once("warren ctl".to_string()).chain(args)) {
         Ok(ctl) => ctl,
         Err(help) if !help.use_stderr() => {
-            print!("{help}");
+            say(&help.to_string());
             return Ok(());
         }
         Err(error) => return Err(CtlError(error.to_string())),
@@ -95,35 +95,41 @@ pub fn run(args: impl IntoIterator<Item = String>) -> Result<(), CtlError> {
             let nodes = ctl.get("/api/nodes")?;
             for node in nodes.as_array().into_iter().flatten() {
                 let running = if node["running"].as_bool() == Some(true) { "running" } else { "down" };
-                println!("{} {running}", node["name"].as_str().unwrap_or("?"));
+                say(&format!("{} {running}\n", node["name"].as_str().unwrap_or("?")));
             }
         }
         Verb::QuorumStatus { queue } => {
             let info = ctl.get(&format!("/api/queues/{vhost}/{}", encode(queue)))?;
-            println!("leader: {}", info["leader"].as_str().unwrap_or("(none known)"));
+            say(&format!("leader: {}\n", info["leader"].as_str().unwrap_or("(none known)")));
             for member in info["members"].as_array().into_iter().flatten() {
-                println!("member: {}", member.as_str().unwrap_or("?"));
+                say(&format!("member: {}\n", member.as_str().unwrap_or("?")));
             }
-            println!("messages: {}", info["messages"]);
+            say(&format!("messages: {}\n", info["messages"]));
         }
         Verb::AddMember { queue, node } => {
             ctl.post(&format!("/api/queues/quorum/{vhost}/{}/replicas/add", encode(queue)), node)?;
-            println!("adding {node} to quorum queue '{queue}'");
+            say(&format!("adding {node} to quorum queue '{queue}'\n"));
         }
         Verb::DeleteMember { queue, node } => {
             ctl.post(&format!("/api/queues/quorum/{vhost}/{}/replicas/delete", encode(queue)), node)?;
-            println!("removing {node} from quorum queue '{queue}'");
+            say(&format!("removing {node} from quorum queue '{queue}'\n"));
         }
         Verb::Grow { node, .. } => {
             ctl.post(&format!("/api/queues/quorum/replicas/on/{}/grow", encode(node)), node)?;
-            println!("adding replicas on {node}");
+            say(&format!("adding replicas on {node}\n"));
         }
         Verb::Shrink { node } => {
             ctl.delete(&format!("/api/queues/quorum/replicas/on/{}/shrink", encode(node)))?;
-            println!("removing the replicas on {node}");
+            say(&format!("removing the replicas on {node}\n"));
         }
     }
     Ok(())
+}
+
+/// Writes `text` to stdout; a closed pipe (`warren ctl ... | head`) is not an error.
+fn say(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout().write_all(text.as_bytes());
 }
 
 /// Percent-encodes a path segment (a vhost "/" is "%2F", as RabbitMQ's API expects).
