@@ -5,6 +5,7 @@ use crate::error::BrokerError;
 use crate::message_store::LogStoreConfig;
 use crate::queue::ConnectionId;
 use crate::quorum::{Replication, SingleNode};
+use crate::remote::{Forwarder, Forwarding, NoForwarding};
 use crate::scheduler::Scheduler;
 use crate::user::UserStore;
 use crate::vhost::VirtualHost;
@@ -23,6 +24,8 @@ pub struct Broker {
     users: UserStore,
     next_connection: AtomicU64,
     scheduler: Arc<Scheduler>,
+    /// This node's end of forwarding to and from queues of other nodes.
+    forwarder: Arc<Forwarder>,
 }
 
 /// Where virtual hosts live under the data directory.
@@ -32,32 +35,45 @@ impl Broker {
     /// A broker kept wholly in memory, with the default vhost and the default user.
     pub fn in_memory() -> Arc<Self> {
         let scheduler = Arc::new(Scheduler::default());
-        Self::with_vhost(VirtualHost::new(DEFAULT_VHOST, Arc::clone(&scheduler)), scheduler)
+        let forwarder = Forwarder::new(Arc::new(NoForwarding));
+        Self::with_vhost(VirtualHost::new(DEFAULT_VHOST, Arc::clone(&scheduler)), scheduler, forwarder)
     }
 
     /// A broker on `data_dir`: durable definitions and messages are recovered from it.
     pub fn open(data_dir: &Path, store_config: LogStoreConfig) -> Result<Arc<Self>, BrokerError> {
-        Self::open_replicated(data_dir, store_config, SingleNode::shared())
+        Self::open_clustered(data_dir, store_config, SingleNode::shared(), Arc::new(NoForwarding))
     }
 
-    /// A broker on `data_dir` whose quorum queues are replicated through `replication`.
-    pub fn open_replicated(
+    /// A broker on `data_dir`, a node of a cluster: its quorum queues are replicated through
+    /// `replication`, and its clients reach queues of other nodes through `forwarding`.
+    pub fn open_clustered(
         data_dir: &Path,
         store_config: LogStoreConfig,
         replication: Arc<dyn Replication>,
+        forwarding: Arc<dyn Forwarding>,
     ) -> Result<Arc<Self>, BrokerError> {
         let hex: String = DEFAULT_VHOST.bytes().map(|b| format!("{b:02x}")).collect();
         let storage = VhostStorage::new(data_dir.join(VHOSTS_DIR).join(hex), store_config);
         let scheduler = Arc::new(Scheduler::default());
-        let vhost = VirtualHost::open(DEFAULT_VHOST, storage, Arc::clone(&scheduler), replication)?;
-        Ok(Self::with_vhost(vhost, scheduler))
+        let forwarder = Forwarder::new(forwarding);
+        let vhost =
+            VirtualHost::open(DEFAULT_VHOST, storage, Arc::clone(&scheduler), replication, Arc::clone(&forwarder))?;
+        Ok(Self::with_vhost(vhost, scheduler, forwarder))
     }
 
-    fn with_vhost(vhost: Arc<VirtualHost>, scheduler: Arc<Scheduler>) -> Arc<Self> {
+    fn with_vhost(vhost: Arc<VirtualHost>, scheduler: Arc<Scheduler>, forwarder: Arc<Forwarder>) -> Arc<Self> {
         let mut vhosts = HashMap::new();
         vhosts.insert(vhost.name().to_string(), vhost);
         let users = UserStore::with_default_user();
-        Arc::new(Broker { vhosts, users, next_connection: AtomicU64::new(1), scheduler })
+        let broker = Arc::new(Broker { vhosts, users, next_connection: AtomicU64::new(1), scheduler, forwarder });
+        broker.forwarder.serve(&broker);
+        broker
+    }
+
+    /// This node's end of forwarding: the cluster layer hands it what peers send
+    /// ([`Forwarder::receive`]) and tells it when a peer's link goes ([`Forwarder::node_down`]).
+    pub fn forwarder(&self) -> &Arc<Forwarder> {
+        &self.forwarder
     }
 
     /// Handles the timers due at `now_ms` (TTLs, queue expiry, delayed messages). Whoever runs

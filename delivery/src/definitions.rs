@@ -56,6 +56,10 @@ pub struct QueueRecord {
     pub auto_delete: bool,
     /// Declared arguments.
     pub arguments: FieldTable,
+    /// In a cluster, the nodes (by Raft id) the queue lives on when it does not live on this
+    /// one: this node keeps only a stand-in that forwards to them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub homes: Vec<u64>,
 }
 
 /// A binding between durable things, as stored.
@@ -412,7 +416,7 @@ mod tests {
     }
 
     fn queue(name: &str, depth: usize) -> QueueRecord {
-        QueueRecord { name: name.into(), auto_delete: false, arguments: nested(depth, false) }
+        QueueRecord { name: name.into(), auto_delete: false, arguments: nested(depth, false), homes: Vec::new() }
     }
 
     /// Writes a definitions file holding `queues`, each given as JSON text.

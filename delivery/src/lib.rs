@@ -21,6 +21,7 @@ pub mod node;
 pub mod properties;
 pub mod queue;
 pub mod quorum;
+pub mod remote;
 pub mod scheduler;
 pub mod session;
 pub mod stream;

@@ -3,6 +3,7 @@
 use crate::properties::Properties;
 use amq_protocol::types::ShortString;
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 
 /// One message. Shared (`Arc`) between every queue it was routed to; never copied.
 #[derive(Debug, Clone)]
@@ -35,5 +36,43 @@ impl Message {
     /// Bytes this message accounts for in queue length limits and memory figures.
     pub fn size_bytes(&self) -> usize {
         self.body.len() + self.properties.raw().len()
+    }
+}
+
+/// A message as it travels between nodes and into a quorum queue's Raft log: its routing and
+/// its content-header property list as received, so that nothing is re-encoded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireMessage {
+    /// The exchange it was published to.
+    pub exchange: String,
+    /// Its routing key.
+    pub routing_key: String,
+    /// Its content-header property list, as received (flags then fields).
+    pub properties: Bytes,
+    /// Its body.
+    pub body: Bytes,
+}
+
+impl WireMessage {
+    /// The wire form of `message` (its bytes are shared, not copied).
+    pub fn of(message: &Message) -> Self {
+        WireMessage {
+            exchange: message.exchange.to_string(),
+            routing_key: message.routing_key.to_string(),
+            properties: message.properties.raw().clone(),
+            body: message.body.clone(),
+        }
+    }
+
+    /// The message again; `None` if its property list does not decode (a peer or a log
+    /// that sent garbage).
+    pub fn into_message(self) -> Option<Message> {
+        let properties = Properties::decode(self.properties).ok()?;
+        Some(Message {
+            exchange: self.exchange.as_str().into(),
+            routing_key: self.routing_key.as_str().into(),
+            properties,
+            body: self.body,
+        })
     }
 }

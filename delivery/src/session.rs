@@ -193,6 +193,11 @@ impl Session {
         self.flow_active() && (limit == 0 || self.unacked_total.load(Ordering::Acquire) < limit)
     }
 
+    /// The channel's shared prefetch limit (`basic.qos` with global=true; 0 = none).
+    pub(crate) fn channel_prefetch(&self) -> u32 {
+        self.channel_prefetch.load(Ordering::Acquire)
+    }
+
     /// `basic.qos`: global=false sets the limit of consumers started later, global=true the
     /// channel's shared limit, as RabbitMQ interprets them.
     pub fn set_prefetch(&self, prefetch_count: u16, global: bool) {

@@ -165,9 +165,21 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         Some(replication) => Arc::clone(replication) as Arc<dyn warren_delivery::quorum::Replication>,
         None => warren_delivery::quorum::SingleNode::shared(),
     };
+    let forwarding = cluster.as_ref().map(|transport| {
+        let peers: Vec<String> = config.cluster.peers.iter().map(|p| p.name.clone()).collect();
+        cluster::forwarding::ClusterForwarding::new(transport.clone(), &peers)
+    });
+    let core_forwarding: Arc<dyn warren_delivery::remote::Forwarding> = match &forwarding {
+        Some(forwarding) => Arc::clone(forwarding) as Arc<dyn warren_delivery::remote::Forwarding>,
+        None => Arc::new(warren_delivery::remote::NoForwarding),
+    };
     let log_config = store_config.log_config();
-    let broker = Broker::open_replicated(&config.data_dir, store_config, core_replication)
+    let broker = Broker::open_clustered(&config.data_dir, store_config, core_replication, core_forwarding)
         .map_err(|source| StartError::Recovery { path: config.data_dir.clone(), source })?;
+    if let Some(forwarding) = &forwarding {
+        forwarding.serve(broker.forwarder());
+        router.set_forwarder(Arc::clone(broker.forwarder()));
+    }
     if let Some(replication) = &replication {
         let (dir, name) = (&config.data_dir, &config.cluster.cluster_name);
         cluster::metadata_group::start(replication, &router, &broker, dir, name, log_config).await?;

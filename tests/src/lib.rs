@@ -3,6 +3,7 @@
 //! The tests live in `tests/tests/`; this library holds what they share: starting a broker
 //! in-process on a free loopback port.
 
+pub mod cluster;
 pub mod fault_proxy;
 pub mod process;
 pub mod raw_client;

@@ -244,7 +244,8 @@ mod tests {
     use crate::field_table::tests::nested;
 
     fn queue(name: &str, arguments: FieldTable) -> serde_json::Value {
-        serde_json::to_value(QueueRecord { name: name.into(), auto_delete: false, arguments }).expect("json")
+        serde_json::to_value(QueueRecord { name: name.into(), auto_delete: false, arguments, homes: Vec::new() })
+            .expect("json")
     }
 
     /// A queue record whose arguments nest `depth` levels, as JSON text (serde_json's own
@@ -344,6 +345,7 @@ mod tests {
                 name: name.into(),
                 auto_delete: false,
                 arguments: nested(depth, false),
+                homes: Vec::new(),
             });
         }
         drop_too_deep(&mut definitions);

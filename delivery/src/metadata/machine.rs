@@ -130,7 +130,6 @@ impl MetaStateMachine {
         let vhost = broker
             .vhost(&command.vhost)
             .ok_or_else(|| BrokerError::new(ReplyCode::NotAllowed, format!("no vhost '{}'", command.vhost)))?;
-        let mine = command.origin == self.shared.node_id;
         // Definitions the cluster replicates are never exclusive: no connection owns them.
         let anyone = ConnectionId(0);
         match &command.op {
@@ -141,17 +140,6 @@ impl MetaStateMachine {
             }
             DefinitionOp::DeleteExchange { name, if_unused } => vhost.delete_exchange(name, *if_unused)?,
             DefinitionOp::DeclareQueue { name, durable, auto_delete, arguments, members } => {
-                let here = match (QueueArguments::parse(arguments)?.queue_type, members) {
-                    (QueueType::Quorum, Some(members)) => members.members.contains_key(&self.shared.node_id),
-                    // Classic queues and streams live on the node they were declared on.
-                    _ => mine,
-                };
-                if !here {
-                    return Ok(MetaOutcome::default());
-                }
-                if let Some(members) = members {
-                    self.shared.replication.plan_members(&command.vhost, name, members.clone());
-                }
                 let definition = QueueDefinition {
                     name: name.clone(),
                     durable: *durable,
@@ -159,6 +147,19 @@ impl MetaStateMachine {
                     auto_delete: *auto_delete,
                     arguments: arguments.clone(),
                 };
+                let homes = match (QueueArguments::parse(arguments)?.queue_type, members) {
+                    (QueueType::Quorum, Some(members)) => members.ids_leader_first(),
+                    // Classic queues and streams live on the node they were declared on.
+                    _ => vec![command.origin],
+                };
+                if !homes.contains(&self.shared.node_id) {
+                    // Its clients here reach it through a stand-in.
+                    vhost.declare_remote_queue(definition, homes)?;
+                    return Ok(MetaOutcome::default());
+                }
+                if let Some(members) = members {
+                    self.shared.replication.plan_members(&command.vhost, name, members.clone());
+                }
                 let declared = vhost.declare_queue(definition, anyone)?;
                 return Ok(MetaOutcome {
                     message_count: declared.message_count,
@@ -195,7 +196,8 @@ impl MetaStateMachine {
         arguments: &amq_protocol::types::FieldTable,
     ) -> Result<(), BrokerError> {
         let me = self.shared.node_id;
-        if node_id == me && vhost.queue(name).is_err() {
+        let stand_in = vhost.queue(name).map(|queue| queue.homes().is_some());
+        if node_id == me && !matches!(stand_in, Ok(false)) {
             let joining = crate::quorum::InitialMembers { leader: u64::MAX, members: BTreeMap::new() };
             self.shared.replication.plan_members(vhost_name, name, joining);
             let definition = QueueDefinition {
@@ -205,7 +207,10 @@ impl MetaStateMachine {
                 auto_delete: false,
                 arguments: arguments.clone(),
             };
-            vhost.declare_queue(definition, ConnectionId(0))?;
+            match stand_in {
+                Ok(_) => vhost.replace_stand_in(definition)?,
+                Err(_) => drop(vhost.declare_queue(definition, ConnectionId(0))?),
+            }
         }
         let Ok(queue) = vhost.queue(name) else { return Ok(()) };
         if queue.quorum_group().is_some_and(|group| group.is_leader()) {
@@ -274,7 +279,7 @@ impl MetaStateMachine {
 const MEMBER_REMOVAL_WAIT_MS: u64 = 30_000;
 
 /// Drops this node's replica of `queue` (its files too) once the group no longer counts it
-/// as a member.
+/// as a member; a stand-in forwarding to the remaining members takes its place.
 async fn drop_replica_when_out(vhost: Arc<crate::vhost::VirtualHost>, queue: Arc<crate::queue::Queue>, me: u64) {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(MEMBER_REMOVAL_WAIT_MS);
     while queue.quorum_group().is_some_and(|g| g.members().iter().any(|(id, _)| *id == me))
@@ -282,7 +287,9 @@ async fn drop_replica_when_out(vhost: Arc<crate::vhost::VirtualHost>, queue: Arc
     {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    vhost.drop_local_replica(&queue);
+    let members = queue.quorum_group().map(|g| g.members()).unwrap_or_default();
+    let homes = members.into_iter().map(|(id, _)| id).filter(|id| *id != me).collect();
+    vhost.replace_with_stand_in(&queue, homes);
 }
 
 fn binding(

@@ -1,7 +1,9 @@
 //! The one place that knows which kind of queue `x-queue-type` names: new queues at declare,
 //! stored ones at recovery. Everything else holds a [`Queue`] and does not ask its kind.
 
-use super::{classic, quorum_queue, stream_queue, Queue, QueueArguments, QueueContext, QueueDefinition, QueueType};
+use super::{
+    classic, quorum_queue, remote_queue, stream_queue, Queue, QueueArguments, QueueContext, QueueDefinition, QueueType,
+};
 use crate::definitions::VhostStorage;
 use crate::error::BrokerResult;
 use std::sync::Arc;
@@ -21,13 +23,28 @@ pub(crate) fn declare(
     }
 }
 
-/// A stored queue reopened from its files at startup.
+/// A stand-in on this node for a queue that lives on `homes` (of any kind: the home nodes
+/// know it).
+pub(crate) fn remote(
+    definition: QueueDefinition,
+    arguments: QueueArguments,
+    homes: Vec<u64>,
+    context: QueueContext,
+) -> Arc<Queue> {
+    remote_queue::declare(definition, arguments, homes, context)
+}
+
+/// A stored queue reopened from its files at startup (or a stand-in, if it lives on `homes`).
 pub(crate) fn recover(
     definition: QueueDefinition,
     arguments: QueueArguments,
+    homes: Vec<u64>,
     storage: &VhostStorage,
     context: QueueContext,
 ) -> BrokerResult<Arc<Queue>> {
+    if !homes.is_empty() {
+        return Ok(remote(definition, arguments, homes, context));
+    }
     match arguments.queue_type {
         QueueType::Classic => classic::recover(definition, arguments, storage, context),
         QueueType::Stream => stream_queue::recover(definition, arguments, storage, context),

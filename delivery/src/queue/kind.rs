@@ -82,4 +82,8 @@ pub(crate) trait QueueKind: Send + Sync {
     fn as_quorum(&self) -> Option<&crate::quorum::QuorumGroup> {
         None
     }
+    /// The nodes the queue lives on, if this is a stand-in for a queue of other nodes.
+    fn homes(&self) -> Option<&[u64]> {
+        None
+    }
 }

@@ -11,6 +11,9 @@
 //!   messages; consumers read it by offset.
 //! - quorum (`quorum_queue.rs`, over `crate::quorum`): a Raft group replicates the queue's
 //!   messages and its state; the leader acts on what the state machine decides.
+//!
+//! On a node where a queue does not live (in a cluster), a stand-in (`remote_queue.rs`, over
+//! `crate::remote`) forwards everything to a node where it does.
 
 mod arguments;
 mod classic;
@@ -21,6 +24,7 @@ mod kind;
 mod message_ref;
 mod quorum_queue;
 mod ready_list;
+mod remote_queue;
 mod state;
 mod stream_queue;
 
@@ -176,6 +180,8 @@ pub struct QueueContext {
     pub scheduler: SchedulerHandle,
     /// The cluster quorum queues are replicated in.
     pub replication: Arc<dyn crate::quorum::Replication>,
+    /// This node's end of forwarding, to queues that live on other nodes.
+    pub forwarder: Arc<crate::remote::Forwarder>,
 }
 
 /// A queue of any kind.
@@ -330,5 +336,10 @@ impl Queue {
     /// This node's member of the queue's Raft group, if it is a quorum queue.
     pub fn quorum_group(&self) -> Option<&crate::quorum::QuorumGroup> {
         self.kind.as_quorum()
+    }
+
+    /// The nodes the queue lives on, if this node only forwards to it (`crate::remote`).
+    pub fn homes(&self) -> Option<&[u64]> {
+        self.kind.homes()
     }
 }

@@ -421,13 +421,7 @@ impl QueueKind for QuorumQueue {
         if self.inner.local.lock().deleted {
             return Ok(Published::Stored(None));
         }
-        let enqueue = Enqueue {
-            exchange: message.exchange.to_string(),
-            routing_key: message.routing_key.to_string(),
-            properties: message.properties.raw().clone(),
-            body: message.body.clone(),
-        };
-        let mark = self.inner.group.enqueue(enqueue);
+        let mark = self.inner.group.enqueue(Enqueue::of(&message));
         let ttl = [queue.arguments().message_ttl_ms, message.properties.expiration_ms()].into_iter().flatten().min();
         if let Some(ttl) = ttl {
             self.inner.arm_expiry_at(queue, now_ms().saturating_add(ttl));

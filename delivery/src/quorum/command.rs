@@ -7,7 +7,6 @@
 //! durable before the next, so one op per entry would cost an fsync (and, in a cluster, a
 //! round of replication) per publish. The proposer puts every op waiting into one entry.
 
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 /// A message's id: where its [`Op::Enqueue`] is in the log, [`message_id`] of its entry's
@@ -69,19 +68,9 @@ pub struct ConsumerSpec {
     pub priority: i32,
 }
 
-/// A message published to the queue.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Enqueue {
-    /// The exchange it was published to.
-    pub exchange: String,
-    /// Its routing key.
-    pub routing_key: String,
-    /// Its content-header property list, as received (flags then fields); `priority` and
-    /// `expiration` are read from it.
-    pub properties: Bytes,
-    /// Its body.
-    pub body: Bytes,
-}
+/// A message published to the queue (`priority` and `expiration` are read from its
+/// properties).
+pub type Enqueue = crate::message::WireMessage;
 
 /// One operation on the queue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -16,7 +16,6 @@ use super::snapshot::DEFAULT_CHECKPOINT_INTERVAL_ENTRIES;
 use super::QuorumError;
 use crate::message::Message;
 use crate::message_store::{CommitTracker, DurableMark};
-use crate::properties::Properties;
 use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, EntryPayload, Raft, ServerState};
 use std::collections::{BTreeSet, VecDeque};
@@ -313,13 +312,7 @@ type DecodedEntry = Arc<Vec<Option<Arc<Message>>>>;
 /// The message `op` published, if it is a publish.
 fn published(op: Op) -> Option<Arc<Message>> {
     let Op::Enqueue(enqueue) = op else { return None };
-    let properties = Properties::decode(enqueue.properties).ok()?;
-    Some(Arc::new(Message {
-        exchange: enqueue.exchange.as_str().into(),
-        routing_key: enqueue.routing_key.as_str().into(),
-        properties,
-        body: enqueue.body,
-    }))
+    enqueue.into_message().map(Arc::new)
 }
 
 /// Starts this node's member over the group's log and state machine; a new group is

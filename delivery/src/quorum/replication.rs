@@ -28,6 +28,14 @@ pub struct InitialMembers {
     pub members: BTreeMap<u64, BasicNode>,
 }
 
+impl InitialMembers {
+    /// The members' ids, the first leader first.
+    pub fn ids_leader_first(&self) -> Vec<u64> {
+        let others = self.members.keys().copied().filter(|id| *id != self.leader);
+        self.members.keys().copied().filter(|id| *id == self.leader).chain(others).collect()
+    }
+}
+
 /// Why a batch handed to another node's leader has no responses.
 #[derive(Debug)]
 pub enum ProposeError {

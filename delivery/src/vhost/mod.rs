@@ -22,6 +22,7 @@ use crate::exchange::{DelayedMessages, Destination, Exchange, ExchangeDefinition
 use crate::message_store::MessageStore;
 use crate::queue::{self, ConnectionId, Queue, QueueContext, QueueDefinition};
 use crate::quorum::{Replication, SingleNode};
+use crate::remote::{Forwarder, NoForwarding};
 use crate::scheduler::SchedulerHandle;
 use amq_protocol::types::FieldTable;
 use parking_lot::{Mutex, RwLock};
@@ -62,6 +63,8 @@ pub struct VirtualHost {
     scheduler: SchedulerHandle,
     /// The cluster its quorum queues are replicated in.
     replication: Arc<dyn Replication>,
+    /// Where what its clients do to queues of other nodes goes.
+    forwarder: Arc<Forwarder>,
     /// The cluster's metadata group, once this node is part of one: definitions change
     /// through it.
     pub(crate) metadata: std::sync::OnceLock<Arc<crate::metadata::Metadata>>,
@@ -85,22 +88,25 @@ mod lifecycle_tests;
 impl VirtualHost {
     /// A virtual host kept in memory, with the standard exchanges.
     pub fn new(name: &str, scheduler: SchedulerHandle) -> Arc<Self> {
-        Self::with_standard_exchanges(name, None, scheduler, SingleNode::shared())
+        let forwarder = Forwarder::new(Arc::new(NoForwarding));
+        Self::with_standard_exchanges(name, None, scheduler, SingleNode::shared(), forwarder)
     }
 
     /// A virtual host on disk: its durable definitions and queues are recovered from `storage`.
-    /// Its quorum queues are replicated through `replication`.
+    /// Its quorum queues are replicated through `replication`; what its clients do to queues
+    /// of other nodes goes through `forwarder`.
     pub fn open(
         name: &str,
         storage: VhostStorage,
         scheduler: SchedulerHandle,
         replication: Arc<dyn Replication>,
+        forwarder: Arc<Forwarder>,
     ) -> Result<Arc<Self>, BrokerError> {
         // What cannot be read is left out entity by entity (and its data kept aside) by
         // `restore`; only a file that is not a definitions document at all stops the start,
         // before anything on disk is touched.
         let loaded = storage.load().map_err(|e| internal_error("cannot read definitions", e))?;
-        let vhost = Self::with_standard_exchanges(name, Some(storage), scheduler, replication);
+        let vhost = Self::with_standard_exchanges(name, Some(storage), scheduler, replication, forwarder);
         vhost.restore(loaded)?;
         Ok(vhost)
     }
@@ -110,6 +116,7 @@ impl VirtualHost {
         storage: Option<VhostStorage>,
         scheduler: SchedulerHandle,
         replication: Arc<dyn Replication>,
+        forwarder: Arc<Forwarder>,
     ) -> Arc<Self> {
         let vhost = Arc::new_cyclic(|me| VirtualHost {
             name: name.to_string(),
@@ -118,6 +125,7 @@ impl VirtualHost {
             storage,
             scheduler,
             replication,
+            forwarder,
             metadata: std::sync::OnceLock::new(),
             reply_consumers: ReplyConsumers::new(crate::node::local_id()),
             me: Weak::clone(me),
@@ -153,6 +161,7 @@ impl VirtualHost {
             vhost_name: self.name.clone(),
             scheduler: Arc::clone(&self.scheduler),
             replication: Arc::clone(&self.replication),
+            forwarder: Arc::clone(&self.forwarder),
         }
     }
 
@@ -348,6 +357,26 @@ impl VirtualHost {
         Ok(Self::declared(queue))
     }
 
+    /// A stand-in for a queue that lives on `homes` (declared through the cluster's metadata
+    /// group on another node): this node's clients reach it through [`crate::remote`]. A queue
+    /// of that name held here already stays (this node is one of its homes).
+    pub fn declare_remote_queue(&self, definition: QueueDefinition, homes: Vec<u64>) -> BrokerResult<()> {
+        let arguments = queue::QueueArguments::parse(&definition.arguments)?;
+        let stored = is_stored(&definition);
+        {
+            let _lifecycle = self.lifecycle.lock();
+            if self.queue(&definition.name).is_ok() {
+                return Ok(());
+            }
+            let queue = queue::factory::remote(definition, arguments, homes, self.queue_context());
+            self.queues.write().insert(queue.name().to_string(), queue);
+        }
+        if stored {
+            self.save_definitions()?;
+        }
+        Ok(())
+    }
+
     /// `queue.declare` with passive set: the queue must exist and be accessible.
     pub fn declare_queue_passive(&self, name: &str, connection: ConnectionId) -> BrokerResult<DeclaredQueue> {
         let queue = self.queue(name)?;
@@ -408,13 +437,53 @@ impl VirtualHost {
         count
     }
 
-    /// Drops this node's replica of a quorum queue it is no longer a member of: the queue
-    /// goes from this host (and its stored definitions), its files are deleted; the queue
-    /// itself lives on in its group.
-    pub fn drop_local_replica(&self, queue: &Arc<Queue>) {
-        self.remove_queue(queue);
+    /// This node stops being a home of `queue` (a quorum queue's member was removed): a
+    /// stand-in forwarding to `homes` takes its place, its files are deleted, its bindings
+    /// stay; the queue itself lives on in its group.
+    pub fn replace_with_stand_in(&self, queue: &Arc<Queue>, homes: Vec<u64>) {
+        let context = self.queue_context();
+        self.swap_queue(queue.name(), |old| {
+            let (definition, arguments) = (old.definition().clone(), old.arguments().clone());
+            Ok(queue::factory::remote(definition, arguments, homes, context))
+        });
+    }
+
+    /// This node becomes a home of a queue it forwarded to (a new member of a quorum
+    /// queue's group): the queue itself takes the stand-in's place; its bindings stay.
+    pub fn replace_stand_in(&self, definition: QueueDefinition) -> BrokerResult<()> {
+        let name = definition.name.clone();
+        let (storage, context) = (self.storage.as_ref(), self.queue_context());
+        let mut created = Ok(());
+        self.swap_queue(&name, |_| {
+            let made = queue::factory::declare(definition, storage, context);
+            created = made.as_ref().map(|_| ()).map_err(Clone::clone);
+            made
+        });
+        created
+    }
+
+    /// Puts what `make` builds from the queue called `name` in its place: the old one is
+    /// marked deleted (its consumers cancelled), bindings (by name) are untouched.
+    fn swap_queue(&self, name: &str, make: impl FnOnce(&Arc<Queue>) -> BrokerResult<Arc<Queue>>) {
+        let consumers = {
+            let _lifecycle = self.lifecycle.lock();
+            let Ok(old) = self.queue(name) else { return };
+            let new = match make(&old) {
+                Ok(new) => new,
+                Err(error) => {
+                    tracing::error!(queue = name, %error, "cannot replace the queue here");
+                    return;
+                }
+            };
+            let (_, consumers) = old.mark_deleted();
+            self.queues.write().insert(name.to_string(), new);
+            consumers
+        };
+        for consumer in consumers {
+            consumer.session().cancelled_by_broker(&consumer);
+        }
         if let Err(error) = self.save_definitions() {
-            tracing::error!(%error, queue = queue.name(), "a dropped replica stays in the stored definitions");
+            tracing::error!(%error, queue = name, "a replaced queue stays as it was in the stored definitions");
         }
     }
 

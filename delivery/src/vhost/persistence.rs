@@ -33,8 +33,8 @@ impl VirtualHost {
         let mut queues = Vec::new();
         for record in definitions.queues {
             match queue_definition(&record) {
-                Ok(definition) => {
-                    queues.push(definition);
+                Ok((definition, arguments)) => {
+                    queues.push((definition, arguments, record.homes.clone()));
                     kept.queues.push(record);
                 }
                 Err(e) => {
@@ -67,8 +67,8 @@ impl VirtualHost {
             };
             self.exchanges.write().insert(exchange.name().to_string(), Arc::new(exchange));
         }
-        for (definition, arguments) in queues {
-            let queue = queue::factory::recover(definition, arguments, storage, self.queue_context())?;
+        for (definition, arguments, homes) in queues {
+            let queue = queue::factory::recover(definition, arguments, homes, storage, self.queue_context())?;
             tracing::info!(queue = queue.name(), messages = queue.message_count(), "recovered queue");
             self.queues.write().insert(queue.name().to_string(), queue);
         }
@@ -139,6 +139,7 @@ impl VirtualHost {
                     name: d.name.clone(),
                     auto_delete: d.auto_delete,
                     arguments: d.arguments.clone(),
+                    homes: queue.homes().map(<[u64]>::to_vec).unwrap_or_default(),
                 });
             }
         }

@@ -14,12 +14,14 @@
 //! - [`replication`]: the cluster as the broker core sees it (quorum queues' members, the
 //!   metadata group's forwarding).
 //! - [`metadata_group`]: starting this node's member of the metadata group.
+//! - [`forwarding`]: client operations on queues of other nodes, in order per peer.
 //! - [`failure_detector`]: one watch per pair of nodes; heartbeats and elections of quorum
 //!   queues' groups when a node comes or goes.
 
 mod connection;
 mod envelope;
 pub mod failure_detector;
+pub mod forwarding;
 pub mod frame;
 pub mod handshake;
 pub mod inbox;

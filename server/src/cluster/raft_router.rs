@@ -1,5 +1,6 @@
 //! The receiving side of Raft RPCs and forwarded proposals: which local `Raft` runs each
-//! group, and handing each incoming RPC or proposal to it.
+//! group, and handing each incoming RPC or proposal to it; forwarded client operations go to
+//! the broker core's `Forwarder`.
 //!
 //! Owns: the registry of this node's group members ([`RaftRouter::register`] when a replica
 //! starts, [`RaftRouter::unregister`] when it stops; the metadata group's member once it
@@ -19,6 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use tokio::sync::Semaphore;
 use warren_delivery::metadata::Metadata;
 use warren_delivery::quorum::QuorumRaft;
+use warren_delivery::remote::{Forwarded, Forwarder};
 
 /// Raft RPCs handled at once on this node, over all groups.
 pub const MAX_CONCURRENT_RAFT_RPCS: usize = 64;
@@ -32,6 +34,8 @@ pub struct RaftRouter {
 struct Shared {
     groups: Mutex<HashMap<RaftGroupId, Raft<QuorumRaft>>>,
     metadata: OnceLock<Arc<Metadata>>,
+    /// Where forwarded client operations go.
+    forwarder: OnceLock<Arc<Forwarder>>,
     in_flight: Arc<Semaphore>,
 }
 
@@ -45,7 +49,8 @@ impl RaftRouter {
     /// A router with no groups.
     pub fn new() -> Self {
         let in_flight = Arc::new(Semaphore::new(MAX_CONCURRENT_RAFT_RPCS));
-        let shared = Shared { groups: Mutex::default(), metadata: OnceLock::new(), in_flight };
+        let shared =
+            Shared { groups: Mutex::default(), metadata: OnceLock::new(), forwarder: OnceLock::new(), in_flight };
         RaftRouter { shared: Arc::new(shared) }
     }
 
@@ -63,6 +68,20 @@ impl RaftRouter {
     /// Routes the metadata group's RPCs and proposals to this node's member (once).
     pub fn set_metadata(&self, metadata: Arc<Metadata>) {
         let _ = self.shared.metadata.set(metadata);
+    }
+
+    /// Hands forwarded client operations to `forwarder` (once).
+    pub fn set_forwarder(&self, forwarder: Arc<Forwarder>) {
+        let _ = self.shared.forwarder.set(forwarder);
+    }
+
+    /// Hands a forwarded message from node `from` to the core, in the order it came (it
+    /// does not wait: what waits is spawned by the core).
+    pub fn forwarded(&self, from: &str, message: Forwarded) {
+        match self.shared.forwarder.get() {
+            Some(forwarder) => forwarder.receive(super::raft_node_id(from), message),
+            None => tracing::debug!(peer = from, "a forwarded message came before the broker started"),
+        }
     }
 
     /// The local member of `group`, if any.
@@ -123,6 +142,11 @@ impl RaftRouter {
                 Some(metadata) => metadata.submit(command).await,
                 None => Err("this node's metadata member is not running yet".into()),
             }),
+            // Forwarded operations are one-way, in order: as a request, one would be out of it.
+            PeerRequest::Forwarded(_) => {
+                tracing::debug!("a forwarded operation sent as a request was ignored");
+                PeerResponse::Pong
+            }
         }
     }
 

@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use warren_delivery::client_text::sanitize;
 use warren_delivery::metadata::{MetaCommand, MetaRaft};
 use warren_delivery::quorum::{CommandBatch, Response};
+use warren_delivery::remote::Forwarded;
 
 /// A request or one-way message between nodes.
 #[derive(Debug, Serialize, Deserialize)]
@@ -51,6 +52,8 @@ pub enum PeerRequest {
         /// The change.
         command: MetaCommand,
     },
+    /// A client operation on a queue of another node, or what comes back of one (one-way).
+    Forwarded(Forwarded),
 }
 
 /// An answer to a [`PeerRequest`].
@@ -128,6 +131,7 @@ pub async fn serve(mut inbox: Inbox<PeerRequest, PeerResponse>, router: RaftRout
     while let Some(incoming) = inbox.recv().await {
         match incoming {
             Incoming::Request(request) => answer(request, &router).await,
+            Incoming::Message { from, body: PeerRequest::Forwarded(message) } => router.forwarded(&from, message),
             Incoming::Message { from, body } => {
                 let body = sanitize(&format!("{body:?}"), MAX_LOGGED_MESSAGE_BYTES);
                 tracing::debug!(peer = %from, %body, "cluster message with no handler");

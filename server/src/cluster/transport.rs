@@ -221,12 +221,34 @@ impl<Q: Wire, S: Wire> Transport<Q, S> {
     /// Sends `body` to `peer` with no answer expected; waits for room in the peer's outgoing
     /// budget at most the default request timeout. Delivery is not acknowledged.
     pub async fn send(&self, peer: &str, body: Q) -> Result<(), TransportError> {
+        let serial = self.link(peer)?.serial;
+        self.send_on(peer, serial, body).await
+    }
+
+    /// Sends `body` to `peer` on connection `serial` only: not at all if that connection
+    /// went (what was meant for it makes no sense on the next one). As [`Transport::send`]
+    /// otherwise.
+    pub async fn send_on(&self, peer: &str, serial: u64, body: Q) -> Result<(), TransportError> {
         let link = self.link(peer)?;
+        if link.serial != serial {
+            return Err(TransportError::Disconnected(peer.to_string()));
+        }
         let frame = frame::encode(&Envelope::<Q, ()>::OneWay { body }, MAX_FRAME_BYTES)?;
         let timeout = self.shared.settings.request_timeout;
         tokio::time::timeout(timeout, link.send(frame))
             .await
             .unwrap_or_else(|_| Err(TransportError::Timeout { peer: peer.to_string(), timeout }))
+    }
+
+    /// The serial number of the live connection to `peer`, if any: a new connection gets a
+    /// new one.
+    pub fn link_serial(&self, peer: &str) -> Option<u64> {
+        lock(&self.shared.peers).get(peer).and_then(|state| state.link.as_ref().map(|link| link.serial))
+    }
+
+    /// Changes whenever a connection comes or goes.
+    pub fn link_changes(&self) -> watch::Receiver<u64> {
+        self.shared.links_changed.subscribe()
     }
 
     /// The peers with a live connection, sorted.

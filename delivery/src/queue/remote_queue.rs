@@ -1,0 +1,315 @@
+//! A queue whose messages live on other nodes (see `crate::remote`): this node's stand-in
+//! forwards what its clients do to the first of the queue's homes it can reach (the node a
+//! classic queue or a stream was declared on; a quorum queue's members), and hands what comes
+//! back to their channels.
+//!
+//! Publishes are sent in batches, one batch in flight at a time, so that they reach the home
+//! node in order; a confirm waits for the home node's word that the message is as safe as
+//! the queue promises (fsynced, or committed by a majority), through the same
+//! [`CommitTracker`] quorum queues use. A consumer is started on the home node after its
+//! `consume-ok`: if the home node refuses it, the client gets a `basic.cancel`.
+
+use super::kind::{Holder, QueueKind, QueueTimer};
+use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use crate::consumer::Consumer;
+use crate::error::{BrokerError, BrokerResult, ReplyCode};
+use crate::message::{Message, WireMessage};
+use crate::message_store::{CommitTracker, DurableMark, StoreError};
+use crate::quorum::Replication;
+use crate::remote::{ConsumeSpec, Forwarded, Forwarder, RemoteAnswer, RemoteConsumer, Settlement, Stored};
+use crate::session::{Session, SessionId};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+
+/// Messages one forwarded batch carries at most.
+const MAX_BATCH_MESSAGES: usize = 4096;
+/// Body bytes one forwarded batch carries at most (one message may exceed it alone).
+const MAX_BATCH_BYTES: usize = 1 << 20;
+
+/// A new stand-in for a queue that lives on `homes`.
+pub(crate) fn declare(
+    definition: QueueDefinition,
+    arguments: QueueArguments,
+    homes: Vec<u64>,
+    context: QueueContext,
+) -> Arc<Queue> {
+    let vhost = context.vhost.clone();
+    Queue::with_kind(definition, arguments, vhost, |me, _| {
+        let inner = Inner {
+            me: Weak::clone(me),
+            vhost: context.vhost_name.clone(),
+            homes,
+            forwarder: context.forwarder,
+            replication: context.replication,
+            tracker: CommitTracker::new(),
+            publishing: Mutex::new(Publishing::default()),
+            last_ready: AtomicU32::new(0),
+        };
+        Box::new(RemoteQueue { inner: Arc::new(inner) })
+    })
+}
+
+/// The stand-in.
+struct RemoteQueue {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    me: Weak<Queue>,
+    vhost: String,
+    /// Where the queue lives, in order of preference.
+    homes: Vec<u64>,
+    forwarder: Arc<Forwarder>,
+    replication: Arc<dyn Replication>,
+    /// Outcomes of the forwarded publishes, numbered in order.
+    tracker: Arc<CommitTracker>,
+    publishing: Mutex<Publishing>,
+    /// The ready count the home node last reported.
+    last_ready: AtomicU32,
+}
+
+#[derive(Default)]
+struct Publishing {
+    /// Messages not sent yet, with their numbers.
+    waiting: Vec<(u64, WireMessage)>,
+    in_flight: bool,
+    deleted: bool,
+}
+
+impl Inner {
+    fn name(&self) -> String {
+        self.me.upgrade().map(|q| q.name().to_string()).unwrap_or_default()
+    }
+
+    /// The first home reachable now, and which of the homes it is.
+    fn home(&self) -> Option<(u64, u8)> {
+        let reachable = |(_, node): &(usize, &u64)| self.replication.is_node_up(**node);
+        let (index, node) = self.homes.iter().enumerate().find(reachable)?;
+        Some((*node, u8::try_from(index).ok()?))
+    }
+
+    /// RabbitMQ's answer when a queue's node cannot be reached.
+    fn home_down(&self) -> BrokerError {
+        BrokerError::not_found(format!(
+            "home node of queue '{}' in vhost '{}' is down or inaccessible",
+            self.name(),
+            self.vhost
+        ))
+    }
+
+    /// Sends the waiting messages, one batch at a time.
+    fn flush(self: &Arc<Self>) {
+        loop {
+            let batch = {
+                let mut publishing = self.publishing.lock();
+                if publishing.in_flight || publishing.waiting.is_empty() {
+                    return;
+                }
+                let mut bytes = 0;
+                let take = publishing
+                    .waiting
+                    .iter()
+                    .take(MAX_BATCH_MESSAGES)
+                    .take_while(|(_, m)| {
+                        let fits = bytes == 0 || bytes + m.body.len() <= MAX_BATCH_BYTES;
+                        bytes += m.body.len();
+                        fits
+                    })
+                    .count();
+                publishing.in_flight = true;
+                publishing.waiting.drain(..take).collect::<Vec<_>>()
+            };
+            let (numbers, messages): (Vec<u64>, Vec<WireMessage>) = batch.into_iter().unzip();
+            let Some((home, _)) = self.home() else {
+                let why = self.home_down().text;
+                numbers.iter().for_each(|n| self.tracker.fail(*n, why.clone()));
+                self.publishing.lock().in_flight = false;
+                continue;
+            };
+            let (vhost, queue) = (self.vhost.clone(), self.name());
+            let answer = self.forwarder.request(home, |id| Forwarded::Publish { id, vhost, queue, messages });
+            let inner = Arc::clone(self);
+            tokio::spawn(async move {
+                inner.settle_batch(&numbers, answer.await);
+                inner.publishing.lock().in_flight = false;
+                inner.flush();
+            });
+            return;
+        }
+    }
+
+    fn settle_batch(&self, numbers: &[u64], answer: Result<RemoteAnswer, String>) {
+        match answer {
+            Ok(RemoteAnswer::Published(stored)) if stored.len() == numbers.len() => {
+                for (number, stored) in numbers.iter().zip(stored) {
+                    match stored {
+                        Stored::Safely => self.tracker.settled(*number, false),
+                        Stored::Refused => self.tracker.settled(*number, true),
+                        Stored::Failed(why) => self.tracker.fail(*number, why),
+                    }
+                }
+            }
+            other => {
+                let why = match other {
+                    Err(why) => why,
+                    Ok(answer) => format!("unexpected answer to forwarded publishes: {answer:?}"),
+                };
+                numbers.iter().for_each(|n| self.tracker.fail(*n, why.clone()));
+            }
+        }
+    }
+
+    /// Sends the settlement of `messages` to the homes they came from.
+    fn settle(&self, messages: &[MessageRef], holder: Holder<'_>, how: Settlement) {
+        for (index, node) in self.homes.iter().enumerate() {
+            let tags: Vec<u64> = messages.iter().filter(|m| m.offset() == index as u64).map(|m| m.position()).collect();
+            if !tags.is_empty() {
+                self.forwarder.send(*node, Forwarded::Settle { channel: holder.session.0, tags, how });
+            }
+        }
+    }
+}
+
+impl QueueKind for RemoteQueue {
+    fn publish(&self, _queue: &Arc<Queue>, message: Arc<Message>) -> Result<Published, StoreError> {
+        let number = {
+            let mut publishing = self.inner.publishing.lock();
+            if publishing.deleted {
+                return Ok(Published::Stored(None));
+            }
+            let number = self.inner.tracker.next();
+            publishing.waiting.push((number, WireMessage::of(&message)));
+            number
+        };
+        self.inner.flush();
+        Ok(Published::Stored(Some(DurableMark::commit(&self.inner.tracker, number))))
+    }
+
+    /// The home node dispatches.
+    fn dispatch(&self, _queue: &Arc<Queue>) {}
+
+    fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()> {
+        let (home, home_index) = self.inner.home().ok_or_else(|| self.inner.home_down())?;
+        let session = consumer.session();
+        let spec = ConsumeSpec {
+            no_ack: consumer.no_ack(),
+            exclusive: consumer.is_exclusive(),
+            arguments: consumer.arguments().clone(),
+            prefetch: u16::try_from(consumer.prefetch()).unwrap_or(u16::MAX),
+            channel_prefetch: u16::try_from(session.channel_prefetch()).unwrap_or(u16::MAX),
+        };
+        let (channel, tag) = (session.id().0, consumer.tag().to_string());
+        session.tracked_by(queue);
+        self.inner.forwarder.consumers().attach(RemoteConsumer { consumer, home, home_index });
+        let queue = queue.name().to_string();
+        self.inner
+            .forwarder
+            .send(home, Forwarded::Consume { vhost: self.inner.vhost.clone(), queue, channel, tag, spec });
+        Ok(())
+    }
+
+    /// Never "none left": the stand-in is not the queue, and auto-delete is the home's call.
+    fn remove_consumer(&self, _queue: &Arc<Queue>, consumer: &Arc<Consumer>) -> bool {
+        if let Some(remote) = self.inner.forwarder.consumers().detach(consumer) {
+            let (channel, tag) = (consumer.session().id().0, consumer.tag().to_string());
+            self.inner.forwarder.send(remote.home, Forwarded::Cancel { channel, tag });
+        }
+        false
+    }
+
+    fn get(&self, queue: &Arc<Queue>, session: &Arc<Session>, no_ack: bool) -> Reply<BrokerResult<Option<GetResult>>> {
+        let Some((home, home_index)) = self.inner.home() else { return Reply::Now(Err(self.inner.home_down())) };
+        session.tracked_by(queue);
+        let (vhost, name, channel) = (self.inner.vhost.clone(), queue.name().to_string(), session.id().0);
+        let answer =
+            self.inner.forwarder.request(home, |id| Forwarded::Get { id, vhost, queue: name, channel, no_ack });
+        let (inner, queue, session) = (Arc::clone(&self.inner), Arc::clone(queue), Arc::clone(session));
+        Reply::Later(Box::pin(async move {
+            let got = match answer.await {
+                Ok(RemoteAnswer::Got(got)) => got?,
+                Ok(other) => return Err(unexpected("basic.get", &other)),
+                Err(why) => return Err(BrokerError::new(ReplyCode::InternalError, why)),
+            };
+            let Some(got) = got else {
+                inner.last_ready.store(0, Ordering::Relaxed);
+                return Ok(None);
+            };
+            inner.last_ready.store(got.message_count, Ordering::Relaxed);
+            let message = got.message.into_message().ok_or_else(|| {
+                BrokerError::new(ReplyCode::InternalError, "a forwarded message's properties do not decode")
+            })?;
+            let reference = crate::remote::delivery_ref(got.delivery_tag, home_index);
+            let delivery_tag = session.record_get(&queue, reference, no_ack);
+            let (redelivered, message_count) = (got.redelivered, got.message_count);
+            Ok(Some(GetResult { delivery_tag, redelivered, message: Arc::new(message), message_count }))
+        }))
+    }
+
+    fn settle(&self, _queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>) {
+        self.inner.settle(messages, holder, Settlement::Ack);
+    }
+
+    fn reject(&self, _queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>) {
+        self.inner.settle(messages, holder, Settlement::Reject);
+    }
+
+    fn requeue(&self, _queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>) {
+        self.inner.settle(messages, holder, Settlement::Requeue);
+    }
+
+    fn purge(&self, queue: &Arc<Queue>) -> Reply<BrokerResult<u32>> {
+        let Some((home, _)) = self.inner.home() else { return Reply::Now(Err(self.inner.home_down())) };
+        let (vhost, name) = (self.inner.vhost.clone(), queue.name().to_string());
+        let answer = self.inner.forwarder.request(home, |id| Forwarded::Purge { id, vhost, queue: name });
+        Reply::Later(Box::pin(async move {
+            match answer.await {
+                Ok(RemoteAnswer::Purged(purged)) => purged,
+                Ok(other) => Err(unexpected("queue.purge", &other)),
+                Err(why) => Err(BrokerError::new(ReplyCode::InternalError, why)),
+            }
+        }))
+    }
+
+    /// The mirrored channels on the homes close too.
+    fn channel_closed(&self, _queue: &Arc<Queue>, session: SessionId) {
+        for node in &self.inner.homes {
+            self.inner.forwarder.send(*node, Forwarded::ChannelClosed { channel: session.0 });
+        }
+    }
+
+    fn message_count(&self) -> u32 {
+        self.inner.last_ready.load(Ordering::Relaxed)
+    }
+
+    /// Known on the home node only.
+    fn unacked_count(&self) -> u32 {
+        0
+    }
+
+    /// The consumers this node's clients have on it.
+    fn consumer_count(&self) -> u32 {
+        self.inner.me.upgrade().map_or(0, |queue| self.inner.forwarder.consumers().count_of(&queue))
+    }
+
+    /// `x-expires` is the home node's to watch.
+    fn touch(&self) {}
+
+    fn timer_fired(&self, _queue: &Arc<Queue>, _timer: QueueTimer) {}
+
+    fn close(&self, _queue: &Arc<Queue>) {}
+
+    fn mark_deleted(&self, queue: &Arc<Queue>) -> (u32, Vec<Arc<Consumer>>) {
+        self.inner.publishing.lock().deleted = true;
+        let consumers = self.inner.forwarder.consumers().detach_queue(queue);
+        (0, consumers.into_iter().map(|remote| remote.consumer).collect())
+    }
+
+    fn homes(&self) -> Option<&[u64]> {
+        Some(&self.inner.homes)
+    }
+}
+
+fn unexpected(what: &str, answer: &RemoteAnswer) -> BrokerError {
+    BrokerError::new(ReplyCode::InternalError, format!("unexpected answer to a forwarded {what}: {answer:?}"))
+}

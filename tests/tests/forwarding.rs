@@ -1,0 +1,164 @@
+//! Queues used from nodes they do not live on, in a three-node cluster of real processes: a
+//! classic queue lives on the node it was declared on, a quorum queue on its members, and a
+//! client on any other node publishes to, gets from, consumes from, acks, nacks and purges it
+//! through its own node, as RabbitMQ's clients expect of any node of a cluster.
+
+use futures_util::StreamExt;
+use lapin::options::*;
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection};
+use std::time::{Duration, Instant};
+use warren_tests::cluster::start_cluster;
+use warren_tests::*;
+
+/// Declares `name` on `conn` with `arguments`, retrying while the cluster forms.
+async fn declare(conn: &Connection, name: &str, arguments: FieldTable) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ch = conn.create_channel().await.expect("channel");
+        match ch.queue_declare(name.into(), durable(), arguments.clone()).await {
+            Ok(_) => return,
+            // Refused while the cluster forms (no metadata leader yet).
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(error) => panic!("declare {name}: {error}"),
+        }
+    }
+}
+
+/// Publishes `bodies` to `queue` through the default exchange with confirms; whether each was
+/// acked.
+async fn publish_confirmed(conn: &Connection, queue: &str, bodies: impl Iterator<Item = Vec<u8>>) -> Vec<bool> {
+    let ch = confirm_channel(conn).await;
+    let mut confirms = Vec::new();
+    for body in bodies {
+        let persistent = BasicProperties::default().with_delivery_mode(2);
+        let publish = ch.basic_publish("".into(), queue.into(), Default::default(), &body, persistent).await;
+        confirms.push(publish.expect("publish"));
+    }
+    let mut acked = Vec::new();
+    for confirm in confirms {
+        acked.push(confirm.await.expect("confirm").is_ack());
+    }
+    acked
+}
+
+/// Uses `queue` (which lives on node 0 only) from nodes 1 and 2.
+async fn use_from_other_nodes(cluster: &warren_tests::cluster::Cluster, queue: &str) {
+    let (b, c) = (cluster.connect(1).await, cluster.connect(2).await);
+    let count = 300u32;
+    let acked = publish_confirmed(&b, queue, (0..count).map(|i| i.to_be_bytes().to_vec())).await;
+    assert!(acked.iter().all(|a| *a), "every publish from B confirmed");
+
+    // basic.get from C, a nack with requeue, and the same message again, redelivered.
+    let getter = c.create_channel().await.expect("channel");
+    let first = getter.basic_get(queue.into(), BasicGetOptions::default()).await.expect("get").expect("a message");
+    assert_eq!(first.delivery.data, 0u32.to_be_bytes());
+    assert!(!first.delivery.redelivered);
+    assert_eq!(first.message_count, count - 1, "the message count is the home node's");
+    first.delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.expect("nack");
+    let again = getter.basic_get(queue.into(), BasicGetOptions::default()).await.expect("get").expect("a message");
+    assert_eq!(again.delivery.data, 0u32.to_be_bytes(), "requeued in place");
+    assert!(again.delivery.redelivered, "and marked redelivered");
+    again.delivery.ack(BasicAckOptions::default()).await.expect("ack");
+
+    // A consumer on C with a prefetch gets the rest in order.
+    let ch = c.create_channel().await.expect("channel");
+    ch.basic_qos(20, BasicQosOptions::default()).await.expect("qos");
+    let mut consumer =
+        ch.basic_consume(queue.into(), "c".into(), Default::default(), FieldTable::default()).await.expect("consume");
+    for i in 1..count {
+        let delivery = next_delivery(&mut consumer).await;
+        assert_eq!(delivery.data, i.to_be_bytes(), "in publish order");
+        delivery.ack(BasicAckOptions::default()).await.expect("ack");
+    }
+    ch.basic_cancel("c".into(), BasicCancelOptions::default()).await.expect("cancel");
+
+    // Acks reached the home node: the queue is empty there.
+    let a = cluster.connect(0).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ready_on(&a, queue).await != 0 {
+        assert!(Instant::now() < deadline, "the acks from C reached the queue's home");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // queue.purge from B answers what the home node removed.
+    let acked = publish_confirmed(&c, queue, (0..5u32).map(|i| i.to_be_bytes().to_vec())).await;
+    assert!(acked.iter().all(|a| *a));
+    let purger = b.create_channel().await.expect("channel");
+    assert_eq!(purger.queue_purge(queue.into(), QueuePurgeOptions::default()).await.expect("purge"), 5);
+    assert_eq!(ready_on(&a, queue).await, 0);
+}
+
+async fn ready_on(conn: &Connection, queue: &str) -> u32 {
+    let ch = conn.create_channel().await.expect("channel");
+    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+    ch.queue_declare(queue.into(), passive, FieldTable::default()).await.expect("passive declare").message_count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_classic_queue_is_used_from_every_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    declare(&a, "classic-on-a", FieldTable::default()).await;
+    use_from_other_nodes(&cluster, "classic-on-a").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_queue_is_used_from_nodes_that_hold_no_replica() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    let one_replica = table(&[
+        ("x-queue-type", text("quorum")),
+        ("x-quorum-initial-group-size", lapin::types::AMQPValue::LongInt(1)),
+    ]);
+    declare(&a, "quorum-on-a", one_replica).await;
+    use_from_other_nodes(&cluster, "quorum-on-a").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_home_node_dies_consumers_are_cancelled_and_publishes_nacked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    declare(&a, "lives-on-a", FieldTable::default()).await;
+    let b = cluster.connect(1).await;
+    let ch = b.create_channel().await.expect("channel");
+    let mut consumer = ch
+        .basic_consume("lives-on-a".into(), "watcher".into(), Default::default(), FieldTable::default())
+        .await
+        .expect("consume");
+    let acked = publish_confirmed(&b, "lives-on-a", std::iter::once(b"before".to_vec())).await;
+    assert_eq!(acked, [true]);
+    let delivery = next_delivery(&mut consumer).await;
+    assert_eq!(delivery.data, b"before");
+    delivery.ack(BasicAckOptions::default()).await.expect("ack");
+
+    if let Some(node) = cluster.nodes[0].take() {
+        node.kill9();
+    }
+    // The consumer is cancelled (basic.cancel): its stream ends.
+    let ended = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.expect("the consumer ends");
+    assert!(ended.is_none(), "no delivery after the home node died: {ended:?}");
+    // A publish to it is nacked, never silently dropped.
+    let acked = publish_confirmed(&b, "lives-on-a", std::iter::once(b"after".to_vec())).await;
+    assert_eq!(acked, [false], "a publish to a queue whose node is down is nacked");
+    // And a new consumer is refused with RabbitMQ's 404.
+    let ch = b.create_channel().await.expect("channel");
+    let refused =
+        ch.basic_consume("lives-on-a".into(), "again".into(), Default::default(), FieldTable::default()).await;
+    assert_code(refused, 404, "consume on a queue whose home node is down");
+
+    // Once the node is back, the queue is reachable again, its message count intact.
+    cluster.restart(0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ch = b.create_channel().await.expect("channel");
+        if let Ok(Some(_)) | Ok(None) = ch.basic_get("lives-on-a".into(), BasicGetOptions { no_ack: true }).await {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the queue is reachable again from B");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
