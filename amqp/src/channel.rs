@@ -277,21 +277,34 @@ impl Channel {
                 };
                 return self.change_definitions(ctx, op, d.nowait, ok);
             }
-            queue::AMQPMethod::Declare(d) => {
-                let declared = if d.passive {
-                    vhost.declare_queue_passive(&self.queue_name(&d.queue)?, ctx.id)?
-                } else {
-                    vhost.declare_queue(
-                        QueueDefinition {
-                            name: d.queue.to_string(),
-                            durable: d.durable,
-                            exclusive_owner: d.exclusive.then_some(ctx.id),
-                            auto_delete: d.auto_delete,
-                            arguments: d.arguments,
-                        },
-                        ctx.id,
-                    )?
+            queue::AMQPMethod::Declare(d) if d.passive => {
+                let declared = vhost.declare_queue_passive(&self.queue_name(&d.queue)?, ctx.id)?.queue;
+                let name = declared.name().to_string();
+                self.last_queue = Some(name.clone());
+                let declare_ok = move |(message_count, consumer_count)| {
+                    queue::AMQPMethod::DeclareOk(queue::DeclareOk { queue: short(name), message_count, consumer_count })
                 };
+                match declared.counts() {
+                    Reply::Now(counts) => (d.nowait, declare_ok(counts?)),
+                    Reply::Later(_) if d.nowait => return Ok(()),
+                    // A queue of another node: its home answers the counts.
+                    Reply::Later(counts) => {
+                        self.pending = Some(PendingReply::new(self.id, async move {
+                            counts.await.map(|counts| Answer::Method(AMQPClass::Queue(declare_ok(counts))))
+                        }));
+                        return Ok(());
+                    }
+                }
+            }
+            queue::AMQPMethod::Declare(d) => {
+                let definition = QueueDefinition {
+                    name: d.queue.to_string(),
+                    durable: d.durable,
+                    exclusive_owner: d.exclusive.then_some(ctx.id),
+                    auto_delete: d.auto_delete,
+                    arguments: d.arguments,
+                };
+                let declared = vhost.declare_queue(definition, ctx.id)?;
                 let name = declared.queue.name().to_string();
                 self.last_queue = Some(name.clone());
                 let ok = queue::DeclareOk {

@@ -48,6 +48,7 @@ async fn use_from_other_nodes(cluster: &warren_tests::cluster::Cluster, queue: &
     let count = 300u32;
     let acked = publish_confirmed(&b, queue, (0..count).map(|i| i.to_be_bytes().to_vec())).await;
     assert!(acked.iter().all(|a| *a), "every publish from B confirmed");
+    assert_eq!(ready_on(&c, queue).await, count, "a passive declare on C counts what the home node holds");
 
     // basic.get from C, a nack with requeue, and the same message again, redelivered.
     let getter = c.create_channel().await.expect("channel");
@@ -160,5 +161,33 @@ async fn when_the_home_node_dies_consumers_are_cancelled_and_publishes_nacked() 
         }
         assert!(Instant::now() < deadline, "the queue is reachable again from B");
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_read_by_offset_from_another_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    declare(&a, "stream-on-a", table(&[("x-queue-type", text("stream"))])).await;
+    let b = cluster.connect(1).await;
+    let acked = publish_confirmed(&b, "stream-on-a", (0..10u8).map(|i| vec![i])).await;
+    assert!(acked.iter().all(|a| *a));
+
+    let c = cluster.connect(2).await;
+    let ch = c.create_channel().await.expect("channel");
+    ch.basic_qos(100, BasicQosOptions::default()).await.expect("qos");
+    let from_offset_4 = table(&[("x-stream-offset", lapin::types::AMQPValue::LongLongInt(4))]);
+    let mut consumer = ch
+        .basic_consume("stream-on-a".into(), "reader".into(), Default::default(), from_offset_4)
+        .await
+        .expect("consume");
+    for i in 4..10u8 {
+        let delivery = next_delivery(&mut consumer).await;
+        assert_eq!(delivery.data, [i], "read from offset 4 on, in order");
+        let headers = delivery.properties.headers().clone().unwrap_or_default();
+        let offset = headers.inner().get("x-stream-offset").cloned();
+        assert_eq!(offset, Some(lapin::types::AMQPValue::LongLongInt(i64::from(i))), "with its offset");
+        delivery.ack(BasicAckOptions::default()).await.expect("ack");
     }
 }

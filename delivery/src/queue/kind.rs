@@ -65,6 +65,11 @@ pub(crate) trait QueueKind: Send + Sync {
     fn unacked_count(&self) -> u32;
     /// Consumers attached.
     fn consumer_count(&self) -> u32;
+    /// Ready messages and consumers, as a passive `queue.declare` reports them (where the
+    /// queue lives: a stand-in asks its home).
+    fn counts(&self, _queue: &Arc<Queue>) -> Reply<BrokerResult<(u32, u32)>> {
+        Reply::Now(Ok((self.message_count(), self.consumer_count())))
+    }
     /// The queue was used now (declare, get, consume: for `x-expires`).
     fn touch(&self);
     /// One of the queue's timers fired.

@@ -242,6 +242,11 @@ impl Queue {
         self.kind.consumer_count()
     }
 
+    /// Ready messages and consumers where the queue lives (a stand-in asks its home node).
+    pub fn counts(self: &Arc<Self>) -> Reply<BrokerResult<(u32, u32)>> {
+        self.kind.counts(self)
+    }
+
     /// Refuses access from another connection to an exclusive queue (405 RESOURCE_LOCKED).
     pub fn check_owner(&self, connection: ConnectionId) -> BrokerResult<()> {
         match self.definition.exclusive_owner {

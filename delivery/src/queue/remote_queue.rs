@@ -271,6 +271,19 @@ impl QueueKind for RemoteQueue {
         }))
     }
 
+    fn counts(&self, queue: &Arc<Queue>) -> Reply<BrokerResult<(u32, u32)>> {
+        let Some((home, _)) = self.inner.home() else { return Reply::Now(Err(self.inner.home_down())) };
+        let (vhost, name) = (self.inner.vhost.clone(), queue.name().to_string());
+        let answer = self.inner.forwarder.request(home, |id| Forwarded::Counts { id, vhost, queue: name });
+        Reply::Later(Box::pin(async move {
+            match answer.await {
+                Ok(RemoteAnswer::Counts(counts)) => counts,
+                Ok(other) => Err(unexpected("passive queue.declare", &other)),
+                Err(why) => Err(BrokerError::new(ReplyCode::InternalError, why)),
+            }
+        }))
+    }
+
     /// The mirrored channels on the homes close too.
     fn channel_closed(&self, _queue: &Arc<Queue>, session: SessionId) {
         for node in &self.inner.homes {

@@ -129,6 +129,10 @@ impl HomeChannels {
                 let purge = queue_of(broker, &vhost, &queue).map(|(_, queue)| queue.purge());
                 answer_later(forwarder, from, id, async move { got_or(purge).await }, RemoteAnswer::Purged);
             }
+            Forwarded::Counts { id, vhost, queue } => {
+                let counts = queue_of(broker, &vhost, &queue).map(|(_, queue)| queue.counts());
+                answer_later(forwarder, from, id, async move { got_or(counts).await }, RemoteAnswer::Counts);
+            }
             Forwarded::ChannelClosed { channel } => {
                 if let Some(session) = self.sessions.lock().remove(&(from, channel)) {
                     session.close();

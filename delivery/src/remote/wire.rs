@@ -81,6 +81,16 @@ pub enum Forwarded {
         /// The queue.
         queue: String,
     },
+    /// To a queue's home node: its ready messages and consumers (a passive `queue.declare`);
+    /// answered with [`RemoteAnswer::Counts`].
+    Counts {
+        /// Matches the answer.
+        id: RequestId,
+        /// The virtual host.
+        vhost: String,
+        /// The queue.
+        queue: String,
+    },
     /// To a queue's home node: the client's channel closed; what it holds goes back.
     ChannelClosed {
         /// The client's channel.
@@ -152,6 +162,8 @@ pub enum RemoteAnswer {
     Got(Result<Option<RemoteGet>, BrokerError>),
     /// The outcome of a [`Forwarded::Purge`].
     Purged(Result<u32, BrokerError>),
+    /// The answer to [`Forwarded::Counts`]: ready messages and consumers.
+    Counts(Result<(u32, u32), BrokerError>),
 }
 
 /// What became of one forwarded message.
