@@ -1,9 +1,9 @@
 //! `warren ctl`: the command line of a running broker, with the verbs of rabbitmqctl and
 //! rabbitmq-queues. It speaks the management HTTP API (`--node`, default the local node's).
 //!
-//! Verbs so far: `cluster_status`, `quorum_status QUEUE`, `add_member QUEUE NODE`,
-//! `delete_member QUEUE NODE`, `grow NODE all`, `shrink NODE` (issue 13; the rest of the API
-//! and the verbs come with 14).
+//! Verbs so far: `cluster_status`, `forget_cluster_node NODE`, `quorum_status QUEUE`,
+//! `add_member QUEUE NODE`, `delete_member QUEUE NODE`, `grow NODE all`, `shrink NODE`
+//! (issue 13; the rest of the API and the verbs come with 14).
 
 use clap::{Parser, Subcommand};
 use serde_json::Value;
@@ -72,6 +72,12 @@ enum Verb {
         /// The node.
         node: String,
     },
+    /// Removes a stopped node from the cluster (its quorum queue replicas first).
+    #[command(name = "forget_cluster_node")]
+    ForgetClusterNode {
+        /// The node.
+        node: String,
+    },
 }
 
 /// A ctl run failed; the text says what to fix.
@@ -121,6 +127,10 @@ pub fn run(args: impl IntoIterator<Item = String>) -> Result<(), CtlError> {
         Verb::Shrink { node } => {
             ctl.delete(&format!("/api/queues/quorum/replicas/on/{}/shrink", encode(node)))?;
             say(&format!("removing the replicas on {node}\n"));
+        }
+        Verb::ForgetClusterNode { node } => {
+            ctl.delete(&format!("/api/nodes/{}", encode(node)))?;
+            say(&format!("{node} was removed from the cluster\n"));
         }
     }
     Ok(())

@@ -383,6 +383,11 @@ async fn a_minority_leader_stops_confirming_and_the_majority_goes_on() {
 
 /// Runs `warren ctl` against node `node`'s management API; returns its output.
 fn ctl(cluster: &Cluster, node: usize, args: &[&str]) -> String {
+    try_ctl(cluster, node, args).unwrap_or_else(|error| panic!("warren ctl {args:?}: {error}"))
+}
+
+/// Runs `warren ctl`; its output, or what it printed when it failed.
+fn try_ctl(cluster: &Cluster, node: usize, args: &[&str]) -> Result<String, String> {
     let http = cluster.nodes[node].as_ref().and_then(|n| n.http_addr).expect("management API");
     let output = std::process::Command::new(warren_tests::process::warren_binary())
         .arg("ctl")
@@ -391,8 +396,10 @@ fn ctl(cluster: &Cluster, node: usize, args: &[&str]) -> String {
         .output()
         .expect("run warren ctl");
     let text = String::from_utf8_lossy(&output.stdout).to_string();
-    assert!(output.status.success(), "warren ctl {args:?}: {}{}", text, String::from_utf8_lossy(&output.stderr));
-    text
+    match output.status.success() {
+        true => Ok(text),
+        false => Err(format!("{text}{}", String::from_utf8_lossy(&output.stderr))),
+    }
 }
 
 /// Polls `warren ctl quorum_status` on `node` until `done` holds of its output.
@@ -552,5 +559,43 @@ async fn a_follower_delivers_the_last_message_before_a_quiet_spell() {
         assert_eq!(delivery.data, [i]);
         delivery.ack(BasicAckOptions::default()).await.expect("ack");
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_node_is_forgotten() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    declare_when_formed(&a.create_channel().await.expect("channel"), "kept").await;
+    wait_for_status(&cluster, 0, "kept", "three members", |s| s.contains("member: warren@c")).await;
+
+    let refused = tokio::task::block_in_place(|| try_ctl(&cluster, 0, &["forget_cluster_node", "warren@c"]));
+    assert!(refused.is_err_and(|e| e.contains("running")), "a running node is not forgotten");
+    if let Some(node) = cluster.nodes[2].take() {
+        node.kill9();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !tokio::task::block_in_place(|| ctl(&cluster, 0, &["cluster_status"])).contains("warren@c down") {
+        assert!(Instant::now() < deadline, "C is seen down");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::task::block_in_place(|| ctl(&cluster, 0, &["forget_cluster_node", "warren@c"]));
+
+    wait_for_status(&cluster, 0, "kept", "C's replica removed", |s| !s.contains("member: warren@c")).await;
+    for node in [0, 1] {
+        let status = tokio::task::block_in_place(|| ctl(&cluster, node, &["cluster_status"]));
+        assert!(!status.contains("warren@c"), "C is no longer a node of the cluster: {status}");
+    }
+    // A new quorum queue's default group is the nodes left; both take publishes.
+    let b = cluster.connect(1).await;
+    let ch = confirm_channel(&b).await;
+    ch.queue_declare("new".into(), durable(), quorum()).await.expect("declare");
+    wait_for_status(&cluster, 1, "new", "two members, A and B", |s| {
+        s.contains("member: warren@a") && s.contains("member: warren@b") && !s.contains("warren@c")
+    })
+    .await;
+    for queue in ["kept", "new"] {
+        assert_eq!(publish_within(&ch, queue, b"after", Duration::from_secs(5)).await, Some(true), "{queue}");
     }
 }

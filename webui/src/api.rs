@@ -14,6 +14,10 @@ use warren_delivery::{Broker, Queue, VirtualHost};
 pub trait ClusterView: Send + Sync + 'static {
     /// Every node of the cluster and whether it is reachable from this one.
     fn nodes(&self) -> Vec<NodeStatus>;
+    /// The Raft id of node `name`, if it is a node of the cluster.
+    fn node_id(&self, name: &str) -> Option<u64>;
+    /// This node's name.
+    fn local_node(&self) -> String;
 }
 
 /// A node as `GET /api/nodes` shows it.
@@ -55,6 +59,7 @@ impl Management {
 pub fn router(management: Management) -> Router {
     Router::new()
         .route("/api/nodes", get(nodes))
+        .route("/api/nodes/{node}", delete(forget_node))
         .route("/api/queues/{vhost}/{name}", get(queue))
         .route("/api/queues/quorum/{vhost}/{name}/replicas/add", post(add_replica))
         .route("/api/queues/quorum/{vhost}/{name}/replicas/delete", post(delete_replica))
@@ -213,6 +218,35 @@ async fn shrink(
         let metadata = vhost.metadata().cloned().ok_or_else(not_clustered)?;
         metadata.delete_member(vhost.name(), queue.name(), &node).await?;
     }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// rabbitmqctl `forget_cluster_node NODE` (a Warren extension of the API: RabbitMQ has no
+/// route for it): `node`, stopped, leaves the cluster. Its quorum queue members are removed
+/// first (as `shrink`), then the metadata group stops counting it.
+async fn forget_node(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path(node): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let bad_request = |text: String| ApiError::new(StatusCode::BAD_REQUEST, text);
+    if node == api.cluster.local_node() {
+        return Err(bad_request(format!("{node} cannot forget itself: run forget_cluster_node on another node")));
+    }
+    let node_id = api
+        .cluster
+        .node_id(&node)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("{node} is not a node of this cluster")))?;
+    if api.cluster.nodes().iter().any(|n| n.name == node && n.running) {
+        return Err(bad_request(format!("{node} is running: stop it first, then forget it")));
+    }
+    for (vhost, queue) in quorum_queues(&api, &node, true) {
+        let metadata = vhost.metadata().cloned().ok_or_else(not_clustered)?;
+        metadata.delete_member(vhost.name(), queue.name(), &node).await?;
+    }
+    let vhost = api.vhost(warren_delivery::DEFAULT_VHOST)?;
+    let metadata = vhost.metadata().cloned().ok_or_else(not_clustered)?;
+    metadata.change(vhost.name(), warren_delivery::metadata::DefinitionOp::ForgetNode { node_id }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -74,6 +74,13 @@ pub enum DefinitionOp {
         /// The member's Raft id.
         node_id: u64,
     },
+    /// `warren ctl forget_cluster_node`: node `node_id` (stopped, its quorum queue members
+    /// removed first) leaves the cluster: every node stops counting it, and the metadata
+    /// group's leader removes it from the group.
+    ForgetNode {
+        /// The node's Raft id.
+        node_id: u64,
+    },
     /// `queue.bind` or `exchange.bind`.
     Bind {
         /// Source exchange.

@@ -19,7 +19,7 @@ use openraft::{
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
@@ -37,14 +37,37 @@ openraft::declare_raft_types!(
 /// Results of this node's own commands kept for their proposer, at most: one that is never
 /// taken (its client went away) is dropped after this many newer ones.
 const RESULTS_KEPT: usize = 4096;
-/// The applied-state file's format version.
-const APPLIED_FORMAT_VERSION: u8 = 1;
+/// The applied-state file's format version (1: without the forgotten nodes).
+const APPLIED_FORMAT_VERSION: u8 = 2;
 
 /// What the state machine keeps on disk.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Applied {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, BasicNode>,
+    /// Nodes that left the cluster (`forget_cluster_node`), by Raft id.
+    forgotten: BTreeSet<u64>,
+}
+
+/// The applied state as format 1 stored it.
+#[derive(Debug, Deserialize)]
+struct AppliedV1 {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, BasicNode>,
+}
+
+fn decode_applied(bytes: &[u8]) -> Result<Applied, warren_storage::StorageError> {
+    let undecodable = |e: postcard::Error| {
+        warren_storage::StorageError::Failed(format!("metadata applied state does not decode: {e}"))
+    };
+    match bytes.split_first() {
+        Some((&APPLIED_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(undecodable),
+        Some((1, rest)) => {
+            let v1: AppliedV1 = postcard::from_bytes(rest).map_err(undecodable)?;
+            Ok(Applied { last_applied: v1.last_applied, membership: v1.membership, forgotten: BTreeSet::new() })
+        }
+        _ => Err(warren_storage::StorageError::Failed("unknown metadata applied-state format".into())),
+    }
 }
 
 struct Shared {
@@ -86,14 +109,12 @@ impl MetaStateMachine {
     ) -> Result<Self, warren_storage::StorageError> {
         let file = SnapshotFile::new(applied_path);
         let applied: Applied = match file.read()? {
-            Some(bytes) => match bytes.split_first() {
-                Some((&APPLIED_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(|e| {
-                    warren_storage::StorageError::Failed(format!("metadata applied state does not decode: {e}"))
-                })?,
-                _ => return Err(warren_storage::StorageError::Failed("unknown metadata applied-state format".into())),
-            },
+            Some(bytes) => decode_applied(&bytes)?,
             None => Applied::default(),
         };
+        for node in &applied.forgotten {
+            replication.forget_node(*node);
+        }
         let index = applied.last_applied.map_or(0, |id| id.index);
         let shared = Shared {
             node_id,
@@ -174,6 +195,10 @@ impl MetaStateMachine {
                 self.add_member(&vhost, &command.vhost, name, node, *node_id, arguments)?;
             }
             DefinitionOp::DeleteMember { name, node_id } => self.delete_member(&vhost, name, *node_id),
+            DefinitionOp::ForgetNode { node_id } => {
+                self.shared.applied.lock().forgotten.insert(*node_id);
+                self.shared.replication.forget_node(*node_id);
+            }
             DefinitionOp::Bind { source, destination, to_exchange, routing_key, arguments } => {
                 vhost.bind(source, binding(destination, *to_exchange, routing_key, arguments), anyone)?;
             }

@@ -83,6 +83,9 @@ pub trait Replication: Send + Sync + std::fmt::Debug + 'static {
         true
     }
 
+    /// Node `id` left the cluster (`forget_cluster_node`, applied by the metadata group, or
+    /// remembered from before a restart): new queues no longer place members on it.
+    fn forget_node(&self, _id: u64) {}
     /// This node's member of `group` stopped: its RPCs are no longer routed here.
     fn stop_member(&self, group: &str);
 

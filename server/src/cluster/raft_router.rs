@@ -70,6 +70,11 @@ impl RaftRouter {
         let _ = self.shared.metadata.set(metadata);
     }
 
+    /// This node's member of the metadata group, once it runs.
+    pub fn metadata(&self) -> Option<Arc<Metadata>> {
+        self.shared.metadata.get().cloned()
+    }
+
     /// Hands forwarded client operations to `forwarder` (once).
     pub fn set_forwarder(&self, forwarder: Arc<Forwarder>) {
         let _ = self.shared.forwarder.set(forwarder);

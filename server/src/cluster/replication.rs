@@ -9,7 +9,7 @@ use super::raft_router::RaftRouter;
 use super::raft_rpc::{fit_to_transport, raft_node_id, RaftGroupId};
 use super::service::{ClusterTransport, PeerRequest, PeerResponse};
 use openraft::{BasicNode, Raft};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use warren_delivery::metadata::{MetaCommand, MetaForwarding};
@@ -35,6 +35,8 @@ pub struct ClusterReplication {
     router: RaftRouter,
     /// Members the metadata group decided, until the queue's group is created.
     planned: Mutex<HashMap<(String, String), InitialMembers>>,
+    /// Seeds that left the cluster (`forget_cluster_node`): no longer counted.
+    forgotten: Mutex<BTreeSet<u64>>,
 }
 
 impl std::fmt::Debug for ClusterReplication {
@@ -62,17 +64,24 @@ impl ClusterReplication {
             transport,
             router,
             planned: Mutex::new(HashMap::new()),
+            forgotten: Mutex::new(BTreeSet::new()),
         })
+    }
+
+    /// The nodes of the cluster by Raft id: this one and the seeds not forgotten.
+    fn current_nodes(&self) -> impl Iterator<Item = (u64, &String)> {
+        let forgotten = self.forgotten.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        self.nodes.iter().filter(move |(id, _)| !forgotten.contains(id)).map(|(id, name)| (*id, name))
     }
 
     /// Every node as a Raft member, by id.
     pub fn members(&self) -> BTreeMap<u64, BasicNode> {
-        self.nodes.iter().map(|(id, name)| (*id, BasicNode::new(name))).collect()
+        self.current_nodes().map(|(id, name)| (id, BasicNode::new(name))).collect()
     }
 
     /// The node names, sorted.
     pub fn node_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.nodes.values().cloned().collect();
+        let mut names: Vec<String> = self.current_nodes().map(|(_, name)| name.clone()).collect();
         names.sort();
         names
     }
@@ -164,6 +173,26 @@ impl Replication for ClusterReplication {
         })
     }
 
+    /// The node is no longer counted; if this node leads the metadata group, it removes the
+    /// node from the group.
+    fn forget_node(&self, id: u64) {
+        self.forgotten.lock().unwrap_or_else(PoisonError::into_inner).insert(id);
+        let Some(metadata) = self.router.metadata() else { return };
+        let raft = metadata.raft().clone();
+        if raft.metrics().borrow().current_leader != Some(self.node_id()) {
+            return;
+        }
+        let voters: BTreeSet<u64> = self.members().into_keys().collect();
+        tokio::spawn(async move {
+            match raft.change_membership(voters, false).await {
+                Ok(_) => tracing::info!(node_id = id, "a forgotten node left the metadata group"),
+                Err(error) => {
+                    tracing::warn!(node_id = id, %error, "cannot remove a forgotten node from the metadata group")
+                }
+            }
+        });
+    }
+
     fn is_node_up(&self, id: u64) -> bool {
         id == self.node_id()
             || self.nodes.get(&id).is_some_and(|name| self.transport.connected_peers().iter().any(|p| p == name))
@@ -212,6 +241,14 @@ impl warren_webui::ClusterView for ClusterReplication {
             })
             .collect()
     }
+
+    fn node_id(&self, name: &str) -> Option<u64> {
+        self.current_nodes().find(|(_, n)| *n == name).map(|(id, _)| id)
+    }
+
+    fn local_node(&self) -> String {
+        self.node_name.clone()
+    }
 }
 
 /// A node on its own, as the management API shows it.
@@ -221,6 +258,14 @@ pub struct OneNode(pub String);
 impl warren_webui::ClusterView for OneNode {
     fn nodes(&self) -> Vec<warren_webui::NodeStatus> {
         vec![warren_webui::NodeStatus { name: self.0.clone(), running: true, kind: "disc" }]
+    }
+
+    fn node_id(&self, name: &str) -> Option<u64> {
+        (name == self.0).then(|| raft_node_id(name))
+    }
+
+    fn local_node(&self) -> String {
+        self.0.clone()
     }
 }
 
