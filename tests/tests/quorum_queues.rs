@@ -399,3 +399,27 @@ async fn a_restart_keeps_every_message_and_redelivers_the_unacked_ones() {
     assert_eq!(second.delivery.data, b"ready");
     assert!(!second.delivery.redelivered);
 }
+
+#[tokio::test]
+async fn the_delayed_exchange_delivers_into_a_quorum_queue_when_due() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
+    let delayed = ExchangeKind::Custom("x-delayed-message".into());
+    let durable_exchange = ExchangeDeclareOptions { durable: true, ..Default::default() };
+    ch.exchange_declare("later".into(), delayed, durable_exchange, table(&[("x-delayed-type", text("direct"))]))
+        .await
+        .expect("declare the delayed exchange");
+    declare_quorum(&ch, "due", &[]).await;
+    ch.queue_bind("due".into(), "later".into(), "k".into(), Default::default(), FieldTable::default())
+        .await
+        .expect("bind");
+    let props = BasicProperties::default().with_delivery_mode(2).with_headers(table(&[("x-delay", long(400))]));
+    let confirm = ch.basic_publish("later".into(), "k".into(), Default::default(), b"when due", props).await;
+    assert!(confirm.expect("publish").await.expect("confirm").is_ack(), "held durably, confirmed");
+    assert_eq!(ready(&conn, "due").await, 0, "not in the queue before its delay");
+    wait_ready(&conn, "due", 1).await;
+    let message = get(&ch, "due").await.expect("the delayed message");
+    assert_eq!(message.delivery.data, b"when due");
+}
