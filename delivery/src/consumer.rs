@@ -31,13 +31,18 @@ pub struct Consumer {
 pub const TAG_HEADER: &str = "x-stream-filter-value";
 
 /// Which tagged messages a consumer wants.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TagFilter {
     tags: Vec<Vec<u8>>,
     match_unfiltered: bool,
 }
 
 impl TagFilter {
+    /// A filter wanting `tags` (and untagged messages if `match_unfiltered`).
+    pub fn new(tags: Vec<Vec<u8>>, match_unfiltered: bool) -> Self {
+        TagFilter { tags, match_unfiltered }
+    }
+
     /// The tags wanted.
     pub fn tags(&self) -> &[Vec<u8>] {
         &self.tags
@@ -59,7 +64,12 @@ impl TagFilter {
 
 /// A message's tag: its `x-stream-filter-value` header.
 pub fn message_tag(message: &Message) -> Option<&[u8]> {
-    message.properties.headers().and_then(|h| h.inner().get(TAG_HEADER)).and_then(string_of)
+    tag_of(&message.properties)
+}
+
+/// The tag in a message's properties: its `x-stream-filter-value` header.
+pub fn tag_of(properties: &crate::properties::Properties) -> Option<&[u8]> {
+    properties.headers().and_then(|h| h.inner().get(TAG_HEADER)).and_then(string_of)
 }
 
 fn invalid(name: &str, expected: &str, value: &AMQPValue) -> BrokerError {

@@ -2,7 +2,8 @@
 //! (and the `x-max-priority` extension), confirms after the commit, `basic.get`, prefetch,
 //! requeue with `x-delivery-count`, the delivery limit, dead-lettering at most and at least
 //! once, TTLs, length limits, single active consumer, consumer priorities, `x-expires`,
-//! purge, delete, and what a restart keeps.
+//! purge, delete, and what a restart keeps; the extensions: tag filters and the delayed
+//! exchange into a quorum queue.
 
 use futures_util::StreamExt;
 use lapin::options::*;
@@ -114,10 +115,37 @@ async fn a_quorum_queue_must_be_durable_and_neither_exclusive_nor_auto_delete() 
     declare_quorum(&ch, "q", &[("x-quorum-initial-group-size", long(3))]).await;
     let other_kind = ch.queue_declare("q".into(), durable(), FieldTable::default()).await;
     assert_code(other_kind, 406, "redeclared as a classic queue");
+}
+
+#[tokio::test]
+async fn a_tag_filter_consumer_gets_exactly_the_matching_messages() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
     let ch = channel(&conn).await;
+    ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
+    declare_quorum(&ch, "tagged", &[]).await;
+    for (body, tag) in [("r1", Some("red")), ("plain", None), ("b1", Some("blue")), ("r2", Some("red"))] {
+        let headers = tag.map(|t| table(&[("x-stream-filter-value", text(t))])).unwrap_or_default();
+        assert!(
+            publish_confirmed(&ch, "tagged", body.as_bytes(), BasicProperties::default().with_headers(headers)).await
+        );
+    }
+    let consumer_ch = channel(&conn).await;
+    consumer_ch.basic_qos(10, BasicQosOptions::default()).await.expect("qos");
     let filtered = table(&[("x-stream-filter", text("red"))]);
-    let consume = ch.basic_consume("q".into(), "f".into(), Default::default(), filtered).await;
-    assert_code(consume, 406, "tag filters are not offered on quorum queues");
+    let mut red =
+        consumer_ch.basic_consume("tagged".into(), "red".into(), Default::default(), filtered).await.expect("consume");
+    for want in ["r1", "r2"] {
+        let delivery = next_delivery(&mut red).await;
+        assert_eq!(delivery.data, want.as_bytes(), "only red, in order");
+        delivery.ack(BasicAckOptions::default()).await.expect("ack");
+    }
+    wait_ready(&conn, "tagged", 2).await;
+    let left: Vec<Vec<u8>> = [get(&ch, "tagged").await, get(&ch, "tagged").await]
+        .into_iter()
+        .map(|m| m.expect("a message nobody filtered for").delivery.data)
+        .collect();
+    assert_eq!(left, [b"plain".to_vec(), b"b1".to_vec()], "the others stayed in the queue, in order");
 }
 
 #[tokio::test]

@@ -434,14 +434,6 @@ impl QueueKind for QuorumQueue {
 
     /// Attaches a consumer; exclusivity conflicts are 403 ACCESS_REFUSED, as in RabbitMQ.
     fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()> {
-        if consumer.filters() {
-            // Silently delivering everything would break the filter's promise of exactly the
-            // matching messages.
-            return Err(BrokerError::precondition_failed(format!(
-                "x-stream-filter is not supported on quorum queue '{}': filter on a classic queue or a stream",
-                queue.name()
-            )));
-        }
         let id = self.inner.consumer_id(&consumer);
         {
             let mut local = self.inner.local.lock();
@@ -460,7 +452,12 @@ impl QueueKind for QuorumQueue {
         let prefetch = if consumer.no_ack() { 0 } else { consumer.prefetch() };
         let priority =
             i32::try_from(consumer.priority()).unwrap_or(if consumer.priority() < 0 { i32::MIN } else { i32::MAX });
-        self.inner.group.propose(Op::Checkout { consumer: id, spec: ConsumerSpec { prefetch, priority } });
+        let spec = ConsumerSpec { prefetch, priority };
+        // A tag filter is part of the replicated state: every replica picks the same messages.
+        self.inner.group.propose(match consumer.filter() {
+            Some(filter) => Op::CheckoutFiltered { consumer: id, spec, filter: filter.clone() },
+            None => Op::Checkout { consumer: id, spec },
+        });
         Ok(())
     }
 

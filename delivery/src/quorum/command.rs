@@ -138,6 +138,17 @@ pub enum Op {
     /// Time passed: ready messages whose TTL ran out by the command's time expire. (Every
     /// command expires what is due; this one only carries the time.)
     Expire,
+    /// A [`Op::Checkout`] of a consumer that takes only the messages its tag filter
+    /// (`x-stream-filter`) matches. (A variant of its own, last, so that logs written before
+    /// it existed still decode.)
+    CheckoutFiltered {
+        /// Who.
+        consumer: ConsumerId,
+        /// Prefetch and priority.
+        spec: ConsumerSpec,
+        /// The tags it wants.
+        filter: crate::consumer::TagFilter,
+    },
 }
 
 /// A command: the leader's clock when it proposed it, and the operation.

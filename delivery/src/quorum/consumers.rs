@@ -5,6 +5,7 @@
 
 use super::command::{ConsumerId, ConsumerSpec, MessageId};
 use super::effect::Effect;
+use crate::consumer::TagFilter;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -57,6 +58,8 @@ pub(super) struct Consumers {
     service_counter: u64,
     /// The single active consumer, when the queue has one.
     active: Option<ConsumerKey>,
+    /// The tag filters of the consumers that have one.
+    filters: BTreeMap<ConsumerKey, TagFilter>,
 }
 
 /// The consumer table's own counters, for snapshots.
@@ -68,8 +71,13 @@ pub(super) struct Counters {
 }
 
 impl Consumers {
-    /// Rebuilds the table from a snapshot's consumers (what they hold is added after).
-    pub(super) fn restore(consumers: Vec<(ConsumerKey, Consumer)>, counters: Counters) -> Self {
+    /// Rebuilds the table from a snapshot's consumers and their filters (what they hold is
+    /// added after).
+    pub(super) fn restore(
+        consumers: Vec<(ConsumerKey, Consumer)>,
+        counters: Counters,
+        filters: Vec<(ConsumerKey, TagFilter)>,
+    ) -> Self {
         let by_id = consumers.iter().map(|(key, c)| (c.id.clone(), *key)).collect();
         Consumers {
             by_key: consumers.into_iter().collect(),
@@ -77,6 +85,7 @@ impl Consumers {
             next_key: counters.next_key,
             service_counter: counters.service_counter,
             active: counters.active,
+            filters: filters.into_iter().collect(),
         }
     }
 
@@ -132,8 +141,37 @@ impl Consumers {
         }
     }
 
+    /// Gives `key` a tag filter, or takes it away.
+    pub(super) fn set_filter(&mut self, key: ConsumerKey, filter: Option<TagFilter>) {
+        match filter {
+            Some(filter) => self.filters.insert(key, filter),
+            None => self.filters.remove(&key),
+        };
+    }
+
+    /// The consumers' tag filters, by key.
+    pub(super) fn filters(&self) -> &BTreeMap<ConsumerKey, TagFilter> {
+        &self.filters
+    }
+
+    /// Whether a consumer that takes deliveries filters by tag.
+    pub(super) fn any_filter(&self) -> bool {
+        self.filters.keys().any(|key| self.by_key.get(key).is_some_and(|c| c.status == Status::Up))
+    }
+
+    /// Whether a consumer could take a message now.
+    pub(super) fn any_with_credit(&self) -> bool {
+        self.by_key.values().any(Consumer::has_credit)
+    }
+
+    /// Whether `key` wants a message tagged `tag` (or untagged).
+    fn wants(&self, key: ConsumerKey, tag: Option<&[u8]>) -> bool {
+        self.filters.get(&key).is_none_or(|filter| filter.matches(tag))
+    }
+
     /// Removes `key`, returning it.
     pub(super) fn remove(&mut self, key: ConsumerKey) -> Option<Consumer> {
+        self.filters.remove(&key);
         let consumer = self.by_key.remove(&key)?;
         self.by_id.remove(&consumer.id);
         if self.active == Some(key) {
@@ -153,19 +191,41 @@ impl Consumers {
 
     /// Who takes the next ready message, if anyone can; stamps it as served.
     pub(super) fn next_target(&mut self, single_active: bool, effects: &mut Vec<Effect>) -> Option<ConsumerKey> {
-        let key = if single_active { self.active_target(effects)? } else { self.round_robin_target()? };
+        let key = if single_active { self.active_target(effects)? } else { self.round_robin_target(|_| true)? };
+        self.serve(key);
+        Some(key)
+    }
+
+    /// Who takes a ready message tagged `tag`, if anyone wants it and can take it now; stamps
+    /// it as served.
+    pub(super) fn next_target_for(
+        &mut self,
+        single_active: bool,
+        tag: Option<&[u8]>,
+        effects: &mut Vec<Effect>,
+    ) -> Option<ConsumerKey> {
+        let key = if single_active {
+            self.active_target(effects).filter(|key| self.wants(*key, tag))?
+        } else {
+            self.round_robin_target(|key| self.wants(key, tag))?
+        };
+        self.serve(key);
+        Some(key)
+    }
+
+    fn serve(&mut self, key: ConsumerKey) {
         self.service_counter += 1;
         if let Some(consumer) = self.by_key.get_mut(&key) {
             consumer.last_served = self.service_counter;
         }
-        Some(key)
     }
 
-    /// Highest priority first, then the one served longest ago, then the oldest.
-    fn round_robin_target(&self) -> Option<ConsumerKey> {
+    /// Of the consumers with credit that `wanted` accepts: highest priority first, then the
+    /// one served longest ago, then the oldest.
+    fn round_robin_target(&self, wanted: impl Fn(ConsumerKey) -> bool) -> Option<ConsumerKey> {
         self.by_key
             .iter()
-            .filter(|(_, c)| c.has_credit())
+            .filter(|(key, c)| c.has_credit() && wanted(**key))
             .max_by_key(|(key, c)| (c.spec.priority, std::cmp::Reverse((c.last_served, **key))))
             .map(|(key, _)| *key)
     }

@@ -14,7 +14,7 @@ use super::command::{message_id, Command, CommandBatch, Response};
 use super::effect::Effect;
 use super::error::QuorumError;
 use super::settings::Settings;
-use super::snapshot::{decode_versioned, Checkpoint, Checkpoints, StateSnapshot, SNAPSHOT_FORMAT_VERSION};
+use super::snapshot::{decode_versioned, Checkpoint, Checkpoints, StateSnapshot, SAVED_SNAPSHOT_FORMAT_VERSION};
 use super::state::QueueState;
 use bytes::Bytes;
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
@@ -152,7 +152,8 @@ impl QuorumStateMachine {
         effects: UnboundedSender<AppliedEffects>,
     ) -> Result<Self, QuorumError> {
         let file = SnapshotFile::new(snapshot_path);
-        let current: Option<SavedSnapshot> = file.read()?.map(|bytes| decode_versioned(&bytes)).transpose()?;
+        let current: Option<SavedSnapshot> =
+            file.read()?.map(|bytes| decode_versioned(&bytes, SAVED_SNAPSHOT_FORMAT_VERSION)).transpose()?;
         let (state, last_applied, membership) = match &current {
             Some(saved) => (
                 StateSnapshot::decode(&saved.data)?.restore(settings.clone())?,
@@ -210,7 +211,7 @@ impl QuorumStateMachine {
         if current.is_some() && current >= snapshot.index() {
             return Ok(false);
         }
-        let mut bytes = vec![SNAPSHOT_FORMAT_VERSION];
+        let mut bytes = vec![SAVED_SNAPSHOT_FORMAT_VERSION];
         bytes = postcard::to_extend(&snapshot, bytes).map_err(QuorumError::Encode)?;
         let file = self.shared.file.clone();
         match tokio::task::spawn_blocking(move || file.write(&bytes)).await {

@@ -17,13 +17,15 @@ use super::consumers::{Consumer, ConsumerKey, Consumers, Counters};
 use super::error::QuorumError;
 use super::settings::Settings;
 use super::state::{MessageState, PendingDeadLetter, QueueState};
+use crate::consumer::TagFilter;
 use bytes::Bytes;
 use openraft::{BasicNode, LogId, StoredMembership};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
-/// The first byte of an encoded snapshot: its format version.
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 2;
+/// The first byte of an encoded snapshot: its format version (2: without tags and filters,
+/// still read).
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 3;
 /// Entries between two checkpoints at least; more when the queue holds more messages (a
 /// checkpoint costs time and memory in proportion to them).
 pub const DEFAULT_CHECKPOINT_INTERVAL_ENTRIES: u64 = 4096;
@@ -43,6 +45,27 @@ pub struct StateSnapshot {
     counters: Counters,
     /// Messages waiting for a dead-letter confirm (at-least-once).
     dead_lettering: Vec<(MessageId, PendingDeadLetter)>,
+    /// The live messages' tags, for consumers with a tag filter.
+    tags: Vec<(MessageId, Vec<u8>)>,
+    /// The consumers' tag filters.
+    filters: Vec<(ConsumerKey, TagFilter)>,
+}
+
+/// A snapshot as format 2 wrote it: as [`StateSnapshot`] without tags and filters.
+#[derive(Debug, Deserialize)]
+struct StateSnapshotV2 {
+    clock_ms: u64,
+    messages: Vec<(MessageId, MessageState)>,
+    consumers: Vec<(ConsumerKey, Consumer)>,
+    counters: Counters,
+    dead_lettering: Vec<(MessageId, PendingDeadLetter)>,
+}
+
+impl From<StateSnapshotV2> for StateSnapshot {
+    fn from(v2: StateSnapshotV2) -> Self {
+        let StateSnapshotV2 { clock_ms, messages, consumers, counters, dead_lettering } = v2;
+        StateSnapshot { clock_ms, messages, consumers, counters, dead_lettering, tags: Vec::new(), filters: Vec::new() }
+    }
 }
 
 impl StateSnapshot {
@@ -64,15 +87,18 @@ impl StateSnapshot {
             consumers,
             counters: parts.consumers.counters(),
             dead_lettering: parts.dead_lettering.iter().map(|(id, pending)| (*id, *pending)).collect(),
+            tags: parts.tags.iter().map(|(id, tag)| (*id, tag.clone())).collect(),
+            filters: parts.consumers.filters().iter().map(|(key, f)| (*key, f.clone())).collect(),
         }
     }
 
     /// The state this snapshot holds, obeying `settings`.
     pub fn restore(self, settings: Settings) -> Result<QueueState, QuorumError> {
-        let consumers = Consumers::restore(self.consumers, self.counters);
+        let consumers = Consumers::restore(self.consumers, self.counters, self.filters);
         let messages = self.messages.into_iter().collect();
         let dead_lettering = self.dead_lettering.into_iter().collect();
-        Ok(QueueState::from_parts(settings, self.clock_ms, messages, consumers, dead_lettering)?)
+        let tags = self.tags.into_iter().collect();
+        Ok(QueueState::from_parts(settings, self.clock_ms, messages, consumers, dead_lettering, tags)?)
     }
 
     /// Messages the snapshot lists.
@@ -85,22 +111,34 @@ impl StateSnapshot {
         postcard::to_extend(self, vec![SNAPSHOT_FORMAT_VERSION]).map_err(QuorumError::Encode)
     }
 
-    /// Reads what [`StateSnapshot::encode`] wrote.
+    /// Reads what [`StateSnapshot::encode`] wrote (or format 2 did).
     pub fn decode(bytes: &[u8]) -> Result<Self, QuorumError> {
-        decode_versioned(bytes)
+        match bytes.split_first() {
+            Some((2, rest)) => decode_whole::<StateSnapshotV2>(rest).map(StateSnapshot::from),
+            _ => decode_versioned(bytes, SNAPSHOT_FORMAT_VERSION),
+        }
     }
 }
 
-/// Decodes a version byte then a whole postcard value.
-pub(super) fn decode_versioned<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, QuorumError> {
+/// The first byte of a snapshot file (a snapshot's Raft metadata beside its encoded state):
+/// its format version, which does not change with the state's.
+pub const SAVED_SNAPSHOT_FORMAT_VERSION: u8 = 2;
+
+/// Decodes version byte `version` then a whole postcard value.
+pub(super) fn decode_versioned<T: for<'de> Deserialize<'de>>(bytes: &[u8], version: u8) -> Result<T, QuorumError> {
     match bytes.split_first() {
-        Some((&SNAPSHOT_FORMAT_VERSION, rest)) => match postcard::take_from_bytes(rest) {
-            Ok((value, [])) => Ok(value),
-            Ok((_, trailing)) => Err(QuorumError::Trailing(trailing.len())),
-            Err(error) => Err(QuorumError::Decode(error)),
-        },
+        Some((&found, rest)) if found == version => decode_whole(rest),
         Some((&version, _)) => Err(QuorumError::Version(version)),
         None => Err(QuorumError::Trailing(0)),
+    }
+}
+
+/// Decodes a whole postcard value: bytes left over are an error.
+fn decode_whole<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, QuorumError> {
+    match postcard::take_from_bytes(bytes) {
+        Ok((value, [])) => Ok(value),
+        Ok((_, trailing)) => Err(QuorumError::Trailing(trailing.len())),
+        Err(error) => Err(QuorumError::Decode(error)),
     }
 }
 

@@ -11,6 +11,7 @@ use super::command::{entry_of, Command, ConsumerId, ConsumerSpec, Dequeued, Enqu
 use super::consumers::{ConsumerKey, Consumers, Status};
 use super::effect::Effect;
 use super::settings::Settings;
+use crate::consumer::TagFilter;
 use crate::properties::Properties;
 use crate::queue::dead_letter::DeathReason;
 use crate::queue::{MessageRef, Overflow, ReadyList};
@@ -60,6 +61,9 @@ pub struct QueueState {
     dead_lettering: BTreeMap<MessageId, PendingDeadLetter>,
     /// Their body bytes.
     dead_lettering_bytes: u64,
+    /// The tags (`x-stream-filter-value`) of the live messages that have one, for
+    /// consumers with a tag filter.
+    tags: BTreeMap<MessageId, Vec<u8>>,
 }
 
 impl QueueState {
@@ -76,6 +80,7 @@ impl QueueState {
             consumers: Consumers::default(),
             dead_lettering: BTreeMap::new(),
             dead_lettering_bytes: 0,
+            tags: BTreeMap::new(),
         }
     }
 
@@ -87,7 +92,8 @@ impl QueueState {
         self.expire_due(Due::AtOrBefore, &mut effects);
         let response = match &command.op {
             Op::Enqueue(message) => self.enqueue(index, message, &mut effects),
-            Op::Checkout { consumer, spec } => self.checkout(consumer, *spec),
+            Op::Checkout { consumer, spec } => self.checkout(consumer, *spec, None),
+            Op::CheckoutFiltered { consumer, spec, filter } => self.checkout(consumer, *spec, Some(filter.clone())),
             Op::Cancel { consumer } => self.cancel(consumer),
             Op::Down { node, channel } => self.down(*node, *channel, &mut effects),
             Op::Dequeue { consumer, settle } => self.dequeue(consumer, *settle),
@@ -125,6 +131,9 @@ impl QueueState {
         let expires_at_ms = ttl_ms.map(|ttl| self.clock_ms.saturating_add(ttl));
         let state = MessageState { priority, size, delivery_count: 0, acquired: 0, expires_at_ms, holder: None };
         self.messages.insert(id, state);
+        if let Some(tag) = properties.as_ref().and_then(crate::consumer::tag_of) {
+            self.tags.insert(id, tag.to_vec());
+        }
         self.make_ready(id, state);
         self.drop_head(effects);
         Response::Enqueued(id)
@@ -154,16 +163,23 @@ impl QueueState {
             let Some(oldest) = self.ready.pop_oldest() else { break };
             let id = oldest.position();
             let size = self.forget_ready(id).map_or(0, |m| m.size);
-            self.messages.remove(&id);
+            self.forget_message(id);
             self.dead_letter(id, DeathReason::Maxlen, size, effects);
         }
     }
 
-    fn checkout(&mut self, consumer: &ConsumerId, spec: ConsumerSpec) -> Response {
+    fn checkout(&mut self, consumer: &ConsumerId, spec: ConsumerSpec, filter: Option<TagFilter>) -> Response {
         if !consumer.is_getter() {
-            self.consumers.attach(consumer, spec, Status::Up);
+            let key = self.consumers.attach(consumer, spec, Status::Up);
+            self.consumers.set_filter(key, filter);
         }
         Response::Done
+    }
+
+    /// A message leaves the queue (settled, dropped, dead-lettered or expired).
+    fn forget_message(&mut self, id: MessageId) -> Option<MessageState> {
+        self.tags.remove(&id);
+        self.messages.remove(&id)
     }
 
     fn cancel(&mut self, consumer: &ConsumerId) -> Response {
@@ -204,7 +220,7 @@ impl QueueState {
             let key = self.consumers.attach(consumer, spec, Status::Getter);
             self.hold(id, key);
         } else {
-            self.messages.remove(&id);
+            self.forget_message(id);
         }
         Response::Dequeued(Some(taken))
     }
@@ -220,7 +236,7 @@ impl QueueState {
     ) -> Response {
         let Some(key) = self.consumers.key_of(consumer) else { return Response::Done };
         for id in self.release(key, ids) {
-            let removed = self.messages.remove(&id);
+            let removed = self.forget_message(id);
             if let (Some(reason), Some(message)) = (reason, removed) {
                 self.dead_letter(id, reason, message.size, effects);
             }
@@ -252,7 +268,7 @@ impl QueueState {
         state.delivery_count = state.delivery_count.saturating_add(1);
         let state = *state;
         if state.delivery_count > self.settings.delivery_limit {
-            self.messages.remove(&id);
+            self.forget_message(id);
             self.dead_letter(id, DeathReason::DeliveryLimit, state.size, effects);
         } else {
             self.make_ready(id, state);
@@ -262,7 +278,7 @@ impl QueueState {
     fn purge(&mut self) -> u64 {
         let all = self.ready.take_all();
         for message in &all {
-            self.messages.remove(&message.position());
+            self.forget_message(message.position());
         }
         self.ready_bytes = 0;
         self.expiry.clear();
@@ -280,7 +296,7 @@ impl QueueState {
                 continue;
             };
             self.ready.remove_ref(message_ref(id, state.priority));
-            self.messages.remove(&id);
+            self.forget_message(id);
             self.dead_letter(id, DeathReason::Expired, state.size, effects);
         }
     }
@@ -291,20 +307,47 @@ impl QueueState {
             // Settles who is active even with nothing ready, so that it is told at once.
             self.consumers.active_target(effects);
         }
+        if self.consumers.any_filter() {
+            return self.dispatch_filtered(effects);
+        }
         while self.ready.len() > 0 {
             let Some(key) = self.consumers.next_target(self.settings.single_active_consumer, effects) else { break };
             let Some(next) = self.ready.pop_front() else { break };
-            let id = next.position();
-            let Some(state) = self.forget_ready(id) else { continue };
-            self.hold(id, key);
-            if let Some(consumer) = self.consumers.get(key) {
-                effects.push(Effect::Deliver {
-                    consumer: consumer.id.clone(),
-                    id,
-                    delivery_count: state.delivery_count,
-                    redelivered: state.acquired > 0,
-                });
+            self.deliver(next, key, effects);
+        }
+    }
+
+    /// Dispatch when a consumer filters by tag: each ready message, in delivery order, goes
+    /// to the consumer next in line among those that want it; one nobody wants stays (for a
+    /// consumer that comes later, or `basic.get`). Scans the ready list while any consumer
+    /// has credit, so a filter that matches little costs a scan per command.
+    fn dispatch_filtered(&mut self, effects: &mut Vec<Effect>) {
+        let single_active = self.settings.single_active_consumer;
+        let candidates: Vec<MessageRef> = self.ready.iter().collect();
+        for message in candidates {
+            if !self.consumers.any_with_credit() {
+                break;
             }
+            let tag = self.tags.get(&message.position()).map(Vec::as_slice);
+            let Some(key) = self.consumers.next_target_for(single_active, tag, effects) else { continue };
+            if let Some(taken) = self.ready.remove_ref(message) {
+                self.deliver(taken, key, effects);
+            }
+        }
+    }
+
+    /// Gives ready message `next` (just taken off the ready list) to consumer `key`.
+    fn deliver(&mut self, next: MessageRef, key: ConsumerKey, effects: &mut Vec<Effect>) {
+        let id = next.position();
+        let Some(state) = self.forget_ready(id) else { return };
+        self.hold(id, key);
+        if let Some(consumer) = self.consumers.get(key) {
+            effects.push(Effect::Deliver {
+                consumer: consumer.id.clone(),
+                id,
+                delivery_count: state.delivery_count,
+                redelivered: state.acquired > 0,
+            });
         }
     }
 
@@ -481,6 +524,7 @@ impl QueueState {
             messages: &self.messages,
             consumers: &self.consumers,
             dead_lettering: &self.dead_lettering,
+            tags: &self.tags,
         }
     }
 
@@ -490,9 +534,11 @@ impl QueueState {
         messages: BTreeMap<MessageId, MessageState>,
         mut consumers: Consumers,
         dead_lettering: BTreeMap<MessageId, PendingDeadLetter>,
+        tags: BTreeMap<MessageId, Vec<u8>>,
     ) -> Result<Self, MissingHolder> {
         let mut state = QueueState::new(settings);
         state.clock_ms = clock_ms;
+        state.tags = tags;
         state.dead_lettering_bytes = dead_lettering.values().map(|pending| pending.size).sum();
         state.dead_lettering = dead_lettering;
         for (&id, message) in &messages {
@@ -559,6 +605,7 @@ pub(super) struct StateParts<'a> {
     pub(super) messages: &'a BTreeMap<MessageId, MessageState>,
     pub(super) consumers: &'a Consumers,
     pub(super) dead_lettering: &'a BTreeMap<MessageId, PendingDeadLetter>,
+    pub(super) tags: &'a BTreeMap<MessageId, Vec<u8>>,
 }
 
 /// A snapshot names a holder that it does not list.

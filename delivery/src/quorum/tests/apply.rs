@@ -425,3 +425,36 @@ fn at_least_once_dead_letters_stay_until_the_target_confirms() {
     let settings = Settings { dead_letter_strategy: crate::quorum::DeadLetterStrategy::AtLeastOnce, ..with_dlx() };
     assert!(!settings.dead_letters_at_least_once());
 }
+
+#[test]
+fn a_filtered_consumer_takes_only_the_tags_it_wants_and_a_snapshot_keeps_its_filter() {
+    let mut q = Harness::new(Settings::default());
+    let publish = |q: &mut Harness, op: Op| {
+        let id = q.next_id();
+        q.run(op);
+        id
+    };
+    let red = publish(&mut q, tagged("r1", "red"));
+    let plain = publish(&mut q, enqueue("p", None, None));
+    let blue = publish(&mut q, tagged("b", "blue"));
+    let red2 = publish(&mut q, tagged("r2", "red"));
+    let f = consumer(1, "f");
+    let spec = ConsumerSpec { prefetch: 0, priority: 0 };
+    let filter = crate::consumer::TagFilter::new(vec![b"red".to_vec()], false);
+    let (_, effects) = q.run(Op::CheckoutFiltered { consumer: f.clone(), spec, filter });
+    assert_eq!(delivered_ids(&effects), vec![red, red2], "only the red ones, in order");
+    assert_eq!(q.state.ready_ids(), vec![plain, blue], "the others stay");
+
+    let encoded = crate::quorum::StateSnapshot::of(&q.state).encode().expect("encodes");
+    let decoded = crate::quorum::StateSnapshot::decode(&encoded).expect("decodes");
+    q.state = decoded.restore(Settings::default()).expect("restores");
+    let red3 = publish(&mut q, tagged("r3", "red"));
+    assert_eq!(delivered_to(&q.effects, &f).last().map(|d| d.0), Some(red3), "the filter survived the snapshot");
+    let green = publish(&mut q, tagged("g", "green"));
+    assert_eq!(q.state.ready_ids(), vec![plain, blue, green], "green is not for f");
+
+    let c = consumer(2, "c");
+    let (_, effects) = q.run(checkout(&c, 0, 0));
+    let to_c: Vec<MessageId> = delivered_to(&effects, &c).into_iter().map(|d| d.0).collect();
+    assert_eq!(to_c, vec![plain, blue, green], "an unfiltered consumer takes what nobody else wants");
+}

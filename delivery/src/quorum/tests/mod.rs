@@ -38,6 +38,26 @@ pub(super) fn enqueue(body: &str, priority: Option<u8>, expiration_ms: Option<u6
     })
 }
 
+/// An Enqueue of `body` tagged `tag` (its `x-stream-filter-value` header).
+pub(super) fn tagged(body: &str, tag: &str) -> Op {
+    const HEADERS_FLAG: u16 = 0x2000;
+    let key = crate::consumer::TAG_HEADER.as_bytes();
+    let mut table = vec![key.len() as u8];
+    table.extend_from_slice(key);
+    table.push(b'S');
+    table.extend_from_slice(&(tag.len() as u32).to_be_bytes());
+    table.extend_from_slice(tag.as_bytes());
+    let mut raw = HEADERS_FLAG.to_be_bytes().to_vec();
+    raw.extend_from_slice(&(table.len() as u32).to_be_bytes());
+    raw.extend(table);
+    Op::Enqueue(Enqueue {
+        exchange: "amq.direct".into(),
+        routing_key: "q".into(),
+        properties: Bytes::from(raw),
+        body: Bytes::copy_from_slice(body.as_bytes()),
+    })
+}
+
 pub(super) fn consumer(channel: u64, tag: &str) -> ConsumerId {
     ConsumerId::new(0, channel, tag)
 }
