@@ -56,7 +56,7 @@ impl Forwarding for NoForwarding {
 pub struct Forwarder {
     forwarding: Arc<dyn Forwarding>,
     broker: OnceLock<Weak<Broker>>,
-    pending: PendingRequests,
+    pending: Arc<PendingRequests>,
     consumers: RemoteConsumers,
     home: HomeChannels,
 }
@@ -67,7 +67,7 @@ impl Forwarder {
         Arc::new(Forwarder {
             forwarding,
             broker: OnceLock::new(),
-            pending: PendingRequests::default(),
+            pending: Arc::new(PendingRequests::default()),
             consumers: RemoteConsumers::default(),
             home: HomeChannels::default(),
         })

@@ -5,7 +5,14 @@ use super::wire::{RemoteAnswer, RequestId};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::oneshot;
+
+/// How long a forwarded request may wait for its answer: a home node that is connected but
+/// never answers (it was still starting, say) fails the request instead of holding it, and
+/// a publish waiting on it is nacked.
+pub const FORWARDED_REQUEST_TIMEOUT_MS: u64 = 30_000;
 
 /// Requests sent and not answered.
 #[derive(Debug)]
@@ -27,15 +34,28 @@ impl Default for PendingRequests {
 }
 
 impl PendingRequests {
-    /// A new request to `node`: its id, and its answer once it comes.
+    /// A new request to `node`: its id, and its answer once it comes (an error after
+    /// [`FORWARDED_REQUEST_TIMEOUT_MS`]).
     pub(super) fn open(
-        &self,
+        self: &Arc<Self>,
         node: u64,
     ) -> (RequestId, impl std::future::Future<Output = Result<RemoteAnswer, String>> + Send + 'static) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (answer, receiver) = oneshot::channel();
         self.waiting.lock().insert(id, Waiting { node, answer });
-        let answer = async move { receiver.await.unwrap_or_else(|_| Err("the broker is stopping".to_string())) };
+        let pending = Arc::downgrade(self);
+        let answer = async move {
+            let limit = Duration::from_millis(FORWARDED_REQUEST_TIMEOUT_MS);
+            match tokio::time::timeout(limit, receiver).await {
+                Ok(answer) => answer.unwrap_or_else(|_| Err("the broker is stopping".to_string())),
+                Err(_) => {
+                    if let Some(pending) = pending.upgrade() {
+                        pending.waiting.lock().remove(&id);
+                    }
+                    Err(format!("node {node} did not answer within {limit:?}"))
+                }
+            }
+        };
         (id, answer)
     }
 
