@@ -7,4 +7,6 @@ cd "$(dirname "$0")/.."
 # The binary the process tests start; `cargo test` alone does not build it.
 cargo build --locked --bin warren
 cargo test --workspace --locked
+# The quorum queue suite again, on a three-node cluster of real processes.
+WARREN_CLUSTER_NODES=3 cargo test --locked -p warren-tests --test quorum_queues -- --test-threads 2
 bash tests/cross_client.sh

@@ -4,6 +4,10 @@
 //! once, TTLs, length limits, single active consumer, consumer priorities, `x-expires`,
 //! purge, delete, and what a restart keeps; the extensions: tag filters and the delayed
 //! exchange into a quorum queue.
+//!
+//! With `WARREN_CLUSTER_NODES=3` (`scripts/test.sh` runs them so too), each test runs
+//! against a three-node cluster of real processes instead, through its second node: every
+//! queue then has three replicas, and every confirm waits for a majority.
 
 use futures_util::StreamExt;
 use lapin::options::*;
@@ -11,6 +15,55 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, ExchangeKind};
 use std::time::{Duration, Instant};
 use warren_tests::*;
+
+/// Where a test's broker runs: in this process, or a cluster of processes.
+enum Target {
+    Local(warren_server::RunningBroker),
+    /// The cluster, and the directory its data lives in (removed when dropped).
+    Cluster {
+        cluster: warren_tests::cluster::Cluster,
+        _dir: tempfile::TempDir,
+    },
+}
+
+/// A broker for one test: see the module documentation.
+async fn start_broker() -> Target {
+    match std::env::var("WARREN_CLUSTER_NODES").ok().and_then(|n| n.parse::<usize>().ok()) {
+        Some(nodes) if nodes > 1 => {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let cluster = warren_tests::cluster::start_cluster(dir.path(), false).await;
+            Target::Cluster { cluster, _dir: dir }
+        }
+        _ => Target::Local(warren_tests::start_broker().await),
+    }
+}
+
+/// A connection to the broker (a cluster's second node), once it takes declares.
+async fn connect(target: &Target) -> lapin::Connection {
+    match target {
+        Target::Local(broker) => warren_tests::connect(broker).await,
+        Target::Cluster { cluster, .. } => {
+            let connection = cluster.connect(1).await;
+            wait_until_formed(&connection).await;
+            connection
+        }
+    }
+}
+
+/// Waits until a cluster takes definitions (its metadata group has a leader).
+async fn wait_until_formed(connection: &lapin::Connection) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ch = connection.create_channel().await.expect("channel");
+        let probe = ExchangeDeclareOptions { durable: true, ..Default::default() };
+        match ch.exchange_declare("formed".into(), ExchangeKind::Fanout, probe, FieldTable::default()).await {
+            Ok(()) => return,
+            // Refused while the cluster forms.
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(error) => panic!("the cluster did not form: {error}"),
+        }
+    }
+}
 
 fn quorum(extra: &[(&str, AMQPValue)]) -> FieldTable {
     let mut arguments = table(extra);
@@ -91,7 +144,7 @@ async fn get(ch: &lapin::Channel, queue: &str) -> Option<lapin::message::BasicGe
     ch.basic_get(queue.into(), BasicGetOptions::default()).await.expect("basic.get")
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quorum_queue_must_be_durable_and_neither_exclusive_nor_auto_delete() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -117,7 +170,7 @@ async fn a_quorum_queue_must_be_durable_and_neither_exclusive_nor_auto_delete() 
     assert_code(other_kind, 406, "redeclared as a classic queue");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tag_filter_consumer_gets_exactly_the_matching_messages() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -148,7 +201,7 @@ async fn a_tag_filter_consumer_gets_exactly_the_matching_messages() {
     assert_eq!(left, [b"plain".to_vec(), b"b1".to_vec()], "the others stayed in the queue, in order");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_are_confirmed_and_got_in_order_and_requeued_in_place_with_a_delivery_count() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -178,7 +231,7 @@ async fn publishes_are_confirmed_and_got_in_order_and_requeued_in_place_with_a_d
     wait_ready(&conn, "q", 0).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumers_get_what_their_prefetch_allows_and_more_as_they_ack() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -212,7 +265,7 @@ async fn consumers_get_what_their_prefetch_allows_and_more_as_they_ack() {
     wait_ready(&conn, "q", 0).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_delivery_limit_a_message_is_dead_lettered_with_reason_delivery_limit() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -234,7 +287,7 @@ async fn past_the_delivery_limit_a_message_is_dead_lettered_with_reason_delivery
     assert_eq!(death_reason(&dead.delivery.properties).as_deref(), Some("delivery_limit"));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_and_expired_messages_are_dead_lettered() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -258,7 +311,7 @@ async fn rejected_and_expired_messages_are_dead_lettered() {
     wait_ready(&conn, "q", 0).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_ttl_expires_ready_messages() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -268,7 +321,7 @@ async fn a_queue_ttl_expires_ready_messages() {
     wait_ready(&conn, "q", 0).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn length_limits_drop_the_head_or_refuse_the_publish() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -284,7 +337,7 @@ async fn length_limits_drop_the_head_or_refuse_the_publish() {
     assert_eq!(ready(&conn, "refuse").await, 1);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn priorities_are_strict_levels_on_quorum_queues_too() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -297,7 +350,7 @@ async fn priorities_are_strict_levels_on_quorum_queues_too() {
     assert_eq!(order, [b"high".to_vec(), b"mid".to_vec(), b"low".to_vec(), b"none".to_vec()]);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_active_consumer_takes_everything_until_it_goes() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -325,7 +378,7 @@ async fn a_single_active_consumer_takes_everything_until_it_goes() {
     assert_eq!(next_delivery(&mut second).await.data, b"c");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_higher_priority_consumer_is_served_first() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -344,7 +397,7 @@ async fn a_higher_priority_consumer_is_served_first() {
     assert_no_delivery(&mut low, 200).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_removes_ready_messages_and_delete_cancels_consumers() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -367,7 +420,7 @@ async fn purge_removes_ready_messages_and_delete_cancels_consumers() {
     assert_code(channel(&conn).await.queue_declare("q".into(), passive, FieldTable::default()).await, 404, "deleted");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unused_queue_expires() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -379,7 +432,7 @@ async fn an_unused_queue_expires() {
     assert_code(channel(&conn).await.queue_declare("q".into(), passive, FieldTable::default()).await, 404, "expired");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_least_once_dead_lettering_keeps_a_message_until_its_target_has_it() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
@@ -402,11 +455,11 @@ async fn at_least_once_dead_lettering_keeps_a_message_until_its_target_has_it() 
     assert_eq!(death_reason(&dead.delivery.properties).as_deref(), Some("rejected"));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_keeps_every_message_and_redelivers_the_unacked_ones() {
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = start_broker_in(dir.path()).await;
-    let conn = connect(&broker).await;
+    let conn = warren_tests::connect(&broker).await;
     let ch = confirm_channel(&conn).await;
     declare_quorum(&ch, "q", &[("x-delivery-limit", long(5))]).await;
     publish_all(&ch, "q", &[b"acked", b"held", b"ready"]).await;
@@ -417,7 +470,7 @@ async fn a_restart_keeps_every_message_and_redelivers_the_unacked_ones() {
     drop(conn);
 
     let broker = start_broker_in(dir.path()).await;
-    let conn = connect(&broker).await;
+    let conn = warren_tests::connect(&broker).await;
     let ch = channel(&conn).await;
     wait_ready(&conn, "q", 2).await;
     let first = get(&ch, "q").await.expect("held, again");
@@ -428,7 +481,7 @@ async fn a_restart_keeps_every_message_and_redelivers_the_unacked_ones() {
     assert!(!second.delivery.redelivered);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_delayed_exchange_delivers_into_a_quorum_queue_when_due() {
     let broker = start_broker().await;
     let conn = connect(&broker).await;
