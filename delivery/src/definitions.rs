@@ -31,6 +31,8 @@ const DELAYED_DIR: &str = "delayed";
 const UNREADABLE_DIR: &str = "unreadable";
 /// Segment size of a quorum queue's Raft log (see [`VhostStorage::quorum_queue`]).
 const QUORUM_SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
+/// Log bytes between two sparse-index entries of a quorum queue's Raft log.
+const QUORUM_INDEX_INTERVAL_BYTES: u32 = 64 * 1024;
 
 /// A durable exchange as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -223,9 +225,12 @@ impl VhostStorage {
     /// A quorum queue's Raft log: smaller segments than a classic queue's. Each segment maps
     /// index files sized for the whole segment, and a thousand idle quorum queues each keep
     /// one; smaller segments also let the log be purged sooner behind the release cursor.
+    /// Entries are batches read mostly in order, so a sparser index costs little: one page
+    /// of index per segment instead of four (a thousand idle queues: 24 MB less RSS).
     fn quorum_log_config(&self) -> LogConfig {
         let mut config = self.store_config.log_config();
         config.segment_bytes = config.segment_bytes.min(QUORUM_SEGMENT_BYTES);
+        config.index_interval_bytes = QUORUM_INDEX_INTERVAL_BYTES;
         config.write_buffer_bytes = 8 * 1024;
         config
     }
