@@ -87,6 +87,9 @@ struct Published {
     highest: u64,
 }
 
+/// How long the load's publisher waits for one confirm.
+const CONFIRM_WAIT: Duration = Duration::from_secs(15);
+
 /// Publishes numbered messages to `queue` in windows of `window`, with confirms, until `stop`
 /// says so; a failed publish (its node or leader gone) counts as unconfirmed.
 async fn publish_numbered(
@@ -119,7 +122,11 @@ async fn publish_numbered(
         }
         for (number, sent) in pending {
             let confirmed = match sent {
-                Ok(confirm) => confirm.await.is_ok_and(|c| c.is_ack()),
+                // A confirm that does not come (a group that could not form before its
+                // initializer died waits for it to return) counts as not confirmed.
+                Ok(confirm) => {
+                    tokio::time::timeout(CONFIRM_WAIT, confirm).await.is_ok_and(|c| c.is_ok_and(|c| c.is_ack()))
+                }
                 Err(_) => false,
             };
             if confirmed {

@@ -31,6 +31,10 @@ use warren_storage::LogConfig;
 pub const LOCAL_NODE_ID: u64 = 1;
 /// How long a proposal waits for the group to have a leader before it fails (a nack).
 pub(super) const LEADER_WAIT_MS: u64 = 5_000;
+/// How often a new group's initializer calls its first election again while it has no leader.
+const FIRST_ELECTION_RETRY_MS: u64 = 200;
+/// How many times at most (then the failure detector's leaderless rule takes over).
+const FIRST_ELECTION_ATTEMPTS: u32 = 25;
 /// How often a reader polls for an entry to be applied on this node.
 const APPLIED_POLL_MS: u64 = 2;
 /// The group's Raft log, in its directory.
@@ -315,6 +319,23 @@ fn published(op: Op) -> Option<Arc<Message>> {
     enqueue.into_message().map(Arc::new)
 }
 
+/// The first election of a new group may come before the other members started theirs (they
+/// create them as they apply the same declare): until a leader is known, the initializer
+/// calls it again every [`FIRST_ELECTION_RETRY_MS`], at most [`FIRST_ELECTION_ATTEMPTS`]
+/// times. Groups call no elections on their own (the failure detector does, after seconds),
+/// and until the others hold the group's membership, only the initializer can form it: were
+/// it to die first, the queue would wait for its return.
+async fn elect_until_led(group: &str, raft: &Raft<QuorumRaft>) {
+    for _ in 0..FIRST_ELECTION_ATTEMPTS {
+        let wait = raft.wait(Some(Duration::from_millis(FIRST_ELECTION_RETRY_MS)));
+        if wait.metrics(|m| m.current_leader.is_some(), "a leader").await.is_ok() {
+            return;
+        }
+        tracing::debug!(%group, "a new quorum queue's group has no leader yet: electing again");
+        let _ = raft.trigger().elect().await;
+    }
+}
+
 /// Starts this node's member over the group's log and state machine; a new group is
 /// initialized by the member its members name. Returns once the group has a leader.
 async fn start_raft(
@@ -331,6 +352,7 @@ async fn start_raft(
         if let Err(error) = raft.initialize(members.members).await {
             tracing::warn!(%group, %error, "a new quorum queue's group was initialized already");
         }
+        elect_until_led(&group, &raft).await;
     }
     loop {
         let wait = raft.wait(Some(Duration::from_millis(LEADER_WAIT_MS)));
