@@ -316,6 +316,11 @@ fn dump_warnings(cluster: &Cluster) {
             }
         }
     }
+    // How each running node sees queue "q"'s group, for the diagnosis.
+    for i in (0..cluster.nodes.len()).filter(|i| cluster.nodes[*i].is_some()) {
+        let status = tokio::task::block_in_place(|| try_ctl(cluster, i, &["quorum_status", "q"]));
+        eprintln!("node {i} quorum_status q: {status:?}");
+    }
 }
 
 /// Publishes `body` to `queue` and waits up to `within` for its confirm: `Some(acked)`, or

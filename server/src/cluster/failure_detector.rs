@@ -131,10 +131,15 @@ fn elect_leaderless(router: &RaftRouter, me: u64, leaderless: &mut HashMap<RaftG
     *leaderless = still;
 }
 
-/// How long this node's member of `group` waits before calling an election: spread by a
-/// hash of the group and the node, the same every time.
+/// How long this node's member of `group` waits before calling an election: a share of the
+/// spread picked by a hash of the group and the node (so that a group's members start
+/// apart), plus a random share drawn anew each time. Without the random part, members that
+/// split the vote once would call their next elections at the same moments, at the same
+/// term, and split it again every time (seen: a group leaderless for good after its old
+/// leader came back).
 fn election_delay(group: &RaftGroupId, me: u64) -> Duration {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     (group, me).hash(&mut hasher);
-    Duration::from_millis(hasher.finish() % ELECTION_SPREAD_MS)
+    let jitter = rand::Rng::gen_range(&mut rand::thread_rng(), 0..ELECTION_SPREAD_MS);
+    Duration::from_millis(hasher.finish() % ELECTION_SPREAD_MS + jitter)
 }
