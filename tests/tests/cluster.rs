@@ -243,6 +243,9 @@ async fn failover_round(seed: u64) {
             counts
         });
     let lost: Vec<u64> = published.confirmed.iter().copied().filter(|n| !received.contains_key(n)).collect();
+    if !lost.is_empty() {
+        dump_warnings(&cluster);
+    }
     assert!(
         lost.is_empty(),
         "confirmed but never delivered: {} of {} ({:?}...)",
