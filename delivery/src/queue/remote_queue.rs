@@ -16,7 +16,7 @@ use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::{Message, WireMessage};
 use crate::message_store::{CommitTracker, DurableMark, StoreError};
 use crate::quorum::Replication;
-use crate::remote::{ConsumeSpec, Forwarded, Forwarder, RemoteAnswer, RemoteConsumer, Settlement, Stored};
+use crate::remote::{ConsumeSpec, Forwarded, Forwarder, RemoteAnswer, RemoteConsumer, RequestId, Settlement, Stored};
 use crate::session::{Session, SessionId};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -160,6 +160,29 @@ impl Inner {
         }
     }
 
+    /// Sends the request `make` builds (from an id, the vhost and the queue's name) to the
+    /// first reachable home; its outcome once answered, as `pick` reads the answer (`None`:
+    /// an answer of another kind).
+    fn ask<T: Send + 'static>(
+        &self,
+        queue: &Queue,
+        what: &'static str,
+        make: impl FnOnce(RequestId, String, String) -> Forwarded,
+        pick: fn(RemoteAnswer) -> Option<BrokerResult<T>>,
+    ) -> Reply<BrokerResult<T>> {
+        let Some((home, _)) = self.home() else { return Reply::Now(Err(self.home_down())) };
+        let (vhost, name) = (self.vhost.clone(), queue.name().to_string());
+        let answer = self.forwarder.request(home, |id| make(id, vhost, name));
+        Reply::Later(Box::pin(async move {
+            match answer.await {
+                Ok(answer) => pick(answer).unwrap_or_else(|| {
+                    Err(BrokerError::new(ReplyCode::InternalError, format!("unexpected answer to a forwarded {what}")))
+                }),
+                Err(why) => Err(BrokerError::new(ReplyCode::InternalError, why)),
+            }
+        }))
+    }
+
     /// Sends the settlement of `messages` to the homes they came from.
     fn settle(&self, messages: &[MessageRef], holder: Holder<'_>, how: Settlement) {
         for (index, node) in self.homes.iter().enumerate() {
@@ -259,29 +282,19 @@ impl QueueKind for RemoteQueue {
     }
 
     fn purge(&self, queue: &Arc<Queue>) -> Reply<BrokerResult<u32>> {
-        let Some((home, _)) = self.inner.home() else { return Reply::Now(Err(self.inner.home_down())) };
-        let (vhost, name) = (self.inner.vhost.clone(), queue.name().to_string());
-        let answer = self.inner.forwarder.request(home, |id| Forwarded::Purge { id, vhost, queue: name });
-        Reply::Later(Box::pin(async move {
-            match answer.await {
-                Ok(RemoteAnswer::Purged(purged)) => purged,
-                Ok(other) => Err(unexpected("queue.purge", &other)),
-                Err(why) => Err(BrokerError::new(ReplyCode::InternalError, why)),
-            }
-        }))
+        let purge = |id, vhost, queue| Forwarded::Purge { id, vhost, queue };
+        self.inner.ask(queue, "queue.purge", purge, |answer| match answer {
+            RemoteAnswer::Purged(purged) => Some(purged),
+            _ => None,
+        })
     }
 
     fn counts(&self, queue: &Arc<Queue>) -> Reply<BrokerResult<(u32, u32)>> {
-        let Some((home, _)) = self.inner.home() else { return Reply::Now(Err(self.inner.home_down())) };
-        let (vhost, name) = (self.inner.vhost.clone(), queue.name().to_string());
-        let answer = self.inner.forwarder.request(home, |id| Forwarded::Counts { id, vhost, queue: name });
-        Reply::Later(Box::pin(async move {
-            match answer.await {
-                Ok(RemoteAnswer::Counts(counts)) => counts,
-                Ok(other) => Err(unexpected("passive queue.declare", &other)),
-                Err(why) => Err(BrokerError::new(ReplyCode::InternalError, why)),
-            }
-        }))
+        let counts = |id, vhost, queue| Forwarded::Counts { id, vhost, queue };
+        self.inner.ask(queue, "passive queue.declare", counts, |answer| match answer {
+            RemoteAnswer::Counts(counts) => Some(counts),
+            _ => None,
+        })
     }
 
     /// The mirrored channels on the homes close too.
