@@ -41,7 +41,7 @@ impl WarrenProcess {
             .args(["--amqp-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .args(extra_args)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", std::env::var("WARREN_NODE_LOG").unwrap_or_else(|_| "info".to_string()))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -94,7 +94,7 @@ impl WarrenProcess {
         kib * 1024
     }
 
-    /// The lines logged so far (stderr, `RUST_LOG=info`).
+    /// The lines logged so far (stderr, `RUST_LOG=info`, or `$WARREN_NODE_LOG` for a diagnosis).
     pub fn log_lines(&self) -> Vec<String> {
         self.log.lock().map(|lines| lines.clone()).unwrap_or_default()
     }

@@ -313,7 +313,12 @@ async fn failover_round(seed: u64) {
 /// Prints the warnings and errors every node logged (for a failing test).
 fn dump_warnings(cluster: &Cluster) {
     for (i, node) in cluster.nodes.iter().enumerate() {
-        for line in node.as_ref().map(|n| n.log_lines()).unwrap_or_default() {
+        let lines = node.as_ref().map(|n| n.log_lines()).unwrap_or_default();
+        // `WARREN_DUMP_DIR=dir` keeps each node's whole log for a diagnosis.
+        if let Ok(dir) = std::env::var("WARREN_DUMP_DIR") {
+            let _ = std::fs::write(Path::new(&dir).join(format!("node{i}.log")), lines.join("\n"));
+        }
+        for line in lines {
             if line.contains("WARN") || line.contains("ERROR") {
                 eprintln!("node {i}: {line}");
             }

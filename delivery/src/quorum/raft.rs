@@ -53,8 +53,9 @@ pub const SNAPSHOT_LOGS_SINCE_LAST: u64 = 1024;
 /// detector. Commits reach followers without heartbeats: openraft sends the new commit index
 /// after each commit.
 pub const HEARTBEAT_INTERVAL_MS: u64 = 500;
-/// openraft's election timeout range, in ms (elections are called by the failure detector;
-/// openraft requires a range above the heartbeat interval).
+/// openraft's election timeout range, in ms. Its election timer is off while a group has a
+/// leader (the failure detector calls the election when a leader's node goes) and on while
+/// it has none, so that openraft's rules pick who runs (see the server's failure detector).
 pub const ELECTION_TIMEOUT_MS: (u64, u64) = (1_500, 3_000);
 
 /// openraft's configuration for a quorum queue's group: snapshots every

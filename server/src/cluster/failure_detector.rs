@@ -8,7 +8,14 @@
 //! - a peer is gone for [`PEER_DOWN_AFTER_MS`]: the groups it led call an election here,
 //!   each after a delay of its own (so that the followers of one group do not split votes);
 //! - a group with no known leader for [`LEADERLESS_ELECT_AFTER_MS`] (all its members
-//!   restarted, say), or whose leader left it (a member removed itself), calls an election.
+//!   restarted, say, or a first election that split), or whose leader left it (a member
+//!   removed itself), has openraft's own election timer turned on until a leader is known.
+//!   Its timer, not ours, must decide who runs: openraft makes a member that saw a longer log
+//!   than its own wait longer before it runs again, so the most up-to-date member gets to
+//!   run first and win. Elections called on a fixed cadence of ours kept the members in the
+//!   same order every round, and a member with a shorter log and a higher node id took each
+//!   new term first, so that the one that could win always ran at a term already taken:
+//!   leaderless for good (seen in soak runs after a leader's kill and restart).
 
 use super::raft_router::RaftRouter;
 use super::raft_rpc::{raft_node_id, RaftGroupId};
@@ -62,7 +69,7 @@ pub async fn run(transport: ClusterTransport, router: RaftRouter, nodes: BTreeMa
                 elect_where_led_by(&router, me, id);
             }
         }
-        elect_leaderless(&router, me, &mut leaderless, now);
+        elect_leaderless(&router, &mut leaderless, now);
     }
 }
 
@@ -105,28 +112,24 @@ fn without_leader(metrics: &openraft::RaftMetrics<u64, openraft::BasicNode>) -> 
     }
 }
 
-/// Groups without a leader for long enough call an election.
-fn elect_leaderless(router: &RaftRouter, me: u64, leaderless: &mut HashMap<RaftGroupId, Instant>, now: Instant) {
+/// Groups without a leader for long enough get openraft's election timer, until they have
+/// one again (with heartbeats off, a follower's timer would otherwise unseat an idle leader).
+fn elect_leaderless(router: &RaftRouter, leaderless: &mut HashMap<RaftGroupId, Instant>, now: Instant) {
     let mut still = HashMap::new();
     for (group, raft) in router.members() {
         let metrics = raft.metrics().borrow().clone();
+        let since = leaderless.get(&group).copied();
         if !without_leader(&metrics) {
+            if since.is_some() {
+                raft.runtime_config().elect(false);
+            }
             continue;
         }
-        let since = leaderless.get(&group).copied().unwrap_or(now);
+        let since = since.unwrap_or(now);
         if now.duration_since(since) >= Duration::from_millis(LEADERLESS_ELECT_AFTER_MS) {
-            let delay = election_delay(&group, me);
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let still = without_leader(&raft.metrics().borrow());
-                if still {
-                    let _ = raft.trigger().elect().await;
-                }
-            });
-            still.insert(group, now);
-        } else {
-            still.insert(group, since);
+            raft.runtime_config().elect(true);
         }
+        still.insert(group, since);
     }
     *leaderless = still;
 }
