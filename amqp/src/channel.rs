@@ -214,7 +214,7 @@ impl Channel {
         nowait: bool,
         ok: impl FnOnce(MetaOutcome) -> AMQPClass + Send + 'static,
     ) -> BrokerResult<()> {
-        let Some(metadata) = ctx.vhost.metadata().cloned() else {
+        let Some(metadata) = ctx.vhost.metadata() else {
             return Err(BrokerError::new(ReplyCode::InternalError, "this node is not in a cluster"));
         };
         let vhost = ctx.vhost.name().to_string();

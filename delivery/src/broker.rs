@@ -92,10 +92,11 @@ impl Broker {
         self.vhosts.get(name).cloned()
     }
 
-    /// Makes this node part of a cluster whose definitions change through `metadata`.
+    /// Makes this node part of a cluster whose definitions change through `metadata` (in
+    /// place of the group it was part of before, if any).
     pub fn join_metadata(&self, metadata: &Arc<crate::metadata::Metadata>) {
         for vhost in self.vhosts.values() {
-            let _ = vhost.metadata.set(Arc::clone(metadata));
+            *vhost.metadata.write() = Some(Arc::clone(metadata));
         }
     }
 

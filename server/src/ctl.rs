@@ -1,7 +1,7 @@
 //! `warren ctl`: the command line of a running broker, with the verbs of rabbitmqctl and
 //! rabbitmq-queues. It speaks the management HTTP API (`--node`, default the local node's).
 //!
-//! Verbs so far: `cluster_status`, `forget_cluster_node NODE`, `quorum_status QUEUE`,
+//! Verbs so far: `cluster_status`, `join_cluster NODE@HOST:PORT`, `forget_cluster_node NODE`, `quorum_status QUEUE`,
 //! `add_member QUEUE NODE`, `delete_member QUEUE NODE`, `grow NODE all`, `shrink NODE`
 //! (issue 13; the rest of the API and the verbs come with 14).
 
@@ -72,6 +72,12 @@ enum Verb {
         /// The node.
         node: String,
     },
+    /// Makes this node, on its own so far and empty, a node of another node's cluster.
+    #[command(name = "join_cluster")]
+    JoinCluster {
+        /// The node to join through, with its inter-node address: name@host:port (as in --peers).
+        node: String,
+    },
     /// Removes a stopped node from the cluster (its quorum queue replicas first).
     #[command(name = "forget_cluster_node")]
     ForgetClusterNode {
@@ -127,6 +133,10 @@ pub fn run(args: impl IntoIterator<Item = String>) -> Result<(), CtlError> {
         Verb::Shrink { node } => {
             ctl.delete(&format!("/api/queues/quorum/replicas/on/{}/shrink", encode(node)))?;
             say(&format!("removing the replicas on {node}\n"));
+        }
+        Verb::JoinCluster { node } => {
+            ctl.post("/api/cluster/join", node)?;
+            say(&format!("joined the cluster of {node}\n"));
         }
         Verb::ForgetClusterNode { node } => {
             ctl.delete(&format!("/api/nodes/{}", encode(node)))?;

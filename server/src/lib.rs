@@ -47,6 +47,9 @@ pub enum StartError {
     /// The cluster's metadata group cannot start.
     #[error(transparent)]
     Metadata(#[from] cluster::metadata_group::MetadataStartError),
+    /// The seeds learnt at `join_cluster` cannot be read.
+    #[error(transparent)]
+    JoinedSeeds(#[from] cluster::join::JoinError),
     /// The AMQP address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -155,20 +158,26 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         ..LogStoreConfig::default()
     };
     let router = cluster::RaftRouter::new();
-    let cluster = cluster::service::start_with(&config.cluster, router.clone()).await?;
+    let joined_seeds = cluster::join::stored_seeds(&config.data_dir)?;
+    let mut cluster_settings = config.cluster.clone();
+    for seed in &joined_seeds {
+        if !cluster_settings.peers.iter().any(|peer| peer.name == seed.name) {
+            cluster_settings.peers.push(seed.clone());
+        }
+    }
+    let cluster = cluster::service::start_with(&cluster_settings, router.clone()).await?;
+    let nodes = Arc::new(cluster::Nodes::new(&cluster_settings.node_name, &cluster_settings.peers));
     let replication = cluster.as_ref().map(|transport| {
-        let peers: Vec<String> = config.cluster.peers.iter().map(|p| p.name.clone()).collect();
-        let (node, name) = (&config.cluster.node_name, &config.cluster.cluster_name);
-        cluster::replication::ClusterReplication::new(node, name, &peers, transport.clone(), router.clone())
+        let name = &config.cluster.cluster_name;
+        cluster::replication::ClusterReplication::new(name, Arc::clone(&nodes), transport.clone(), router.clone())
     });
     let core_replication: Arc<dyn warren_delivery::quorum::Replication> = match &replication {
         Some(replication) => Arc::clone(replication) as Arc<dyn warren_delivery::quorum::Replication>,
         None => warren_delivery::quorum::SingleNode::shared(),
     };
-    let forwarding = cluster.as_ref().map(|transport| {
-        let peers: Vec<String> = config.cluster.peers.iter().map(|p| p.name.clone()).collect();
-        cluster::forwarding::ClusterForwarding::new(transport.clone(), &peers)
-    });
+    let forwarding = cluster
+        .as_ref()
+        .map(|transport| cluster::forwarding::ClusterForwarding::new(transport.clone(), Arc::clone(&nodes)));
     let core_forwarding: Arc<dyn warren_delivery::remote::Forwarding> = match &forwarding {
         Some(forwarding) => Arc::clone(forwarding) as Arc<dyn warren_delivery::remote::Forwarding>,
         None => Arc::new(warren_delivery::remote::NoForwarding),
@@ -182,7 +191,11 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
     }
     if let Some(replication) = &replication {
         let (dir, name) = (&config.data_dir, &config.cluster.cluster_name);
-        cluster::metadata_group::start(replication, &router, &broker, dir, name, log_config).await?;
+        let may_initialize = joined_seeds.is_empty();
+        cluster::metadata_group::start(replication, &router, &broker, dir, name, log_config.clone(), may_initialize)
+            .await?;
+        router.set_join_desk(cluster::join::Desk::new(Arc::clone(&nodes), router.clone()));
+        replication.set_joiner(cluster::join::Joiner::new(replication, router.clone(), &broker, dir, name, log_config));
         replication.watch_peers();
     }
     let (shutdown, shutdown_rx) = watch::channel(false);

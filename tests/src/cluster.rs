@@ -1,10 +1,16 @@
 //! A three-node cluster of real `warren` processes on 127.0.0.1 ports, for the cluster
-//! tests: started from the binary, with or without a fault-injecting proxy on every link.
+//! tests: started from the binary, with or without a fault-injecting proxy on every link;
+//! and what the cluster tests share: `warren ctl` against a node, waits, publishes with a
+//! deadline.
 
 use crate::fault_proxy::FaultProxy;
 use crate::process::WarrenProcess;
-use lapin::{Connection, ConnectionProperties};
+use crate::{durable, table, text};
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection, ConnectionProperties};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// A cluster of processes, stopped when dropped.
 pub struct Cluster {
@@ -13,6 +19,8 @@ pub struct Cluster {
     pub starts: Vec<(std::path::PathBuf, Vec<String>)>,
     /// The proxy on each link (dialling node, dialled node), if the links are proxied.
     pub proxies: std::collections::HashMap<(usize, usize), FaultProxy>,
+    /// The shared secret's file.
+    pub secret: String,
 }
 
 impl Drop for Cluster {
@@ -65,7 +73,7 @@ pub async fn start_cluster(dir: &Path, proxied: bool) -> Cluster {
         starts.push((dir.join(name), args.iter().map(|a| a.to_string()).collect::<Vec<String>>()));
     }
     let nodes = tokio::task::block_in_place(|| starts.iter().map(|(dir, args)| Some(start_node(dir, args))).collect());
-    Cluster { nodes, starts, proxies }
+    Cluster { nodes, starts, proxies, secret }
 }
 
 pub fn start_node(dir: &Path, args: &[String]) -> WarrenProcess {
@@ -78,6 +86,25 @@ impl Cluster {
     pub fn restart(&mut self, node: usize) {
         let (dir, args) = &self.starts[node];
         self.nodes[node] = Some(tokio::task::block_in_place(|| start_node(dir, args)));
+    }
+
+    /// Starts node `name` on its own (an inter-node listener and the secret, no peers), its
+    /// data directory under `dir`; returns its index.
+    pub fn start_lone(&mut self, dir: &Path, name: &str) -> usize {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let args = ["--node-name", name, "--cluster-listen", &listen, "--cluster-secret-file", &self.secret];
+        self.starts.push((dir.join(name), args.iter().map(|a| a.to_string()).collect()));
+        self.nodes.push(None);
+        let node = self.nodes.len() - 1;
+        self.restart(node);
+        node
+    }
+
+    /// Node `node` as `join_cluster` names it: `name@host:port` of its inter-node listener.
+    pub fn cluster_address(&self, node: usize) -> String {
+        let args = &self.starts[node].1;
+        let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+        format!("{}@{}", value("--node-name").unwrap_or_default(), value("--cluster-listen").unwrap_or_default())
     }
 
     /// Cuts every link of node `node` (it needs proxied links).
@@ -97,5 +124,90 @@ impl Cluster {
     pub async fn connect(&self, node: usize) -> Connection {
         let uri = self.nodes[node].as_ref().expect("running").uri();
         Connection::connect(&uri, ConnectionProperties::default()).await.expect("connect")
+    }
+}
+
+pub fn quorum() -> FieldTable {
+    table(&[("x-queue-type", text("quorum"))])
+}
+
+/// Retries `declare` until the metadata group has a leader (the cluster is forming).
+pub async fn declare_when_formed(ch: &lapin::Channel, name: &str) {
+    ch.queue_declare(name.into(), durable(), quorum()).await.expect("declare on a formed cluster");
+}
+
+pub async fn passive_count(conn: &Connection, name: &str) -> Option<u32> {
+    let ch = conn.create_channel().await.ok()?;
+    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+    ch.queue_declare(name.into(), passive, FieldTable::default()).await.ok().map(|q| q.message_count())
+}
+
+/// Prints the warnings and errors every node logged (for a failing test).
+pub fn dump_warnings(cluster: &Cluster) {
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let lines = node.as_ref().map(|n| n.log_lines()).unwrap_or_default();
+        // `WARREN_DUMP_DIR=dir` keeps each node's whole log for a diagnosis.
+        if let Ok(dir) = std::env::var("WARREN_DUMP_DIR") {
+            let _ = std::fs::write(std::path::Path::new(&dir).join(format!("node{i}.log")), lines.join("\n"));
+        }
+        for line in lines {
+            if line.contains("WARN") || line.contains("ERROR") {
+                eprintln!("node {i}: {line}");
+            }
+        }
+    }
+    // How each running node sees queue "q"'s group, for the diagnosis.
+    for i in (0..cluster.nodes.len()).filter(|i| cluster.nodes[*i].is_some()) {
+        let status = tokio::task::block_in_place(|| try_ctl(cluster, i, &["quorum_status", "q"]));
+        eprintln!("node {i} quorum_status q: {status:?}");
+    }
+}
+
+/// Publishes `body` to `queue` and waits up to `within` for its confirm: `Some(acked)`, or
+/// `None` if none came.
+pub async fn publish_within(ch: &lapin::Channel, queue: &str, body: &[u8], within: Duration) -> Option<bool> {
+    let sent =
+        ch.basic_publish("".into(), queue.into(), Default::default(), body, BasicProperties::default()).await.ok()?;
+    match tokio::time::timeout(within, sent).await {
+        Ok(Ok(confirm)) => Some(confirm.is_ack()),
+        Ok(Err(_)) => Some(false),
+        Err(_) => None,
+    }
+}
+
+/// Runs `warren ctl` against node `node`'s management API; returns its output.
+pub fn ctl(cluster: &Cluster, node: usize, args: &[&str]) -> String {
+    try_ctl(cluster, node, args).unwrap_or_else(|error| panic!("warren ctl {args:?}: {error}"))
+}
+
+/// Runs `warren ctl`; its output, or what it printed when it failed.
+pub fn try_ctl(cluster: &Cluster, node: usize, args: &[&str]) -> Result<String, String> {
+    let http = cluster.nodes[node].as_ref().and_then(|n| n.http_addr).expect("management API");
+    let output = std::process::Command::new(crate::process::warren_binary())
+        .arg("ctl")
+        .args(["--node", &format!("http://{http}")])
+        .args(args)
+        .output()
+        .expect("run warren ctl");
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    match output.status.success() {
+        true => Ok(text),
+        false => Err(format!("{text}{}", String::from_utf8_lossy(&output.stderr))),
+    }
+}
+
+/// Polls `warren ctl quorum_status` on `node` until `done` holds of its output.
+pub async fn wait_for_status(cluster: &Cluster, node: usize, queue: &str, what: &str, done: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = tokio::task::block_in_place(|| ctl(cluster, node, &["quorum_status", queue]));
+        if done(&status) {
+            return;
+        }
+        if Instant::now() > deadline {
+            dump_warnings(cluster);
+            panic!("{what}: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

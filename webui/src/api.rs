@@ -8,6 +8,7 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use warren_delivery::quorum::ClusterFuture;
 use warren_delivery::{Broker, Queue, VirtualHost};
 
 /// What the API needs to know of the cluster (the server knows it).
@@ -18,6 +19,14 @@ pub trait ClusterView: Send + Sync + 'static {
     fn node_id(&self, name: &str) -> Option<u64>;
     /// This node's name.
     fn local_node(&self) -> String;
+    /// `join_cluster`: makes this node, on its own so far, a node of the cluster of `target`
+    /// (`name@host:port`); returns the cluster's nodes.
+    fn join_cluster(&self, target: &str) -> ClusterFuture<Result<Vec<String>, String>> {
+        let _ = target;
+        Box::pin(async {
+            Err("this node has no inter-node listener: start it with --cluster-listen and --cluster-secret-file".into())
+        })
+    }
 }
 
 /// A node as `GET /api/nodes` shows it.
@@ -60,6 +69,7 @@ pub fn router(management: Management) -> Router {
     Router::new()
         .route("/api/nodes", get(nodes))
         .route("/api/nodes/{node}", delete(forget_node))
+        .route("/api/cluster/join", post(join_cluster))
         .route("/api/queues/{vhost}/{name}", get(queue))
         .route("/api/queues/quorum/{vhost}/{name}/replicas/add", post(add_replica))
         .route("/api/queues/quorum/{vhost}/{name}/replicas/delete", post(delete_replica))
@@ -133,9 +143,9 @@ async fn queue(
     Ok(Json(queue_info(&vhost, &queue)))
 }
 
-/// The body of the replica routes.
+/// The body of the routes that name a node (the replica routes, `join_cluster`).
 #[derive(Debug, Deserialize)]
-struct ReplicaRequest {
+struct NodeRequest {
     node: String,
 }
 
@@ -143,7 +153,7 @@ async fn add_replica(
     _: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
-    Json(request): Json<ReplicaRequest>,
+    Json(request): Json<NodeRequest>,
 ) -> Result<StatusCode, ApiError> {
     change_replicas(&api, &vhost, &name, &request.node, ReplicaChange::Add).await
 }
@@ -152,7 +162,7 @@ async fn delete_replica(
     _: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
-    Json(request): Json<ReplicaRequest>,
+    Json(request): Json<NodeRequest>,
 ) -> Result<StatusCode, ApiError> {
     change_replicas(&api, &vhost, &name, &request.node, ReplicaChange::Delete).await
 }
@@ -172,7 +182,7 @@ async fn change_replicas(
     change: ReplicaChange,
 ) -> Result<StatusCode, ApiError> {
     let host = api.vhost(vhost)?;
-    let metadata = host.metadata().cloned().ok_or_else(not_clustered)?;
+    let metadata = host.metadata().ok_or_else(not_clustered)?;
     match change {
         ReplicaChange::Add => metadata.add_member(&host, queue, node).await?,
         ReplicaChange::Delete => metadata.delete_member(vhost, queue, node).await?,
@@ -202,7 +212,7 @@ async fn grow(
     Path(node): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     for (vhost, queue) in quorum_queues(&api, &node, false) {
-        let metadata = vhost.metadata().cloned().ok_or_else(not_clustered)?;
+        let metadata = vhost.metadata().ok_or_else(not_clustered)?;
         metadata.add_member(&vhost, queue.name(), &node).await?;
     }
     Ok(StatusCode::NO_CONTENT)
@@ -215,7 +225,7 @@ async fn shrink(
     Path(node): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     for (vhost, queue) in quorum_queues(&api, &node, true) {
-        let metadata = vhost.metadata().cloned().ok_or_else(not_clustered)?;
+        let metadata = vhost.metadata().ok_or_else(not_clustered)?;
         metadata.delete_member(vhost.name(), queue.name(), &node).await?;
     }
     Ok(StatusCode::NO_CONTENT)
@@ -241,13 +251,26 @@ async fn forget_node(
         return Err(bad_request(format!("{node} is running: stop it first, then forget it")));
     }
     for (vhost, queue) in quorum_queues(&api, &node, true) {
-        let metadata = vhost.metadata().cloned().ok_or_else(not_clustered)?;
+        let metadata = vhost.metadata().ok_or_else(not_clustered)?;
         metadata.delete_member(vhost.name(), queue.name(), &node).await?;
     }
     let vhost = api.vhost(warren_delivery::DEFAULT_VHOST)?;
-    let metadata = vhost.metadata().cloned().ok_or_else(not_clustered)?;
+    let metadata = vhost.metadata().ok_or_else(not_clustered)?;
     metadata.change(vhost.name(), warren_delivery::metadata::DefinitionOp::ForgetNode { node_id }).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// rabbitmqctl `join_cluster NODE` (a Warren extension of the API, as `forget_node`): this
+/// node joins the cluster of the node named in the body (`{"node": "name@host:port"}`, its
+/// inter-node address). Answers the cluster's nodes once this one votes in its metadata group.
+async fn join_cluster(
+    _: Authenticated,
+    State(api): State<Management>,
+    Json(request): Json<NodeRequest>,
+) -> Result<Json<Vec<String>>, ApiError> {
+    let joined = api.cluster.join_cluster(&request.node).await;
+    let nodes = joined.map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, why))?;
+    Ok(Json(nodes))
 }
 
 fn not_clustered() -> ApiError {

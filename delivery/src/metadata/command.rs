@@ -107,6 +107,15 @@ pub enum DefinitionOp {
         /// Arguments.
         arguments: FieldTable,
     },
+    /// `warren ctl join_cluster`: node `name` joins the cluster: every node learns where to
+    /// dial it and counts it, and the metadata group's leader makes it a member of the group.
+    /// (Last of the ops, so that logs written before it existed still decode.)
+    AddNode {
+        /// The node's name.
+        name: String,
+        /// Where its inter-node listener is (`host:port`).
+        address: String,
+    },
 }
 
 /// A definition change in `vhost`, proposed by node `origin`.

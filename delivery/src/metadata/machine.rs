@@ -37,8 +37,9 @@ openraft::declare_raft_types!(
 /// Results of this node's own commands kept for their proposer, at most: one that is never
 /// taken (its client went away) is dropped after this many newer ones.
 const RESULTS_KEPT: usize = 4096;
-/// The applied-state file's format version (1: without the forgotten nodes).
-const APPLIED_FORMAT_VERSION: u8 = 2;
+/// The applied-state file's format version (1: without the forgotten nodes; 2: without the
+/// joined ones).
+const APPLIED_FORMAT_VERSION: u8 = 3;
 
 /// What the state machine keeps on disk.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -46,6 +47,16 @@ struct Applied {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, BasicNode>,
     /// Nodes that left the cluster (`forget_cluster_node`), by Raft id.
+    forgotten: BTreeSet<u64>,
+    /// Nodes that joined the cluster after it formed (`join_cluster`): name, then address.
+    joined: Vec<(String, String)>,
+}
+
+/// The applied state as format 2 stored it.
+#[derive(Debug, Deserialize)]
+struct AppliedV2 {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, BasicNode>,
     forgotten: BTreeSet<u64>,
 }
 
@@ -62,9 +73,18 @@ fn decode_applied(bytes: &[u8]) -> Result<Applied, warren_storage::StorageError>
     };
     match bytes.split_first() {
         Some((&APPLIED_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(undecodable),
+        Some((2, rest)) => {
+            let v2: AppliedV2 = postcard::from_bytes(rest).map_err(undecodable)?;
+            Ok(Applied {
+                last_applied: v2.last_applied,
+                membership: v2.membership,
+                forgotten: v2.forgotten,
+                joined: Vec::new(),
+            })
+        }
         Some((1, rest)) => {
             let v1: AppliedV1 = postcard::from_bytes(rest).map_err(undecodable)?;
-            Ok(Applied { last_applied: v1.last_applied, membership: v1.membership, forgotten: BTreeSet::new() })
+            Ok(Applied { last_applied: v1.last_applied, membership: v1.membership, ..Applied::default() })
         }
         _ => Err(warren_storage::StorageError::Failed("unknown metadata applied-state format".into())),
     }
@@ -112,6 +132,9 @@ impl MetaStateMachine {
             Some(bytes) => decode_applied(&bytes)?,
             None => Applied::default(),
         };
+        for (name, address) in &applied.joined {
+            replication.add_node(name, address);
+        }
         for node in &applied.forgotten {
             replication.forget_node(*node);
         }
@@ -198,6 +221,15 @@ impl MetaStateMachine {
             DefinitionOp::ForgetNode { node_id } => {
                 self.shared.applied.lock().forgotten.insert(*node_id);
                 self.shared.replication.forget_node(*node_id);
+            }
+            DefinitionOp::AddNode { name, address } => {
+                let mut applied = self.shared.applied.lock();
+                applied.joined.retain(|(joined, _)| joined != name);
+                applied.joined.push((name.clone(), address.clone()));
+                let id = crate::node::NodeId::of(name).raft_id();
+                applied.forgotten.remove(&id);
+                drop(applied);
+                self.shared.replication.add_node(name, address);
             }
             DefinitionOp::Bind { source, destination, to_exchange, routing_key, arguments } => {
                 vhost.bind(source, binding(destination, *to_exchange, routing_key, arguments), anyone)?;

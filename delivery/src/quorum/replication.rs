@@ -86,6 +86,11 @@ pub trait Replication: Send + Sync + std::fmt::Debug + 'static {
     /// Node `id` left the cluster (`forget_cluster_node`, applied by the metadata group, or
     /// remembered from before a restart): new queues no longer place members on it.
     fn forget_node(&self, _id: u64) {}
+
+    /// Node `name`, its inter-node listener at `address`, joined the cluster (`join_cluster`,
+    /// applied by the metadata group, or remembered from before a restart).
+    fn add_node(&self, _name: &str, _address: &str) {}
+
     /// This node's member of `group` stopped: its RPCs are no longer routed here.
     fn stop_member(&self, group: &str);
 

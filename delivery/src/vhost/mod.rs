@@ -66,8 +66,8 @@ pub struct VirtualHost {
     /// Where what its clients do to queues of other nodes goes.
     forwarder: Arc<Forwarder>,
     /// The cluster's metadata group, once this node is part of one: definitions change
-    /// through it.
-    pub(crate) metadata: std::sync::OnceLock<Arc<crate::metadata::Metadata>>,
+    /// through it. Replaced when the node joins another cluster (`join_cluster`).
+    pub(crate) metadata: RwLock<Option<Arc<crate::metadata::Metadata>>>,
     /// Direct reply-to consumers, by the address their replies are published to.
     reply_consumers: ReplyConsumers,
     me: Weak<VirtualHost>,
@@ -126,7 +126,7 @@ impl VirtualHost {
             scheduler,
             replication,
             forwarder,
-            metadata: std::sync::OnceLock::new(),
+            metadata: RwLock::new(None),
             reply_consumers: ReplyConsumers::new(crate::node::local_id()),
             me: Weak::clone(me),
             lifecycle: Mutex::new(()),
@@ -167,8 +167,8 @@ impl VirtualHost {
 
     /// The cluster's metadata group, if this node is in a cluster: definition changes go
     /// through it ([`crate::metadata::Metadata::change`]) instead of straight to this host.
-    pub fn metadata(&self) -> Option<&Arc<crate::metadata::Metadata>> {
-        self.metadata.get()
+    pub fn metadata(&self) -> Option<Arc<crate::metadata::Metadata>> {
+        self.metadata.read().clone()
     }
 
     /// A name for a server-named queue (`amq.gen-...`, as RabbitMQ's).

@@ -17,12 +17,14 @@
 //!   new term first, so that the one that could win always ran at a term already taken:
 //!   leaderless for good (seen in soak runs after a leader's kill and restart).
 
+use super::nodes::Nodes;
 use super::raft_router::RaftRouter;
 use super::raft_rpc::{raft_node_id, RaftGroupId};
 use super::service::ClusterTransport;
 use openraft::ServerState;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often the detector looks.
@@ -44,7 +46,7 @@ struct Peer {
 }
 
 /// Runs the detector until the transport shuts down.
-pub async fn run(transport: ClusterTransport, router: RaftRouter, nodes: BTreeMap<u64, String>) {
+pub async fn run(transport: ClusterTransport, router: RaftRouter, nodes: Arc<Nodes>) {
     let me = raft_node_id(transport.node_name());
     let mut peers: HashMap<u64, Peer> = HashMap::new();
     let mut leaderless: HashMap<RaftGroupId, Instant> = HashMap::new();
@@ -53,8 +55,8 @@ pub async fn run(transport: ClusterTransport, router: RaftRouter, nodes: BTreeMa
         tick.tick().await;
         let connected = transport.connected_peers();
         let now = Instant::now();
-        for (&id, name) in nodes.iter().filter(|(id, _)| **id != me) {
-            let up = connected.iter().any(|peer| peer == name);
+        for (id, name) in nodes.peers() {
+            let up = connected.contains(&name);
             let peer = peers.entry(id).or_insert(Peer { up: !up, since: now, handled: false });
             if up != peer.up {
                 *peer = Peer { up, since: now, handled: false };

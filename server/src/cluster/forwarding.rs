@@ -9,7 +9,7 @@
 //! it holds: above [`OUTBOX_HIGH_WATER_BYTES`] deliveries to that peer's clients hold back,
 //! and resume below [`OUTBOX_LOW_WATER_BYTES`].
 
-use super::raft_rpc::raft_node_id;
+use super::nodes::Nodes;
 use super::service::{ClusterTransport, PeerRequest};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -28,8 +28,7 @@ const MESSAGE_OVERHEAD_BYTES: usize = 128;
 /// weakly.
 pub struct ClusterForwarding {
     transport: ClusterTransport,
-    /// Peer names by Raft id.
-    names: BTreeMap<u64, String>,
+    nodes: Arc<Nodes>,
     outboxes: Mutex<HashMap<u64, Arc<Outbox>>>,
     /// The core's end, told when an outbox drains (shared with the outboxes' tasks).
     forwarder: Arc<OnceLock<Weak<Forwarder>>>,
@@ -37,7 +36,7 @@ pub struct ClusterForwarding {
 
 impl std::fmt::Debug for ClusterForwarding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClusterForwarding").field("peers", &self.names).finish_non_exhaustive()
+        f.debug_struct("ClusterForwarding").field("nodes", &self.nodes).finish_non_exhaustive()
     }
 }
 
@@ -63,12 +62,11 @@ fn size_of(message: &Forwarded) -> usize {
 }
 
 impl ClusterForwarding {
-    /// Forwarding to the `peers` (node names) over `transport`.
-    pub fn new(transport: ClusterTransport, peers: &[String]) -> Arc<Self> {
-        let names = peers.iter().map(|name| (raft_node_id(name), name.clone())).collect();
+    /// Forwarding to the other `nodes` over `transport`.
+    pub fn new(transport: ClusterTransport, nodes: Arc<Nodes>) -> Arc<Self> {
         Arc::new(ClusterForwarding {
             transport,
-            names,
+            nodes,
             outboxes: Mutex::new(HashMap::new()),
             forwarder: Arc::new(OnceLock::new()),
         })
@@ -77,17 +75,17 @@ impl ClusterForwarding {
     /// Tells `forwarder` when outboxes drain, and when links go ([`watch_links`]).
     pub fn serve(self: &Arc<Self>, forwarder: &Arc<Forwarder>) {
         let _ = self.forwarder.set(Arc::downgrade(forwarder));
-        tokio::spawn(watch_links(self.transport.clone(), self.names.clone(), Arc::downgrade(forwarder)));
+        tokio::spawn(watch_links(self.transport.clone(), Arc::clone(&self.nodes), Arc::downgrade(forwarder)));
     }
 
     fn outbox(&self, node: u64) -> Option<Arc<Outbox>> {
-        let name = self.names.get(&node)?;
+        let name = self.nodes.name_of(node)?;
         let mut outboxes = self.outboxes.lock().unwrap_or_else(PoisonError::into_inner);
         let outbox = outboxes.entry(node).or_insert_with(|| {
             let (sender, receiver) = mpsc::unbounded_channel();
             let outbox = Arc::new(Outbox { sender, bytes: AtomicUsize::new(0), held: AtomicBool::new(false) });
             let (transport, forwarder) = (self.transport.clone(), Arc::clone(&self.forwarder));
-            tokio::spawn(drain(transport, forwarder, node, name.clone(), Arc::clone(&outbox), receiver));
+            tokio::spawn(drain(transport, forwarder, node, name, Arc::clone(&outbox), receiver));
             outbox
         });
         Some(Arc::clone(outbox))
@@ -96,12 +94,12 @@ impl ClusterForwarding {
 
 impl Forwarding for ClusterForwarding {
     fn send(&self, node: u64, message: Forwarded) {
-        let Some(name) = self.names.get(&node) else {
+        let Some(name) = self.nodes.name_of(node) else {
             tracing::warn!(node, "a forwarded message for an unknown node was dropped");
             return;
         };
         // Queued for the connection live now; none: dropped (the link's loss is reported).
-        let Some(serial) = self.transport.link_serial(name) else {
+        let Some(serial) = self.transport.link_serial(&name) else {
             tracing::debug!(peer = %name, "a forwarded message for a peer not connected was dropped");
             return;
         };
@@ -145,17 +143,18 @@ async fn drain(
 
 /// Tells the core whenever the connection to a peer goes (or is replaced by a new one):
 /// what was in flight between the two nodes is forgotten on both sides.
-pub async fn watch_links(transport: ClusterTransport, names: BTreeMap<u64, String>, forwarder: Weak<Forwarder>) {
+pub async fn watch_links(transport: ClusterTransport, nodes: Arc<Nodes>, forwarder: Weak<Forwarder>) {
     let mut changes = transport.link_changes();
-    let mut serials: BTreeMap<u64, Option<u64>> = names.iter().map(|(id, n)| (*id, transport.link_serial(n))).collect();
+    let mut serials: BTreeMap<u64, Option<u64>> =
+        nodes.peers().into_iter().map(|(id, n)| (id, transport.link_serial(&n))).collect();
     while changes.changed().await.is_ok() {
         let Some(forwarder) = forwarder.upgrade() else { return };
-        for (id, name) in &names {
-            let now = transport.link_serial(name);
-            let before = serials.insert(*id, now).flatten();
+        for (id, name) in nodes.peers() {
+            let now = transport.link_serial(&name);
+            let before = serials.insert(id, now).flatten();
             if before.is_some() && before != now {
                 tracing::info!(peer = %name, "link to a peer lost: forwarded consumers and channels with it end");
-                forwarder.node_down(*id);
+                forwarder.node_down(id);
             }
         }
     }

@@ -25,6 +25,12 @@ use warren_storage::LogConfig;
 pub const METADATA_GROUP: &str = "metadata";
 /// The cluster's files, in the data directory.
 const CLUSTER_DIR: &str = "cluster";
+/// The metadata member's Raft log, in the cluster's files.
+const LOG_DIR: &str = "metadata-log";
+/// The metadata state machine's applied state, in the cluster's files.
+const APPLIED_FILE: &str = "metadata-applied";
+/// What this node's metadata member keeps in the cluster's files (`join_cluster` removes it).
+pub const METADATA_DIR_FILES: [&str; 2] = [LOG_DIR, APPLIED_FILE];
 /// The file naming the cluster the data directory belongs to.
 const CLUSTER_NAME_FILE: &str = "cluster-name";
 
@@ -57,8 +63,14 @@ pub enum MetadataStartError {
     Raft(String),
 }
 
+/// The cluster's files in data directory `data_dir`.
+pub fn cluster_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join(CLUSTER_DIR)
+}
+
 /// Starts this node's metadata member over `broker`, routes the group's RPCs and proposals to
-/// it, and makes `broker`'s definition changes go through it.
+/// it, and makes `broker`'s definition changes go through it. The group is initialized here
+/// if `may_initialize`, its log is empty and this node's name sorts first.
 pub async fn start(
     cluster: &Arc<ClusterReplication>,
     router: &RaftRouter,
@@ -66,14 +78,15 @@ pub async fn start(
     data_dir: &Path,
     cluster_name: &str,
     log_config: LogConfig,
+    may_initialize: bool,
 ) -> Result<Arc<Metadata>, MetadataStartError> {
-    let dir = data_dir.join(CLUSTER_DIR);
+    let dir = cluster_dir(data_dir);
     check_cluster_name(&dir, cluster_name)?;
     let raft_error = |e: &dyn std::fmt::Display| MetadataStartError::Raft(e.to_string());
-    let log = RaftLog::<MetaRaft>::open(dir.join("metadata-log"), log_config).map_err(|e| raft_error(&e))?;
+    let log = RaftLog::<MetaRaft>::open(dir.join(LOG_DIR), log_config).map_err(|e| raft_error(&e))?;
     let replication: Arc<dyn Replication> = Arc::clone(cluster) as Arc<dyn Replication>;
     let node_id = replication.node_id();
-    let machine = MetaStateMachine::open(node_id, broker, Arc::clone(&replication), dir.join("metadata-applied"))
+    let machine = MetaStateMachine::open(node_id, broker, Arc::clone(&replication), dir.join(APPLIED_FILE))
         .map_err(|e| raft_error(&e))?;
     let fresh = log.clone().get_log_state().await.map_err(|e| raft_error(&e))?.last_log_id.is_none();
     let config =
@@ -82,7 +95,7 @@ pub async fn start(
     let network = GroupNetwork::<MetaRaft>::new(cluster.transport().clone(), RaftGroupId::new(METADATA_GROUP));
     let raft = Raft::new(node_id, Arc::new(config), network, log, machine.clone()).await.map_err(|e| raft_error(&e))?;
     let first = cluster.node_names().into_iter().next();
-    if fresh && first.as_deref() == Some(cluster.transport().node_name()) {
+    if may_initialize && fresh && first.as_deref() == Some(cluster.transport().node_name()) {
         if let Err(error) = raft.initialize(cluster.members()).await {
             tracing::info!(%error, "the metadata group was initialized already");
         }

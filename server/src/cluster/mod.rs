@@ -17,6 +17,8 @@
 //! - [`forwarding`]: client operations on queues of other nodes, in order per peer.
 //! - [`failure_detector`]: one watch per pair of nodes; heartbeats and elections of quorum
 //!   queues' groups when a node comes or goes.
+//! - [`nodes`]: the cluster's nodes as this node knows them, read by all of the above.
+//! - [`join`]: `join_cluster`, both sides: the joining node, and the node it joins through.
 
 mod connection;
 mod envelope;
@@ -25,7 +27,9 @@ pub mod forwarding;
 pub mod frame;
 pub mod handshake;
 pub mod inbox;
+pub mod join;
 pub mod metadata_group;
+pub mod nodes;
 pub mod peer_address;
 pub mod raft_network;
 pub mod raft_router;
@@ -37,6 +41,7 @@ pub mod transport;
 
 pub use envelope::RequestId;
 pub use inbox::{Inbox, Incoming, IncomingRequest, Responder};
+pub use nodes::Nodes;
 pub use peer_address::PeerAddress;
 pub use raft_network::{GroupNetwork, PeerClient, RaftNetworkError};
 pub use raft_router::RaftRouter;

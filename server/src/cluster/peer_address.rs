@@ -4,7 +4,7 @@
 //! last `@`: `warren@host-a@10.0.0.1:25672` is node `warren@host-a` at `10.0.0.1:25672`. The
 //! host is resolved when the peer is dialled, so it may be a DNS name.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
@@ -41,8 +41,8 @@ pub fn check_name(name: &str) -> Result<(), NameError> {
 }
 
 /// A peer from the seed list: its node name and where to dial it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
-#[serde(try_from = "String")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct PeerAddress {
     /// The peer's node name, as it announces itself in the handshake.
     pub name: String,
@@ -90,6 +90,12 @@ impl TryFrom<String> for PeerAddress {
 
     fn try_from(entry: String) -> Result<Self, Self::Error> {
         entry.parse()
+    }
+}
+
+impl From<PeerAddress> for String {
+    fn from(peer: PeerAddress) -> String {
+        peer.to_string()
     }
 }
 

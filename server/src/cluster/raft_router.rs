@@ -12,6 +12,7 @@
 //! does not run is answered [`RaftReply::UnknownGroup`].
 
 use super::inbox::Responder;
+use super::peer_address::PeerAddress;
 use super::raft_rpc::{RaftGroupId, RaftReply, RaftRpc, WireGroup};
 use super::service::{PeerRequest, PeerResponse};
 use openraft::Raft;
@@ -33,7 +34,10 @@ pub struct RaftRouter {
 
 struct Shared {
     groups: Mutex<HashMap<RaftGroupId, Raft<QuorumRaft>>>,
-    metadata: OnceLock<Arc<Metadata>>,
+    /// This node's metadata member; replaced when the node joins a cluster.
+    metadata: Mutex<Option<Arc<Metadata>>>,
+    /// Answers nodes asking to join the cluster.
+    joins: OnceLock<Arc<dyn JoinDesk>>,
     /// Where forwarded client operations go.
     forwarder: OnceLock<Arc<Forwarder>>,
     in_flight: Arc<Semaphore>,
@@ -49,8 +53,13 @@ impl RaftRouter {
     /// A router with no groups.
     pub fn new() -> Self {
         let in_flight = Arc::new(Semaphore::new(MAX_CONCURRENT_RAFT_RPCS));
-        let shared =
-            Shared { groups: Mutex::default(), metadata: OnceLock::new(), forwarder: OnceLock::new(), in_flight };
+        let shared = Shared {
+            groups: Mutex::default(),
+            metadata: Mutex::default(),
+            joins: OnceLock::new(),
+            forwarder: OnceLock::new(),
+            in_flight,
+        };
         RaftRouter { shared: Arc::new(shared) }
     }
 
@@ -65,14 +74,20 @@ impl RaftRouter {
         self.groups().remove(group)
     }
 
-    /// Routes the metadata group's RPCs and proposals to this node's member (once).
+    /// Routes the metadata group's RPCs and proposals to this node's member (in place of
+    /// the one before, if any).
     pub fn set_metadata(&self, metadata: Arc<Metadata>) {
-        let _ = self.shared.metadata.set(metadata);
+        *self.shared.metadata.lock().unwrap_or_else(PoisonError::into_inner) = Some(metadata);
     }
 
     /// This node's member of the metadata group, once it runs.
     pub fn metadata(&self) -> Option<Arc<Metadata>> {
-        self.shared.metadata.get().cloned()
+        self.shared.metadata.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Hands nodes asking to join the cluster to `desk` (once).
+    pub fn set_join_desk(&self, desk: Arc<dyn JoinDesk>) {
+        let _ = self.shared.joins.set(desk);
     }
 
     /// Hands forwarded client operations to `forwarder` (once).
@@ -127,8 +142,8 @@ impl RaftRouter {
             PeerRequest::Ping => PeerResponse::Pong,
             PeerRequest::Raft { group, rpc } => PeerResponse::Raft(Box::new(self.handle(&group, *rpc).await)),
             PeerRequest::MetaRaft { rpc } => {
-                let reply = match self.shared.metadata.get() {
-                    Some(metadata) => handle_rpc(metadata.raft(), *rpc).await,
+                let reply = match self.metadata() {
+                    Some(metadata) => handle_rpc(&metadata.raft().clone(), *rpc).await,
                     None => RaftReply::UnknownGroup,
                 };
                 PeerResponse::Raft(Box::new(reply))
@@ -143,9 +158,13 @@ impl RaftRouter {
                 },
                 None => Err(format!("this node runs no member of {group}")),
             }),
-            PeerRequest::ProposeMeta { command } => PeerResponse::MetaProposed(match self.shared.metadata.get() {
+            PeerRequest::ProposeMeta { command } => PeerResponse::MetaProposed(match self.metadata() {
                 Some(metadata) => metadata.submit(command).await,
                 None => Err("this node's metadata member is not running yet".into()),
+            }),
+            PeerRequest::Join { node } => PeerResponse::Joined(match self.shared.joins.get() {
+                Some(desk) => desk.admit(node).await,
+                None => Err("this node does not take joining nodes yet".into()),
             }),
             // Forwarded operations are one-way, in order: as a request, one would be out of it.
             PeerRequest::Forwarded(_) => {
@@ -166,6 +185,12 @@ impl RaftRouter {
     fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<RaftGroupId, Raft<QuorumRaft>>> {
         self.shared.groups.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Takes a node into the cluster (see `super::join`).
+pub trait JoinDesk: Send + Sync + 'static {
+    /// Makes `node` a member of the cluster; answers the other nodes it should know of.
+    fn admit(&self, node: PeerAddress) -> warren_delivery::quorum::ClusterFuture<Result<Vec<PeerAddress>, String>>;
 }
 
 /// `raft`'s answer to `rpc`.

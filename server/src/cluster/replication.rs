@@ -4,13 +4,16 @@
 //! members, starts group members on the transport with their RPCs routed by the
 //! [`RaftRouter`], and hands proposals to leaders on other nodes.
 
+use super::join::Joiner;
+use super::nodes::Nodes;
+use super::peer_address::PeerAddress;
 use super::raft_network::GroupNetwork;
 use super::raft_router::RaftRouter;
 use super::raft_rpc::{fit_to_transport, raft_node_id, RaftGroupId};
 use super::service::{ClusterTransport, PeerRequest, PeerResponse};
 use openraft::{BasicNode, Raft};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 use warren_delivery::metadata::{MetaCommand, MetaForwarding};
 use warren_delivery::queue::LeaderLocator;
@@ -25,18 +28,17 @@ const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Replicas of a quorum queue when `x-quorum-initial-group-size` is not given, at most.
 const DEFAULT_GROUP_SIZE: usize = 3;
 
-/// The cluster: this node, its seeds, the transport between them.
+/// The cluster: this node, the others, the transport between them.
 pub struct ClusterReplication {
     node_name: String,
     cluster_name: String,
-    /// Every node by Raft id: this one and the seeds.
-    nodes: BTreeMap<u64, String>,
+    nodes: Arc<Nodes>,
     transport: ClusterTransport,
     router: RaftRouter,
     /// Members the metadata group decided, until the queue's group is created.
     planned: Mutex<HashMap<(String, String), InitialMembers>>,
-    /// Seeds that left the cluster (`forget_cluster_node`): no longer counted.
-    forgotten: Mutex<BTreeSet<u64>>,
+    /// How this node joins another cluster, once its metadata member runs.
+    joiner: OnceLock<Joiner>,
 }
 
 impl std::fmt::Debug for ClusterReplication {
@@ -46,49 +48,44 @@ impl std::fmt::Debug for ClusterReplication {
 }
 
 impl ClusterReplication {
-    /// The cluster of `node_name` and `peers` (node names) in `cluster_name`.
-    pub fn new(
-        node_name: &str,
-        cluster_name: &str,
-        peers: &[String],
-        transport: ClusterTransport,
-        router: RaftRouter,
-    ) -> Arc<Self> {
-        let nodes = std::iter::once(node_name)
-            .chain(peers.iter().map(String::as_str))
-            .map(|n| (raft_node_id(n), n.to_string()));
+    /// The cluster of `nodes` (this one named first) in `cluster_name`.
+    pub fn new(cluster_name: &str, nodes: Arc<Nodes>, transport: ClusterTransport, router: RaftRouter) -> Arc<Self> {
         Arc::new(ClusterReplication {
-            node_name: node_name.to_string(),
+            node_name: nodes.me().to_string(),
             cluster_name: cluster_name.to_string(),
-            nodes: nodes.collect(),
+            nodes,
             transport,
             router,
             planned: Mutex::new(HashMap::new()),
-            forgotten: Mutex::new(BTreeSet::new()),
+            joiner: OnceLock::new(),
         })
     }
 
-    /// The nodes of the cluster by Raft id: this one and the seeds not forgotten.
-    fn current_nodes(&self) -> impl Iterator<Item = (u64, &String)> {
-        let forgotten = self.forgotten.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        self.nodes.iter().filter(move |(id, _)| !forgotten.contains(id)).map(|(id, name)| (*id, name))
+    /// Lets `warren ctl join_cluster` act through `joiner` (once).
+    pub fn set_joiner(&self, joiner: Joiner) {
+        let _ = self.joiner.set(joiner);
     }
 
     /// Every node as a Raft member, by id.
     pub fn members(&self) -> BTreeMap<u64, BasicNode> {
-        self.current_nodes().map(|(id, name)| (id, BasicNode::new(name))).collect()
+        self.nodes.current().into_iter().map(|(id, name)| (id, BasicNode::new(name))).collect()
+    }
+
+    /// The cluster's nodes.
+    pub fn nodes(&self) -> &Arc<Nodes> {
+        &self.nodes
     }
 
     /// The node names, sorted.
     pub fn node_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.current_nodes().map(|(_, name)| name.clone()).collect();
+        let mut names: Vec<String> = self.nodes.current().into_values().collect();
         names.sort();
         names
     }
 
     /// Starts the failure detector (see [`super::failure_detector`]).
     pub fn watch_peers(&self) {
-        let nodes = self.nodes.clone();
+        let nodes = Arc::clone(&self.nodes);
         tokio::spawn(super::failure_detector::run(self.transport.clone(), self.router.clone(), nodes));
     }
 
@@ -115,7 +112,32 @@ impl ClusterReplication {
     }
 
     fn node_name_of(&self, id: u64) -> Result<String, String> {
-        self.nodes.get(&id).cloned().ok_or_else(|| format!("no node has Raft id {id}"))
+        self.nodes.name_of(id).ok_or_else(|| format!("no node has Raft id {id}"))
+    }
+
+    /// Changes the metadata group's voters to the nodes counted now, if this node leads it
+    /// (a joined node first becomes a learner and catches up).
+    fn update_metadata_voters(&self, joined: Option<u64>) {
+        let Some(metadata) = self.router.metadata() else { return };
+        let raft = metadata.raft().clone();
+        if raft.metrics().borrow().current_leader != Some(self.node_id()) {
+            return;
+        }
+        let members = self.members();
+        let voters: BTreeSet<u64> = members.keys().copied().collect();
+        let learner = joined.and_then(|id| Some((id, members.get(&id)?.clone())));
+        tokio::spawn(async move {
+            if let Some((id, node)) = learner {
+                if let Err(error) = raft.add_learner(id, node, true).await {
+                    tracing::warn!(node_id = id, %error, "cannot add a joining node to the metadata group");
+                    return;
+                }
+            }
+            match raft.change_membership(voters.clone(), false).await {
+                Ok(_) => tracing::info!(?voters, "the metadata group's voters changed"),
+                Err(error) => tracing::warn!(%error, "cannot change the metadata group's voters"),
+            }
+        });
     }
 }
 
@@ -176,26 +198,24 @@ impl Replication for ClusterReplication {
     /// The node is no longer counted; if this node leads the metadata group, it removes the
     /// node from the group.
     fn forget_node(&self, id: u64) {
-        self.forgotten.lock().unwrap_or_else(PoisonError::into_inner).insert(id);
-        let Some(metadata) = self.router.metadata() else { return };
-        let raft = metadata.raft().clone();
-        if raft.metrics().borrow().current_leader != Some(self.node_id()) {
-            return;
+        self.nodes.forget(id);
+        self.update_metadata_voters(None);
+    }
+
+    /// The node is counted and dialled; if this node leads the metadata group, it makes the
+    /// node a member of the group.
+    fn add_node(&self, name: &str, address: &str) {
+        let node = PeerAddress { name: name.to_string(), address: address.to_string() };
+        if self.nodes.add(&node) {
+            tracing::info!(node = %node, "a node joined the cluster");
         }
-        let voters: BTreeSet<u64> = self.members().into_keys().collect();
-        tokio::spawn(async move {
-            match raft.change_membership(voters, false).await {
-                Ok(_) => tracing::info!(node_id = id, "a forgotten node left the metadata group"),
-                Err(error) => {
-                    tracing::warn!(node_id = id, %error, "cannot remove a forgotten node from the metadata group")
-                }
-            }
-        });
+        self.transport.add_peer(&node);
+        self.update_metadata_voters(Some(raft_node_id(name)));
     }
 
     fn is_node_up(&self, id: u64) -> bool {
         id == self.node_id()
-            || self.nodes.get(&id).is_some_and(|name| self.transport.connected_peers().iter().any(|p| p == name))
+            || self.nodes.name_of(id).is_some_and(|name| self.transport.connected_peers().contains(&name))
     }
 
     fn stop_member(&self, group: &str) {
@@ -243,11 +263,20 @@ impl warren_webui::ClusterView for ClusterReplication {
     }
 
     fn node_id(&self, name: &str) -> Option<u64> {
-        self.current_nodes().find(|(_, n)| *n == name).map(|(id, _)| id)
+        self.nodes.current().into_iter().find(|(_, n)| n == name).map(|(id, _)| id)
     }
 
     fn local_node(&self) -> String {
         self.node_name.clone()
+    }
+
+    fn join_cluster(&self, target: &str) -> ClusterFuture<Result<Vec<String>, String>> {
+        let target = target.parse::<PeerAddress>().map_err(|e| format!("{e} (give the node as name@host:port)"));
+        let Some(joiner) = self.joiner.get() else {
+            return Box::pin(async { Err("this node's metadata member is not running yet".to_string()) });
+        };
+        let joiner = joiner.clone();
+        Box::pin(async move { joiner.join(target?).await.map_err(|e| e.to_string()) })
     }
 }
 

@@ -7,6 +7,7 @@
 //! [`super::handshake::PROTOCOL_VERSION`] when nodes of two versions could meet.
 
 use super::inbox::{Inbox, Incoming, IncomingRequest};
+use super::peer_address::PeerAddress;
 use super::raft_router::RaftRouter;
 use super::raft_rpc::{RaftGroupId, RaftReply, RaftRpc};
 use super::transport::{Transport, TransportSettings};
@@ -54,6 +55,12 @@ pub enum PeerRequest {
     },
     /// A client operation on a queue of another node, or what comes back of one (one-way).
     Forwarded(Forwarded),
+    /// `join_cluster`: node `node` (its name and where to dial it) asks to become a member.
+    /// Answered with [`PeerResponse::Joined`] once it is a voter of the metadata group.
+    Join {
+        /// The joining node.
+        node: PeerAddress,
+    },
 }
 
 /// An answer to a [`PeerRequest`].
@@ -69,6 +76,9 @@ pub enum PeerResponse {
     /// The answer to [`PeerRequest::ProposeMeta`]: the log index the change was committed
     /// at, or why it was not.
     MetaProposed(Result<u64, String>),
+    /// The answer to [`PeerRequest::Join`]: the other nodes of the cluster the joining node
+    /// should know of (the answering node aside: the joining node dialled it), or why not.
+    Joined(Result<Vec<PeerAddress>, String>),
 }
 
 /// The transport as the broker uses it.

@@ -1,10 +1,13 @@
 //! The inter-node transport: one authenticated, multiplexed TCP connection per pair of nodes,
 //! carrying typed requests (answered by id, each with a timeout) and one-way messages.
 //!
-//! Connection ownership: of two nodes, the one whose name sorts first dials and the other
-//! accepts, so a pair never keeps two connections. The dialer redials with exponential backoff
-//! (and jitter) whenever the connection ends; the acceptor takes a newer connection from the
-//! same peer in place of the old one (the peer restarted). A peer that is not connected is
+//! Connection ownership: of two nodes that know each other, the one whose name sorts first
+//! dials and the other accepts, so a pair never keeps two connections. The dialer redials
+//! with exponential backoff (and jitter) whenever the connection ends; the acceptor takes a
+//! newer connection from the same peer in place of the old one (the peer restarted). A node
+//! joining a cluster dials the node it joins whatever their names ([`Transport::dial_to_join`]),
+//! since that node cannot know its address yet; the acceptor takes any dialer that proved
+//! the secret. A peer that is not connected is
 //! reported at once ([`TransportError::NotConnected`]); nothing is queued for it.
 //!
 //! The transport knows nothing of Raft: `Q` (requests and one-way messages) and `S`
@@ -49,6 +52,8 @@ pub const RECONNECT_MIN_BACKOFF: Duration = Duration::from_millis(50);
 pub const RECONNECT_MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// Bytes of frames that may wait for one peer's socket before senders wait.
 pub const MAX_BUFFERED_BYTES_PER_PEER: usize = 2 * MAX_FRAME_BYTES;
+/// How long a node joining a cluster keeps trying to connect to the node it joins through.
+pub const JOIN_DIAL_WINDOW: Duration = Duration::from_secs(10);
 /// Requests and messages received but not yet taken from the [`Inbox`].
 pub const INBOX_CAPACITY: usize = 1024;
 /// Incoming connections allowed in the handshake at once; more are closed at once.
@@ -204,6 +209,18 @@ impl<Q: Wire, S: Wire> Transport<Q, S> {
         }
     }
 
+    /// Connects to `peer`, the node this one joins the cluster through: as any peer
+    /// ([`Transport::add_peer`]) if this node's name sorts first; otherwise once, with
+    /// retries for [`JOIN_DIAL_WINDOW`], and not again when that connection ends: by then
+    /// `peer` knows this node's address and dials it (its connection replaces this one).
+    pub fn dial_to_join(&self, peer: &PeerAddress) {
+        if self.node_name() < peer.name.as_str() {
+            self.add_peer(peer);
+        } else {
+            tokio::spawn(dial_once(Arc::clone(&self.shared), peer.clone()));
+        }
+    }
+
     /// Sends `body` to `peer` and waits for its response, within the default request timeout.
     pub async fn request(&self, peer: &str, body: Q) -> Result<S, TransportError> {
         self.request_within(peer, body, self.shared.settings.request_timeout).await
@@ -340,17 +357,10 @@ impl<Q: Wire, S: Wire> Shared<Q, S> {
         tracing::info!(peer, %reason, "cluster peer disconnected");
     }
 
-    /// Whether an authenticated dialer called `peer` may connect: only nodes that sort before
-    /// this one dial it.
-    fn admit(&self, peer: &str) -> Result<(), String> {
+    /// Whether an authenticated dialer may connect: any, unless this node is stopping.
+    fn admit(&self, _peer: &str) -> Result<(), String> {
         if self.is_shutting_down() {
             return Err("the node is shutting down".to_string());
-        }
-        if peer > self.settings.identity.node_name.as_str() {
-            return Err(format!(
-                "node {} dials node {peer}, not the other way round (the lower name dials)",
-                self.settings.identity.node_name
-            ));
         }
         Ok(())
     }
@@ -431,6 +441,21 @@ async fn dial_loop<Q: Wire, S: Wire>(shared: Arc<Shared<Q, S>>, peer: PeerAddres
             () = stopped(&mut shutdown) => return,
         }
     }
+}
+
+/// Connects to `peer` (retrying for [`JOIN_DIAL_WINDOW`]) and serves the connection until it
+/// ends; no redial after that.
+async fn dial_once<Q: Wire, S: Wire>(shared: Arc<Shared<Q, S>>, peer: PeerAddress) {
+    let mut backoff = Backoff::new(shared.settings.reconnect_min_backoff, shared.settings.reconnect_max_backoff);
+    let deadline = tokio::time::Instant::now() + JOIN_DIAL_WINDOW;
+    while !shared.is_shutting_down() && tokio::time::Instant::now() < deadline {
+        match dial_one(&shared, &peer).await {
+            Ok(framed) => return shared.run_connection(&peer.name, framed).await,
+            Err(error) => tracing::debug!(peer = %peer, %error, "cannot connect to the node to join; retrying"),
+        }
+        tokio::time::sleep(backoff.next_pause()).await;
+    }
+    tracing::warn!(peer = %peer, "cannot connect to the node to join");
 }
 
 /// A dial failure.
