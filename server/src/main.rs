@@ -20,6 +20,7 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let huge_pages = warren_server::allocator::disable_transparent_huge_pages();
+    warren_server::allocator::purge_freed_memory_at_once();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     // Colour codes only on a terminal: logs redirected to files or read by tests stay plain.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());

@@ -61,6 +61,10 @@ struct Inner {
     group: QuorumGroup,
     local: Mutex<Local>,
     scheduler: SchedulerHandle,
+    /// Woken when housekeeping may have something to watch again (a consumer attached here,
+    /// an entry applied); an idle queue's housekeeping sleeps until then, so that a thousand
+    /// idle queues do not wake a thousand times a second.
+    housekeeping_wanted: Arc<tokio::sync::Notify>,
 }
 
 /// What this node knows that the replicated state does not: where deliveries go.
@@ -130,7 +134,12 @@ fn build(
         .map_err(|e| internal_error("cannot start the quorum queue's group", e))?;
     let expires = arguments.expires_ms;
     let local = Local { last_used_ms: now_ms(), ..Local::default() };
-    let inner = Arc::new(Inner { group, local: Mutex::new(local), scheduler: Arc::clone(&context.scheduler) });
+    let inner = Arc::new(Inner {
+        group,
+        local: Mutex::new(local),
+        scheduler: Arc::clone(&context.scheduler),
+        housekeeping_wanted: Arc::new(tokio::sync::Notify::new()),
+    });
     let kind = QuorumQueue { inner: Arc::clone(&inner) };
     let queue = Queue::with_kind(definition, arguments, context.vhost, |_, _| Box::new(kind));
     tokio::spawn(act_on_effects(Arc::downgrade(&queue), Arc::downgrade(&inner), effects_rx));
@@ -172,6 +181,7 @@ async fn act_on_effects(queue: Weak<Queue>, inner: Weak<Inner>, mut effects: mps
     while effects.recv_many(&mut batch, EFFECTS_BATCH).await > 0 {
         let (Some(queue), Some(inner)) = (queue.upgrade(), inner.upgrade()) else { return };
         inner.act(&queue, std::mem::take(&mut batch));
+        inner.housekeeping_wanted.notify_one();
     }
 }
 
@@ -198,19 +208,28 @@ async fn take_over(queue: Weak<Queue>, inner: Weak<Inner>) {
     let mut metrics = raft.server_metrics();
     let mut leading = false;
     let mut housekeeping = tokio::time::interval(Duration::from_millis(HOUSEKEEPING_INTERVAL_MS));
+    housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let wanted = match inner.upgrade() {
+        Some(inner) => Arc::clone(&inner.housekeeping_wanted),
+        None => return,
+    };
     loop {
         let now_leading = metrics.borrow_and_update().state == ServerState::Leader;
+        let Some(current) = inner.upgrade() else { return };
         if now_leading && !leading {
-            let (Some(queue), Some(inner)) = (queue.upgrade(), inner.upgrade()) else { return };
-            inner.lead(&queue);
+            let Some(queue) = queue.upgrade() else { return };
+            current.lead(&queue);
         }
         leading = now_leading;
+        let watching = current.has_something_to_watch();
+        drop(current);
         tokio::select! {
             changed = metrics.changed() => if changed.is_err() { return },
-            _ = housekeeping.tick() => {
+            _ = housekeeping.tick(), if watching => {
                 let Some(inner) = inner.upgrade() else { return };
                 inner.housekeeping();
             }
+            () = wanted.notified(), if !watching => {}
         }
     }
 }
@@ -255,6 +274,17 @@ impl Inner {
     /// Every member: its consumers the state no longer has are cancelled (with
     /// `basic.cancel`, so clients resubscribe). The leader: channels of nodes unreachable for
     /// longer than [`NODE_DOWN_GRACE_MS`] are declared down.
+    /// Whether [`Inner::housekeeping`] has anything to check: consumers attached here, or, on
+    /// the leader, channels in the state or nodes it saw down.
+    fn has_something_to_watch(&self) -> bool {
+        let local = self.local.lock();
+        if !local.consumers.is_empty() || !local.down_since.is_empty() {
+            return true;
+        }
+        drop(local);
+        self.group.is_leader() && self.group.machine().read(|state| !state.nodes_with_channels().is_empty())
+    }
+
     fn housekeeping(&self) {
         let machine = self.group.machine();
         let vanished: Vec<Arc<Consumer>> = {
@@ -447,6 +477,7 @@ impl QueueKind for QuorumQueue {
             local.channels.insert(id.channel);
             local.last_used_ms = now_ms();
         }
+        self.inner.housekeeping_wanted.notify_one();
         consumer.session().tracked_by(queue);
         // No-ack deliveries are settled as sent: credit does not apply to them.
         let prefetch = if consumer.no_ack() { 0 } else { consumer.prefetch() };
