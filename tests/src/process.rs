@@ -76,7 +76,9 @@ impl WarrenProcess {
                 break addr;
             }
             if let Ok(Some(status)) = child.try_wait() {
-                panic!("warren exited during startup: {status}");
+                std::thread::sleep(Duration::from_millis(100));
+                let said = log.lock().map(|lines| lines.join("\n")).unwrap_or_default();
+                panic!("warren exited during startup: {status}; it logged:\n{said}");
             }
             assert!(Instant::now() < deadline, "warren did not start listening in time");
         };

@@ -102,6 +102,9 @@ async fn a_new_node_joins_a_formed_cluster() {
     d_ch.queue_delete("mine".into(), QueueDeleteOptions::default()).await.expect("delete");
     let joined = tokio::task::block_in_place(|| try_ctl(&cluster, d, &["join_cluster", &through_b]));
     assert!(joined.is_ok(), "D joins through B: {joined:?}");
+    let d_address = cluster.cluster_address(d);
+    let refused = tokio::task::block_in_place(|| try_ctl(&cluster, 0, &["join_cluster", &d_address]));
+    assert!(refused.as_ref().is_err_and(|e| e.contains("in a cluster with")), "A is in a cluster: {refused:?}");
 
     // Every node counts four, all running.
     for node in [0, 1, 2, d] {

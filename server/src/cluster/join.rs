@@ -204,6 +204,13 @@ impl Joiner {
         if target.name == cluster.nodes().me() {
             return Err(JoinError::Itself);
         }
+        // Seeds from --peers mean a cluster of its own, formed or forming (those of an earlier
+        // join_cluster that did not finish do not count).
+        let joined: Vec<String> = stored_seeds(&self.data_dir)?.into_iter().map(|seed| seed.name).collect();
+        let seeded: Vec<String> = cluster.nodes().peers().into_values().filter(|n| !joined.contains(n)).collect();
+        if !seeded.is_empty() {
+            return Err(JoinError::AlreadyClustered(seeded.join(", ")));
+        }
         let Some(metadata) = self.router.metadata() else { return Ok(()) };
         let metrics = metadata.raft().metrics().borrow().clone();
         let others: Vec<String> = metrics
