@@ -456,13 +456,32 @@ impl Channel {
         let queue = self.usable_queue(ctx, &consume.queue)?;
         let options =
             ConsumerOptions { no_ack: consume.no_ack, exclusive: consume.exclusive, arguments: consume.arguments };
-        let consumer = self.session.consume(Arc::clone(&queue), tag.clone(), options)?;
-        if !consume.nowait {
-            let ok = basic::ConsumeOk { consumer_tag: tag };
-            self.reply(ctx, AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(ok)));
+        let consume_ok = (!consume.nowait)
+            .then(|| AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(basic::ConsumeOk { consumer_tag: tag.clone() })));
+        match self.session.consume(Arc::clone(&queue), tag, options) {
+            Reply::Now(consumer) => {
+                let consumer = consumer?;
+                if let Some(ok) = consume_ok {
+                    self.reply(ctx, ok);
+                }
+                // Only now, with consume-ok queued ahead of them, may deliveries start.
+                consumer.queue().start_deliveries(&consumer);
+            }
+            // A queue of another node: consume-ok once its home took the consumer (a refusal
+            // there closes this channel, as it would here). It goes out from the waiting reply
+            // itself, so that the deliveries it lets start follow it.
+            Reply::Later(started) => {
+                let (channel, late_replies) = (self.id, self.late_replies.clone());
+                self.pending = Some(PendingReply::new(channel, async move {
+                    let consumer = started.await?;
+                    if let Some(ok) = consume_ok {
+                        late_replies.send(Outbound::Method(channel, ok));
+                    }
+                    consumer.queue().start_deliveries(&consumer);
+                    Ok(Answer::Nothing)
+                }));
+            }
         }
-        // Only now, with consume-ok queued ahead of them, may deliveries start.
-        consumer.queue().dispatch();
         Ok(())
     }
 

@@ -14,7 +14,7 @@ use crate::consumer::{Consumer, ConsumerOptions};
 use crate::direct_reply_to::ReplyAddress;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
-use crate::queue::{ConnectionId, Holder, MessageRef, Queue};
+use crate::queue::{ConnectionId, Holder, MessageRef, Queue, Reply};
 use crate::vhost::VirtualHost;
 use amq_protocol::types::ShortString;
 use parking_lot::Mutex;
@@ -223,21 +223,50 @@ impl Session {
         queue: Arc<Queue>,
         tag: ShortString,
         options: ConsumerOptions,
-    ) -> BrokerResult<Arc<Consumer>> {
-        let prefetch = {
-            let state = self.state.lock();
-            if state.has_tag(tag.as_str()) {
-                return Err(reused_tag(tag.as_str()));
-            }
-            state.consumer_prefetch
+    ) -> Reply<BrokerResult<Arc<Consumer>>> {
+        let consumer = match self.new_consumer(&queue, tag, options) {
+            Ok(consumer) => consumer,
+            Err(error) => return Reply::Now(Err(error)),
         };
-        let consumer = Arc::new(Consumer::new(tag, Arc::clone(&queue), Arc::clone(self), options, prefetch)?);
-        self.state.lock().consumers.push(Arc::clone(&consumer));
-        if let Err(error) = queue.add_consumer(Arc::clone(&consumer)) {
-            self.state.lock().consumers.retain(|c| !Arc::ptr_eq(c, &consumer));
-            return Err(error);
+        match queue.add_consumer(Arc::clone(&consumer)) {
+            Reply::Now(Ok(())) => Reply::Now(Ok(consumer)),
+            Reply::Now(Err(error)) => {
+                self.forget_consumer(&consumer);
+                Reply::Now(Err(error))
+            }
+            Reply::Later(started) => {
+                let session = Arc::clone(self);
+                Reply::Later(Box::pin(async move {
+                    let started = started.await;
+                    if started.is_err() {
+                        session.forget_consumer(&consumer);
+                    }
+                    started.map(|()| consumer)
+                }))
+            }
         }
+    }
+
+    /// A consumer of this channel, with a tag not used on it yet (530 NOT_ALLOWED otherwise).
+    fn new_consumer(
+        self: &Arc<Self>,
+        queue: &Arc<Queue>,
+        tag: ShortString,
+        options: ConsumerOptions,
+    ) -> BrokerResult<Arc<Consumer>> {
+        let mut state = self.state.lock();
+        if state.has_tag(tag.as_str()) {
+            return Err(reused_tag(tag.as_str()));
+        }
+        let prefetch = state.consumer_prefetch;
+        let consumer = Arc::new(Consumer::new(tag, Arc::clone(queue), Arc::clone(self), options, prefetch)?);
+        state.consumers.push(Arc::clone(&consumer));
         Ok(consumer)
+    }
+
+    /// A consumer its queue refused leaves the channel.
+    fn forget_consumer(&self, consumer: &Arc<Consumer>) {
+        self.state.lock().consumers.retain(|c| !Arc::ptr_eq(c, consumer));
     }
 
     /// Whether a consumer with this tag exists on the channel.

@@ -191,3 +191,66 @@ async fn a_stream_is_read_by_offset_from_another_node() {
         delivery.ack(BasicAckOptions::default()).await.expect("ack");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_the_home_node_refuses_is_a_channel_error_before_any_consume_ok() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    declare(&a, "owned", FieldTable::default()).await;
+    let on_a = a.create_channel().await.expect("channel");
+    let exclusive = BasicConsumeOptions { exclusive: true, ..Default::default() };
+    let _owner =
+        on_a.basic_consume("owned".into(), "owner".into(), exclusive, FieldTable::default()).await.expect("consume");
+    // From B the home node refuses a second consumer: 403, as RabbitMQ answers on one node.
+    let b = cluster.connect(1).await;
+    let on_b = b.create_channel().await.expect("channel");
+    let refused = on_b.basic_consume("owned".into(), "second".into(), Default::default(), FieldTable::default()).await;
+    assert_code(refused, 403, "a consumer of a queue with an exclusive consumer on its home node");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_no_ack_consumer_that_does_not_read_holds_its_home_node_back() {
+    use amq_protocol::frame::AMQPFrame;
+    use amq_protocol::protocol::{basic, AMQPClass};
+    use warren_tests::raw_client::{Next, RawClient};
+    const MESSAGES: usize = 2_000;
+    const MIB: u64 = 1024 * 1024;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    declare(&a, "flood", FieldTable::default()).await;
+    let acked = publish_confirmed(&a, "flood", (0..MESSAGES).map(|_| vec![5u8; 64 * 1024])).await;
+    assert!(acked.iter().all(|a| *a), "the backlog is stored on A");
+
+    // A client of B consumes with no-ack and reads nothing.
+    let b = cluster.nodes[1].as_ref().expect("running");
+    let mut client = RawClient::handshake(b.amqp_addr).await;
+    client.open_channel(1).await;
+    let before = b.rss_bytes();
+    let consume =
+        basic::Consume { queue: "flood".into(), consumer_tag: "slow".into(), no_ack: true, ..Default::default() };
+    client.send_method(1, AMQPClass::Basic(basic::AMQPMethod::Consume(consume))).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let grown = b.rss_bytes().saturating_sub(before);
+    assert!(grown < 48 * MIB, "B grew {} MiB for a consumer that reads nothing", grown / MIB);
+    let left = ready_on(&a, "flood").await;
+    assert!(left as usize > MESSAGES / 2, "the home node held its messages back: {left} of {MESSAGES} left");
+
+    // consume-ok first; then, read, every message arrives.
+    let (_, first) = client.expect_method().await;
+    assert!(matches!(first, AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(_))), "consume-ok first: {first:?}");
+    let mut delivered = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while delivered < MESSAGES {
+        assert!(Instant::now() < deadline, "{delivered} of {MESSAGES} delivered");
+        match client.next().await {
+            Next::Frame(frame) => {
+                if let AMQPFrame::Method(_, AMQPClass::Basic(basic::AMQPMethod::Deliver(_))) = *frame {
+                    delivered += 1;
+                }
+            }
+            other => panic!("after {delivered} deliveries: {other:?}"),
+        }
+    }
+}

@@ -95,6 +95,20 @@ pub(super) fn recover(
 }
 
 impl ClassicQueue {
+    /// Attaches `consumer` (see [`QueueKind::add_consumer`]).
+    fn attach(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()> {
+        let mut state = self.state.lock();
+        if state.deleted {
+            return Err(BrokerError::not_found(format!("no queue '{}' in vhost '/'", queue.name())));
+        }
+        let exclusive_attached = state.consumers.iter().any(|c| c.is_exclusive());
+        super::check_exclusive_consume(queue, exclusive_attached, !state.consumers.is_empty(), &consumer)?;
+        state.consumers.push(consumer);
+        state.unwanted.clear();
+        state.last_used_ms = now_ms();
+        Ok(())
+    }
+
     fn build(
         definition: QueueDefinition,
         arguments: QueueArguments,
@@ -303,17 +317,8 @@ impl QueueKind for ClassicQueue {
     /// Attaches a consumer; exclusivity conflicts are 403 ACCESS_REFUSED, as in RabbitMQ.
     /// Dispatch does not start here: the caller first tells the client (`consume-ok`), then
     /// calls [`Queue::dispatch`].
-    fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()> {
-        let mut state = self.state.lock();
-        if state.deleted {
-            return Err(BrokerError::not_found(format!("no queue '{}' in vhost '/'", queue.name())));
-        }
-        let exclusive_attached = state.consumers.iter().any(|c| c.is_exclusive());
-        super::check_exclusive_consume(queue, exclusive_attached, !state.consumers.is_empty(), &consumer)?;
-        state.consumers.push(consumer);
-        state.unwanted.clear();
-        state.last_used_ms = now_ms();
-        Ok(())
+    fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> Reply<BrokerResult<()>> {
+        Reply::Now(self.attach(queue, consumer))
     }
 
     /// Detaches a consumer; returns true if the queue now has none.

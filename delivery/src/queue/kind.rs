@@ -41,8 +41,14 @@ pub(crate) trait QueueKind: Send + Sync {
     fn publish(&self, queue: &Arc<Queue>, message: Arc<Message>) -> Result<Published, StoreError>;
     /// Delivers what consumers' credit allows.
     fn dispatch(&self, queue: &Arc<Queue>);
-    /// Attaches a consumer (dispatch starts at the next [`QueueKind::dispatch`]).
-    fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()>;
+    /// Attaches a consumer (dispatch starts at the next [`QueueKind::dispatch`]): at once,
+    /// or, on a stand-in, once the queue's home node has taken it (a refusal there is the
+    /// client's error too, before its `consume-ok`).
+    fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> Reply<BrokerResult<()>>;
+    /// The client was told of `consumer` (`consume-ok` is queued ahead): deliveries may start.
+    fn start_deliveries(&self, queue: &Arc<Queue>, _consumer: &Arc<Consumer>) {
+        self.dispatch(queue);
+    }
     /// Detaches a consumer; true if none is left.
     fn remove_consumer(&self, queue: &Arc<Queue>, consumer: &Arc<Consumer>) -> bool;
     /// `basic.get`: the next message, recorded on `session`.

@@ -276,8 +276,13 @@ impl Queue {
     /// Attaches a consumer; exclusivity conflicts are 403 ACCESS_REFUSED, as in RabbitMQ.
     /// Dispatch does not start here: the caller first tells the client (`consume-ok`), then
     /// calls [`Queue::dispatch`].
-    pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> BrokerResult<()> {
+    pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> Reply<BrokerResult<()>> {
         self.kind.add_consumer(self, consumer)
+    }
+
+    /// The client was told of `consumer` (`consume-ok` is queued): its deliveries may start.
+    pub fn start_deliveries(self: &Arc<Self>, consumer: &Arc<Consumer>) {
+        self.kind.start_deliveries(self, consumer);
     }
 
     /// Detaches a consumer; returns true if the queue now has none.

@@ -463,33 +463,8 @@ impl QueueKind for QuorumQueue {
     fn dispatch(&self, _queue: &Arc<Queue>) {}
 
     /// Attaches a consumer; exclusivity conflicts are 403 ACCESS_REFUSED, as in RabbitMQ.
-    fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()> {
-        let id = self.inner.consumer_id(&consumer);
-        {
-            let mut local = self.inner.local.lock();
-            if local.deleted {
-                return Err(BrokerError::not_found(format!("no queue '{}' in vhost '/'", queue.name())));
-            }
-            let exclusive_attached = local.consumers.values().any(|c| c.is_exclusive());
-            let attached = !local.consumers.is_empty() || self.consumer_count() > 0;
-            super::check_exclusive_consume(queue, exclusive_attached, attached, &consumer)?;
-            local.consumers.insert(id.clone(), Arc::clone(&consumer));
-            local.channels.insert(id.channel);
-            local.last_used_ms = now_ms();
-        }
-        self.inner.housekeeping_wanted.notify_one();
-        consumer.session().tracked_by(queue);
-        // No-ack deliveries are settled as sent: credit does not apply to them.
-        let prefetch = if consumer.no_ack() { 0 } else { consumer.prefetch() };
-        let priority =
-            i32::try_from(consumer.priority()).unwrap_or(if consumer.priority() < 0 { i32::MIN } else { i32::MAX });
-        let spec = ConsumerSpec { prefetch, priority };
-        // A tag filter is part of the replicated state: every replica picks the same messages.
-        self.inner.group.propose(match consumer.filter() {
-            Some(filter) => Op::CheckoutFiltered { consumer: id, spec, filter: filter.clone() },
-            None => Op::Checkout { consumer: id, spec },
-        });
-        Ok(())
+    fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> Reply<BrokerResult<()>> {
+        Reply::Now(self.attach(queue, consumer))
     }
 
     /// Detaches a consumer; what it holds stays held until settled or its channel closes.
@@ -614,6 +589,36 @@ impl QueueKind for QuorumQueue {
 }
 
 impl QuorumQueue {
+    /// Attaches `consumer` (see [`QueueKind::add_consumer`]).
+    fn attach(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()> {
+        let id = self.inner.consumer_id(&consumer);
+        {
+            let mut local = self.inner.local.lock();
+            if local.deleted {
+                return Err(BrokerError::not_found(format!("no queue '{}' in vhost '/'", queue.name())));
+            }
+            let exclusive_attached = local.consumers.values().any(|c| c.is_exclusive());
+            let attached = !local.consumers.is_empty() || self.consumer_count() > 0;
+            super::check_exclusive_consume(queue, exclusive_attached, attached, &consumer)?;
+            local.consumers.insert(id.clone(), Arc::clone(&consumer));
+            local.channels.insert(id.channel);
+            local.last_used_ms = now_ms();
+        }
+        self.inner.housekeeping_wanted.notify_one();
+        consumer.session().tracked_by(queue);
+        // No-ack deliveries are settled as sent: credit does not apply to them.
+        let prefetch = if consumer.no_ack() { 0 } else { consumer.prefetch() };
+        let priority =
+            i32::try_from(consumer.priority()).unwrap_or(if consumer.priority() < 0 { i32::MIN } else { i32::MAX });
+        let spec = ConsumerSpec { prefetch, priority };
+        // A tag filter is part of the replicated state: every replica picks the same messages.
+        self.inner.group.propose(match consumer.filter() {
+            Some(filter) => Op::CheckoutFiltered { consumer: id, spec, filter: filter.clone() },
+            None => Op::Checkout { consumer: id, spec },
+        });
+        Ok(())
+    }
+
     /// The expiry timer for `at_ms` fired: the group expires what is due by its clock, then
     /// the timer is armed for the next message.
     fn expire(&self, queue: &Arc<Queue>, at_ms: u64) {

@@ -6,8 +6,8 @@
 //! Publishes are sent in batches, one batch in flight at a time, so that they reach the home
 //! node in order; a confirm waits for the home node's word that the message is as safe as
 //! the queue promises (fsynced, or committed by a majority), through the same
-//! [`CommitTracker`] quorum queues use. A consumer is started on the home node after its
-//! `consume-ok`: if the home node refuses it, the client gets a `basic.cancel`.
+//! [`CommitTracker`] quorum queues use. A consumer is started on the home node before its
+//! `consume-ok`: a refusal there is the client's channel error, as it would be here.
 
 use super::kind::{Holder, QueueKind, QueueTimer};
 use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
@@ -16,7 +16,9 @@ use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::{Message, WireMessage};
 use crate::message_store::{CommitTracker, DurableMark, StoreError};
 use crate::quorum::Replication;
-use crate::remote::{ConsumeSpec, Forwarded, Forwarder, RemoteAnswer, RemoteConsumer, RequestId, Settlement, Stored};
+use crate::remote::{
+    ConsumeSpec, Forwarded, Forwarder, RemoteAnswer, RemoteConsumer, RequestId, Settlement, Stored, NO_ACK_WINDOW,
+};
 use crate::session::{Session, SessionId};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -209,34 +211,65 @@ impl QueueKind for RemoteQueue {
         Ok(Published::Stored(Some(DurableMark::commit(&self.inner.tracker, number))))
     }
 
-    /// The home node dispatches.
-    fn dispatch(&self, _queue: &Arc<Queue>) {}
+    /// The home node dispatches; a client that caught up (or a settled delivery) lets the
+    /// acks owed for no-ack consumers go, which lets their home node send more.
+    fn dispatch(&self, queue: &Arc<Queue>) {
+        self.inner.forwarder.send_due_acks(queue, false);
+    }
 
-    fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()> {
-        let (home, home_index) = self.inner.home().ok_or_else(|| self.inner.home_down())?;
+    /// Started on the home node first: the answer (or the link's loss) decides.
+    fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> Reply<BrokerResult<()>> {
+        let Some((home, home_index)) = self.inner.home() else { return Reply::Now(Err(self.inner.home_down())) };
         let session = consumer.session();
+        // A no-ack consumer consumes with acks and a window on its home node: this node acks
+        // what its client takes (see `remote::NO_ACK_WINDOW`).
+        let prefetch = match consumer.no_ack() {
+            true => NO_ACK_WINDOW,
+            false => u16::try_from(consumer.prefetch()).unwrap_or(u16::MAX),
+        };
         let spec = ConsumeSpec {
-            no_ack: consumer.no_ack(),
+            no_ack: false,
             exclusive: consumer.is_exclusive(),
             arguments: consumer.arguments().clone(),
-            prefetch: u16::try_from(consumer.prefetch()).unwrap_or(u16::MAX),
+            prefetch,
             channel_prefetch: u16::try_from(session.channel_prefetch()).unwrap_or(u16::MAX),
         };
         let (channel, tag) = (session.id().0, consumer.tag().to_string());
         session.tracked_by(queue);
-        self.inner.forwarder.consumers().attach(RemoteConsumer { consumer, home, home_index });
-        let queue = queue.name().to_string();
-        self.inner
-            .forwarder
-            .send(home, Forwarded::Consume { vhost: self.inner.vhost.clone(), queue, channel, tag, spec });
-        Ok(())
+        let remote = RemoteConsumer { consumer: Arc::clone(&consumer), home, home_index };
+        self.inner.forwarder.consumers().attach(remote);
+        let (vhost, queue) = (self.inner.vhost.clone(), queue.name().to_string());
+        let answer =
+            self.inner.forwarder.request(home, |id| Forwarded::Consume { id, vhost, queue, channel, tag, spec });
+        let inner = Arc::clone(&self.inner);
+        Reply::Later(Box::pin(async move {
+            let started = match answer.await {
+                Ok(RemoteAnswer::Consumed(started)) => started,
+                Ok(other) => Err(unexpected("basic.consume", &other)),
+                Err(_) => Err(inner.home_down()),
+            };
+            if started.is_err() {
+                inner.forwarder.consumers().detach(&consumer);
+            }
+            started
+        }))
+    }
+
+    /// Deliveries the home node sent before the client heard `consume-ok` were held.
+    fn start_deliveries(&self, _queue: &Arc<Queue>, consumer: &Arc<Consumer>) {
+        self.inner.forwarder.consumers().start(consumer);
     }
 
     /// Never "none left": the stand-in is not the queue, and auto-delete is the home's call.
     fn remove_consumer(&self, _queue: &Arc<Queue>, consumer: &Arc<Consumer>) -> bool {
-        if let Some(remote) = self.inner.forwarder.consumers().detach(consumer) {
-            let (channel, tag) = (consumer.session().id().0, consumer.tag().to_string());
-            self.inner.forwarder.send(remote.home, Forwarded::Cancel { channel, tag });
+        if let Some(detached) = self.inner.forwarder.consumers().detach(consumer) {
+            let (home, channel, tag) = (detached.remote.home, consumer.session().id().0, consumer.tag().to_string());
+            for (tags, how) in [(detached.owed, Settlement::Ack), (detached.held, Settlement::Requeue)] {
+                if !tags.is_empty() {
+                    self.inner.forwarder.send(home, Forwarded::Settle { channel, tags, how });
+                }
+            }
+            self.inner.forwarder.send(home, Forwarded::Cancel { channel, tag });
         }
         false
     }

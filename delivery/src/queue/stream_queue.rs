@@ -89,8 +89,8 @@ impl QueueKind for StreamQueue {
         self.stream.dispatch(queue);
     }
 
-    fn add_consumer(&self, _queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()> {
-        self.stream.add_consumer(consumer)
+    fn add_consumer(&self, _queue: &Arc<Queue>, consumer: Arc<Consumer>) -> Reply<BrokerResult<()>> {
+        Reply::Now(self.stream.add_consumer(consumer))
     }
 
     fn remove_consumer(&self, _queue: &Arc<Queue>, consumer: &Arc<Consumer>) -> bool {

@@ -6,10 +6,10 @@
 use super::wire::{ChannelId, ConsumeSpec, Forwarded, RemoteAnswer, RemoteGet, RequestId, Settlement, Stored};
 use super::Forwarder;
 use crate::broker::Broker;
-use crate::consumer::ConsumerOptions;
+use crate::consumer::{Consumer, ConsumerOptions};
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::WireMessage;
-use crate::queue::{Published, Queue};
+use crate::queue::{Published, Queue, Reply};
 use crate::session::{Delivery, DeliverySink, ReplyDelivery, Session};
 use crate::vhost::VirtualHost;
 use amq_protocol::types::ShortString;
@@ -48,7 +48,7 @@ impl DeliverySink for ForwardedSink {
 
     fn consumer_cancelled(&self, consumer_tag: &ShortString) {
         let Some(forwarder) = self.forwarder.upgrade() else { return };
-        let message = Forwarded::Cancelled { channel: self.channel, tag: consumer_tag.to_string(), refused: None };
+        let message = Forwarded::Cancelled { channel: self.channel, tag: consumer_tag.to_string() };
         forwarder.send(self.node, message);
     }
 
@@ -94,10 +94,9 @@ impl HomeChannels {
                 };
                 answer_later(forwarder, from, id, stored(published), RemoteAnswer::Published);
             }
-            Forwarded::Consume { vhost, queue, channel, tag, spec } => {
-                if let Err(error) = self.consume(forwarder, broker, from, (&vhost, &queue), channel, &tag, spec) {
-                    forwarder.send(from, Forwarded::Cancelled { channel, tag, refused: Some(error) });
-                }
+            Forwarded::Consume { id, vhost, queue, channel, tag, spec } => {
+                let started = self.consume(forwarder, broker, from, (&vhost, &queue), channel, &tag, spec);
+                answer_consume(forwarder, from, id, started);
             }
             Forwarded::Cancel { channel, tag } => {
                 if let Some(session) = self.existing(from, channel) {
@@ -154,15 +153,16 @@ impl HomeChannels {
         channel: ChannelId,
         tag: &str,
         spec: ConsumeSpec,
-    ) -> BrokerResult<()> {
-        let (host, queue) = queue_of(broker, vhost, queue)?;
+    ) -> Reply<BrokerResult<Arc<Consumer>>> {
+        let (host, queue) = match queue_of(broker, vhost, queue) {
+            Ok(found) => found,
+            Err(error) => return Reply::Now(Err(error)),
+        };
         let session = self.session(forwarder, from, channel, &host);
         session.set_prefetch(spec.prefetch, false);
         session.set_prefetch(spec.channel_prefetch, true);
         let options = ConsumerOptions { no_ack: spec.no_ack, exclusive: spec.exclusive, arguments: spec.arguments };
-        session.consume(Arc::clone(&queue), tag.into(), options)?;
-        queue.dispatch();
-        Ok(())
+        session.consume(queue, tag.into(), options)
     }
 
     /// The link to `node` went: its mirrored channels close, their unacked messages requeued.
@@ -184,6 +184,27 @@ impl HomeChannels {
         for session in sessions {
             session.resume();
         }
+    }
+}
+
+/// Answers a forwarded consume once it is started (or refused), then lets its deliveries
+/// start: they follow the answer on the link.
+fn answer_consume(forwarder: &Arc<Forwarder>, node: u64, id: RequestId, started: Reply<BrokerResult<Arc<Consumer>>>) {
+    let forwarder = Arc::downgrade(forwarder);
+    let answer = move |started: BrokerResult<Arc<Consumer>>| {
+        let Some(forwarder) = forwarder.upgrade() else { return };
+        let (consumer, answer) = match started {
+            Ok(consumer) => (Some(consumer), Ok(())),
+            Err(error) => (None, Err(error)),
+        };
+        forwarder.send(node, Forwarded::Answer { id, answer: RemoteAnswer::Consumed(answer) });
+        if let Some(consumer) = consumer {
+            consumer.queue().start_deliveries(&consumer);
+        }
+    };
+    match started {
+        Reply::Now(started) => answer(started),
+        Reply::Later(started) => drop(tokio::spawn(async move { answer(started.await) })),
     }
 }
 

@@ -25,7 +25,7 @@ use pending::PendingRequests;
 use std::sync::{Arc, OnceLock, Weak};
 pub use wire::{ChannelId, ConsumeSpec, Forwarded, RemoteAnswer, RemoteGet, RequestId, Settlement, Stored};
 
-pub(crate) use consumers::{delivery_ref, RemoteConsumer};
+pub(crate) use consumers::{delivery_ref, RemoteConsumer, NO_ACK_WINDOW};
 
 /// How this node sends forwarded messages to another: implemented by the cluster layer.
 pub trait Forwarding: Send + Sync + std::fmt::Debug + 'static {
@@ -100,18 +100,30 @@ impl Forwarder {
         &self.consumers
     }
 
+    /// Sends the acks owed for no-ack consumers of `queue` whose clients keep up (only where
+    /// a batch is owed, with `only_batches`).
+    pub(crate) fn send_due_acks(&self, queue: &crate::queue::Queue, only_batches: bool) {
+        for (home, channel, tags) in self.consumers.due_acks(queue, only_batches) {
+            self.send(home, Forwarded::Settle { channel, tags, how: Settlement::Ack });
+        }
+    }
+
     /// Handles what node `from` sent.
     pub fn receive(self: &Arc<Self>, from: u64, message: Forwarded) {
         match message {
             Forwarded::Answer { id, answer } => self.pending.answer(id, answer),
             Forwarded::Deliver { channel, tag, delivery_tag, redelivered, message } => {
-                if !self.consumers.deliver(from, channel, &tag, delivery_tag, redelivered, message) {
-                    // A delivery to a consumer that is gone (cancelled meanwhile): back it goes.
-                    self.send(from, Forwarded::Settle { channel, tags: vec![delivery_tag], how: Settlement::Requeue });
-                    self.send(from, Forwarded::Cancel { channel, tag });
+                match self.consumers.deliver(from, channel, &tag, delivery_tag, redelivered, message) {
+                    Some(remote) => self.send_due_acks(remote.consumer.queue(), true),
+                    None => {
+                        // A delivery to a consumer that is gone (cancelled meanwhile): back it goes.
+                        let how = Settlement::Requeue;
+                        self.send(from, Forwarded::Settle { channel, tags: vec![delivery_tag], how });
+                        self.send(from, Forwarded::Cancel { channel, tag });
+                    }
                 }
             }
-            Forwarded::Cancelled { channel, tag, refused } => self.consumers.cancelled(channel, &tag, refused),
+            Forwarded::Cancelled { channel, tag } => self.consumers.cancelled(channel, &tag),
             request => {
                 let Some(broker) = self.broker.get().and_then(Weak::upgrade) else { return };
                 self.home.handle(self, &broker, from, request);

@@ -29,9 +29,11 @@ pub enum Forwarded {
         /// The messages, in publish order.
         messages: Vec<WireMessage>,
     },
-    /// To a queue's home node: start a consumer for a client's channel. Refused with
-    /// [`Forwarded::Cancelled`].
+    /// To a queue's home node: start a consumer for a client's channel; answered with
+    /// [`RemoteAnswer::Consumed`] before any of its deliveries.
     Consume {
+        /// Matches the answer.
+        id: RequestId,
         /// The virtual host.
         vhost: String,
         /// The queue.
@@ -109,14 +111,12 @@ pub enum Forwarded {
         /// The message.
         message: WireMessage,
     },
-    /// To the client's node: the home node ended (or refused) a forwarded consumer.
+    /// To the client's node: the home node ended a forwarded consumer (its queue went away).
     Cancelled {
         /// The client's channel.
         channel: ChannelId,
         /// The consumer tag.
         tag: String,
-        /// Why the consumer was refused, if it was (`None`: the queue went away).
-        refused: Option<BrokerError>,
     },
     /// To the requesting node: the answer to a request.
     Answer {
@@ -164,6 +164,8 @@ pub enum RemoteAnswer {
     Purged(Result<u32, BrokerError>),
     /// The answer to [`Forwarded::Counts`]: ready messages and consumers.
     Counts(Result<(u32, u32), BrokerError>),
+    /// The answer to [`Forwarded::Consume`]: started, or why not.
+    Consumed(Result<(), BrokerError>),
 }
 
 /// What became of one forwarded message.
