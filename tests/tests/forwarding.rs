@@ -254,3 +254,27 @@ async fn a_no_ack_consumer_that_does_not_read_holds_its_home_node_back() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_its_home_node_expires_is_gone_from_every_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    let expires = table(&[("x-expires", lapin::types::AMQPValue::LongInt(300))]);
+    declare(&a, "fleeting", expires).await;
+    // Unused on A for 300 ms: deleted through the metadata group, so B's stand-in goes too.
+    // While B still had one, a publish there would be forwarded and nacked (no queue on A);
+    // with none, it is unroutable, and confirmed (returned, being mandatory).
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let b = cluster.connect(1).await;
+    let on_b = confirm_channel(&b).await;
+    let mandatory = BasicPublishOptions { mandatory: true, ..Default::default() };
+    let confirm = on_b
+        .basic_publish("".into(), "fleeting".into(), mandatory, b"late", BasicProperties::default())
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+    assert!(confirm.is_ack(), "no queue is left on B to forward to: {confirm:?}");
+    assert!(confirm.take_message().is_some_and(|m| m.reply_code == 312), "returned as unroutable");
+}

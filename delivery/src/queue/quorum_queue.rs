@@ -642,14 +642,18 @@ impl QuorumQueue {
     }
 
     /// `x-expires`: deletes the queue if it has been unused for that long, or re-arms.
+    /// `x-expires`: the leader decides, from uses through any node (the replicated state
+    /// counts the consumers and records gets and new consumers); other members look again
+    /// later, in case they lead by then.
     fn check_unused(&self, queue: &Arc<Queue>) {
-        let in_use = self.consumer_count() > 0;
+        let leading = self.inner.group.is_leader();
+        let in_use = self.consumer_count() > 0 || !leading;
         let last_used_ms = {
             let local = self.inner.local.lock();
             if local.deleted {
                 return;
             }
-            local.last_used_ms
+            local.last_used_ms.max(self.inner.group.machine().last_used_ms())
         };
         super::expiry::delete_if_unused(queue, &self.inner.scheduler, in_use, last_used_ms);
     }

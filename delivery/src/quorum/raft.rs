@@ -10,7 +10,7 @@
 //! snapshot is kept in a file replaced atomically; a restart restores it and openraft
 //! replays the log after it.
 
-use super::command::{message_id, Command, CommandBatch, Response};
+use super::command::{message_id, Command, CommandBatch, Op, Response};
 use super::effect::Effect;
 use super::error::QuorumError;
 use super::settings::Settings;
@@ -125,6 +125,10 @@ struct Machine {
     /// Entries up to this index were in the log at startup: their effects were the
     /// concern of the process that appended them, and are not sent again.
     replayed_through: Option<u64>,
+    /// When (the proposing leader's clock) the queue was last used as `x-expires` counts use:
+    /// a `basic.get` or a consumer attached, through any node. Not part of the snapshot: a
+    /// restart starts the queue's idle time afresh.
+    last_used_ms: u64,
 }
 
 struct Shared {
@@ -175,6 +179,7 @@ impl QuorumStateMachine {
             current,
             effects,
             replayed_through: None,
+            last_used_ms: 0,
         };
         let shared = Shared { machine: Mutex::new(machine), file, file_lock: tokio::sync::Mutex::new(()) };
         Ok(QuorumStateMachine { shared: Arc::new(shared) })
@@ -190,6 +195,12 @@ impl QuorumStateMachine {
     /// runs with the state machine locked.
     pub fn read<R>(&self, f: impl FnOnce(&QueueState) -> R) -> R {
         f(&self.shared.machine.lock().state)
+    }
+
+    /// When a `basic.get` or a new consumer last used the queue, through any node (the
+    /// proposing leader's clock, ms; 0 if not since this node started).
+    pub fn last_used_ms(&self) -> u64 {
+        self.shared.machine.lock().last_used_ms
     }
 
     /// The last entry applied.
@@ -236,6 +247,9 @@ impl Machine {
                 let mut effects = Vec::new();
                 let mut responses = Vec::with_capacity(batch.ops.len());
                 for (position, op) in batch.ops.into_iter().enumerate() {
+                    if matches!(op, Op::Dequeue { .. } | Op::Checkout { .. } | Op::CheckoutFiltered { .. }) {
+                        self.last_used_ms = self.last_used_ms.max(batch.at_ms);
+                    }
                     let command = Command::new(batch.at_ms, op);
                     let (response, more) = self.state.apply(message_id(log_id.index, position), &command);
                     responses.push(response);

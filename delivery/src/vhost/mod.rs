@@ -490,11 +490,30 @@ impl VirtualHost {
     /// Deletes an auto-delete queue whose last consumer went.
     pub(crate) fn delete_auto_delete_queue(&self, queue: &Arc<Queue>) {
         if queue.consumer_count() == 0 {
-            self.remove_queue(queue);
-            if is_stored(queue.definition()) {
-                if let Err(error) = self.save_definitions() {
-                    tracing::error!(%error, "auto-deleted queue stays in the stored definitions");
+            self.delete_unused_queue(queue, "auto-deleted");
+        }
+    }
+
+    /// Deletes a queue nobody uses any more (`auto-delete`, `x-expires`). In a cluster the
+    /// metadata group deletes it, so that the other nodes drop their stand-ins too; it checks
+    /// again there that the queue has no consumer (one may have come meanwhile).
+    fn delete_unused_queue(&self, queue: &Arc<Queue>, what: &'static str) {
+        let replicated = queue.definition().exclusive_owner.is_none();
+        if let Some(metadata) = self.metadata().filter(|_| replicated) {
+            let (vhost, name) = (self.name.clone(), queue.name().to_string());
+            let op =
+                crate::metadata::DefinitionOp::DeleteQueue { name: name.clone(), if_unused: true, if_empty: false };
+            tokio::spawn(async move {
+                if let Err(error) = metadata.change(&vhost, op).await {
+                    tracing::warn!(queue = %name, %error, "{what} queue not deleted");
                 }
+            });
+            return;
+        }
+        self.remove_queue(queue);
+        if is_stored(queue.definition()) {
+            if let Err(error) = self.save_definitions() {
+                tracing::error!(%error, "{what} queue stays in the stored definitions");
             }
         }
     }
@@ -513,12 +532,7 @@ impl VirtualHost {
 
     /// Deletes a queue whose `x-expires` ran out.
     pub(crate) fn delete_expired_queue(&self, queue: &Arc<Queue>) {
-        self.remove_queue(queue);
-        if is_stored(queue.definition()) {
-            if let Err(error) = self.save_definitions() {
-                tracing::error!(%error, "expired queue stays in the stored definitions");
-            }
-        }
+        self.delete_unused_queue(queue, "expired");
     }
 
     /// A connection closed: its exclusive queues go with it.
