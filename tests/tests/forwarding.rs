@@ -278,3 +278,27 @@ async fn a_queue_its_home_node_expires_is_gone_from_every_node() {
     assert!(confirm.is_ack(), "no queue is left on B to forward to: {confirm:?}");
     assert!(confirm.take_message().is_some_and(|m| m.reply_code == 312), "returned as unroutable");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn if_unused_and_if_empty_are_the_home_nodes_to_judge() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    declare(&a, "busy", FieldTable::default()).await;
+    let on_a = a.create_channel().await.expect("channel");
+    let _consumer = on_a.basic_consume("busy".into(), "here".into(), Default::default(), FieldTable::default()).await;
+    declare(&a, "full", FieldTable::default()).await;
+    assert_eq!(publish_confirmed(&a, "full", std::iter::once(b"kept".to_vec())).await, [true]);
+
+    // B's stand-ins know of no consumer and no message; A's queues have them.
+    let b = cluster.connect(1).await;
+    let if_unused = QueueDeleteOptions { if_unused: true, ..Default::default() };
+    let refused = b.create_channel().await.expect("channel").queue_delete("busy".into(), if_unused).await;
+    assert_code(refused, 406, "a queue with a consumer on its home node is in use");
+    let if_empty = QueueDeleteOptions { if_empty: true, ..Default::default() };
+    let refused = b.create_channel().await.expect("channel").queue_delete("full".into(), if_empty).await;
+    assert_code(refused, 406, "a queue with a message on its home node is not empty");
+    // Both are still there, from B too.
+    assert_eq!(ready_on(&b, "full").await, 1);
+    assert_eq!(publish_confirmed(&b, "busy", std::iter::once(b"still".to_vec())).await, [true]);
+}

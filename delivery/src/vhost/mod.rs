@@ -400,12 +400,8 @@ impl VirtualHost {
     ) -> BrokerResult<u32> {
         let Ok(queue) = self.queue(name) else { return Ok(0) };
         queue.check_owner(connection)?;
-        if if_unused && queue.consumer_count() > 0 {
-            return Err(BrokerError::precondition_failed(format!("queue '{name}' in vhost '{}' in use", self.name)));
-        }
-        if if_empty && queue.message_count() > 0 {
-            return Err(BrokerError::precondition_failed(format!("queue '{name}' in vhost '{}' not empty", self.name)));
-        }
+        let condition = DeleteCondition { if_unused, if_empty };
+        condition.check(&self.name, name, queue.consumer_count(), queue.message_count())?;
         let count = self.remove_queue(&queue);
         if is_stored(queue.definition()) {
             self.save_definitions()?;
@@ -590,4 +586,27 @@ fn existing_locked(queue: &Queue) -> BrokerError {
         "cannot obtain exclusive access to locked queue '{}' in vhost '/'",
         queue.name()
     ))
+}
+
+/// `queue.delete`'s `if-unused` and `if-empty`.
+#[derive(Debug, Clone, Copy)]
+pub struct DeleteCondition {
+    /// Only if the queue has no consumers.
+    pub if_unused: bool,
+    /// Only if it has no ready messages.
+    pub if_empty: bool,
+}
+
+impl DeleteCondition {
+    /// Whether queue `name` of vhost `vhost`, with `consumers` and `messages` ready, may be
+    /// deleted (406 PRECONDITION_FAILED, with RabbitMQ's text, if not).
+    pub fn check(&self, vhost: &str, name: &str, consumers: u32, messages: u32) -> BrokerResult<()> {
+        if self.if_unused && consumers > 0 {
+            return Err(BrokerError::precondition_failed(format!("queue '{name}' in vhost '{vhost}' in use")));
+        }
+        if self.if_empty && messages > 0 {
+            return Err(BrokerError::precondition_failed(format!("queue '{name}' in vhost '{vhost}' not empty")));
+        }
+        Ok(())
+    }
 }
