@@ -104,6 +104,11 @@ impl Channel {
         ctx.outbox.method(self.id, method);
     }
 
+    /// The broker-side state of the channel.
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
+    }
+
     /// The reply of the method just handled, if it waits for something.
     pub fn take_pending(&mut self) -> Option<PendingReply> {
         self.pending.take()
@@ -215,24 +220,11 @@ impl Channel {
         nowait: bool,
         ok: impl FnOnce(MetaOutcome) -> AMQPClass + Send + 'static,
     ) -> BrokerResult<()> {
-        self.change_definitions_after(ctx, async { Ok(()) }, op, nowait, ok)
-    }
-
-    /// As [`Channel::change_definitions`], once `precondition` holds (its error otherwise).
-    fn change_definitions_after(
-        &mut self,
-        ctx: &ConnectionContext,
-        precondition: impl std::future::Future<Output = BrokerResult<()>> + Send + 'static,
-        op: DefinitionOp,
-        nowait: bool,
-        ok: impl FnOnce(MetaOutcome) -> AMQPClass + Send + 'static,
-    ) -> BrokerResult<()> {
         let Some(metadata) = ctx.vhost.metadata() else {
             return Err(BrokerError::new(ReplyCode::InternalError, "this node is not in a cluster"));
         };
         let vhost = ctx.vhost.name().to_string();
         self.pending = Some(PendingReply::new(self.id, async move {
-            precondition.await?;
             let outcome = metadata.change(&vhost, op).await?;
             Ok(if nowait { Answer::Nothing } else { Answer::Method(ok(outcome)) })
         }));
@@ -382,26 +374,14 @@ impl Channel {
             {
                 let name = self.queue_name(&d.queue)?;
                 let condition = DeleteCondition { if_unused: d.if_unused, if_empty: d.if_empty };
-                // The queue's home node's counts decide (a stand-in here knows only its own
-                // clients'); every node then deletes it alike.
-                let precondition = match ctx.vhost.queue(&name) {
-                    Ok(queue) if d.if_unused || d.if_empty => Some((queue.counts(), condition)),
-                    _ => None,
-                };
-                let op = DefinitionOp::DeleteQueue { name: name.clone(), if_unused: false, if_empty: false };
-                let ok = |deleted: MetaOutcome| {
-                    let message_count = deleted.message_count;
-                    AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk { message_count }))
-                };
-                let Some((counts, condition)) = precondition else {
-                    return self.change_definitions(ctx, op, d.nowait, ok);
-                };
-                let vhost = ctx.vhost.name().to_string();
-                let checked = async move {
-                    let (messages, consumers) = counts.wait().await?;
-                    condition.check(&vhost, &name, consumers, messages)
-                };
-                return self.change_definitions_after(ctx, checked, op, d.nowait, ok);
+                let vhost = Arc::clone(&ctx.vhost);
+                let nowait = d.nowait;
+                self.pending = Some(PendingReply::new(self.id, async move {
+                    let message_count = warren_delivery::metadata::delete_queue(&vhost, &name, condition).await?;
+                    let ok = AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk { message_count }));
+                    Ok(if nowait { Answer::Nothing } else { Answer::Method(ok) })
+                }));
+                return Ok(());
             }
             queue::AMQPMethod::Delete(d) => {
                 let name = self.queue_name(&d.queue)?;

@@ -18,6 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use warren_delivery::connections::{ConnectionInfo, Registered};
 use warren_delivery::{client_text, Broker, BrokerError, ConnectionId, ReplyCode};
 
 /// Class id of `connection`: its methods' errors are connection errors.
@@ -73,6 +74,8 @@ pub struct Connection {
     current_method: (u16, u16),
     /// Who logged in (escaped for logs), once authenticated.
     user: Option<String>,
+    /// Its entry in the broker's connection list (it leaves the list with the connection).
+    registered: Registered,
 }
 
 fn short(s: String) -> ShortString {
@@ -96,7 +99,7 @@ impl Connection {
     pub fn new(
         broker: Arc<Broker>,
         config: Arc<ProtocolConfig>,
-        peer: SocketAddr,
+        (peer, local): (SocketAddr, SocketAddr),
         outbox: Outbox,
         frame_max: Arc<AtomicU32>,
     ) -> Self {
@@ -106,8 +109,10 @@ impl Connection {
             frame_max: config.frame_max,
             heartbeat_secs: config.heartbeat_secs,
         };
+        let id = broker.next_connection_id();
+        let registered = broker.connections().open(id, peer, local);
         let connection = Connection {
-            id: broker.next_connection_id(),
+            id,
             broker,
             config,
             peer,
@@ -122,6 +127,7 @@ impl Connection {
             waiting: false,
             current_method: (0, 0),
             user: None,
+            registered,
         };
         let start = connection::Start {
             version_major: 0,
@@ -276,6 +282,8 @@ impl Connection {
             .map_err(|e| refused(e.to_string()))?;
         let user = client_text::sanitize(&login.username, client_text::MAX_TEXT_BYTES);
         tracing::debug!(peer = %self.peer, user, "authenticated");
+        let shown = shown_client_properties(&start_ok.client_properties);
+        self.registered.info().logged_in(&user, start_ok.mechanism.as_str(), shown);
         self.user = Some(user);
         let tune = connection::Tune {
             channel_max: self.config.channel_max,
@@ -312,6 +320,7 @@ impl Connection {
             return Err(not_allowed(format!("channel_max={channel_max} > {} max", self.config.channel_max)));
         }
         self.tuning = Tuning { channel_max, frame_max, heartbeat_secs: tune_ok.heartbeat };
+        self.registered.info().tuned(channel_max, frame_max, tune_ok.heartbeat);
         self.frame_max.store(frame_max, Ordering::Release);
         self.phase = Phase::AwaitOpen;
         Ok(())
@@ -331,6 +340,7 @@ impl Connection {
             frame_max: self.tuning.frame_max,
         });
         self.send_connection(connection::AMQPMethod::OpenOk(connection::OpenOk {}));
+        self.registered.info().opened(name);
         self.phase = Phase::Open;
         Ok(())
     }
@@ -401,7 +411,9 @@ impl Connection {
                     return Err(BrokerError::new(ReplyCode::ChannelError, format!("channel {id} is already open")));
                 }
                 self.check_channel_limit()?;
-                self.channels.insert(id, Channel::open(id, ctx));
+                let channel = Channel::open(id, ctx);
+                self.registered.info().channel_opened(id, Arc::clone(channel.session()));
+                self.channels.insert(id, channel);
                 self.outbox.method(id, AMQPClass::Channel(channel::AMQPMethod::OpenOk(channel::OpenOk {})));
                 Ok(())
             }
@@ -466,6 +478,7 @@ impl Connection {
             channel::AMQPMethod::Close(_) => {
                 channel.close();
                 self.channels.remove(&id);
+                self.registered.info().channel_closed(id);
                 self.outbox.method(id, AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})));
             }
             channel::AMQPMethod::Flow(flow) => {
@@ -485,6 +498,7 @@ impl Connection {
         if let Some(mut channel) = self.channels.remove(&id) {
             channel.close();
         }
+        self.registered.info().channel_closed(id);
         self.closing_channels.insert(id);
         let (class_id, method_id) = self.current_method;
         let close =
@@ -518,6 +532,11 @@ impl Connection {
         if let Some(ctx) = &self.context {
             ctx.vhost.connection_closed(self.id);
         }
+    }
+
+    /// Its entry in the broker's connection list.
+    pub fn info(&self) -> &Arc<ConnectionInfo> {
+        self.registered.info()
     }
 
     /// Whether the client has so much unread that the connection takes no more work.
@@ -558,4 +577,22 @@ fn known_method(class_id: u16, method_id: u16) -> bool {
         _ => &[],
     };
     methods.contains(&method_id)
+}
+
+/// Client properties the management API shows (`product`, `version`, `platform`,
+/// `information`, `connection_name`), as text escaped and cut for display.
+fn shown_client_properties(properties: &amq_protocol::types::FieldTable) -> Vec<(String, String)> {
+    const SHOWN: [&str; 5] = ["product", "version", "platform", "information", "connection_name"];
+    let text = |value: &amq_protocol::types::AMQPValue| match value {
+        amq_protocol::types::AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        amq_protocol::types::AMQPValue::ShortString(s) => Some(s.to_string()),
+        _ => None,
+    };
+    SHOWN
+        .iter()
+        .filter_map(|key| {
+            let value = properties.inner().get(*key).and_then(text)?;
+            Some((key.to_string(), client_text::sanitize(&value, client_text::MAX_TEXT_BYTES)))
+        })
+        .collect()
 }

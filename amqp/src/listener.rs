@@ -83,6 +83,7 @@ pub async fn serve(
     config: Arc<ProtocolConfig>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let local = stream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let (mut reader, mut writer) = stream.into_split();
     let mut buf = BytesMut::with_capacity(PROTOCOL_HEADER.len());
     let header = timeout(config.handshake_timeout, async {
@@ -108,8 +109,10 @@ pub async fn serve(
 
     let (outbox, rx) = Outbox::new();
     let frame_max = Arc::new(AtomicU32::new(config.frame_max));
-    let writer_task = tokio::spawn(run_writer(writer, rx, Arc::clone(&frame_max)));
-    let mut connection = Connection::new(broker, Arc::clone(&config), peer, outbox.clone(), frame_max);
+    let mut connection =
+        Connection::new(broker, Arc::clone(&config), (peer, local), outbox.clone(), Arc::clone(&frame_max));
+    let traffic = Arc::clone(connection.info());
+    let writer_task = tokio::spawn(run_writer(writer, rx, frame_max, traffic));
     let ending = read_loop(&mut connection, &outbox, &mut reader, &mut buf, &config, &mut shutdown).await;
     connection.release();
     outbox.send(crate::outbox::Outbound::Shutdown);
@@ -156,6 +159,7 @@ async fn read_loop(
     let mut read_chunk = MIN_READ_CHUNK_BYTES;
     let mut paused_since: Option<Instant> = None;
     let mut pending: Option<PendingReply> = None;
+    let mut close_requests = connection.info().close_requests();
     while connection.phase() != Phase::Closed {
         pending = pending.or_else(|| connection.take_pending());
         // Nothing more is read while a reply is pending: the frames behind it wait their turn.
@@ -169,6 +173,7 @@ async fn read_loop(
             read = reader.read_buf(buf), if !paused => match read {
                 Ok(0) | Err(_) => return Ending::Gone,
                 Ok(n) => {
+                    connection.info().received(n);
                     // A read that fills the room means more is waiting: read more at a time.
                     read_chunk = if n >= room { (read_chunk * 2).min(MAX_READ_CHUNK_BYTES) } else { read_chunk };
                     last_received = Instant::now();
@@ -226,6 +231,13 @@ async fn read_loop(
                     }
                     connection.send_heartbeat();
                 }
+            },
+            Ok(()) = close_requests.changed() => {
+                // An operator closes it (the management API), with a reason for the client.
+                let reason = close_requests.borrow_and_update().clone().unwrap_or_default();
+                let reason = warren_delivery::client_text::sanitize(&reason, warren_delivery::client_text::MAX_TEXT_BYTES);
+                tracing::info!(%reason, "connection closed by an operator");
+                connection.close_connection(BrokerError::new(ReplyCode::ConnectionForced, reason));
             },
             _ = shutdown.changed() => {
                 if connection.phase() == Phase::Open {

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::sync::Notify;
+use warren_delivery::connections::ConnectionInfo;
 use warren_delivery::{Delivery, DeliverySink, Message, ReplyDelivery};
 
 /// Bytes gathered before a write is issued, even if more items are waiting.
@@ -236,7 +237,12 @@ fn encode(batch: &mut WriteBatch, item: Outbound, frame_max: u32, weight: &mut u
 
 /// Runs the writer until [`Outbound::Shutdown`], the channel closing, or a write error.
 /// `frame_max` is read per batch: it is set once tuning completes.
-pub async fn run_writer<W: AsyncWrite + Unpin>(mut socket: W, receiver: OutboxReceiver, frame_max: Arc<AtomicU32>) {
+pub async fn run_writer<W: AsyncWrite + Unpin>(
+    mut socket: W,
+    receiver: OutboxReceiver,
+    frame_max: Arc<AtomicU32>,
+    traffic: Arc<ConnectionInfo>,
+) {
     let OutboxReceiver { mut rx, load } = receiver;
     let mut batch = WriteBatch::default();
     let mut running = true;
@@ -254,6 +260,7 @@ pub async fn run_writer<W: AsyncWrite + Unpin>(mut socket: W, receiver: OutboxRe
         // A busy writer keeps its buffer (freeing and regrowing it each batch faulted in
         // fresh pages at every batch); one whose batches have become small gives it back.
         let busy = batch.len() >= IDLE_BUFFER_KEEP_BYTES;
+        traffic.sent(batch.len());
         if let Err(error) = batch.write_to(&mut socket).await {
             tracing::debug!(%error, "write failed; closing connection");
             break;

@@ -1,5 +1,6 @@
 //! The broker: its virtual hosts and users, shared by every connection.
 
+use crate::connections::Connections;
 use crate::definitions::VhostStorage;
 use crate::error::BrokerError;
 use crate::message_store::LogStoreConfig;
@@ -26,6 +27,8 @@ pub struct Broker {
     scheduler: Arc<Scheduler>,
     /// This node's end of forwarding to and from queues of other nodes.
     forwarder: Arc<Forwarder>,
+    /// The client connections, for the management API.
+    connections: Arc<Connections>,
 }
 
 /// Where virtual hosts live under the data directory.
@@ -65,7 +68,9 @@ impl Broker {
         let mut vhosts = HashMap::new();
         vhosts.insert(vhost.name().to_string(), vhost);
         let users = UserStore::with_default_user();
-        let broker = Arc::new(Broker { vhosts, users, next_connection: AtomicU64::new(1), scheduler, forwarder });
+        let connections = Arc::new(Connections::default());
+        let next_connection = AtomicU64::new(1);
+        let broker = Arc::new(Broker { vhosts, users, next_connection, scheduler, forwarder, connections });
         broker.forwarder.serve(&broker);
         broker
     }
@@ -108,6 +113,11 @@ impl Broker {
     /// The user store.
     pub fn users(&self) -> &UserStore {
         &self.users
+    }
+
+    /// The client connections.
+    pub fn connections(&self) -> &Arc<Connections> {
+        &self.connections
     }
 
     /// The broker is stopping: flush and fsync every durable queue.

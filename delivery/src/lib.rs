@@ -6,6 +6,7 @@
 
 pub mod broker;
 pub mod client_text;
+pub mod connections;
 pub mod consumer;
 pub mod definitions;
 pub mod direct_reply_to;

@@ -193,8 +193,23 @@ impl Session {
         self.flow_active() && (limit == 0 || self.unacked_total.load(Ordering::Acquire) < limit)
     }
 
+    /// The prefetch limit of consumers started from now on (`basic.qos` with global=false).
+    pub fn consumer_prefetch(&self) -> u32 {
+        self.state.lock().consumer_prefetch
+    }
+
+    /// Deliveries and gets not yet settled.
+    pub fn unacked_count(&self) -> u32 {
+        self.unacked_total.load(Ordering::Acquire)
+    }
+
+    /// The channel's consumers.
+    pub fn consumers(&self) -> Vec<Arc<Consumer>> {
+        self.state.lock().consumers.clone()
+    }
+
     /// The channel's shared prefetch limit (`basic.qos` with global=true; 0 = none).
-    pub(crate) fn channel_prefetch(&self) -> u32 {
+    pub fn channel_prefetch(&self) -> u32 {
         self.channel_prefetch.load(Ordering::Acquire)
     }
 
@@ -399,12 +414,14 @@ impl Session {
             };
             state.unacked.push_back(entry);
         }
+        queue.stats().delivered(consumer.no_ack(), redelivered);
         // Sent under the session lock so that tags reach the client in order.
         self.sink.deliver(Delivery { consumer: Arc::clone(consumer), delivery_tag, redelivered, message });
     }
 
     /// Called by a queue, under its lock: numbers a `basic.get` result.
     pub(crate) fn record_get(&self, queue: &Arc<Queue>, message: MessageRef, no_ack: bool) -> u64 {
+        queue.stats().got(no_ack);
         let mut state = self.state.lock();
         let delivery_tag = state.next_tag;
         state.next_tag += 1;

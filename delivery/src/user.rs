@@ -24,7 +24,24 @@ pub struct User {
     password_hash: Vec<u8>,
     /// Whether the user may only connect from loopback (the default user's restriction).
     pub loopback_only: bool,
+    /// Its tags, as RabbitMQ's (`administrator`, `monitoring`, `management`, ...): what the
+    /// management API lets it do.
+    pub tags: Vec<String>,
 }
+
+impl User {
+    /// Its password hash as RabbitMQ's definitions carry it (`rabbit_password_hashing_sha256`:
+    /// base64 of the salt and the hash).
+    pub fn password_hash_base64(&self) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(&self.password_hash)
+    }
+}
+
+/// The name RabbitMQ gives the hashing of [`User::password_hash_base64`].
+pub const HASHING_ALGORITHM: &str = "rabbit_password_hashing_sha256";
+/// The tag of a user who may do everything.
+pub const ADMINISTRATOR_TAG: &str = "administrator";
 
 /// Why a login was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -57,6 +74,9 @@ impl UserStore {
     pub fn with_default_user() -> Self {
         let store = UserStore::default();
         store.add_user(DEFAULT_USER, DEFAULT_PASSWORD, true);
+        if let Some(guest) = store.users.write().get_mut(DEFAULT_USER) {
+            guest.tags = vec![ADMINISTRATOR_TAG.to_string()];
+        }
         store
     }
 
@@ -64,8 +84,21 @@ impl UserStore {
     pub fn add_user(&self, name: &str, password: &str, loopback_only: bool) {
         let mut salt = [0u8; SALT_BYTES];
         rand::thread_rng().fill_bytes(&mut salt);
-        let user = User { name: name.to_string(), password_hash: hash_with_salt(&salt, password), loopback_only };
+        let password_hash = hash_with_salt(&salt, password);
+        let user = User { name: name.to_string(), password_hash, loopback_only, tags: Vec::new() };
         self.users.write().insert(name.to_string(), user);
+    }
+
+    /// Every user, by name.
+    pub fn all(&self) -> Vec<User> {
+        let mut users: Vec<User> = self.users.read().values().cloned().collect();
+        users.sort_by(|a, b| a.name.cmp(&b.name));
+        users
+    }
+
+    /// The user called `name`.
+    pub fn get(&self, name: &str) -> Option<User> {
+        self.users.read().get(name).cloned()
     }
 
     /// Checks a login from a peer (`from_loopback` tells where it connects from).

@@ -120,7 +120,7 @@ async fn run_timers(broker: std::sync::Weak<Broker>) {
 /// be bound is logged, and the broker runs without the API.
 async fn start_management(
     listen: Option<SocketAddr>,
-    management: warren_webui::Management,
+    (broker, view, mut listeners): (Arc<Broker>, Arc<dyn warren_webui::ClusterView>, Vec<warren_webui::Listener>),
     shutdown: watch::Receiver<bool>,
 ) -> Option<SocketAddr> {
     let listen = listen?;
@@ -133,6 +133,8 @@ async fn start_management(
     };
     let http_addr = listener.local_addr().ok()?;
     tracing::info!(%http_addr, "management API listening");
+    listeners.push(warren_webui::Listener { protocol: "http", addr: http_addr });
+    let management = warren_webui::Management::new(broker, view, listeners);
     tokio::spawn(warren_webui::serve(listener, management, shutdown));
     Some(http_addr)
 }
@@ -201,10 +203,16 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
     let (shutdown, shutdown_rx) = watch::channel(false);
     let view: Arc<dyn warren_webui::ClusterView> = match &replication {
         Some(replication) => Arc::clone(replication) as Arc<dyn warren_webui::ClusterView>,
-        None => Arc::new(cluster::replication::OneNode(config.cluster.node_name.clone())),
+        None => Arc::new(cluster::replication::OneNode {
+            node: config.cluster.node_name.clone(),
+            cluster: config.cluster.cluster_name.clone(),
+        }),
     };
-    let management = warren_webui::Management::new(Arc::clone(&broker), view);
-    let http_addr = start_management(config.http_listen, management, shutdown_rx.clone()).await;
+    let mut listeners = vec![warren_webui::Listener { protocol: "amqp", addr: amqp_addr }];
+    if let Some(addr) = cluster.as_ref().and_then(|transport| transport.local_addr()) {
+        listeners.push(warren_webui::Listener { protocol: "clustering", addr });
+    }
+    let http_addr = start_management(config.http_listen, (broker.clone(), view, listeners), shutdown_rx.clone()).await;
     let protocol = Arc::new(config.protocol.clone());
     let task = tokio::spawn(warren_amqp::listener::run(listener, Arc::clone(&broker), protocol, shutdown_rx));
     tokio::spawn(run_timers(Arc::downgrade(&broker)));

@@ -1,26 +1,35 @@
-//! warren-webui: the HTTP management API, in RabbitMQ's shapes so that its tools work
-//! against Warren (the WebSocket live feed and the browser UI come with issue 14).
-//!
-//! What is served today is what `warren ctl`'s cluster verbs need: the nodes
-//! (`GET /api/nodes`), a queue with its replicas (`GET /api/queues/{vhost}/{name}`), and a
-//! quorum queue's members (`POST /api/queues/quorum/{vhost}/{name}/replicas/add|delete`).
+//! warren-webui: the HTTP management API in RabbitMQ's shapes, so that its tools work against
+//! Warren, and the figures it serves.
 //!
 //! - `auth`: HTTP Basic authentication against the broker's users.
-//! - `api`: the routes and their JSON.
+//! - `api`: the routes and their JSON, a module per resource.
+//! - `listing`: pagination, sorting, filtering and columns of the list endpoints.
+//! - `rates`: the sampler behind `message_stats` and the charts.
+//! - `json_table`, `message_json`: field tables and messages in the API's JSON.
 //! - `error`: errors as RabbitMQ's API answers them (`{"error": ..., "reason": ...}`).
 
 mod api;
 mod auth;
 mod error;
+mod json_table;
+mod listing;
+mod message_json;
+pub mod rates;
 
-pub use api::{router, ClusterView, Management, NodeStatus};
+pub use api::{router, ClusterView, Listener, Management, NodeStatus};
 
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-/// Serves the API on `listener` until `shutdown` turns true.
+/// Serves the API on `listener` until `shutdown` turns true; samples the rates meanwhile.
 pub async fn serve(listener: TcpListener, management: Management, mut shutdown: watch::Receiver<bool>) {
+    let sampler = rates::run(
+        std::sync::Arc::clone(management.rates()),
+        std::sync::Arc::clone(management.broker()),
+        shutdown.clone(),
+    );
+    tokio::spawn(sampler);
     let app = router(management);
     let stopping = async move {
         let _ = shutdown.wait_for(|stop| *stop).await;

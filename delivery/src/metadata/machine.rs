@@ -10,7 +10,6 @@
 use super::command::{DefinitionOp, MetaCommand, MetaOutcome, MetaResult};
 use crate::broker::Broker;
 use crate::error::{BrokerError, ReplyCode};
-use crate::exchange::{Binding, Destination, ExchangeDefinition};
 use crate::queue::{ConnectionId, QueueArguments, QueueDefinition, QueueType};
 use crate::quorum::Replication;
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
@@ -174,15 +173,7 @@ impl MetaStateMachine {
         let vhost = broker
             .vhost(&command.vhost)
             .ok_or_else(|| BrokerError::new(ReplyCode::NotAllowed, format!("no vhost '{}'", command.vhost)))?;
-        // Definitions the cluster replicates are never exclusive: no connection owns them.
-        let anyone = ConnectionId(0);
         match &command.op {
-            DefinitionOp::DeclareExchange { name, kind, durable, auto_delete, internal, arguments } => {
-                let definition =
-                    ExchangeDefinition::declared(name, kind, *durable, *auto_delete, *internal, arguments.clone())?;
-                vhost.declare_exchange(definition)?;
-            }
-            DefinitionOp::DeleteExchange { name, if_unused } => vhost.delete_exchange(name, *if_unused)?,
             DefinitionOp::DeclareQueue { name, durable, auto_delete, arguments, members } => {
                 let definition = QueueDefinition {
                     name: name.clone(),
@@ -204,15 +195,11 @@ impl MetaStateMachine {
                 if let Some(members) = members {
                     self.shared.replication.plan_members(&command.vhost, name, members.clone());
                 }
-                let declared = vhost.declare_queue(definition, anyone)?;
+                let declared = vhost.declare_queue(definition, ConnectionId(0))?;
                 return Ok(MetaOutcome {
                     message_count: declared.message_count,
                     consumer_count: declared.consumer_count,
                 });
-            }
-            DefinitionOp::DeleteQueue { name, if_unused, if_empty } => {
-                let message_count = vhost.delete_queue(name, *if_unused, *if_empty, anyone)?;
-                return Ok(MetaOutcome { message_count, consumer_count: 0 });
             }
             DefinitionOp::AddMember { name, node, node_id, arguments } => {
                 self.add_member(&vhost, &command.vhost, name, node, *node_id, arguments)?;
@@ -231,12 +218,7 @@ impl MetaStateMachine {
                 drop(applied);
                 self.shared.replication.add_node(name, address);
             }
-            DefinitionOp::Bind { source, destination, to_exchange, routing_key, arguments } => {
-                vhost.bind(source, binding(destination, *to_exchange, routing_key, arguments), anyone)?;
-            }
-            DefinitionOp::Unbind { source, destination, to_exchange, routing_key, arguments } => {
-                vhost.unbind(source, &binding(destination, *to_exchange, routing_key, arguments), anyone)?;
-            }
+            other => return super::local::apply_here(&vhost, other).unwrap_or(Ok(MetaOutcome::default())),
         }
         Ok(MetaOutcome::default())
     }
@@ -347,17 +329,6 @@ async fn drop_replica_when_out(vhost: Arc<crate::vhost::VirtualHost>, queue: Arc
     let members = queue.quorum_group().map(|g| g.members()).unwrap_or_default();
     let homes = members.into_iter().map(|(id, _)| id).filter(|id| *id != me).collect();
     vhost.replace_with_stand_in(&queue, homes);
-}
-
-fn binding(
-    destination: &str,
-    to_exchange: bool,
-    routing_key: &str,
-    arguments: &amq_protocol::types::FieldTable,
-) -> Binding {
-    let destination =
-        if to_exchange { Destination::Exchange(destination.into()) } else { Destination::Queue(destination.into()) };
-    Binding { destination, routing_key: routing_key.to_string(), arguments: arguments.clone() }
 }
 
 /// Snapshots are not taken (see the module documentation): a request builds an empty one,

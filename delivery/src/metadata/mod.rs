@@ -13,8 +13,10 @@
 
 mod command;
 mod handle;
+mod local;
 mod machine;
 
 pub use command::{DefinitionOp, MetaCommand, MetaOutcome, MetaResult};
 pub use handle::{MetaForwarding, Metadata};
+pub use local::{change, delete_queue};
 pub use machine::{MetaRaft, MetaStateMachine};

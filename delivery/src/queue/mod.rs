@@ -26,6 +26,7 @@ mod quorum_queue;
 mod ready_list;
 mod remote_queue;
 mod state;
+mod stats;
 mod stream_queue;
 
 use crate::message_store::{DurableMark, StoreError};
@@ -35,6 +36,7 @@ pub use arguments::{
 pub use kind::{Holder, QueueTimer};
 pub use message_ref::MessageRef;
 pub(crate) use ready_list::ReadyList;
+pub use stats::{MessageCounts, QueueStats};
 
 use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult};
@@ -50,7 +52,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Weak};
 
 /// Identifies a client connection, for exclusive queues.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnectionId(pub u64);
 
 /// What `queue.declare` asked for; compared on redeclaration.
@@ -190,6 +192,7 @@ pub struct Queue {
     arguments: QueueArguments,
     vhost: Weak<VirtualHost>,
     kind: Box<dyn QueueKind>,
+    stats: QueueStats,
 }
 
 impl std::fmt::Debug for Queue {
@@ -208,7 +211,7 @@ impl Queue {
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| {
             let kind = make(me, &arguments);
-            Queue { definition, arguments, vhost, kind }
+            Queue { definition, arguments, vhost, kind, stats: QueueStats::default() }
         })
     }
 
@@ -265,7 +268,16 @@ impl Queue {
 
     /// Stores a message and dispatches it if a consumer has credit.
     pub fn publish(self: &Arc<Self>, message: Arc<Message>) -> Result<Published, StoreError> {
-        self.kind.publish(self, message)
+        let published = self.kind.publish(self, message);
+        if published.is_ok() {
+            self.stats.published();
+        }
+        published
+    }
+
+    /// Its message counters.
+    pub fn stats(&self) -> &QueueStats {
+        &self.stats
     }
 
     /// Delivers ready messages to consumers with credit.
@@ -298,6 +310,7 @@ impl Queue {
     /// Settles acknowledged messages (delivered to `consumer`, if by one) and dispatches
     /// what their credit allows.
     pub fn settle(self: &Arc<Self>, messages: &[MessageRef], holder: Holder<'_>) {
+        self.stats.acked(messages.len());
         self.kind.settle(self, messages, holder);
     }
 

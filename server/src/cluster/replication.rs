@@ -270,6 +270,10 @@ impl warren_webui::ClusterView for ClusterReplication {
         self.node_name.clone()
     }
 
+    fn cluster_name(&self) -> String {
+        self.cluster_name.clone()
+    }
+
     fn join_cluster(&self, target: &str) -> ClusterFuture<Result<Vec<String>, String>> {
         let target = target.parse::<PeerAddress>().map_err(|e| format!("{e} (give the node as name@host:port)"));
         let Some(joiner) = self.joiner.get() else {
@@ -282,19 +286,28 @@ impl warren_webui::ClusterView for ClusterReplication {
 
 /// A node on its own, as the management API shows it.
 #[derive(Debug)]
-pub struct OneNode(pub String);
+pub struct OneNode {
+    /// Its name.
+    pub node: String,
+    /// Its cluster's name (a cluster of one).
+    pub cluster: String,
+}
 
 impl warren_webui::ClusterView for OneNode {
     fn nodes(&self) -> Vec<warren_webui::NodeStatus> {
-        vec![warren_webui::NodeStatus { name: self.0.clone(), running: true, kind: "disc" }]
+        vec![warren_webui::NodeStatus { name: self.node.clone(), running: true, kind: "disc" }]
     }
 
     fn node_id(&self, name: &str) -> Option<u64> {
-        (name == self.0).then(|| raft_node_id(name))
+        (name == self.node).then(|| raft_node_id(name))
     }
 
     fn local_node(&self) -> String {
-        self.0.clone()
+        self.node.clone()
+    }
+
+    fn cluster_name(&self) -> String {
+        self.cluster.clone()
     }
 }
 

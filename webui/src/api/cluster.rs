@@ -1,5 +1,8 @@
-//! The routes of the management API and their JSON, in RabbitMQ's shapes.
+//! The cluster's nodes and quorum queues' replicas: what `warren ctl`'s cluster verbs speak
+//! (`cluster_status`, `join_cluster`, `forget_cluster_node`, `add_member`, `delete_member`,
+//! `grow`, `shrink`).
 
+use super::Management;
 use crate::auth::Authenticated;
 use crate::error::ApiError;
 use axum::extract::{Path, State};
@@ -9,7 +12,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use warren_delivery::quorum::ClusterFuture;
-use warren_delivery::{Broker, Queue, VirtualHost};
+use warren_delivery::{Queue, VirtualHost};
 
 /// What the API needs to know of the cluster (the server knows it).
 pub trait ClusterView: Send + Sync + 'static {
@@ -19,6 +22,8 @@ pub trait ClusterView: Send + Sync + 'static {
     fn node_id(&self, name: &str) -> Option<u64>;
     /// This node's name.
     fn local_node(&self) -> String;
+    /// The cluster's name.
+    fn cluster_name(&self) -> String;
     /// `join_cluster`: makes this node, on its own so far, a node of the cluster of `target`
     /// (`name@host:port`); returns the cluster's nodes.
     fn join_cluster(&self, target: &str) -> ClusterFuture<Result<Vec<String>, String>> {
@@ -41,106 +46,20 @@ pub struct NodeStatus {
     pub kind: &'static str,
 }
 
-/// The API's state: the broker and the cluster.
-#[derive(Clone)]
-pub struct Management {
-    broker: Arc<Broker>,
-    cluster: Arc<dyn ClusterView>,
-}
-
-impl Management {
-    /// The API of `broker`, in `cluster`.
-    pub fn new(broker: Arc<Broker>, cluster: Arc<dyn ClusterView>) -> Self {
-        Management { broker, cluster }
-    }
-
-    /// The broker.
-    pub fn broker(&self) -> &Arc<Broker> {
-        &self.broker
-    }
-
-    fn vhost(&self, name: &str) -> Result<Arc<VirtualHost>, ApiError> {
-        self.broker.vhost(name).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no vhost '{name}'")))
-    }
-}
-
-/// The API's routes.
-pub fn router(management: Management) -> Router {
+/// The cluster routes.
+pub(super) fn routes() -> Router<Management> {
     Router::new()
         .route("/api/nodes", get(nodes))
         .route("/api/nodes/{node}", delete(forget_node))
         .route("/api/cluster/join", post(join_cluster))
-        .route("/api/queues/{vhost}/{name}", get(queue))
         .route("/api/queues/quorum/{vhost}/{name}/replicas/add", post(add_replica))
         .route("/api/queues/quorum/{vhost}/{name}/replicas/delete", post(delete_replica))
         .route("/api/queues/quorum/replicas/on/{node}/grow", post(grow))
         .route("/api/queues/quorum/replicas/on/{node}/shrink", delete(shrink))
-        .with_state(management)
 }
 
 async fn nodes(_: Authenticated, State(api): State<Management>) -> Json<Vec<NodeStatus>> {
     Json(api.cluster.nodes())
-}
-
-/// A queue as `GET /api/queues/{vhost}/{name}` shows it.
-#[derive(Debug, Serialize)]
-struct QueueInfo {
-    name: String,
-    vhost: String,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    durable: bool,
-    auto_delete: bool,
-    exclusive: bool,
-    messages: u64,
-    messages_ready: u64,
-    messages_unacknowledged: u64,
-    consumers: u64,
-    /// A quorum queue's leader, as this node knows it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    leader: Option<String>,
-    /// A quorum queue's members.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    members: Vec<String>,
-}
-
-fn queue_info(vhost: &str, queue: &Queue) -> QueueInfo {
-    let definition = queue.definition();
-    let (ready, unacked) = (u64::from(queue.message_count()), u64::from(queue.unacked_count()));
-    let (kind, leader, members) = match (queue.quorum_group(), queue.stream()) {
-        (Some(group), _) => {
-            let members = group.members();
-            let leader =
-                group.leader().and_then(|id| members.iter().find(|(m, _)| *m == id)).map(|(_, n)| n.addr.clone());
-            ("quorum", leader, members.into_iter().map(|(_, node)| node.addr).collect())
-        }
-        (None, Some(_)) => ("stream", None, Vec::new()),
-        (None, None) => ("classic", None, Vec::new()),
-    };
-    QueueInfo {
-        name: definition.name.clone(),
-        vhost: vhost.to_string(),
-        kind,
-        durable: definition.durable,
-        auto_delete: definition.auto_delete,
-        exclusive: definition.exclusive_owner.is_some(),
-        messages: ready + unacked,
-        messages_ready: ready,
-        messages_unacknowledged: unacked,
-        consumers: u64::from(queue.consumer_count()),
-        leader,
-        members,
-    }
-}
-
-async fn queue(
-    _: Authenticated,
-    State(api): State<Management>,
-    Path((vhost, name)): Path<(String, String)>,
-) -> Result<Json<QueueInfo>, ApiError> {
-    let host = api.vhost(&vhost)?;
-    let queue = host.queue(&name)?;
-    Ok(Json(queue_info(&vhost, &queue)))
 }
 
 /// The body of the routes that name a node (the replica routes, `join_cluster`).
@@ -194,7 +113,7 @@ async fn change_replicas(
 /// `node` is one of their members.
 fn quorum_queues(api: &Management, node: &str, wanted: bool) -> Vec<(Arc<VirtualHost>, Arc<Queue>)> {
     let mut found = Vec::new();
-    for vhost in api.broker.vhosts() {
+    for vhost in api.broker().vhosts() {
         for queue in vhost.queues() {
             let member = queue.quorum_group().map(|group| group.members().iter().any(|(_, n)| n.addr == node));
             if member == Some(wanted) {

@@ -1,0 +1,220 @@
+//! `GET /api/definitions` (export) and `POST /api/definitions` (import) in RabbitMQ's
+//! definitions format, so that a file RabbitMQ exported loads into Warren and back. Durable
+//! exchanges, queues and bindings are imported through the same path as AMQP declares; what
+//! Warren cannot apply yet (users, other virtual hosts, permissions, policies, parameters) is
+//! reported and skipped rather than failing the import.
+
+use super::overview::COMPATIBLE_RABBITMQ_VERSION;
+use super::Management;
+use crate::auth::Authenticated;
+use crate::error::ApiError;
+use crate::json_table;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use warren_delivery::exchange::Destination;
+use warren_delivery::metadata::DefinitionOp;
+use warren_delivery::user::HASHING_ALGORITHM;
+
+/// Entries an import applies at most (a definitions file is not a way to flood the broker).
+const MAX_IMPORTED_ENTRIES: usize = 100_000;
+
+/// The definitions routes.
+pub(super) fn routes() -> Router<Management> {
+    Router::new().route("/api/definitions", get(export).post(import))
+}
+
+/// Exchanges of the broker's own (`amq.*`, the default one) are not exported.
+fn is_builtin_exchange(name: &str) -> bool {
+    name.is_empty() || name.starts_with("amq.")
+}
+
+async fn export(_: Authenticated, State(api): State<Management>) -> Json<Value> {
+    let broker = api.broker();
+    let (mut queues, mut exchanges, mut bindings) = (Vec::new(), Vec::new(), Vec::new());
+    for vhost in broker.vhosts() {
+        let name = vhost.name();
+        for queue in
+            vhost.queues().into_iter().filter(|q| q.definition().durable && q.definition().exclusive_owner.is_none())
+        {
+            let definition = queue.definition();
+            queues.push(json!({
+                "name": definition.name, "vhost": name, "durable": true, "auto_delete": definition.auto_delete,
+                "arguments": json_table::to_json(&definition.arguments),
+            }));
+        }
+        for exchange in vhost.exchanges() {
+            let definition = exchange.definition();
+            if definition.durable && !is_builtin_exchange(&definition.name) {
+                exchanges.push(super::exchanges::exchange_json(name, &exchange));
+            }
+            for binding in exchange.bindings() {
+                let (destination, destination_type) = match &binding.destination {
+                    Destination::Queue(q) => (q.to_string(), "queue"),
+                    Destination::Exchange(e) => (e.to_string(), "exchange"),
+                };
+                bindings.push(json!({
+                    "source": exchange.name(), "vhost": name, "destination": destination,
+                    "destination_type": destination_type, "routing_key": binding.routing_key,
+                    "arguments": json_table::to_json(&binding.arguments),
+                }));
+            }
+        }
+    }
+    let users: Vec<Value> = broker
+        .users()
+        .all()
+        .iter()
+        .map(|u| json!({"name": u.name, "password_hash": u.password_hash_base64(), "hashing_algorithm": HASHING_ALGORITHM, "tags": u.tags, "limits": {}}))
+        .collect();
+    let vhosts: Vec<Value> = broker.vhosts().iter().map(|v| json!({"name": v.name()})).collect();
+    Json(json!({
+        "rabbit_version": COMPATIBLE_RABBITMQ_VERSION,
+        "rabbitmq_version": COMPATIBLE_RABBITMQ_VERSION,
+        "product_name": "Warren",
+        "product_version": env!("CARGO_PKG_VERSION"),
+        "users": users,
+        "vhosts": vhosts,
+        "permissions": [],
+        "topic_permissions": [],
+        "parameters": [],
+        "global_parameters": [],
+        "policies": [],
+        "queues": queues,
+        "exchanges": exchanges,
+        "bindings": bindings,
+    }))
+}
+
+/// What an import did.
+#[derive(Debug, Default)]
+struct Report {
+    applied: usize,
+    skipped: Vec<Value>,
+}
+
+impl Report {
+    fn skip(&mut self, kind: &str, name: &str, why: impl Into<String>) {
+        self.skipped.push(json!({ "kind": kind, "name": name, "reason": why.into() }));
+    }
+}
+
+fn text<'a>(entry: &'a Value, key: &str) -> &'a str {
+    entry.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// What to call an entry in the report: its name, its user (a permission), or its source and
+/// destination (a binding).
+fn label(entry: &Value) -> String {
+    match (text(entry, "name"), text(entry, "user"), text(entry, "source")) {
+        (name, _, _) if !name.is_empty() => name.to_string(),
+        (_, user, _) if !user.is_empty() => user.to_string(),
+        (_, _, source) => format!("{source} -> {}", text(entry, "destination")),
+    }
+}
+
+fn boolean(entry: &Value, key: &str, default: bool) -> bool {
+    entry.get(key).and_then(Value::as_bool).unwrap_or(default)
+}
+
+fn entries<'a>(body: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
+    body.get(key).and_then(Value::as_array).into_iter().flatten()
+}
+
+/// Applies one definition change, recording it as applied or skipped.
+async fn apply(
+    api: &Management,
+    report: &mut Report,
+    kind: &str,
+    entry: &Value,
+    op: impl FnOnce(amq_protocol::types::FieldTable) -> DefinitionOp,
+) {
+    let (name, vhost) = (label(entry), text(entry, "vhost"));
+    let Ok(host) = api.vhost(vhost) else {
+        return report.skip(kind, &name, format!("virtual host '{vhost}' does not exist (Warren has only '/' so far)"));
+    };
+    let arguments = match json_table::from_json(entry.get("arguments").unwrap_or(&Value::Null)) {
+        Ok(arguments) => arguments,
+        Err(why) => return report.skip(kind, &name, why),
+    };
+    match warren_delivery::metadata::change(&host, op(arguments)).await {
+        Ok(_) => report.applied += 1,
+        Err(error) => report.skip(kind, &name, error.text),
+    }
+}
+
+/// Imports a definitions file: exchanges first, then queues, then bindings; answers what was
+/// applied and what was skipped, and why.
+async fn import(
+    _: Authenticated,
+    State(api): State<Management>,
+    Json(body): Json<Value>,
+) -> Result<Json<Value>, ApiError> {
+    if !body.is_object() {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "a definitions file is a JSON object"));
+    }
+    let total: usize = ["exchanges", "queues", "bindings", "users", "vhosts", "permissions", "policies"]
+        .iter()
+        .map(|key| entries(&body, key).count())
+        .sum();
+    if total > MAX_IMPORTED_ENTRIES {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("more than {MAX_IMPORTED_ENTRIES} definitions in one import"),
+        ));
+    }
+    let mut report = Report::default();
+    for user in entries(&body, "users") {
+        let exists = api.broker().users().get(text(user, "name")).is_some();
+        if !exists {
+            report.skip("user", text(user, "name"), "users are not imported yet (issue 15)");
+        }
+    }
+    for vhost in entries(&body, "vhosts").filter(|v| api.vhost(text(v, "name")).is_err()) {
+        report.skip("vhost", text(vhost, "name"), "Warren has only the virtual host '/' so far (issue 15)");
+    }
+    for (key, kind) in [
+        ("permissions", "permission"),
+        ("topic_permissions", "topic permission"),
+        ("policies", "policy"),
+        ("parameters", "parameter"),
+    ] {
+        for entry in entries(&body, key) {
+            report.skip(kind, &label(entry), format!("{key} are not applied yet"));
+        }
+    }
+    for exchange in entries(&body, "exchanges") {
+        let op = |arguments| DefinitionOp::DeclareExchange {
+            name: text(exchange, "name").to_string(),
+            kind: text(exchange, "type").to_string(),
+            durable: boolean(exchange, "durable", true),
+            auto_delete: boolean(exchange, "auto_delete", false),
+            internal: boolean(exchange, "internal", false),
+            arguments,
+        };
+        apply(&api, &mut report, "exchange", exchange, op).await;
+    }
+    for queue in entries(&body, "queues") {
+        let op = |arguments| DefinitionOp::DeclareQueue {
+            name: text(queue, "name").to_string(),
+            durable: boolean(queue, "durable", true),
+            auto_delete: boolean(queue, "auto_delete", false),
+            arguments,
+            members: None,
+        };
+        apply(&api, &mut report, "queue", queue, op).await;
+    }
+    for binding in entries(&body, "bindings") {
+        let op = |arguments| DefinitionOp::Bind {
+            source: text(binding, "source").to_string(),
+            destination: text(binding, "destination").to_string(),
+            to_exchange: text(binding, "destination_type") == "exchange",
+            routing_key: text(binding, "routing_key").to_string(),
+            arguments,
+        };
+        apply(&api, &mut report, "binding", binding, op).await;
+    }
+    Ok(Json(json!({ "applied": report.applied, "skipped": report.skipped })))
+}

@@ -1,0 +1,135 @@
+//! The routes of the management API and their JSON, in the shapes of RabbitMQ's, so that its
+//! tools (rabbitmqadmin, dashboards, scripts) work against Warren. One module per resource:
+//!
+//! - `overview`: the overview, nodes, virtual hosts, users, permissions, health checks;
+//! - `exchanges`, `queues`, `bindings`: definitions, declared and deleted as AMQP would;
+//! - `connections`: connections (closed with a reason), channels, consumers;
+//! - `definitions`: export and import in RabbitMQ's definitions format;
+//! - `messages`: publish, get, and replay by offset (an extension);
+//! - `cluster`: the cluster's nodes and quorum queues' replicas (`warren ctl`'s cluster verbs).
+
+mod bindings;
+mod cluster;
+mod connections;
+mod definitions;
+mod exchanges;
+mod messages;
+mod overview;
+mod queues;
+
+pub use cluster::{ClusterView, NodeStatus};
+
+use crate::error::ApiError;
+use crate::rates::{QueueRates, Rates};
+use axum::http::StatusCode;
+use axum::Router;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use warren_delivery::{Broker, VirtualHost};
+
+/// A listener the overview names.
+#[derive(Debug, Clone)]
+pub struct Listener {
+    /// `amqp`, `http`, `clustering`.
+    pub protocol: &'static str,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+/// The API's state: the broker, the cluster, the rates.
+#[derive(Clone)]
+pub struct Management {
+    broker: Arc<Broker>,
+    cluster: Arc<dyn ClusterView>,
+    rates: Arc<Rates>,
+    listeners: Arc<Vec<Listener>>,
+    started_at_ms: u64,
+}
+
+impl Management {
+    /// The API of `broker`, in `cluster`, listening on `listeners`.
+    pub fn new(broker: Arc<Broker>, cluster: Arc<dyn ClusterView>, listeners: Vec<Listener>) -> Self {
+        Management {
+            broker,
+            cluster,
+            rates: Arc::new(Rates::default()),
+            listeners: Arc::new(listeners),
+            started_at_ms: warren_delivery::scheduler::now_ms(),
+        }
+    }
+
+    /// The broker.
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
+    /// The rates the sampler keeps.
+    pub fn rates(&self) -> &Arc<Rates> {
+        &self.rates
+    }
+
+    /// This node's name.
+    pub fn node(&self) -> String {
+        self.cluster.local_node()
+    }
+
+    /// The listeners.
+    pub fn listeners(&self) -> &[Listener] {
+        &self.listeners
+    }
+
+    /// Virtual host `name` (404 if there is none).
+    pub(crate) fn vhost(&self, name: &str) -> Result<Arc<VirtualHost>, ApiError> {
+        self.broker.vhost(name).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no vhost '{name}'")))
+    }
+
+    /// The vhosts a route names: one (`Some(name)`) or all.
+    pub(crate) fn vhosts(&self, name: Option<&str>) -> Result<Vec<Arc<VirtualHost>>, ApiError> {
+        match name {
+            Some(name) => Ok(vec![self.vhost(name)?]),
+            None => Ok(self.broker.vhosts()),
+        }
+    }
+}
+
+/// The API's routes.
+pub fn router(management: Management) -> Router {
+    Router::new()
+        .merge(overview::routes())
+        .merge(exchanges::routes())
+        .merge(queues::routes())
+        .merge(bindings::routes())
+        .merge(connections::routes())
+        .merge(definitions::routes())
+        .merge(messages::routes())
+        .merge(cluster::routes())
+        .with_state(management)
+}
+
+/// RabbitMQ's `message_stats` of counters and their rates: each counter and its
+/// `_details.rate`.
+pub(crate) fn message_stats(sampled: &QueueRates) -> Value {
+    let (counts, rates) = (&sampled.counts, &sampled.rates);
+    let pairs = [
+        ("publish", counts.publish, rates.publish),
+        ("deliver_get", counts.deliver_get(), rates.deliver_get),
+        ("deliver", counts.deliver, rates.deliver),
+        ("deliver_no_ack", counts.deliver_no_ack, rates.deliver_no_ack),
+        ("get", counts.get, rates.get),
+        ("get_no_ack", counts.get_no_ack, rates.get_no_ack),
+        ("ack", counts.ack, rates.ack),
+        ("redeliver", counts.redeliver, rates.redeliver),
+    ];
+    let mut stats = serde_json::Map::new();
+    for (name, count, rate) in pairs {
+        stats.insert(name.to_string(), json!(count));
+        stats.insert(format!("{name}_details"), json!({ "rate": rate }));
+    }
+    Value::Object(stats)
+}
+
+/// A query flag as RabbitMQ reads it (`?if-unused=true`).
+pub(crate) fn flag(value: Option<&String>) -> bool {
+    value.is_some_and(|v| v == "true")
+}

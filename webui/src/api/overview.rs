@@ -1,0 +1,203 @@
+//! The broker as a whole: `GET /api/overview`, `/api/vhosts[/{vhost}]`, `/api/users[/{name}]`,
+//! `/api/whoami`, `/api/permissions`, and RabbitMQ's health checks
+//! (`/api/health/checks/alarms`, `local-alarms`, `port-listener/{port}`,
+//! `/api/aliveness-test/{vhost}`).
+
+use super::{message_stats, Management};
+use crate::auth::Authenticated;
+use crate::error::ApiError;
+use crate::listing::ListQuery;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use warren_delivery::user::{User, HASHING_ALGORITHM};
+use warren_delivery::VirtualHost;
+
+/// The RabbitMQ version Warren's API answers as, for tools that check it.
+pub const COMPATIBLE_RABBITMQ_VERSION: &str = "3.10.8";
+
+/// The overview routes.
+pub(super) fn routes() -> Router<Management> {
+    Router::new()
+        .route("/api/overview", get(overview))
+        .route("/api/vhosts", get(vhosts))
+        .route("/api/vhosts/{vhost}", get(vhost))
+        .route("/api/users", get(users))
+        .route("/api/users/{name}", get(user))
+        .route("/api/whoami", get(whoami))
+        .route("/api/permissions", get(permissions))
+        .route("/api/health/checks/alarms", get(no_alarms))
+        .route("/api/health/checks/local-alarms", get(no_alarms))
+        .route("/api/health/checks/port-listener/{port}", get(port_listener))
+        .route("/api/aliveness-test/{vhost}", get(aliveness))
+}
+
+/// Ready and unacknowledged messages of `vhosts`' queues.
+fn queue_totals(vhosts: &[std::sync::Arc<VirtualHost>]) -> (u64, u64) {
+    vhosts.iter().flat_map(|v| v.queues()).fold((0, 0), |(ready, unacked), queue| {
+        (ready + u64::from(queue.message_count()), unacked + u64::from(queue.unacked_count()))
+    })
+}
+
+async fn overview(_: Authenticated, State(api): State<Management>) -> Json<Value> {
+    let broker = api.broker();
+    let vhosts = broker.vhosts();
+    let (ready, unacked) = queue_totals(&vhosts);
+    let connections = broker.connections().all();
+    let channels: usize = connections.iter().map(|c| c.channels().len()).sum();
+    let consumers: usize =
+        connections.iter().flat_map(|c| c.channels()).map(|(_, session)| session.consumers().len()).sum();
+    let exchanges: usize = vhosts.iter().map(|v| v.exchanges().len()).sum();
+    let queues: usize = vhosts.iter().map(|v| v.queues().len()).sum();
+    let listeners: Vec<Value> = api
+        .listeners()
+        .iter()
+        .map(|l| json!({"node": api.node(), "protocol": l.protocol, "ip_address": l.addr.ip().to_string(), "port": l.addr.port()}))
+        .collect();
+    Json(json!({
+        "management_version": COMPATIBLE_RABBITMQ_VERSION,
+        "rabbitmq_version": COMPATIBLE_RABBITMQ_VERSION,
+        "product_name": "Warren",
+        "product_version": env!("CARGO_PKG_VERSION"),
+        "rates_mode": "basic",
+        "cluster_name": api.cluster.cluster_name(),
+        "node": api.node(),
+        "message_stats": message_stats(&api.rates().totals()),
+        "queue_totals": { "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked },
+        "object_totals": {
+            "connections": connections.len(),
+            "channels": channels,
+            "consumers": consumers,
+            "exchanges": exchanges,
+            "queues": queues,
+        },
+        "listeners": listeners,
+        "statistics_db_event_queue": 0,
+        "uptime_ms": warren_delivery::scheduler::now_ms().saturating_sub(api.started_at_ms),
+    }))
+}
+
+fn vhost_json(api: &Management, vhost: &std::sync::Arc<VirtualHost>) -> Value {
+    let (ready, unacked) = queue_totals(std::slice::from_ref(vhost));
+    let rates = api.rates().queues();
+    let sampled = rates.iter().filter(|((v, _), _)| v == vhost.name()).fold(
+        crate::rates::QueueRates::default(),
+        |total, (_, queue)| crate::rates::QueueRates {
+            counts: total.counts.plus(queue.counts),
+            rates: total.rates.plus(queue.rates),
+        },
+    );
+    json!({
+        "name": vhost.name(),
+        "description": if vhost.name() == warren_delivery::DEFAULT_VHOST { "Default virtual host" } else { "" },
+        "tags": [],
+        "default_queue_type": "classic",
+        "tracing": false,
+        "messages": ready + unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": unacked,
+        "message_stats": message_stats(&sampled),
+    })
+}
+
+async fn vhosts(
+    _: Authenticated,
+    State(api): State<Management>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let items = api.broker().vhosts().iter().map(|v| vhost_json(&api, v)).collect();
+    Ok(Json(query.apply(items)?))
+}
+
+async fn vhost(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(vhost_json(&api, &api.vhost(&name)?)))
+}
+
+fn user_json(user: &User) -> Value {
+    json!({
+        "name": user.name,
+        "password_hash": user.password_hash_base64(),
+        "hashing_algorithm": HASHING_ALGORITHM,
+        "tags": user.tags,
+        "limits": {},
+    })
+}
+
+async fn users(
+    _: Authenticated,
+    State(api): State<Management>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let items = api.broker().users().all().iter().map(user_json).collect();
+    Ok(Json(query.apply(items)?))
+}
+
+async fn user(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let user = api
+        .broker()
+        .users()
+        .get(&name)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no user '{name}'")))?;
+    Ok(Json(user_json(&user)))
+}
+
+async fn whoami(who: Authenticated, State(api): State<Management>) -> Json<Value> {
+    let tags = api.broker().users().get(&who.user).map(|u| u.tags).unwrap_or_default();
+    Json(json!({ "name": who.user, "tags": tags }))
+}
+
+/// Every user may do everything in every vhost until permissions come (issue 15).
+async fn permissions(_: Authenticated, State(api): State<Management>) -> Json<Value> {
+    let broker = api.broker();
+    let mut items = Vec::new();
+    for user in broker.users().all() {
+        for vhost in broker.vhosts() {
+            items.push(
+                json!({"user": user.name, "vhost": vhost.name(), "configure": ".*", "write": ".*", "read": ".*"}),
+            );
+        }
+    }
+    Json(Value::Array(items))
+}
+
+/// Warren raises no memory or disk alarms yet (issue 15): healthy.
+async fn no_alarms(_: Authenticated) -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// Healthy if this node listens on `port`; 503 with the ports it listens on otherwise.
+async fn port_listener(_: Authenticated, State(api): State<Management>, Path(port): Path<u16>) -> Response {
+    let ports: Vec<u16> = api.listeners().iter().map(|l| l.addr.port()).collect();
+    if ports.contains(&port) {
+        return Json(json!({ "status": "ok", "port": port })).into_response();
+    }
+    let body = json!({ "status": "failed", "reason": format!("No active listener on port {port}"), "missing": port, "ports": ports });
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+}
+
+/// RabbitMQ's aliveness test: a message through a queue of `vhost` and back.
+async fn aliveness(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path(vhost): Path<String>,
+) -> Result<Response, ApiError> {
+    let host = api.vhost(&vhost)?;
+    let failed = |why: String| {
+        (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "failed", "reason": why }))).into_response()
+    };
+    match super::messages::round_trip(&host, "aliveness-test").await {
+        Ok(()) => Ok(Json(json!({ "status": "ok" })).into_response()),
+        Err(why) => Ok(failed(why)),
+    }
+}

@@ -1,0 +1,160 @@
+//! Queues: `GET /api/queues[/{vhost}[/{name}]]`, `PUT` and `DELETE /api/queues/{vhost}/{name}`,
+//! `DELETE /api/queues/{vhost}/{name}/contents` (purge). Declares and deletes go through the
+//! same path as AMQP's (the metadata group in a cluster).
+
+use super::{flag, message_stats, Management};
+use crate::auth::Authenticated;
+use crate::error::ApiError;
+use crate::json_table;
+use crate::listing::ListQuery;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use warren_delivery::metadata::DefinitionOp;
+use warren_delivery::vhost::DeleteCondition;
+use warren_delivery::Queue;
+
+/// The queue routes.
+pub(super) fn routes() -> Router<Management> {
+    Router::new()
+        .route("/api/queues", get(list_all))
+        .route("/api/queues/{vhost}", get(list_vhost))
+        .route("/api/queues/{vhost}/{name}", get(show).put(declare).delete(remove))
+        .route("/api/queues/{vhost}/{name}/contents", delete(purge))
+}
+
+/// The queue's kind as RabbitMQ names it.
+fn kind(queue: &Queue) -> &'static str {
+    match (queue.quorum_group(), queue.stream()) {
+        (Some(_), _) => "quorum",
+        (None, Some(_)) => "stream",
+        (None, None) => "classic",
+    }
+}
+
+/// A queue as RabbitMQ's API shows it.
+pub(crate) fn queue_json(api: &Management, vhost: &str, queue: &Queue) -> Value {
+    let definition = queue.definition();
+    let (ready, unacked) = (u64::from(queue.message_count()), u64::from(queue.unacked_count()));
+    let sampled = api.rates().queue(vhost, queue.name());
+    let mut item = json!({
+        "name": definition.name,
+        "vhost": vhost,
+        "type": kind(queue),
+        "durable": definition.durable,
+        "auto_delete": definition.auto_delete,
+        "exclusive": definition.exclusive_owner.is_some(),
+        "arguments": json_table::to_json(&definition.arguments),
+        "node": api.node(),
+        "state": "running",
+        "messages": ready + unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": unacked,
+        "consumers": queue.consumer_count(),
+        "message_stats": message_stats(&sampled),
+    });
+    if let Some(group) = queue.quorum_group() {
+        let members = group.members();
+        let leader = group.leader().and_then(|id| members.iter().find(|(m, _)| *m == id)).map(|(_, n)| n.addr.clone());
+        item["leader"] = json!(leader);
+        item["members"] = json!(members.into_iter().map(|(_, node)| node.addr).collect::<Vec<_>>());
+    }
+    if let Some(homes) = queue.homes() {
+        item["state"] = json!("remote");
+        item["homes"] = json!(homes);
+    }
+    item
+}
+
+fn list(api: &Management, vhost: Option<&str>, query: &ListQuery) -> Result<Json<Value>, ApiError> {
+    let mut items = Vec::new();
+    for host in api.vhosts(vhost)? {
+        items.extend(host.queues().iter().map(|queue| queue_json(api, host.name(), queue)));
+    }
+    Ok(Json(query.apply(items)?))
+}
+
+async fn list_all(
+    _: Authenticated,
+    State(api): State<Management>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    list(&api, None, &query)
+}
+
+async fn list_vhost(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path(vhost): Path<String>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    list(&api, Some(&vhost), &query)
+}
+
+async fn show(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let queue = api.vhost(&vhost)?.queue(&name)?;
+    Ok(Json(queue_json(&api, &vhost, &queue)))
+}
+
+/// The body of `PUT /api/queues/{vhost}/{name}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct QueueBody {
+    durable: Option<bool>,
+    auto_delete: bool,
+    arguments: Value,
+}
+
+/// Declares the queue: 201 if it is new, 204 if an equivalent one was there.
+async fn declare(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path((vhost, name)): Path<(String, String)>,
+    Json(body): Json<QueueBody>,
+) -> Result<StatusCode, ApiError> {
+    let host = api.vhost(&vhost)?;
+    let arguments = json_table::from_json(&body.arguments).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
+    let existed = host.queue(&name).is_ok();
+    let op = DefinitionOp::DeclareQueue {
+        name,
+        durable: body.durable.unwrap_or(true),
+        auto_delete: body.auto_delete,
+        arguments,
+        members: None,
+    };
+    warren_delivery::metadata::change(&host, op).await?;
+    Ok(if existed { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
+}
+
+/// Deletes the queue (`?if-unused=true`, `?if-empty=true` as RabbitMQ's).
+async fn remove(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path((vhost, name)): Path<(String, String)>,
+    Query(flags): Query<HashMap<String, String>>,
+) -> Result<StatusCode, ApiError> {
+    let host = api.vhost(&vhost)?;
+    host.queue(&name)?;
+    let condition = DeleteCondition { if_unused: flag(flags.get("if-unused")), if_empty: flag(flags.get("if-empty")) };
+    warren_delivery::metadata::delete_queue(&host, &name, condition).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Purges the queue.
+async fn purge(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let queue = api.vhost(&vhost)?.queue(&name)?;
+    queue.purge().wait().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
