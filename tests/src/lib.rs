@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod fault_proxy;
+pub mod http;
 pub mod process;
 pub mod raw_client;
 

@@ -31,7 +31,12 @@ impl From<BrokerError> for ApiError {
     fn from(error: BrokerError) -> Self {
         let status = match error.code {
             ReplyCode::NotFound => StatusCode::NOT_FOUND,
-            ReplyCode::PreconditionFailed | ReplyCode::AccessRefused | ReplyCode::NotAllowed => StatusCode::BAD_REQUEST,
+            ReplyCode::PreconditionFailed
+            | ReplyCode::AccessRefused
+            | ReplyCode::NotAllowed
+            | ReplyCode::CommandInvalid
+            | ReplyCode::NotImplemented
+            | ReplyCode::ResourceLocked => StatusCode::BAD_REQUEST,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError::new(status, error.text)

@@ -36,16 +36,21 @@ async fn export(_: Authenticated, State(api): State<Management>) -> Json<Value> 
     let (mut queues, mut exchanges, mut bindings) = (Vec::new(), Vec::new(), Vec::new());
     for vhost in broker.vhosts() {
         let name = vhost.name();
-        for queue in
-            vhost.queues().into_iter().filter(|q| q.definition().durable && q.definition().exclusive_owner.is_none())
-        {
+        let mut sorted_queues = vhost.queues();
+        sorted_queues.sort_by(|a, b| a.name().cmp(b.name()));
+        let mut sorted_exchanges = vhost.exchanges();
+        sorted_exchanges.sort_by(|a, b| a.name().cmp(b.name()));
+        let stored = |q: &&std::sync::Arc<warren_delivery::Queue>| {
+            q.definition().durable && q.definition().exclusive_owner.is_none()
+        };
+        for queue in sorted_queues.iter().filter(stored) {
             let definition = queue.definition();
             queues.push(json!({
                 "name": definition.name, "vhost": name, "durable": true, "auto_delete": definition.auto_delete,
                 "arguments": json_table::to_json(&definition.arguments),
             }));
         }
-        for exchange in vhost.exchanges() {
+        for exchange in sorted_exchanges {
             let definition = exchange.definition();
             if definition.durable && !is_builtin_exchange(&definition.name) {
                 exchanges.push(super::exchanges::exchange_json(name, &exchange));

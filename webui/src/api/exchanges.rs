@@ -2,7 +2,7 @@
 //! /api/exchanges/{vhost}/{name}`. The default exchange is listed with the empty name, as
 //! RabbitMQ lists it, and cannot be declared or deleted (403 on AMQP, 400 here).
 
-use super::{flag, Management};
+use super::{exchange_name, flag, Management};
 use crate::auth::Authenticated;
 use crate::error::ApiError;
 use crate::json_table;
@@ -70,7 +70,7 @@ async fn show(
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let exchange = api.vhost(&vhost)?.exchange(&name)?;
+    let exchange = api.vhost(&vhost)?.exchange(exchange_name(&name))?;
     Ok(Json(exchange_json(&vhost, &exchange)))
 }
 
@@ -123,6 +123,7 @@ async fn remove(
     Query(flags): Query<HashMap<String, String>>,
 ) -> Result<StatusCode, ApiError> {
     let host = api.vhost(&vhost)?;
+    let name = exchange_name(&name).to_string();
     host.exchange(&name)?;
     let op = DefinitionOp::DeleteExchange { name, if_unused: flag(flags.get("if-unused")) };
     warren_delivery::metadata::change(&host, op).await?;

@@ -4,7 +4,7 @@
 //! &timestamp=` reads a stream from an offset (a number, `first`, `last`, or the first
 //! message at or after a timestamp) without consuming anything.
 
-use super::Management;
+use super::{exchange_name, Management};
 use crate::auth::Authenticated;
 use crate::error::ApiError;
 use crate::message_json::{self, DEFAULT_TRUNCATE_BYTES};
@@ -37,15 +37,6 @@ pub(super) fn routes() -> Router<Management> {
 
 fn bad_request(text: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, text)
-}
-
-/// The exchange a route names: `amq.default` is the default exchange, as in RabbitMQ's API.
-fn exchange_name(name: &str) -> &str {
-    if name == "amq.default" {
-        ""
-    } else {
-        name
-    }
 }
 
 /// The body of a publish.

@@ -129,6 +129,15 @@ pub(crate) fn message_stats(sampled: &QueueRates) -> Value {
     Value::Object(stats)
 }
 
+/// The exchange a route names: `amq.default` is the default exchange, as in RabbitMQ's API.
+pub(crate) fn exchange_name(name: &str) -> &str {
+    if name == "amq.default" {
+        ""
+    } else {
+        name
+    }
+}
+
 /// A query flag as RabbitMQ reads it (`?if-unused=true`).
 pub(crate) fn flag(value: Option<&String>) -> bool {
     value.is_some_and(|v| v == "true")

@@ -1,0 +1,354 @@
+//! The management HTTP API through a real HTTP client, against a broker on free ports: every
+//! endpoint, its error statuses, and a definitions export imported into a fresh broker.
+
+use futures_util::StreamExt;
+use lapin::options::*;
+use lapin::types::FieldTable;
+use lapin::BasicProperties;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use warren_tests::http::Api;
+use warren_tests::*;
+
+fn api_of(broker: &warren_server::RunningBroker) -> Api {
+    Api::new(broker.http_addr.expect("the management API runs"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_valid_credentials_is_401_with_rabbitmqs_error_body() {
+    let broker = start_broker().await;
+    let api = api_of(&broker);
+    for anonymous in [api.as_user(None), api.as_user(Some(("guest", "wrong"))), api.as_user(Some(("nobody", "x")))] {
+        let answer = anonymous.get("/api/overview");
+        assert_eq!(answer.status, 401);
+        assert_eq!(answer.body["error"], "not_authorised", "{:?}", answer.body);
+    }
+    let whoami = api.get("/api/whoami");
+    assert_eq!(whoami.body, json!({"name": "guest", "tags": ["administrator"]}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_vhosts_users_permissions_and_health_checks() {
+    let broker = start_broker().await;
+    let api = api_of(&broker);
+    let overview = api.get("/api/overview").body;
+    assert_eq!(overview["product_name"], "Warren");
+    assert_eq!(overview["object_totals"]["queues"], 0);
+    let amqp_port = broker.amqp_addr.port();
+    let listeners = overview["listeners"].as_array().expect("listeners");
+    assert!(listeners.iter().any(|l| l["protocol"] == "amqp" && l["port"] == amqp_port), "{listeners:?}");
+    assert_eq!(api.get("/api/vhosts").body[0]["name"], "/");
+    assert_eq!(api.get("/api/vhosts/%2F").body["name"], "/");
+    assert_eq!(api.get("/api/vhosts/nowhere").status, 404);
+    let users = api.get("/api/users").body;
+    assert_eq!(users[0]["name"], "guest");
+    assert_eq!(users[0]["hashing_algorithm"], "rabbit_password_hashing_sha256");
+    assert_eq!(api.get("/api/users/nobody").status, 404);
+    assert_eq!(api.get("/api/permissions").body[0]["configure"], ".*");
+    assert_eq!(api.get("/api/nodes").body[0]["running"], true);
+
+    assert_eq!(api.get("/api/health/checks/alarms").body["status"], "ok");
+    assert_eq!(api.get("/api/health/checks/local-alarms").body["status"], "ok");
+    assert_eq!(api.get(&format!("/api/health/checks/port-listener/{amqp_port}")).status, 200);
+    let missing = api.get("/api/health/checks/port-listener/1");
+    assert_eq!((missing.status, missing.body["status"].as_str()), (503, Some("failed")));
+    assert_eq!(api.get("/api/aliveness-test/%2F").body["status"], "ok");
+    assert_eq!(api.get("/api/aliveness-test/nowhere").status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exchanges_queues_and_bindings_are_declared_listed_and_deleted() {
+    let broker = start_broker().await;
+    let api = api_of(&broker);
+    assert_eq!(api.put("/api/exchanges/%2F/orders", json!({"type": "topic", "durable": true})).status, 201);
+    assert_eq!(api.put("/api/exchanges/%2F/orders", json!({"type": "topic", "durable": true})).status, 204);
+    assert_eq!(api.put("/api/exchanges/%2F/orders", json!({"type": "fanout"})).status, 400, "not equivalent");
+    assert_eq!(api.put("/api/exchanges/%2F/odd", json!({"type": "nonsense"})).status, 400);
+    assert_eq!(api.get("/api/exchanges/%2F/orders").body["type"], "topic");
+    let names: Vec<Value> =
+        api.get("/api/exchanges/%2F").body.as_array().expect("list").iter().map(|e| e["name"].clone()).collect();
+    assert!(names.contains(&json!("")) && names.contains(&json!("amq.topic")) && names.contains(&json!("orders")));
+
+    let arguments = json!({"x-max-length": 5, "x-queue-type": "classic"});
+    assert_eq!(api.put("/api/queues/%2F/eu", json!({"durable": true, "arguments": arguments})).status, 201);
+    assert_eq!(api.put("/api/queues/%2F/us", json!({"durable": true})).status, 201);
+    assert_eq!(api.put("/api/queues/%2F/eu", json!({"durable": true, "arguments": {"x-max-length": 6}})).status, 400);
+    let eu = api.get("/api/queues/%2F/eu").body;
+    assert_eq!((eu["type"].as_str(), eu["arguments"]["x-max-length"].as_i64()), (Some("classic"), Some(5)));
+    assert_eq!(api.get("/api/queues/%2F/nowhere").status, 404);
+
+    let created = api.post("/api/bindings/%2F/e/orders/q/eu", json!({"routing_key": "eu.#"}));
+    assert_eq!((created.status, created.location.as_deref()), (201, Some("eu.#")));
+    assert_eq!(api.post("/api/bindings/%2F/e/orders/q/nowhere", json!({"routing_key": "x"})).status, 404);
+    let of_eu = api.get("/api/queues/%2F/eu/bindings").body;
+    assert_eq!(of_eu.as_array().map(Vec::len), Some(2), "the default exchange's and orders': {of_eu}");
+    assert_eq!(api.get("/api/exchanges/%2F/orders/bindings/source").body[0]["destination"], "eu");
+    assert_eq!(api.get("/api/bindings/%2F/e/orders/q/eu/eu.%23").body["routing_key"], "eu.#");
+
+    // Published through the API to the topic exchange, the message lands in eu.
+    let routed = api.post(
+        "/api/exchanges/%2F/orders/publish",
+        json!({"routing_key": "eu.de", "payload": "bestellung", "payload_encoding": "string", "properties": {}}),
+    );
+    assert_eq!(routed.body, json!({"routed": true}));
+    let unroutable =
+        api.post("/api/exchanges/%2F/orders/publish", json!({"routing_key": "asia", "payload": "x", "properties": {}}));
+    assert_eq!(unroutable.body, json!({"routed": false}));
+    let listed = api.get("/api/queues?sort=messages&sort_reverse=true&columns=name,messages").body;
+    assert_eq!(listed[0], json!({"name": "eu", "messages": 1}), "sorted by depth, only those columns: {listed}");
+    assert_eq!(api.delete("/api/queues/%2F/eu?if-empty=true").status, 400, "not empty");
+
+    assert_eq!(api.delete("/api/bindings/%2F/e/orders/q/eu/eu.%23").status, 204);
+    assert_eq!(api.get("/api/exchanges/%2F/orders/bindings/source").body, json!([]));
+    assert_eq!(api.delete("/api/queues/%2F/eu/contents").status, 204);
+    assert_eq!(api.get("/api/queues/%2F/eu").body["messages"], 0);
+    assert_eq!(api.delete("/api/queues/%2F/eu?if-empty=true").status, 204);
+    assert_eq!(api.delete("/api/exchanges/%2F/orders").status, 204);
+    assert_eq!(api.get("/api/exchanges/%2F/orders").status, 404);
+    assert_eq!(api.delete("/api/exchanges/%2F/amq.default").status, 400, "the default exchange stays");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_takes_messages_as_its_ackmode_says() {
+    let broker = start_broker().await;
+    let api = api_of(&broker);
+    api.put("/api/queues/%2F/work", json!({"durable": false}));
+    for n in 0..3 {
+        let body = json!({"routing_key": "work", "payload": format!("job {n}"), "properties": {"priority": 1, "headers": {"n": n}}});
+        api.post("/api/exchanges/%2F/amq.default/publish", body);
+    }
+    let peeked = api
+        .post("/api/queues/%2F/work/get", json!({"count": 2, "ackmode": "ack_requeue_true", "encoding": "auto"}))
+        .body;
+    assert_eq!(peeked.as_array().map(Vec::len), Some(2));
+    assert_eq!(peeked[0]["payload"], "job 0");
+    assert_eq!(peeked[0]["properties"]["headers"]["n"], 0);
+    assert_eq!(peeked[1]["message_count"], 1);
+    assert_eq!(api.get("/api/queues/%2F/work").body["messages"], 3, "requeued, nothing taken");
+    let taken = api
+        .post("/api/queues/%2F/work/get", json!({"count": 10, "ackmode": "ack_requeue_false", "encoding": "base64"}))
+        .body;
+    assert_eq!(taken.as_array().map(Vec::len), Some(3));
+    assert_eq!(taken[0]["redelivered"], true);
+    assert_eq!(taken[0]["payload_encoding"], "base64");
+    assert_eq!(api.get("/api/queues/%2F/work").body["messages"], 0);
+    assert_eq!(api.post("/api/queues/%2F/work/get", json!({"count": 1, "ackmode": "keep"})).status, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_channels_and_consumers_are_listed_and_a_connection_is_closed_with_a_reason() {
+    let broker = start_broker().await;
+    let api = api_of(&broker);
+    let properties = lapin::ConnectionProperties::default().with_connection_name("billing-worker".into());
+    let conn = lapin::Connection::connect(&amqp_uri(&broker), properties).await.expect("connect");
+    let ch = conn.create_channel().await.expect("channel");
+    ch.basic_qos(7, BasicQosOptions::default()).await.expect("qos");
+    ch.queue_declare("jobs".into(), QueueDeclareOptions::default(), FieldTable::default()).await.expect("declare");
+    let _consumer = ch
+        .basic_consume("jobs".into(), "worker-1".into(), Default::default(), FieldTable::default())
+        .await
+        .expect("consume");
+
+    let connections = api.get("/api/connections").body;
+    let connection = &connections[0];
+    assert_eq!((connection["user"].as_str(), connection["vhost"].as_str()), (Some("guest"), Some("/")));
+    assert_eq!(connection["client_properties"]["connection_name"], "billing-worker");
+    assert_eq!(connection["channels"], 1);
+    let name = connection["name"].as_str().expect("name").to_string();
+    let encoded = name.replace(' ', "%20").replace('>', "%3E");
+    assert_eq!(api.get(&format!("/api/connections/{encoded}")).body["name"], name.as_str());
+    let channels = api.get("/api/channels").body;
+    assert_eq!((channels[0]["prefetch_count"].as_u64(), channels[0]["consumer_count"].as_u64()), (Some(7), Some(1)));
+    assert_eq!(api.get(&format!("/api/connections/{encoded}/channels")).body[0]["number"], 1);
+    let consumers = api.get("/api/consumers/%2F").body;
+    assert_eq!(
+        (consumers[0]["consumer_tag"].as_str(), consumers[0]["queue"]["name"].as_str()),
+        (Some("worker-1"), Some("jobs"))
+    );
+    assert_eq!(consumers[0]["prefetch_count"], 7);
+    assert_eq!(api.get("/api/connections/nobody").status, 404);
+
+    let mut events = conn.events_listener();
+    let closed = api.delete_with(&format!("/api/connections/{encoded}"), &[("X-Reason", "maintenance window")]);
+    assert_eq!(closed.status, 204);
+    let error = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match events.next().await {
+                Some(lapin::Event::Error(error)) => return error.to_string(),
+                Some(_) => continue,
+                None => return String::from("no error event"),
+            }
+        }
+    })
+    .await
+    .expect("the connection was closed");
+    assert!(error.contains("CONNECTION_FORCED") && error.contains("maintenance window"), "{error}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while api.get("/api/connections").body.as_array().is_some_and(|c| !c.is_empty()) {
+        assert!(Instant::now() < deadline, "the connection left the list");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_rates_follow_the_traffic() {
+    let broker = start_broker().await;
+    let api = api_of(&broker);
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    ch.queue_declare("busy".into(), QueueDeclareOptions::default(), FieldTable::default()).await.expect("declare");
+    let mut consumer = ch
+        .basic_consume(
+            "busy".into(),
+            "c".into(),
+            BasicConsumeOptions { no_ack: true, ..Default::default() },
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        for _ in 0..50 {
+            ch.basic_publish("".into(), "busy".into(), Default::default(), b"x", BasicProperties::default())
+                .await
+                .expect("publish");
+        }
+        while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(20), consumer.next()).await {}
+        let stats = api.get("/api/queues/%2F/busy").body["message_stats"].clone();
+        let publish = stats["publish_details"]["rate"].as_f64().unwrap_or_default();
+        let deliver = stats["deliver_get_details"]["rate"].as_f64().unwrap_or_default();
+        if publish > 0.0 && deliver > 0.0 {
+            assert!(stats["publish"].as_u64() >= Some(50), "{stats}");
+            let overview = api.get("/api/overview").body;
+            assert!(overview["message_stats"]["publish_details"]["rate"].as_f64() > Some(0.0), "{overview}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "rates never showed the traffic: {stats}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_replayed_by_offset_time_and_tag_without_being_consumed() {
+    let broker = start_broker().await;
+    let api = api_of(&broker);
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    let stream = table(&[("x-queue-type", text("stream"))]);
+    ch.queue_declare("events".into(), durable(), stream).await.expect("declare");
+    let before = warren_delivery_now_ms();
+    for n in 0..10u32 {
+        let tag = if n % 2 == 0 { "even" } else { "odd" };
+        let headers = table(&[("x-stream-filter-value", text(tag))]);
+        let properties = BasicProperties::default().with_headers(headers);
+        let confirm = ch
+            .basic_publish("".into(), "events".into(), Default::default(), format!("event {n}").as_bytes(), properties)
+            .await
+            .expect("publish")
+            .await
+            .expect("confirm");
+        assert!(confirm.is_ack());
+    }
+    let page = api.get("/api/queues/%2F/events/messages?offset=3&count=4").body;
+    let offsets: Vec<u64> =
+        page["messages"].as_array().expect("messages").iter().filter_map(|m| m["offset"].as_u64()).collect();
+    assert_eq!(offsets, [3, 4, 5, 6]);
+    assert_eq!(page["messages"][0]["payload"], "event 3");
+    assert_eq!((page["next_offset"].as_u64(), page["end_offset"].as_u64()), (Some(7), Some(10)));
+    let odd = api.get("/api/queues/%2F/events/messages?offset=first&count=100&filter=odd").body;
+    let payloads: Vec<&str> =
+        odd["messages"].as_array().expect("messages").iter().filter_map(|m| m["payload"].as_str()).collect();
+    assert_eq!(payloads, ["event 1", "event 3", "event 5", "event 7", "event 9"]);
+    let last = api.get("/api/queues/%2F/events/messages?offset=last").body;
+    assert_eq!(last["messages"][0]["offset"], 9);
+    let since = api.get(&format!("/api/queues/%2F/events/messages?timestamp={before}&count=1")).body;
+    assert_eq!(since["messages"][0]["offset"], 0);
+    assert!(since["messages"][0]["timestamp"].as_i64() >= Some(before as i64));
+    // Nothing was consumed: a consumer from the start still gets all ten.
+    ch.basic_qos(100, BasicQosOptions::default()).await.expect("qos");
+    let from_first = table(&[("x-stream-offset", text("first"))]);
+    let mut consumer =
+        ch.basic_consume("events".into(), "reader".into(), Default::default(), from_first).await.expect("consume");
+    for n in 0..10u32 {
+        let delivery = next_delivery(&mut consumer).await;
+        assert_eq!(delivery.data, format!("event {n}").into_bytes());
+    }
+    assert_eq!(api.get("/api/queues/%2F/events/messages?offset=soon").status, 400);
+    ch.queue_declare("plain".into(), QueueDeclareOptions::default(), FieldTable::default()).await.expect("declare");
+    assert_eq!(api.get("/api/queues/%2F/plain/messages").status, 400, "only streams are read by offset");
+}
+
+fn warren_delivery_now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn definitions_exported_from_one_broker_load_into_a_fresh_one() {
+    let first = start_broker().await;
+    let api = api_of(&first);
+    api.put(
+        "/api/exchanges/%2F/ledger",
+        json!({"type": "direct", "durable": true, "arguments": {"alternate-exchange": "amq.fanout"}}),
+    );
+    api.put("/api/queues/%2F/entries", json!({"durable": true, "arguments": {"x-max-priority": 5}}));
+    api.put("/api/queues/%2F/audit", json!({"durable": true, "arguments": {"x-queue-type": "stream"}}));
+    api.post("/api/bindings/%2F/e/ledger/q/entries", json!({"routing_key": "posted"}));
+    api.post("/api/bindings/%2F/e/ledger/q/audit", json!({"routing_key": "posted", "arguments": {"kind": "copy"}}));
+    let exported = api.get("/api/definitions").body;
+    assert_eq!(exported["queues"].as_array().map(Vec::len), Some(2));
+    assert_eq!(exported["exchanges"].as_array().map(Vec::len), Some(1), "amq.* stay out: {}", exported["exchanges"]);
+    assert_eq!(exported["bindings"].as_array().map(Vec::len), Some(2));
+
+    let second = start_broker().await;
+    let fresh = api_of(&second);
+    let mut with_extras = exported.clone();
+    with_extras["vhosts"] = json!([{"name": "/"}, {"name": "staging"}]);
+    with_extras["users"] = json!([{"name": "alice", "password_hash": "x", "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []}]);
+    with_extras["policies"] = json!([{"name": "ha", "vhost": "/", "pattern": ".*", "definition": {}}]);
+    let report = fresh.post("/api/definitions", with_extras).body;
+    assert_eq!(report["applied"], 5, "{report}");
+    let skipped: Vec<&str> =
+        report["skipped"].as_array().expect("skipped").iter().filter_map(|s| s["kind"].as_str()).collect();
+    assert_eq!(skipped, ["user", "vhost", "policy"], "{report}");
+    assert_eq!(fresh.get("/api/queues/%2F/entries").body["arguments"]["x-max-priority"], 5);
+    assert_eq!(fresh.get("/api/queues/%2F/audit").body["type"], "stream");
+    assert_eq!(fresh.get("/api/exchanges/%2F/ledger").body["arguments"]["alternate-exchange"], "amq.fanout");
+    let bindings = fresh.get("/api/exchanges/%2F/ledger/bindings/source").body;
+    assert_eq!(bindings.as_array().map(Vec::len), Some(2));
+    let again = fresh.get("/api/definitions").body;
+    assert_eq!(again["queues"], exported["queues"], "the same definitions come back out");
+    assert_eq!(fresh.post("/api/definitions", json!([1, 2])).status, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_lists_are_paged_filtered_and_sorted() {
+    let broker = start_broker().await;
+    let api = api_of(&broker);
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    for n in 0..30u32 {
+        let name = format!("shard-{n:02}");
+        ch.queue_declare(name.as_str().into(), QueueDeclareOptions::default(), FieldTable::default())
+            .await
+            .expect("declare");
+        for _ in 0..n % 7 {
+            ch.basic_publish("".into(), name.as_str().into(), Default::default(), b"m", BasicProperties::default())
+                .await
+                .expect("publish")
+                .await
+                .expect("confirm");
+        }
+    }
+    let page = api.get("/api/queues/%2F?page=2&page_size=10&sort=name").body;
+    assert_eq!(
+        (page["page_count"].as_u64(), page["total_count"].as_u64(), page["item_count"].as_u64()),
+        (Some(3), Some(30), Some(10))
+    );
+    assert_eq!(page["items"][0]["name"], "shard-10");
+    let deepest = api.get("/api/queues?page=1&page_size=3&sort=messages&sort_reverse=true&columns=name,messages").body;
+    assert!(deepest["items"].as_array().expect("items").iter().all(|q| q["messages"] == 6), "{deepest}");
+    let matched = api.get("/api/queues?name=shard-2%5B0-4%5D&use_regex=true").body;
+    assert_eq!(matched.as_array().map(Vec::len), Some(5));
+    assert_eq!(api.get("/api/queues?page=9&page_size=10").status, 400);
+    assert_eq!(api.get("/api/queues?name=%28&use_regex=true").status, 400);
+}
