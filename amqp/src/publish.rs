@@ -24,10 +24,15 @@ struct Batch {
     outcomes: Vec<Outcome>,
     /// The highest offset written per log: the batch is safe once each is durable.
     marks: Vec<DurableMark>,
+    /// When its first publish was settled, for the confirm latency.
+    started: Option<std::time::Instant>,
 }
 
 impl Batch {
     fn encode(&self, channel: u16, durable: bool) -> Bytes {
+        if let Some(started) = self.started {
+            warren_delivery::message_store::CONFIRM_LATENCY.record(started.elapsed());
+        }
         let mut out = BytesMut::new();
         for outcome in &self.outcomes {
             match *outcome {
@@ -83,6 +88,7 @@ impl Confirms {
 
     /// Records the outcome of publish `sequence`.
     pub fn settle(&mut self, sequence: u64, stored: bool) {
+        self.batch.started.get_or_insert_with(std::time::Instant::now);
         let outcomes = &mut self.batch.outcomes;
         match (outcomes.last_mut(), stored) {
             (Some(Outcome::AckUpTo(upto)), true) => *upto = sequence,

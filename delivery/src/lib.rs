@@ -38,3 +38,4 @@ pub use properties::{Properties, PropertiesError};
 pub use queue::{ConnectionId, GetResult, Queue, QueueDefinition, Reply};
 pub use session::{Delivery, DeliverySink, ReplyDelivery, Session, SessionId};
 pub use vhost::VirtualHost;
+pub use warren_storage::latency;

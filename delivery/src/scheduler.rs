@@ -69,6 +69,10 @@ pub struct FiringLateness {
     pub late: u64,
 }
 
+/// How late delayed messages fire after their due time, for the metrics.
+pub static FIRING_LATENESS: warren_storage::latency::LatencyHistogram =
+    warren_storage::latency::LatencyHistogram::new();
+
 /// Firing this much after the due time counts as late in [`FiringLateness`].
 pub const LATE_THRESHOLD_MS: u64 = 50;
 
@@ -152,6 +156,7 @@ impl Scheduler {
     }
 
     fn note_firing(&self, late_ms: u64) {
+        FIRING_LATENESS.record(std::time::Duration::from_millis(late_ms));
         let mut lateness = self.lateness.lock();
         lateness.fired += 1;
         lateness.max_late_ms = lateness.max_late_ms.max(late_ms);

@@ -14,6 +14,7 @@ mod error;
 mod flusher;
 mod graveyard;
 mod group_commit;
+pub mod latency;
 mod log;
 pub mod raft;
 mod reader;

@@ -53,7 +53,10 @@ impl SegmentFile {
     /// fsyncs the file's data (`fdatasync`: the size is the only metadata a log needs,
     /// and `fdatasync` covers it).
     pub(crate) fn sync(&self) -> Result<()> {
-        self.file.sync_data().at(&self.path)
+        let started = std::time::Instant::now();
+        let synced = self.file.sync_data().at(&self.path);
+        crate::latency::FSYNC_LATENCY.record(started.elapsed());
+        synced
     }
 }
 

@@ -352,3 +352,51 @@ async fn long_lists_are_paged_filtered_and_sorted() {
     assert_eq!(api.get("/api/queues?page=9&page_size=10").status, 400);
     assert_eq!(api.get("/api/queues?name=%28&use_regex=true").status, 400);
 }
+
+/// The value of the unlabelled sample `name` in a Prometheus exposition.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_metrics_count_what_happens() {
+    let broker = start_broker().await;
+    let http = broker.http_addr.expect("management API");
+    let scrape = |path: &str| -> String {
+        tokio::task::block_in_place(|| {
+            ureq::get(&format!("http://{http}{path}")).call().expect("scrape").into_string().expect("text")
+        })
+    };
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    let durable_queue = QueueDeclareOptions { durable: true, ..Default::default() };
+    ch.queue_declare("metered".into(), durable_queue, FieldTable::default()).await.expect("declare");
+    for _ in 0..20 {
+        let persistent = BasicProperties::default().with_delivery_mode(2);
+        let confirm =
+            ch.basic_publish("".into(), "metered".into(), Default::default(), b"m", persistent).await.expect("publish");
+        assert!(confirm.await.expect("confirm").is_ack());
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let text = loop {
+        let text = scrape("/metrics");
+        if sample(&text, "rabbitmq_global_messages_received_total") == Some(20.0) {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "the sampler never counted the publishes:\n{text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(sample(&text, "rabbitmq_connections"), Some(1.0));
+    assert_eq!(sample(&text, "rabbitmq_queues"), Some(1.0));
+    assert_eq!(sample(&text, "rabbitmq_queue_messages_ready"), Some(20.0));
+    assert!(sample(&text, "warren_queue_disk_bytes") > Some(0.0), "durable messages are on disk");
+    assert!(sample(&text, "warren_fsync_seconds_count") > Some(0.0), "fsyncs are timed");
+    assert!(sample(&text, "warren_confirm_latency_seconds_count") > Some(0.0), "confirms are timed");
+    assert!(sample(&text, "rabbitmq_process_resident_memory_bytes") > Some(0.0));
+    assert!(!text.contains("queue=\"metered\""), "the aggregated endpoint has no series per queue");
+    let per_object = scrape("/metrics/per-object");
+    assert!(
+        per_object.contains(r#"rabbitmq_detailed_queue_messages_ready{vhost="/",queue="metered"} 20"#),
+        "{per_object}"
+    );
+}

@@ -5,6 +5,7 @@
 //! - `api`: the routes and their JSON, a module per resource.
 //! - `listing`: pagination, sorting, filtering and columns of the list endpoints.
 //! - `rates`: the sampler behind `message_stats` and the charts.
+//! - `metrics`: Prometheus metrics (`/metrics`, `/metrics/per-object`).
 //! - `json_table`, `message_json`: field tables and messages in the API's JSON.
 //! - `error`: errors as RabbitMQ's API answers them (`{"error": ..., "reason": ...}`).
 
@@ -14,6 +15,7 @@ mod error;
 mod json_table;
 mod listing;
 mod message_json;
+mod metrics;
 pub mod rates;
 
 pub use api::{router, ClusterView, Listener, Management, NodeStatus};

@@ -39,6 +39,8 @@ pub struct DelayedMessages {
     vhost: Weak<VirtualHost>,
     scheduler: SchedulerHandle,
     stores: Mutex<Stores>,
+    /// Messages held now, for the metrics.
+    pending: std::sync::atomic::AtomicU64,
     me: Weak<DelayedMessages>,
 }
 
@@ -61,6 +63,7 @@ impl DelayedMessages {
             vhost,
             scheduler,
             stores: Mutex::new(Stores { durable, memory: MemoryStore::default() }),
+            pending: std::sync::atomic::AtomicU64::new(0),
             me: Weak::clone(me),
         })
     }
@@ -86,6 +89,7 @@ impl DelayedMessages {
     }
 
     fn schedule(&self, key: u64, at_ms: u64) {
+        self.pending.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let target: Weak<dyn DelayedTarget> = Weak::clone(&self.me) as Weak<dyn DelayedTarget>;
         self.scheduler.schedule(at_ms, TimerEvent::Delayed { target, key, due_ms: at_ms });
     }
@@ -103,8 +107,14 @@ impl DelayedMessages {
         Ok(appended.durable)
     }
 
+    /// Messages held now.
+    pub fn pending(&self) -> u64 {
+        self.pending.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Takes the messages `keys` out of the stores: one removal (one ack-log record) per store.
     fn take(&self, keys: &[u64]) -> Vec<Message> {
+        self.pending.fetch_sub((keys.len() as u64).min(self.pending()), std::sync::atomic::Ordering::Relaxed);
         let mut stores = self.stores.lock();
         let mut taken = Vec::with_capacity(keys.len());
         for in_memory in [true, false] {
@@ -139,6 +149,7 @@ impl DelayedMessages {
 
     /// The exchange was deleted: its held messages go with it.
     pub fn destroy(&self) {
+        self.pending.store(0, std::sync::atomic::Ordering::Relaxed);
         let mut stores = self.stores.lock();
         stores.memory = MemoryStore::default();
         if let Some(store) = stores.durable.take() {

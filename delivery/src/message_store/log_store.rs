@@ -377,6 +377,10 @@ fn swap_compacted_ack_log(dir: &Path) -> Result<(), StoreError> {
 }
 
 impl MessageStore for LogStore {
+    fn disk_bytes(&self) -> u64 {
+        self.messages.size_bytes() + self.acks.size_bytes()
+    }
+
     fn append(&mut self, message: &Arc<Message>) -> Result<Appended, StoreError> {
         self.scratch.clear();
         message_codec::encode(message, &mut self.scratch);

@@ -13,6 +13,11 @@ pub use commit_wait::CommitTracker;
 
 pub use log_store::{LogStore, LogStoreConfig};
 
+/// How long publisher confirms take, from the first publish of a batch of frames to the
+/// confirm sent for it (the protocol layer records it; the metrics show it).
+pub static CONFIRM_LATENCY: warren_storage::latency::LatencyHistogram =
+    warren_storage::latency::LatencyHistogram::new();
+
 use crate::message::Message;
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -185,6 +190,10 @@ pub trait MessageStore: Send {
         Ok(())
     }
     /// The broker is stopping: make everything stored durable.
+    /// Bytes the store keeps on disk (0 for one kept in memory).
+    fn disk_bytes(&self) -> u64 {
+        0
+    }
     fn close(&mut self) -> Result<(), StoreError> {
         Ok(())
     }

@@ -275,6 +275,10 @@ impl ClassicQueue {
 }
 
 impl QueueKind for ClassicQueue {
+    fn disk_bytes(&self) -> u64 {
+        self.state.lock().durable_store.as_ref().map_or(0, |store| store.disk_bytes())
+    }
+
     /// Stores a message and dispatches it if a consumer has credit.
     fn publish(&self, queue: &Arc<Queue>, message: Arc<Message>) -> Result<Published, StoreError> {
         self.with_state(queue, |state| {

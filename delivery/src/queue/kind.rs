@@ -85,6 +85,10 @@ pub(crate) trait QueueKind: Send + Sync {
     /// The queue was deleted: release its storage; returns its message count and its
     /// consumers, for cancelling.
     fn mark_deleted(&self, queue: &Arc<Queue>) -> (u32, Vec<Arc<Consumer>>);
+    /// Bytes the queue keeps on this node's disk.
+    fn disk_bytes(&self) -> u64 {
+        self.as_stream().map_or(0, Stream::disk_bytes)
+    }
     /// The stream, if this kind is one: for reads by offset.
     fn as_stream(&self) -> Option<&Stream> {
         None

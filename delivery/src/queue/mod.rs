@@ -275,6 +275,11 @@ impl Queue {
         published
     }
 
+    /// Bytes it keeps on this node's disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.kind.disk_bytes()
+    }
+
     /// Its message counters.
     pub fn stats(&self) -> &QueueStats {
         &self.stats

@@ -445,6 +445,10 @@ impl Inner {
 }
 
 impl QueueKind for QuorumQueue {
+    fn disk_bytes(&self) -> u64 {
+        self.inner.group.size_bytes()
+    }
+
     /// Proposes the message; a confirm waits for its commit (a nack if `x-overflow` refuses
     /// it when applied).
     fn publish(&self, queue: &Arc<Queue>, message: Arc<Message>) -> Result<Published, StoreError> {

@@ -159,6 +159,11 @@ impl Stream {
         (self.log.first_offset(), self.log.next_offset())
     }
 
+    /// Bytes the stream keeps on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.log.size_bytes()
+    }
+
     /// Where `spec` points in the stream now (as for a consumer starting there).
     pub fn offset_of(&self, spec: OffsetSpec) -> Result<u64, StoreError> {
         spec.resolve(&self.log).map_err(StoreError::from)

@@ -104,6 +104,7 @@ pub fn router(management: Management) -> Router {
         .merge(definitions::routes())
         .merge(messages::routes())
         .merge(cluster::routes())
+        .merge(crate::metrics::routes())
         .with_state(management)
 }
 

@@ -1,0 +1,239 @@
+//! Prometheus metrics in the text exposition format (0.0.4), named as RabbitMQ's Prometheus
+//! plugin names them where it has a name, so that its dashboards mostly work: `GET /metrics`
+//! aggregates over all queues (cheap with 10,000 of them), `GET /metrics/per-object` has one
+//! series per queue. Warren's own figures are prefixed `warren_`.
+//!
+//! The exposition is written here rather than through a metrics registry crate: every figure
+//! is read at scrape time from the broker's own counters and state, so a registry would only
+//! hold copies of them.
+
+use crate::api::Management;
+use crate::rates::QueueRates;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use std::fmt::Write;
+use warren_delivery::latency::{HistogramSnapshot, BUCKET_BOUNDS_SECONDS, FSYNC_LATENCY};
+use warren_delivery::queue::MessageCounts;
+
+/// The metrics routes (no authentication, as RabbitMQ's Prometheus endpoint).
+pub fn routes() -> Router<Management> {
+    Router::new().route("/metrics", get(aggregated)).route("/metrics/per-object", get(per_object))
+}
+
+/// The text of an exposition, family by family.
+#[derive(Default)]
+struct Exposition {
+    text: String,
+}
+
+/// A metric family's kind.
+#[derive(Clone, Copy)]
+enum Kind {
+    Gauge,
+    Counter,
+}
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: Kind, help: &str) {
+        let kind = match kind {
+            Kind::Gauge => "gauge",
+            Kind::Counter => "counter",
+        };
+        let _ = writeln!(self.text, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.text.push_str(name);
+        if !labels.is_empty() {
+            self.text.push('{');
+            for (i, (key, label)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.text.push(',');
+                }
+                let _ = write!(self.text, "{key}=\"{}\"", escape(label));
+            }
+            self.text.push('}');
+        }
+        let _ = writeln!(self.text, " {value}");
+    }
+
+    /// A family with one unlabelled sample.
+    fn single(&mut self, name: &str, kind: Kind, help: &str, value: f64) {
+        self.family(name, kind, help);
+        self.sample(name, &[], value);
+    }
+
+    fn histogram(&mut self, name: &str, help: &str, snapshot: &HistogramSnapshot) {
+        let _ = writeln!(self.text, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (bound, count) in BUCKET_BOUNDS_SECONDS.iter().zip(&snapshot.cumulative) {
+            let _ = writeln!(self.text, "{name}_bucket{{le=\"{bound}\"}} {count}");
+        }
+        let _ = writeln!(self.text, "{name}_bucket{{le=\"+Inf\"}} {}", snapshot.count);
+        let _ = writeln!(self.text, "{name}_sum {}", snapshot.sum_seconds);
+        let _ = writeln!(self.text, "{name}_count {}", snapshot.count);
+    }
+}
+
+/// A label value with backslash, quote and newline escaped, as the format requires.
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn respond(exposition: Exposition) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], exposition.text)
+}
+
+/// This process's resident memory and open file descriptors, from `/proc` (0 elsewhere).
+fn process_figures() -> (f64, f64) {
+    let rss_kib = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| status.lines().find_map(|l| l.strip_prefix("VmRSS:").map(str::to_string)))
+        .and_then(|value| value.split_whitespace().next().and_then(|kib| kib.parse::<f64>().ok()))
+        .unwrap_or(0.0);
+    let fds = std::fs::read_dir("/proc/self/fd").map(|entries| entries.count() as f64).unwrap_or(0.0);
+    (rss_kib * 1024.0, fds)
+}
+
+/// The figures of the whole node: connections, channels, consumers, queues and their
+/// messages, message counters, memory, disk, delayed messages and the latency histograms.
+fn node_figures(api: &Management, exposition: &mut Exposition) {
+    let broker = api.broker();
+    let connections = broker.connections().all();
+    let channels: Vec<_> = connections.iter().flat_map(|c| c.channels()).collect();
+    let consumers: usize = channels.iter().map(|(_, session)| session.consumers().len()).sum();
+    let queues: Vec<_> = broker.vhosts().iter().flat_map(|v| v.queues()).collect();
+    let ready: u64 = queues.iter().map(|q| u64::from(q.message_count())).sum();
+    let unacked: u64 = queues.iter().map(|q| u64::from(q.unacked_count())).sum();
+    let disk: u64 = queues.iter().map(|q| q.disk_bytes()).sum();
+    let delayed: u64 =
+        broker.vhosts().iter().flat_map(|v| v.exchanges()).filter_map(|e| e.delayed().map(|d| d.pending())).sum();
+    let (rss, fds) = process_figures();
+    let totals = api.rates().totals();
+    exposition.single("rabbitmq_connections", Kind::Gauge, "Connections currently open", connections.len() as f64);
+    exposition.single("rabbitmq_channels", Kind::Gauge, "Channels currently open", channels.len() as f64);
+    exposition.single("rabbitmq_consumers", Kind::Gauge, "Consumers currently connected", consumers as f64);
+    exposition.single("rabbitmq_queues", Kind::Gauge, "Queues available", queues.len() as f64);
+    exposition.single(
+        "rabbitmq_queue_messages_ready",
+        Kind::Gauge,
+        "Messages ready to be delivered to consumers",
+        ready as f64,
+    );
+    exposition.single(
+        "rabbitmq_queue_messages_unacked",
+        Kind::Gauge,
+        "Messages delivered to consumers but not yet acknowledged",
+        unacked as f64,
+    );
+    exposition.single(
+        "rabbitmq_queue_messages",
+        Kind::Gauge,
+        "Sum of ready and unacknowledged messages",
+        (ready + unacked) as f64,
+    );
+    counters(exposition, "rabbitmq_global_messages", &totals);
+    exposition.single("rabbitmq_process_resident_memory_bytes", Kind::Gauge, "Memory used in bytes", rss);
+    exposition.single("rabbitmq_process_open_fds", Kind::Gauge, "Open file descriptors", fds);
+    exposition.single(
+        "warren_queue_disk_bytes",
+        Kind::Gauge,
+        "Bytes the queues keep on disk on this node",
+        disk as f64,
+    );
+    exposition.single(
+        "warren_delayed_messages",
+        Kind::Gauge,
+        "Messages delayed exchanges hold until they are due",
+        delayed as f64,
+    );
+    exposition.histogram("warren_fsync_seconds", "How long fsyncs of the logs take", &FSYNC_LATENCY.snapshot());
+    exposition.histogram(
+        "warren_delayed_message_lateness_seconds",
+        "How late delayed messages are routed after their due time",
+        &warren_delivery::scheduler::FIRING_LATENESS.snapshot(),
+    );
+    exposition.histogram(
+        "warren_confirm_latency_seconds",
+        "Time from a publish to its publisher confirm",
+        &warren_delivery::message_store::CONFIRM_LATENCY.snapshot(),
+    );
+}
+
+/// A per-queue gauge: its name, its help, how to read it.
+type QueueGauge = (&'static str, &'static str, fn(&warren_delivery::Queue) -> f64);
+
+/// The message counters a family is made of: its name's middle, its help, its value.
+type Counter = (&'static str, &'static str, fn(&MessageCounts) -> u64);
+
+/// The message counters, as RabbitMQ's plugin names them.
+const COUNTERS: [Counter; 4] = [
+    ("received", "Messages published", |c| c.publish),
+    ("delivered", "Messages delivered to consumers and taken by basic.get", |c| c.deliver_get()),
+    ("acknowledged", "Messages acknowledged by consumers", |c| c.ack),
+    ("redelivered", "Messages delivered again", |c| c.redeliver),
+];
+
+/// The message counters of `sampled` as counter families named `{prefix}_..._total`.
+fn counters(exposition: &mut Exposition, prefix: &str, sampled: &QueueRates) {
+    for (what, help, value) in COUNTERS {
+        let name = format!("{prefix}_{what}_total");
+        exposition.family(&name, Kind::Counter, help);
+        exposition.sample(&name, &[], value(&sampled.counts) as f64);
+    }
+}
+
+async fn aggregated(State(api): State<Management>) -> impl IntoResponse {
+    let mut exposition = Exposition::default();
+    node_figures(&api, &mut exposition);
+    respond(exposition)
+}
+
+/// One series per queue (and the node's figures): for dashboards of few queues.
+async fn per_object(State(api): State<Management>) -> impl IntoResponse {
+    let mut exposition = Exposition::default();
+    node_figures(&api, &mut exposition);
+    let rates = api.rates().queues();
+    let mut queues: Vec<(String, std::sync::Arc<warren_delivery::Queue>)> = Vec::new();
+    for vhost in api.broker().vhosts() {
+        queues.extend(vhost.queues().into_iter().map(|q| (vhost.name().to_string(), q)));
+    }
+    let gauges: [QueueGauge; 4] = [
+        ("rabbitmq_detailed_queue_messages_ready", "Messages ready in the queue", |q| f64::from(q.message_count())),
+        ("rabbitmq_detailed_queue_messages_unacked", "Messages delivered and not acknowledged", |q| {
+            f64::from(q.unacked_count())
+        }),
+        ("rabbitmq_detailed_queue_consumers", "Consumers of the queue", |q| f64::from(q.consumer_count())),
+        ("warren_detailed_queue_disk_bytes", "Bytes the queue keeps on disk on this node", |q| q.disk_bytes() as f64),
+    ];
+    for (name, help, read) in gauges {
+        exposition.family(name, Kind::Gauge, help);
+        for (vhost, queue) in &queues {
+            exposition.sample(name, &[("vhost", vhost), ("queue", queue.name())], read(queue));
+        }
+    }
+    for (what, help, value) in COUNTERS {
+        let name = format!("rabbitmq_detailed_queue_messages_{what}_total");
+        exposition.family(&name, Kind::Counter, help);
+        for (vhost, queue) in &queues {
+            let sampled = rates.get(&(vhost.clone(), queue.name().to_string())).copied().unwrap_or_default();
+            exposition.sample(&name, &[("vhost", vhost), ("queue", queue.name())], value(&sampled.counts) as f64);
+        }
+    }
+    respond(exposition)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut exposition = Exposition::default();
+        exposition.family("x", Kind::Gauge, "a gauge");
+        exposition.sample("x", &[("queue", "a\"b\\c\nd")], 1.0);
+        assert!(exposition.text.contains(r#"x{queue="a\"b\\c\nd"} 1"#), "{}", exposition.text);
+    }
+}
