@@ -400,3 +400,96 @@ async fn prometheus_metrics_count_what_happens() {
         "{per_object}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_feed_pushes_figures_every_second_and_answers_browse_requests() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+    let broker = start_broker().await;
+    let http = broker.http_addr.expect("management API");
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    ch.queue_declare("feed-log".into(), durable(), table(&[("x-queue-type", text("stream"))])).await.expect("declare");
+    for n in 0..5u8 {
+        let body = [n];
+        let confirm =
+            ch.basic_publish("".into(), "feed-log".into(), Default::default(), &body, BasicProperties::default());
+        assert!(confirm.await.expect("publish").await.expect("confirm").is_ack());
+    }
+
+    // Without credentials the upgrade is refused.
+    let anonymous = tokio_tungstenite::connect_async(format!("ws://{http}/ws")).await;
+    assert!(anonymous.is_err(), "no feed without a login");
+    // A session cookie from /api/login opens it, as the UI does.
+    let login = tokio::task::block_in_place(|| {
+        let form = json!({"username": "guest", "password": "guest"});
+        ureq::post(&format!("http://{http}/api/login")).send_json(form).expect("login")
+    });
+    let cookie = login.header("set-cookie").expect("a session cookie").to_string();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    let mut request = format!("ws://{http}/ws").into_client_request().expect("request");
+    let session = cookie.split(';').next().expect("name=value").to_string();
+    request.headers_mut().insert("cookie", session.parse().expect("header"));
+    let (mut feed, _) = tokio_tungstenite::connect_async(request).await.expect("the feed opens");
+    let hello = next_json(&mut feed).await;
+    assert_eq!((hello["type"].as_str(), hello["user"].as_str()), (Some("hello"), Some("guest")));
+    assert!(hello["history"].is_array());
+    let tick = next_json(&mut feed).await;
+    assert_eq!(tick["type"], "tick");
+    assert!(tick.get("queues").is_none(), "queues only when subscribed");
+
+    let subscribe = json!({"type": "subscribe", "queues": true, "queue": {"vhost": "/", "name": "feed-log"}});
+    feed.send(Message::Text(subscribe.to_string().into())).await.expect("send");
+    let tick = loop {
+        let tick = next_json(&mut feed).await;
+        if tick.get("queues").is_some() {
+            break tick;
+        }
+    };
+    assert_eq!(tick["queues"][0]["name"], "feed-log");
+    assert_eq!(tick["queue"]["type"], "stream");
+    let started = Instant::now();
+    let following = loop {
+        let tick = next_json(&mut feed).await;
+        if tick["type"] == "tick" {
+            break tick;
+        }
+    };
+    assert!(started.elapsed() < Duration::from_millis(2_500), "pushed about every second");
+    assert_eq!(following["overview"]["connections"], 1);
+
+    let browse = json!({"type": "browse", "id": 7, "vhost": "/", "queue": "feed-log", "offset": "2", "count": 2});
+    feed.send(Message::Text(browse.to_string().into())).await.expect("send");
+    let answer = loop {
+        let message = next_json(&mut feed).await;
+        if message["type"] == "messages" {
+            break message;
+        }
+    };
+    assert_eq!(answer["id"], 7);
+    let offsets: Vec<u64> =
+        answer["messages"].as_array().expect("messages").iter().filter_map(|m| m["offset"].as_u64()).collect();
+    assert_eq!(offsets, [2, 3]);
+    let odd = json!({"type": "browse", "id": 8, "vhost": "/", "queue": "nowhere"});
+    feed.send(Message::Text(odd.to_string().into())).await.expect("send");
+    let refused = loop {
+        let message = next_json(&mut feed).await;
+        if message["type"] == "messages" {
+            break message;
+        }
+    };
+    assert!(refused["error"].as_str().is_some_and(|e| e.contains("nowhere")), "{refused}");
+}
+
+type Feed = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The feed's next JSON message (within 5 s).
+async fn next_json(feed: &mut Feed) -> Value {
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(5), feed.next()).await.expect("a message");
+        if let tokio_tungstenite::tungstenite::Message::Text(text) = message.expect("open").expect("frame") {
+            return serde_json::from_str(text.as_str()).expect("json");
+        }
+    }
+}

@@ -12,6 +12,9 @@ pub struct ApiError {
     status: StatusCode,
     error: &'static str,
     reason: String,
+    /// A 401 asks for Basic credentials (`WWW-Authenticate`) unless the UI made the request:
+    /// a browser would pop up its own login box over the UI's.
+    challenge: bool,
 }
 
 impl ApiError {
@@ -23,7 +26,20 @@ impl ApiError {
             StatusCode::BAD_REQUEST => "bad_request",
             _ => "internal_error",
         };
-        ApiError { status, error, reason: reason.into() }
+        ApiError { status, error, reason: reason.into(), challenge: true }
+    }
+
+    /// The same error without asking the browser for credentials.
+    pub fn without_challenge(mut self) -> Self {
+        self.challenge = false;
+        self
+    }
+}
+
+impl ApiError {
+    /// Why, as the body's `reason` says.
+    pub fn reason(&self) -> &str {
+        &self.reason
     }
 }
 
@@ -46,7 +62,7 @@ impl From<BrokerError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = Json(serde_json::json!({ "error": self.error, "reason": self.reason }));
-        if self.status == StatusCode::UNAUTHORIZED {
+        if self.status == StatusCode::UNAUTHORIZED && self.challenge {
             return (self.status, [(header::WWW_AUTHENTICATE, "Basic realm=\"Warren Management\"")], body)
                 .into_response();
         }

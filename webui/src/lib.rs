@@ -1,7 +1,9 @@
 //! warren-webui: the HTTP management API in RabbitMQ's shapes, so that its tools work against
 //! Warren, and the figures it serves.
 //!
-//! - `auth`: HTTP Basic authentication against the broker's users.
+//! - `auth`: HTTP Basic authentication against the broker's users, and the UI's sessions.
+//! - `feed`: the WebSocket live feed (`/ws`) the UI renders.
+//! - `ui`: the browser UI, static files embedded in the binary.
 //! - `api`: the routes and their JSON, a module per resource.
 //! - `listing`: pagination, sorting, filtering and columns of the list endpoints.
 //! - `rates`: the sampler behind `message_stats` and the charts.
@@ -12,11 +14,13 @@
 mod api;
 mod auth;
 mod error;
+mod feed;
 mod json_table;
 mod listing;
 mod message_json;
 mod metrics;
 pub mod rates;
+mod ui;
 
 pub use api::{router, ClusterView, Listener, Management, NodeStatus};
 
@@ -32,7 +36,7 @@ pub async fn serve(listener: TcpListener, management: Management, mut shutdown: 
         shutdown.clone(),
     );
     tokio::spawn(sampler);
-    let app = router(management);
+    let app = router(management.stopping_with(shutdown.clone()));
     let stopping = async move {
         let _ = shutdown.wait_for(|stop| *stop).await;
     };

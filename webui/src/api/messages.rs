@@ -168,9 +168,9 @@ async fn get_messages(
     Ok(Json(Value::Array(answer)))
 }
 
-/// What a replay asks for.
+/// What a replay asks for (by the query string, or in a request on the live feed).
 #[derive(Debug, Default, Deserialize)]
-struct ReplayQuery {
+pub(crate) struct ReplayQuery {
     /// An offset, `first`, `last` or `next` (default `first`).
     offset: Option<String>,
     /// Start at the first message appended at or after this time (ms since the epoch).
@@ -206,7 +206,12 @@ async fn replay(
     Path((vhost, name)): Path<(String, String)>,
     Query(query): Query<ReplayQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let queue = api.vhost(&vhost)?.queue(&name)?;
+    read_stream(&api, &vhost, &name, &query).map(Json)
+}
+
+/// Reads queue `name` of `vhost`, a stream, as `query` says.
+pub(crate) fn read_stream(api: &Management, vhost: &str, name: &str, query: &ReplayQuery) -> Result<Value, ApiError> {
+    let queue = api.vhost(vhost)?.queue(name)?;
     let stream = queue.stream().ok_or_else(|| {
         bad_request(format!("queue '{name}' is not a stream: only streams are read by offset (so far)"))
     })?;
@@ -219,7 +224,7 @@ async fn replay(
         .map(|f| TagFilter::new(f.split(',').map(|tag| tag.as_bytes().to_vec()).collect(), false));
     let internal =
         |e: warren_delivery::message_store::StoreError| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
-    let from = stream.offset_of(start_of(&query)?).map_err(internal)?;
+    let from = stream.offset_of(start_of(query)?).map_err(internal)?;
     let batch = stream.read(from, count, max_bytes, filter.as_ref()).map_err(internal)?;
     let (encoding, truncate) =
         (query.encoding.as_deref().unwrap_or("auto"), query.truncate.unwrap_or(DEFAULT_TRUNCATE_BYTES));
@@ -233,14 +238,14 @@ async fn replay(
             item
         })
         .collect();
-    Ok(Json(json!({
+    Ok(json!({
         "queue": name,
         "vhost": vhost,
         "messages": messages,
         "next_offset": batch.next_offset,
         "first_offset": batch.first_offset,
         "end_offset": batch.end_offset,
-    })))
+    }))
 }
 
 /// RabbitMQ's aliveness test: declares `queue` (durable, in `vhost`), publishes a message to

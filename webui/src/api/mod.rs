@@ -18,7 +18,10 @@ mod overview;
 mod queues;
 
 pub use cluster::{ClusterView, NodeStatus};
+pub(crate) use messages::{read_stream, ReplayQuery};
+pub(crate) use queues::queue_json;
 
+use crate::auth::Sessions;
 use crate::error::ApiError;
 use crate::rates::{QueueRates, Rates};
 use axum::http::StatusCode;
@@ -43,8 +46,10 @@ pub struct Management {
     broker: Arc<Broker>,
     cluster: Arc<dyn ClusterView>,
     rates: Arc<Rates>,
+    sessions: Arc<Sessions>,
     listeners: Arc<Vec<Listener>>,
     started_at_ms: u64,
+    shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Management {
@@ -54,9 +59,27 @@ impl Management {
             broker,
             cluster,
             rates: Arc::new(Rates::default()),
+            sessions: Arc::new(Sessions::default()),
             listeners: Arc::new(listeners),
             started_at_ms: warren_delivery::scheduler::now_ms(),
+            shutdown: tokio::sync::watch::channel(false).1,
         }
+    }
+
+    /// The same API, stopping its long-lived parts (WebSockets) when `shutdown` turns true.
+    pub fn stopping_with(mut self, shutdown: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.shutdown = shutdown;
+        self
+    }
+
+    /// Turns true when the broker stops.
+    pub(crate) fn shutdown(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.shutdown.clone()
+    }
+
+    /// The UI's login sessions.
+    pub(crate) fn sessions(&self) -> &Sessions {
+        &self.sessions
     }
 
     /// The broker.
@@ -72,6 +95,11 @@ impl Management {
     /// This node's name.
     pub fn node(&self) -> String {
         self.cluster.local_node()
+    }
+
+    /// The cluster's nodes as the API lists them.
+    pub(crate) fn cluster_nodes(&self) -> Vec<NodeStatus> {
+        self.cluster.nodes()
     }
 
     /// The listeners.
@@ -105,6 +133,9 @@ pub fn router(management: Management) -> Router {
         .merge(messages::routes())
         .merge(cluster::routes())
         .merge(crate::metrics::routes())
+        .merge(crate::auth::routes())
+        .merge(crate::feed::routes())
+        .merge(crate::ui::routes())
         .with_state(management)
 }
 
