@@ -103,9 +103,10 @@ impl ListQuery {
             }
         }
         let filtered = items.len();
-        if let Some(sort) = self.sort.as_deref().filter(|s| !s.is_empty()) {
-            items.sort_by(|a, b| compare(field(a, sort), field(b, sort)));
-        }
+        // By name unless told otherwise, as RabbitMQ lists (a stable sort: bindings, which
+        // have no name, keep their order).
+        let sort = self.sort.as_deref().filter(|s| !s.is_empty()).unwrap_or("name");
+        items.sort_by(|a, b| compare(field(a, sort), field(b, sort)));
         if truthy(&self.sort_reverse) {
             items.reverse();
         }

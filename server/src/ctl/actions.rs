@@ -1,0 +1,257 @@
+//! The verbs that change or read things through the API: queues, exchanges, bindings,
+//! connections, messages, definitions, and the broker's status.
+
+use super::client::{encode, Client};
+use super::output::{print, say, Format};
+use super::CtlError;
+use serde_json::{json, Value};
+
+fn queue_path(vhost: &str, queue: &str) -> String {
+    format!("/api/queues/{}/{}", encode(vhost), encode(queue))
+}
+
+fn json_argument(text: &Option<String>) -> Result<Value, CtlError> {
+    match text {
+        None => Ok(json!({})),
+        Some(text) => serde_json::from_str(text).map_err(|e| CtlError(format!("--arguments is not JSON: {e}"))),
+    }
+}
+
+/// `status`: the overview.
+pub fn status(client: &Client, format: Format) -> Result<(), CtlError> {
+    let overview = client.get("/api/overview")?;
+    if format == Format::Json {
+        say(&format!("{}\n", serde_json::to_string_pretty(&overview).unwrap_or_default()));
+        return Ok(());
+    }
+    let totals = &overview["object_totals"];
+    let queued = &overview["queue_totals"];
+    let rates = &overview["message_stats"];
+    let listeners: Vec<String> = overview["listeners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|l| {
+            format!(
+                "{} {}:{}",
+                l["protocol"].as_str().unwrap_or("?"),
+                l["ip_address"].as_str().unwrap_or("?"),
+                l["port"]
+            )
+        })
+        .collect();
+    let lines = [
+        format!(
+            "{} {} on node {}, cluster {}",
+            overview["product_name"].as_str().unwrap_or("Warren"),
+            overview["product_version"].as_str().unwrap_or("?"),
+            overview["node"].as_str().unwrap_or("?"),
+            overview["cluster_name"].as_str().unwrap_or("?")
+        ),
+        format!("uptime: {} s", overview["uptime_ms"].as_u64().unwrap_or(0) / 1000),
+        format!("listeners: {}", listeners.join(", ")),
+        format!(
+            "connections: {}, channels: {}, consumers: {}, queues: {}, exchanges: {}",
+            totals["connections"], totals["channels"], totals["consumers"], totals["queues"], totals["exchanges"]
+        ),
+        format!(
+            "messages: {} ({} ready, {} unacknowledged)",
+            queued["messages"], queued["messages_ready"], queued["messages_unacknowledged"]
+        ),
+        format!(
+            "rates: publish {:.1}/s, deliver {:.1}/s, ack {:.1}/s",
+            rate(rates, "publish"),
+            rate(rates, "deliver_get"),
+            rate(rates, "ack")
+        ),
+    ];
+    say(&lines.map(|l| l + "\n").concat());
+    Ok(())
+}
+
+fn rate(stats: &Value, name: &str) -> f64 {
+    stats[format!("{name}_details")]["rate"].as_f64().unwrap_or(0.0)
+}
+
+/// `declare_queue`.
+pub fn declare_queue(
+    client: &Client,
+    vhost: &str,
+    queue: &str,
+    kind: &str,
+    durable: bool,
+    arguments: &Option<String>,
+) -> Result<(), CtlError> {
+    let mut arguments = json_argument(arguments)?;
+    arguments["x-queue-type"] = json!(kind);
+    client.send("PUT", &queue_path(vhost, queue), &json!({ "durable": durable, "arguments": arguments }))?;
+    say(&format!("declared {kind} queue '{queue}'\n"));
+    Ok(())
+}
+
+/// `delete_queue`.
+pub fn delete_queue(
+    client: &Client,
+    vhost: &str,
+    queue: &str,
+    if_empty: bool,
+    if_unused: bool,
+) -> Result<(), CtlError> {
+    client.delete(&format!("{}?if-empty={if_empty}&if-unused={if_unused}", queue_path(vhost, queue)), &[])?;
+    say(&format!("deleted queue '{queue}'\n"));
+    Ok(())
+}
+
+/// `purge_queue`.
+pub fn purge_queue(client: &Client, vhost: &str, queue: &str) -> Result<(), CtlError> {
+    client.delete(&format!("{}/contents", queue_path(vhost, queue)), &[])?;
+    say(&format!("purged queue '{queue}'\n"));
+    Ok(())
+}
+
+/// `declare_exchange`.
+pub fn declare_exchange(
+    client: &Client,
+    vhost: &str,
+    exchange: &str,
+    kind: &str,
+    durable: bool,
+    arguments: &Option<String>,
+) -> Result<(), CtlError> {
+    let body = json!({ "type": kind, "durable": durable, "arguments": json_argument(arguments)? });
+    client.send("PUT", &format!("/api/exchanges/{}/{}", encode(vhost), encode(exchange)), &body)?;
+    say(&format!("declared {kind} exchange '{exchange}'\n"));
+    Ok(())
+}
+
+/// `bind`.
+pub fn bind(
+    client: &Client,
+    vhost: &str,
+    source: &str,
+    destination: &str,
+    to_exchange: bool,
+    routing_key: &str,
+    arguments: &Option<String>,
+) -> Result<(), CtlError> {
+    let kind = if to_exchange { "e" } else { "q" };
+    let path = format!("/api/bindings/{}/e/{}/{kind}/{}", encode(vhost), encode(source), encode(destination));
+    client.send("POST", &path, &json!({ "routing_key": routing_key, "arguments": json_argument(arguments)? }))?;
+    say(&format!("bound '{source}' to '{destination}' with routing key '{routing_key}'\n"));
+    Ok(())
+}
+
+/// `close_connection`.
+pub fn close_connection(client: &Client, name: &str, reason: &str) -> Result<(), CtlError> {
+    client.delete(&format!("/api/connections/{}", encode(name)), &[("X-Reason", reason)])?;
+    say(&format!("closing connection '{name}'\n"));
+    Ok(())
+}
+
+/// `publish`.
+pub fn publish(
+    client: &Client,
+    vhost: &str,
+    exchange: &str,
+    routing_key: &str,
+    payload: &str,
+    persistent: bool,
+) -> Result<(), CtlError> {
+    let exchange_segment = if exchange.is_empty() { "amq.default".to_string() } else { encode(exchange) };
+    let body = json!({
+        "routing_key": routing_key, "payload": payload, "payload_encoding": "string",
+        "properties": { "delivery_mode": if persistent { 2 } else { 1 } },
+    });
+    let answer = client.send("POST", &format!("/api/exchanges/{}/{exchange_segment}/publish", encode(vhost)), &body)?;
+    match answer["routed"].as_bool() {
+        Some(true) => say("message published and routed\n"),
+        _ => return Err(CtlError("message published, but no queue took it (unroutable)".into())),
+    }
+    Ok(())
+}
+
+/// The columns `get` and `browse` show of a message.
+fn message_columns(with_offset: bool) -> Vec<String> {
+    let mut columns = vec!["routing_key".to_string(), "payload".into(), "payload_bytes".into(), "redelivered".into()];
+    if with_offset {
+        columns =
+            vec!["offset".into(), "timestamp".into(), "routing_key".into(), "payload".into(), "payload_bytes".into()];
+    }
+    columns
+}
+
+/// `get`.
+pub fn get(
+    client: &Client,
+    vhost: &str,
+    queue: &str,
+    count: u32,
+    ackmode: &str,
+    format: Format,
+) -> Result<(), CtlError> {
+    let body = json!({ "count": count, "ackmode": ackmode, "encoding": "auto" });
+    let messages = client.send("POST", &format!("{}/get", queue_path(vhost, queue)), &body)?;
+    let items = messages.as_array().cloned().unwrap_or_default();
+    print(format, &message_columns(false), &items, |item, column| item[column].clone());
+    Ok(())
+}
+
+/// `browse`: a stream read by offset, nothing consumed.
+pub fn browse(
+    client: &Client,
+    vhost: &str,
+    queue: &str,
+    offset: &str,
+    count: u32,
+    filter: &Option<String>,
+    format: Format,
+) -> Result<(), CtlError> {
+    let mut path = format!("{}/messages?offset={}&count={count}", queue_path(vhost, queue), encode(offset));
+    if let Some(filter) = filter {
+        path.push_str(&format!("&filter={}", encode(filter)));
+    }
+    let read = client.get(&path)?;
+    let items = read["messages"].as_array().cloned().unwrap_or_default();
+    print(format, &message_columns(true), &items, |item, column| item[column].clone());
+    if format == Format::Table {
+        say(&format!(
+            "next offset: {} (the stream holds {} to {})\n",
+            read["next_offset"], read["first_offset"], read["end_offset"]
+        ));
+    }
+    Ok(())
+}
+
+/// `export_definitions FILE` (`-`: standard output).
+pub fn export_definitions(client: &Client, file: &str) -> Result<(), CtlError> {
+    let definitions = client.get("/api/definitions")?;
+    let text = serde_json::to_string_pretty(&definitions).unwrap_or_default() + "\n";
+    if file == "-" {
+        say(&text);
+        return Ok(());
+    }
+    std::fs::write(file, text).map_err(|e| CtlError(format!("cannot write {file}: {e}")))?;
+    say(&format!("exported definitions to {file}\n"));
+    Ok(())
+}
+
+/// `import_definitions FILE` (`-`: standard input).
+pub fn import_definitions(client: &Client, file: &str) -> Result<(), CtlError> {
+    let text = if file == "-" {
+        std::io::read_to_string(std::io::stdin()).map_err(|e| CtlError(format!("cannot read standard input: {e}")))?
+    } else {
+        std::fs::read_to_string(file).map_err(|e| CtlError(format!("cannot read {file}: {e}")))?
+    };
+    let definitions: Value = serde_json::from_str(&text).map_err(|e| CtlError(format!("{file} is not JSON: {e}")))?;
+    let report = client.send("POST", "/api/definitions", &definitions)?;
+    say(&format!("imported {} definitions\n", report["applied"]));
+    for skipped in report["skipped"].as_array().into_iter().flatten() {
+        say(&format!(
+            "skipped {} '{}': {}\n",
+            skipped["kind"].as_str().unwrap_or("?"),
+            skipped["name"].as_str().unwrap_or("?"),
+            skipped["reason"].as_str().unwrap_or("?")
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! The list verbs (`list_queues`, `list_exchanges`, `list_bindings`, `list_connections`,
+//! `list_channels`, `list_consumers`, `list_users`, `list_vhosts`): rabbitmqctl's names for
+//! the columns, read from the API's JSON; any of them may be asked for, in any order.
+
+use super::client::{encode, Client};
+use super::output::{print, Format};
+use super::CtlError;
+use serde_json::Value;
+
+/// What one list verb lists.
+pub struct Listing {
+    /// The API path; `{vhost}` stands for the encoded virtual host.
+    path: &'static str,
+    /// The columns shown when none are asked for (rabbitmqctl's).
+    defaults: &'static [&'static str],
+    /// Every column: its name and where it is in an item (dotted; `=text` for a constant).
+    columns: &'static [(&'static str, &'static str)],
+}
+
+/// `list_queues`.
+pub const QUEUES: Listing = Listing {
+    path: "/api/queues/{vhost}",
+    defaults: &["name", "messages"],
+    columns: &[
+        ("name", "name"),
+        ("type", "type"),
+        ("durable", "durable"),
+        ("auto_delete", "auto_delete"),
+        ("exclusive", "exclusive"),
+        ("arguments", "arguments"),
+        ("messages", "messages"),
+        ("messages_ready", "messages_ready"),
+        ("messages_unacknowledged", "messages_unacknowledged"),
+        ("consumers", "consumers"),
+        ("state", "state"),
+        ("node", "node"),
+        ("leader", "leader"),
+        ("members", "members"),
+        ("publish_rate", "message_stats.publish_details.rate"),
+        ("deliver_rate", "message_stats.deliver_get_details.rate"),
+    ],
+};
+
+/// `list_exchanges`.
+pub const EXCHANGES: Listing = Listing {
+    path: "/api/exchanges/{vhost}",
+    defaults: &["name", "type"],
+    columns: &[
+        ("name", "name"),
+        ("type", "type"),
+        ("durable", "durable"),
+        ("auto_delete", "auto_delete"),
+        ("internal", "internal"),
+        ("arguments", "arguments"),
+    ],
+};
+
+/// `list_bindings`.
+pub const BINDINGS: Listing = Listing {
+    path: "/api/bindings/{vhost}",
+    defaults: &["source_name", "source_kind", "destination_name", "destination_kind", "routing_key", "arguments"],
+    columns: &[
+        ("source_name", "source"),
+        ("source_kind", "=exchange"),
+        ("destination_name", "destination"),
+        ("destination_kind", "destination_type"),
+        ("routing_key", "routing_key"),
+        ("arguments", "arguments"),
+        ("properties_key", "properties_key"),
+    ],
+};
+
+/// `list_connections`.
+pub const CONNECTIONS: Listing = Listing {
+    path: "/api/connections",
+    defaults: &["user", "peer_host", "peer_port", "state"],
+    columns: &[
+        ("name", "name"),
+        ("user", "user"),
+        ("vhost", "vhost"),
+        ("peer_host", "peer_host"),
+        ("peer_port", "peer_port"),
+        ("host", "host"),
+        ("port", "port"),
+        ("state", "state"),
+        ("protocol", "protocol"),
+        ("channels", "channels"),
+        ("auth_mechanism", "auth_mechanism"),
+        ("recv_oct", "recv_oct"),
+        ("send_oct", "send_oct"),
+        ("connected_at", "connected_at"),
+        ("client_properties", "client_properties"),
+        ("timeout", "timeout"),
+        ("frame_max", "frame_max"),
+        ("channel_max", "channel_max"),
+    ],
+};
+
+/// `list_channels`.
+pub const CHANNELS: Listing = Listing {
+    path: "/api/channels",
+    defaults: &["name", "user", "consumer_count", "messages_unacknowledged"],
+    columns: &[
+        ("name", "name"),
+        ("number", "number"),
+        ("user", "user"),
+        ("vhost", "vhost"),
+        ("connection", "connection_details.name"),
+        ("consumer_count", "consumer_count"),
+        ("messages_unacknowledged", "messages_unacknowledged"),
+        ("prefetch_count", "prefetch_count"),
+        ("global_prefetch_count", "global_prefetch_count"),
+    ],
+};
+
+/// `list_consumers`.
+pub const CONSUMERS: Listing = Listing {
+    path: "/api/consumers/{vhost}",
+    defaults: &["queue_name", "channel_name", "consumer_tag", "ack_required", "prefetch_count", "active", "arguments"],
+    columns: &[
+        ("queue_name", "queue.name"),
+        ("channel_name", "channel_details.name"),
+        ("consumer_tag", "consumer_tag"),
+        ("ack_required", "ack_required"),
+        ("prefetch_count", "prefetch_count"),
+        ("exclusive", "exclusive"),
+        ("active", "active"),
+        ("activity_status", "activity_status"),
+        ("arguments", "arguments"),
+    ],
+};
+
+/// `list_users`.
+pub const USERS: Listing =
+    Listing { path: "/api/users", defaults: &["user", "tags"], columns: &[("user", "name"), ("tags", "tags")] };
+
+/// `list_vhosts`.
+pub const VHOSTS: Listing = Listing {
+    path: "/api/vhosts",
+    defaults: &["name"],
+    columns: &[("name", "name"), ("description", "description"), ("messages", "messages"), ("tracing", "tracing")],
+};
+
+/// The field at `path` (dots between names) of `item`; `=text` is the text itself.
+fn read(item: &Value, path: &str) -> Value {
+    if let Some(constant) = path.strip_prefix('=') {
+        return Value::String(constant.to_string());
+    }
+    path.split('.').try_fold(item, |value, key| value.get(key)).cloned().unwrap_or(Value::Null)
+}
+
+/// Lists what `listing` lists in `vhost`, with `columns` (the defaults if none).
+pub fn list(
+    client: &Client,
+    listing: &Listing,
+    vhost: &str,
+    columns: &[String],
+    format: Format,
+) -> Result<(), CtlError> {
+    let columns: Vec<String> =
+        if columns.is_empty() { listing.defaults.iter().map(|c| c.to_string()).collect() } else { columns.to_vec() };
+    let paths = columns
+        .iter()
+        .map(|column| {
+            listing.columns.iter().find(|(name, _)| name == column).map(|(_, path)| *path).ok_or_else(|| {
+                let known: Vec<&str> = listing.columns.iter().map(|(name, _)| *name).collect();
+                CtlError(format!("unknown column '{column}': the columns are {}", known.join(", ")))
+            })
+        })
+        .collect::<Result<Vec<&str>, CtlError>>()?;
+    let items = client.get(&listing.path.replace("{vhost}", &encode(vhost)))?;
+    let items = items.as_array().cloned().unwrap_or_default();
+    print(format, &columns, &items, |item, column| {
+        let index = columns.iter().position(|c| c == column).unwrap_or(0);
+        read(item, paths[index])
+    });
+    Ok(())
+}

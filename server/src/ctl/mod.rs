@@ -1,0 +1,341 @@
+//! `warren ctl`: the command line of a running broker. One grammar for every verb:
+//! rabbitmqctl's and rabbitmq-queues' verb names where they have one (`list_queues`,
+//! `purge_queue`, `cluster_status`, `add_member`, ...), the same style where they have none
+//! (`declare_queue`, `publish`, `browse`, ...). It speaks the management HTTP API.
+//!
+//! Where the API is and who speaks: `--url`, `--user`, `--password`, `--vhost`, else the same
+//! keys in the TOML file of `--config` (`url`, `user`, `password`, `vhost`), else the
+//! environment (`WARREN_CTL_URL`, ...), else the local node as guest. A flag beats the file,
+//! the file beats the environment, as for the broker's own settings.
+//!
+//! - `client`: the HTTP client and its errors; `output`: tables and JSON;
+//! - `lists`: the list verbs; `actions`: the others; `cluster`: the cluster verbs.
+
+mod actions;
+mod client;
+mod cluster;
+mod lists;
+mod output;
+
+use clap::{Parser, Subcommand};
+use client::Client;
+use output::{say, Format};
+use serde::Deserialize;
+
+/// warren ctl: manage a running Warren through its management API.
+#[derive(Debug, Parser)]
+#[command(
+    name = "warren ctl",
+    about = "Manages a running Warren through its management HTTP API, with rabbitmqctl's and rabbitmq-queues' verbs.",
+    long_about = None
+)]
+pub struct Ctl {
+    /// The management API to talk to [default: http://127.0.0.1:15672].
+    #[arg(long, visible_alias = "node")]
+    url: Option<String>,
+    /// User name [default: guest].
+    #[arg(long, visible_alias = "username")]
+    user: Option<String>,
+    /// Password [default: guest].
+    #[arg(long)]
+    password: Option<String>,
+    /// Virtual host of the verbs that name queues, exchanges or bindings [default: /].
+    #[arg(long, short = 'p')]
+    vhost: Option<String>,
+    /// A TOML file with `url`, `user`, `password` and `vhost`.
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
+    /// How lists and messages are printed.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+/// The settings `--config` names.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CtlFile {
+    url: Option<String>,
+    user: Option<String>,
+    password: Option<String>,
+    vhost: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Verb {
+    /// The broker's overview: version, listeners, totals, rates.
+    Status,
+    /// Queues, with the columns asked for (default: name messages).
+    #[command(name = "list_queues")]
+    ListQueues { columns: Vec<String> },
+    /// Exchanges (default columns: name type).
+    #[command(name = "list_exchanges")]
+    ListExchanges { columns: Vec<String> },
+    /// Bindings (default columns: source_name source_kind destination_name destination_kind routing_key arguments).
+    #[command(name = "list_bindings")]
+    ListBindings { columns: Vec<String> },
+    /// Client connections (default columns: user peer_host peer_port state).
+    #[command(name = "list_connections")]
+    ListConnections { columns: Vec<String> },
+    /// Channels (default columns: name user consumer_count messages_unacknowledged).
+    #[command(name = "list_channels")]
+    ListChannels { columns: Vec<String> },
+    /// Consumers (default columns: queue_name channel_name consumer_tag ack_required prefetch_count active arguments).
+    #[command(name = "list_consumers")]
+    ListConsumers { columns: Vec<String> },
+    /// Users and their tags.
+    #[command(name = "list_users")]
+    ListUsers { columns: Vec<String> },
+    /// Virtual hosts.
+    #[command(name = "list_vhosts")]
+    ListVhosts { columns: Vec<String> },
+    /// Declares a queue.
+    #[command(name = "declare_queue")]
+    DeclareQueue {
+        /// The queue.
+        queue: String,
+        /// Its kind.
+        #[arg(long = "type", default_value = "classic", value_parser = ["classic", "quorum", "stream"])]
+        kind: String,
+        /// Whether it survives a restart.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        durable: bool,
+        /// Its arguments, as a JSON object (`{"x-max-length": 1000}`).
+        #[arg(long)]
+        arguments: Option<String>,
+    },
+    /// Deletes a queue.
+    #[command(name = "delete_queue")]
+    DeleteQueue {
+        /// The queue.
+        queue: String,
+        /// Only if it holds no message.
+        #[arg(long)]
+        if_empty: bool,
+        /// Only if it has no consumer.
+        #[arg(long)]
+        if_unused: bool,
+    },
+    /// Removes every ready message of a queue.
+    #[command(name = "purge_queue")]
+    PurgeQueue {
+        /// The queue.
+        queue: String,
+    },
+    /// Declares an exchange.
+    #[command(name = "declare_exchange")]
+    DeclareExchange {
+        /// The exchange.
+        exchange: String,
+        /// Its type: direct, fanout, topic, headers, x-delayed-message.
+        #[arg(default_value = "direct")]
+        kind: String,
+        /// Whether it survives a restart.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        durable: bool,
+        /// Its arguments, as a JSON object.
+        #[arg(long)]
+        arguments: Option<String>,
+    },
+    /// Binds a queue (or, with --destination-type exchange, an exchange) to an exchange.
+    Bind {
+        /// The exchange messages come from.
+        source: String,
+        /// The queue or exchange they go to.
+        destination: String,
+        /// The binding key.
+        #[arg(long, default_value = "")]
+        routing_key: String,
+        /// What the destination is.
+        #[arg(long, default_value = "queue", value_parser = ["queue", "exchange"])]
+        destination_type: String,
+        /// The binding's arguments, as a JSON object.
+        #[arg(long)]
+        arguments: Option<String>,
+    },
+    /// Closes a client connection, telling it why.
+    #[command(name = "close_connection")]
+    CloseConnection {
+        /// The connection's name (as list_connections name shows it).
+        name: String,
+        /// What the client is told.
+        #[arg(default_value = "Closed via warren ctl")]
+        reason: String,
+    },
+    /// Publishes a message to an exchange ("" for the default exchange).
+    Publish {
+        /// The exchange.
+        exchange: String,
+        /// The routing key.
+        routing_key: String,
+        /// The body, as text.
+        payload: String,
+        /// Not persistent (delivery mode 1).
+        #[arg(long)]
+        transient: bool,
+    },
+    /// Takes messages from a queue (by default puts them back, as rabbitmqadmin get).
+    Get {
+        /// The queue.
+        queue: String,
+        /// How many at most.
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+        /// What to do with them: ack_requeue_true, ack_requeue_false, reject_requeue_true, reject_requeue_false.
+        #[arg(long, default_value = "ack_requeue_true")]
+        ackmode: String,
+    },
+    /// Reads a stream from an offset without consuming it.
+    Browse {
+        /// The stream.
+        queue: String,
+        /// Where to start: an offset, first, last or next.
+        #[arg(long, default_value = "first")]
+        offset: String,
+        /// How many messages at most.
+        #[arg(long, default_value_t = 20)]
+        count: u32,
+        /// Only messages with this tag (x-stream-filter-value).
+        #[arg(long)]
+        filter: Option<String>,
+    },
+    /// Writes the broker's definitions to FILE (- for standard output), in RabbitMQ's format.
+    #[command(name = "export_definitions")]
+    ExportDefinitions { file: String },
+    /// Loads definitions from FILE (- for standard input), as RabbitMQ's import does.
+    #[command(name = "import_definitions")]
+    ImportDefinitions { file: String },
+    /// The cluster's nodes and which are running.
+    #[command(name = "cluster_status")]
+    ClusterStatus,
+    /// A quorum queue's members and leader.
+    #[command(name = "quorum_status")]
+    QuorumStatus {
+        /// The queue.
+        queue: String,
+    },
+    /// Adds a replica of a quorum queue on a node.
+    #[command(name = "add_member")]
+    AddMember {
+        /// The queue.
+        queue: String,
+        /// The node (its name, e.g. warren@b).
+        node: String,
+    },
+    /// Removes a quorum queue's replica from a node.
+    #[command(name = "delete_member")]
+    DeleteMember {
+        /// The queue.
+        queue: String,
+        /// The node.
+        node: String,
+    },
+    /// Adds a replica on a node to every quorum queue without one there.
+    Grow {
+        /// The node.
+        node: String,
+        /// Which queues: `all` (RabbitMQ's `even` is not offered).
+        #[arg(default_value = "all", value_parser = ["all"])]
+        strategy: String,
+    },
+    /// Removes every quorum queue's replica from a node.
+    Shrink {
+        /// The node.
+        node: String,
+    },
+    /// Makes this node, on its own so far and empty, a node of another node's cluster.
+    #[command(name = "join_cluster")]
+    JoinCluster {
+        /// The node to join through, with its inter-node address: name@host:port (as in --peers).
+        node: String,
+    },
+    /// Removes a stopped node from the cluster (its quorum queue replicas first).
+    #[command(name = "forget_cluster_node")]
+    ForgetClusterNode {
+        /// The node.
+        node: String,
+    },
+}
+
+/// A ctl run failed; the text says what to fix.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CtlError(String);
+
+/// The first of `flag`, `file` and environment variable `env` that is set, else `default`.
+fn setting(flag: &Option<String>, file: &Option<String>, env: &str, default: &str) -> String {
+    flag.clone().or_else(|| file.clone()).or_else(|| std::env::var(env).ok()).unwrap_or_else(|| default.to_string())
+}
+
+/// Runs `warren ctl` with `args` (after `ctl`); prints the answer to stdout.
+pub fn run(args: impl IntoIterator<Item = String>) -> Result<(), CtlError> {
+    let ctl = match Ctl::try_parse_from(std::iter::once("warren ctl".to_string()).chain(args)) {
+        Ok(ctl) => ctl,
+        Err(help) if !help.use_stderr() => {
+            say(&help.to_string());
+            return Ok(());
+        }
+        Err(error) => return Err(CtlError(error.to_string())),
+    };
+    let file: CtlFile = match &ctl.config {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| CtlError(format!("cannot read {}: {e}", path.display())))?;
+            toml::from_str(&text).map_err(|e| CtlError(format!("{}: {e}", path.display())))?
+        }
+        None => CtlFile::default(),
+    };
+    let url = setting(&ctl.url, &file.url, "WARREN_CTL_URL", "http://127.0.0.1:15672");
+    let user = setting(&ctl.user, &file.user, "WARREN_CTL_USER", "guest");
+    let password = setting(&ctl.password, &file.password, "WARREN_CTL_PASSWORD", "guest");
+    let vhost = setting(&ctl.vhost, &file.vhost, "WARREN_CTL_VHOST", "/");
+    let client = Client::new(&url, &user, &password);
+    dispatch(&client, &vhost, ctl.format, &ctl.verb)
+}
+
+fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result<(), CtlError> {
+    let list = |listing: &lists::Listing, columns: &[String]| lists::list(client, listing, vhost, columns, format);
+    match verb {
+        Verb::Status => actions::status(client, format),
+        Verb::ListQueues { columns } => list(&lists::QUEUES, columns),
+        Verb::ListExchanges { columns } => list(&lists::EXCHANGES, columns),
+        Verb::ListBindings { columns } => list(&lists::BINDINGS, columns),
+        Verb::ListConnections { columns } => list(&lists::CONNECTIONS, columns),
+        Verb::ListChannels { columns } => list(&lists::CHANNELS, columns),
+        Verb::ListConsumers { columns } => list(&lists::CONSUMERS, columns),
+        Verb::ListUsers { columns } => list(&lists::USERS, columns),
+        Verb::ListVhosts { columns } => list(&lists::VHOSTS, columns),
+        Verb::DeclareQueue { queue, kind, durable, arguments } => {
+            actions::declare_queue(client, vhost, queue, kind, *durable, arguments)
+        }
+        Verb::DeleteQueue { queue, if_empty, if_unused } => {
+            actions::delete_queue(client, vhost, queue, *if_empty, *if_unused)
+        }
+        Verb::PurgeQueue { queue } => actions::purge_queue(client, vhost, queue),
+        Verb::DeclareExchange { exchange, kind, durable, arguments } => {
+            actions::declare_exchange(client, vhost, exchange, kind, *durable, arguments)
+        }
+        Verb::Bind { source, destination, routing_key, destination_type, arguments } => {
+            actions::bind(client, vhost, source, destination, destination_type == "exchange", routing_key, arguments)
+        }
+        Verb::CloseConnection { name, reason } => actions::close_connection(client, name, reason),
+        Verb::Publish { exchange, routing_key, payload, transient } => {
+            actions::publish(client, vhost, exchange, routing_key, payload, !transient)
+        }
+        Verb::Get { queue, count, ackmode } => actions::get(client, vhost, queue, *count, ackmode, format),
+        Verb::Browse { queue, offset, count, filter } => {
+            actions::browse(client, vhost, queue, offset, *count, filter, format)
+        }
+        Verb::ExportDefinitions { file } => actions::export_definitions(client, file),
+        Verb::ImportDefinitions { file } => actions::import_definitions(client, file),
+        Verb::ClusterStatus => cluster::cluster_status(client),
+        Verb::QuorumStatus { queue } => cluster::quorum_status(client, vhost, queue),
+        Verb::AddMember { queue, node } => cluster::change_member(client, vhost, queue, node, true),
+        Verb::DeleteMember { queue, node } => cluster::change_member(client, vhost, queue, node, false),
+        Verb::Grow { node, .. } => cluster::grow(client, node),
+        Verb::Shrink { node } => cluster::shrink(client, node),
+        Verb::JoinCluster { node } => cluster::join_cluster(client, node),
+        Verb::ForgetClusterNode { node } => cluster::forget_cluster_node(client, node),
+    }
+}

@@ -1,0 +1,128 @@
+//! `warren ctl`, the real binary, against a broker's management API: the list verbs with
+//! rabbitmqctl's columns, as tables and as JSON, the verbs that declare, publish, get, browse,
+//! purge, bind, close and move definitions, and its errors (exit status 2 and a text that
+//! says what to fix).
+
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+use serde_json::Value;
+use warren_tests::*;
+
+/// Runs `warren ctl` against `broker`: (succeeded, stdout, stderr).
+fn ctl(broker: &warren_server::RunningBroker, args: &[&str]) -> (bool, String, String) {
+    let url = format!("http://{}", broker.http_addr.expect("management API"));
+    ctl_at(&url, args)
+}
+
+fn ctl_at(url: &str, args: &[&str]) -> (bool, String, String) {
+    let output = tokio::task::block_in_place(|| {
+        std::process::Command::new(warren_tests::process::warren_binary())
+            .arg("ctl")
+            .args(["--url", url])
+            .args(args)
+            .output()
+            .expect("run warren ctl")
+    });
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).to_string();
+    (output.status.success(), text(&output.stdout), text(&output.stderr))
+}
+
+fn ok(broker: &warren_server::RunningBroker, args: &[&str]) -> String {
+    let (succeeded, out, err) = ctl(broker, args);
+    assert!(succeeded, "warren ctl {args:?} failed: {err}");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verbs_declare_publish_read_and_list_with_rabbitmqctls_columns() {
+    let broker = start_broker().await;
+    ok(&broker, &["declare_exchange", "orders", "topic"]);
+    ok(&broker, &["declare_queue", "eu", "--arguments", r#"{"x-max-length": 50}"#]);
+    ok(&broker, &["declare_queue", "log", "--type", "stream"]);
+    ok(&broker, &["bind", "orders", "eu", "--routing-key", "eu.*"]);
+    ok(&broker, &["bind", "orders", "log", "--routing-key", "#"]);
+    ok(&broker, &["publish", "orders", "eu.de", "first order"]);
+    ok(&broker, &["publish", "orders", "eu.fr", "second order"]);
+
+    let table = ok(&broker, &["list_queues", "name", "type", "messages"]);
+    let lines: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        lines,
+        [vec!["name", "type", "messages"], vec!["eu", "classic", "2"], vec!["log", "stream", "2"]],
+        "{table}"
+    );
+    let json: Value = serde_json::from_str(&ok(&broker, &["--format", "json", "list_queues"])).expect("json");
+    assert_eq!(json, serde_json::json!([{"name": "eu", "messages": 2}, {"name": "log", "messages": 2}]));
+    let bindings = ok(&broker, &["list_bindings", "source_name", "destination_name", "routing_key"]);
+    assert!(
+        bindings.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["orders", "eu", "eu.*"]),
+        "{bindings}"
+    );
+    assert!(ok(&broker, &["list_exchanges"]).lines().any(|l| l.starts_with("orders") && l.ends_with("topic")));
+    assert!(ok(&broker, &["list_users"]).contains("administrator"));
+    assert!(ok(&broker, &["list_vhosts"]).lines().any(|l| l == "/"));
+
+    let got = ok(&broker, &["get", "eu", "--count", "5"]);
+    assert!(got.contains("first order") && got.contains("second order"), "{got}");
+    assert!(ok(&broker, &["list_queues"]).contains("eu    2"), "get put them back");
+    let browsed = ok(&broker, &["browse", "log", "--offset", "1", "--count", "5"]);
+    assert!(browsed.contains("second order") && !browsed.contains("first order"), "{browsed}");
+    assert!(browsed.contains("next offset: 2"), "{browsed}");
+    ok(&broker, &["purge_queue", "eu"]);
+    assert!(ok(&broker, &["list_queues", "name", "messages"]).contains("eu    0"));
+    let status = ok(&broker, &["status"]);
+    assert!(status.contains("queues: 2") && status.contains("listeners: amqp"), "{status}");
+
+    // Connections are listed and closed.
+    let conn = connect(&broker).await;
+    let channel = conn.create_channel().await.expect("channel");
+    let names = ok(&broker, &["--format", "json", "list_connections", "name", "user"]);
+    let listed: Value = serde_json::from_str(&names).expect("json");
+    assert_eq!(listed[0]["user"], "guest");
+    let name = listed[0]["name"].as_str().expect("name").to_string();
+    assert!(ok(&broker, &["list_channels"]).contains(&name));
+    ok(&broker, &["close_connection", &name, "go away"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while conn.status().connected() {
+        assert!(std::time::Instant::now() < deadline, "closed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    drop(channel);
+
+    ok(&broker, &["delete_queue", "eu"]);
+    assert!(!ok(&broker, &["list_queues"]).contains("eu"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn definitions_go_out_to_a_file_and_into_another_broker() {
+    let first = start_broker().await;
+    let conn = connect(&first).await;
+    let ch = conn.create_channel().await.expect("channel");
+    let durable = QueueDeclareOptions { durable: true, ..Default::default() };
+    ch.queue_declare("kept".into(), durable, FieldTable::default()).await.expect("declare");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("definitions.json");
+    let file = file.to_str().expect("utf-8 path");
+    ok(&first, &["export_definitions", file]);
+    let second = start_broker().await;
+    let imported = ok(&second, &["import_definitions", file]);
+    assert!(imported.contains("imported 1 definitions"), "{imported}");
+    assert!(ok(&second, &["list_queues"]).contains("kept"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_say_what_to_fix_and_exit_non_zero() {
+    let broker = start_broker().await;
+    let (succeeded, _, err) = ctl(&broker, &["purge_queue", "nowhere"]);
+    assert!(!succeeded && err.contains("404") && err.contains("nowhere"), "{err}");
+    let (succeeded, _, err) = ctl(&broker, &["--password", "wrong", "status"]);
+    assert!(!succeeded && err.contains("401") && err.contains("--password"), "{err}");
+    let (succeeded, _, err) = ctl(&broker, &["list_queues", "colour"]);
+    assert!(!succeeded && err.contains("unknown column 'colour'"), "{err}");
+    let (succeeded, _, err) = ctl_at("http://127.0.0.1:1", &["status"]);
+    assert!(!succeeded && err.contains("cannot reach the management API"), "{err}");
+    let (succeeded, _, err) = ctl(&broker, &["publish", "", "nowhere", "lost"]);
+    assert!(!succeeded && err.contains("unroutable"), "{err}");
+    let (succeeded, _, err) = ctl(&broker, &["no_such_verb"]);
+    assert!(!succeeded && err.contains("no_such_verb"), "{err}");
+}
