@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Cross-client tests: real non-Rust AMQP clients (pika for Python, amqplib for Node.js) against
-# the `warren` binary. Builds the broker, installs the clients, runs both suites; exits non-zero
-# on any failure. Works from any directory.
+# Cross-client tests: real non-Rust AMQP clients (pika for Python, amqplib for Node.js) and
+# RabbitMQ's rabbitmqadmin against the `warren` binary. Builds the broker, installs the
+# clients, runs both suites; exits non-zero on any failure. Works from any directory.
 #
 # Environment:
 #   WARREN_BIN  broker binary the suites start (default: target/debug/warren, built here first)
@@ -13,6 +13,18 @@ echo "==> cargo build --bin warren"
 cargo build --bin warren
 export WARREN_BIN="${WARREN_BIN:-$PWD/target/debug/warren}"
 [ -x "$WARREN_BIN" ] || { echo "broker binary $WARREN_BIN is missing or not executable" >&2; exit 1; }
+
+# rabbitmqadmin, for the management API's compatibility test: the script from Debian's
+# rabbitmq-server package, taken out of the package rather than installing Erlang and a broker.
+if ! command -v rabbitmqadmin >/dev/null && [ ! -f target/rabbitmqadmin/rabbitmqadmin ]; then
+  echo "==> rabbitmqadmin: from Debian's rabbitmq-server package"
+  package_dir=$(mktemp -d)
+  (cd "$package_dir" && { apt-get download rabbitmq-server >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get download rabbitmq-server; }; })
+  dpkg-deb -x "$package_dir"/rabbitmq-server_*.deb "$package_dir/extracted"
+  mkdir -p target/rabbitmqadmin
+  cp "$(find "$package_dir/extracted" -name rabbitmqadmin -type f | head -n 1)" target/rabbitmqadmin/rabbitmqadmin
+  rm -rf "$package_dir"
+fi
 
 echo "==> Python (pika): tests/python"
 PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"

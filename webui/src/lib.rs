@@ -16,6 +16,7 @@ mod auth;
 mod error;
 mod feed;
 mod json_table;
+mod lenient;
 mod listing;
 mod message_json;
 mod metrics;

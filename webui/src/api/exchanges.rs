@@ -79,11 +79,11 @@ async fn show(
 struct ExchangeBody {
     #[serde(rename = "type")]
     kind: String,
-    #[serde(default = "yes")]
+    #[serde(default = "yes", deserialize_with = "crate::lenient::boolean")]
     durable: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::lenient::boolean")]
     auto_delete: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::lenient::boolean")]
     internal: bool,
     #[serde(default)]
     arguments: Value,

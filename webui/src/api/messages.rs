@@ -90,11 +90,12 @@ impl DeliverySink for Taken {
 /// The body of a get.
 #[derive(Debug, Deserialize)]
 struct GetBody {
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "crate::lenient::count")]
     count: usize,
     ackmode: String,
     #[serde(default)]
     encoding: String,
+    #[serde(default, deserialize_with = "crate::lenient::optional_count")]
     truncate: Option<usize>,
 }
 

@@ -108,7 +108,9 @@ async fn show(
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 struct QueueBody {
+    #[serde(deserialize_with = "crate::lenient::optional_boolean")]
     durable: Option<bool>,
+    #[serde(deserialize_with = "crate::lenient::boolean")]
     auto_delete: bool,
     arguments: Value,
 }
