@@ -61,7 +61,7 @@ fn hot_filter() -> TagFilter {
 
 /// Reads the whole stream from offset 0; returns the messages read.
 fn replay(queue: &Queue, filter: Option<&TagFilter>) -> u64 {
-    let stream = queue.stream().expect("a stream");
+    let stream = queue.browser().expect("a stream keeps a log");
     let (mut from, mut read) = (0, 0);
     loop {
         let batch = stream.read(from, READ_COUNT, usize::MAX, filter).expect("reads");

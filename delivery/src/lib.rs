@@ -15,6 +15,7 @@ pub mod error;
 pub mod exchange;
 pub mod field_table;
 mod field_value;
+pub mod log_browser;
 pub mod message;
 pub mod message_store;
 pub mod metadata;

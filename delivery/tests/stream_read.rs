@@ -1,6 +1,7 @@
-//! Reading a stream by offset without a consumer (the pull API the management API and UI
-//! use): bounds by count and bytes, clamping, exact tag filtering, and reads that survive a
-//! reopen of the broker.
+//! Reading a queue's log by offset without a consumer (the pull API the management API and
+//! UI use): bounds by count and bytes, clamping, exact tag filtering, and reads that survive a
+//! reopen of the broker; for streams, and for the persistent messages of a durable classic
+//! queue, whose log records carry no tag hashes.
 
 use amq_protocol::protocol::basic::{gen_properties, AMQPProperties};
 use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
@@ -8,8 +9,8 @@ use bytes::Bytes;
 use std::path::Path;
 use std::sync::Arc;
 use warren_delivery::consumer::{ConsumerOptions, TAG_HEADER};
+use warren_delivery::log_browser::LogBatch;
 use warren_delivery::message_store::LogStoreConfig;
-use warren_delivery::stream::StreamBatch;
 use warren_delivery::{Broker, ConnectionId, Message, Properties, Queue, QueueDefinition};
 
 const STREAM: &str = "events";
@@ -36,10 +37,15 @@ fn tag_of(i: u64) -> Option<&'static str> {
 }
 
 fn open(dir: &Path) -> (Arc<Broker>, Arc<Queue>) {
+    open_kind(dir, "stream")
+}
+
+/// A broker in `dir` with a durable queue of `kind` (`stream` or `classic`) named [`STREAM`].
+fn open_kind(dir: &Path, kind: &str) -> (Arc<Broker>, Arc<Queue>) {
     let broker = Broker::open(dir, LogStoreConfig::default()).expect("broker opens");
     let vhost = broker.vhost("/").expect("default vhost");
     let mut arguments = FieldTable::default();
-    arguments.insert(ShortString::from("x-queue-type"), AMQPValue::LongString(LongString::from("stream")));
+    arguments.insert(ShortString::from("x-queue-type"), AMQPValue::LongString(LongString::from(kind)));
     let definition =
         QueueDefinition { name: STREAM.into(), durable: true, exclusive_owner: None, auto_delete: false, arguments };
     let queue = vhost.declare_queue(definition, ConnectionId(1)).expect("declares").queue;
@@ -68,13 +74,13 @@ fn filter(tags: &[&str], match_unfiltered: bool) -> warren_delivery::consumer::T
     options.parse_priority_and_filter().expect("valid filter").1.expect("a filter")
 }
 
-fn offsets(batch: &StreamBatch) -> Vec<u64> {
+fn offsets(batch: &LogBatch) -> Vec<u64> {
     batch.messages.iter().map(|m| m.offset).collect()
 }
 
 /// Reads everything from `from` in batches of `count`, with `filter`.
 fn read_all(queue: &Queue, count: usize, filter: Option<&warren_delivery::consumer::TagFilter>) -> Vec<u64> {
-    let stream = queue.stream().expect("a stream");
+    let stream = queue.browser().expect("a stream keeps a log");
     let mut out = Vec::new();
     let mut from = 0;
     loop {
@@ -93,7 +99,7 @@ fn reads_by_offset_within_count_and_byte_bounds() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (broker, queue) = open(dir.path());
     publish_all(&broker);
-    let stream = queue.stream().expect("a stream");
+    let stream = queue.browser().expect("a stream keeps a log");
 
     let batch = stream.read(0, 10, usize::MAX, None).expect("reads");
     assert_eq!(offsets(&batch), (0..10).collect::<Vec<_>>());
@@ -123,7 +129,7 @@ fn filtered_reads_return_exactly_the_matching_messages() {
     let hot_or_untagged: Vec<u64> = (0..MESSAGES).filter(|i| matches!(tag_of(*i), Some("hot") | None)).collect();
     assert_eq!(read_all(&queue, 50, Some(&filter(&["hot"], true))), hot_or_untagged);
     assert_eq!(read_all(&queue, 50, Some(&filter(&["absent"], false))), Vec::<u64>::new());
-    let stream = queue.stream().expect("a stream");
+    let stream = queue.browser().expect("a stream keeps a log");
     let batch = stream.read(0, 5, usize::MAX, Some(&filter(&["hot"], false))).expect("reads");
     assert_eq!(offsets(&batch), vec![3, 13, 23, 33, 43]);
     assert_eq!(batch.next_offset, 44, "continues right after the last match");
@@ -142,5 +148,43 @@ fn a_reopened_stream_reads_the_same() {
     assert_eq!(queue.message_count() as u64, MESSAGES);
     let hot: Vec<u64> = (0..MESSAGES).filter(|i| tag_of(*i) == Some("hot")).collect();
     assert_eq!(read_all(&queue, 100, Some(&filter(&["hot"], false))), hot);
+    broker.close();
+}
+
+#[test]
+fn a_durable_classic_queue_log_reads_by_offset_and_tag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (broker, queue) = open_kind(dir.path(), "classic");
+    publish_all(&broker);
+    assert_eq!(read_all(&queue, 64, None), (0..MESSAGES).collect::<Vec<_>>());
+    assert_eq!(queue.message_count() as u64, MESSAGES, "browsing consumed nothing");
+    let hot_or_untagged: Vec<u64> = (0..MESSAGES).filter(|i| matches!(tag_of(*i), Some("hot") | None)).collect();
+    assert_eq!(read_all(&queue, 50, Some(&filter(&["hot"], true))), hot_or_untagged);
+    let batch = queue.browser().expect("a durable queue keeps a log").read(0, 3, usize::MAX, None).expect("reads");
+    assert_eq!(&batch.messages[2].message.body[..], b"m2");
+    broker.close();
+    drop(broker);
+
+    let broker = Broker::open(dir.path(), LogStoreConfig::default()).expect("reopens");
+    let queue = broker.vhost("/").expect("vhost").queue(STREAM).expect("the queue was recovered");
+    let hot: Vec<u64> = (0..MESSAGES).filter(|i| tag_of(*i) == Some("hot")).collect();
+    assert_eq!(read_all(&queue, 100, Some(&filter(&["hot"], false))), hot);
+    broker.close();
+}
+
+#[test]
+fn a_transient_queue_keeps_no_log_to_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::open(dir.path(), LogStoreConfig::default()).expect("broker opens");
+    let vhost = broker.vhost("/").expect("default vhost");
+    let definition = QueueDefinition {
+        name: "transient".into(),
+        durable: false,
+        exclusive_owner: None,
+        auto_delete: false,
+        arguments: FieldTable::default(),
+    };
+    let queue = vhost.declare_queue(definition, ConnectionId(1)).expect("declares").queue;
+    assert!(queue.browser().is_none());
     broker.close();
 }

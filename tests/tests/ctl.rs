@@ -68,6 +68,11 @@ async fn verbs_declare_publish_read_and_list_with_rabbitmqctls_columns() {
     let browsed = ok(&broker, &["browse", "log", "--offset", "1", "--count", "5"]);
     assert!(browsed.contains("second order") && !browsed.contains("first order"), "{browsed}");
     assert!(browsed.contains("next offset: 2"), "{browsed}");
+    ok(&broker, &["publish", "orders", "us.ny", "tagged order", "--header", "x-stream-filter-value=us"]);
+    let tagged = ok(&broker, &["browse", "log", "--filter", "us"]);
+    assert!(tagged.contains("tagged order") && !tagged.contains("first order"), "{tagged}");
+    let (succeeded, _, err) = ctl(&broker, &["publish", "orders", "us.ny", "x", "--header", "novalue"]);
+    assert!(!succeeded && err.contains("NAME=VALUE"), "{err}");
     ok(&broker, &["purge_queue", "eu"]);
     assert!(ok(&broker, &["list_queues", "name", "messages"]).contains("eu    0"));
     let status = ok(&broker, &["status"]);

@@ -275,7 +275,49 @@ async fn a_stream_is_replayed_by_offset_time_and_tag_without_being_consumed() {
     }
     assert_eq!(api.get("/api/queues/%2F/events/messages?offset=soon").status, 400);
     ch.queue_declare("plain".into(), QueueDeclareOptions::default(), FieldTable::default()).await.expect("declare");
-    assert_eq!(api.get("/api/queues/%2F/plain/messages").status, 400, "only streams are read by offset");
+    assert_eq!(api.get("/api/queues/%2F/plain/messages").status, 400, "a transient queue keeps no log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_queue_log_is_replayed_with_what_it_still_holds() {
+    let broker = start_broker().await;
+    let api = api_of(&broker);
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    ch.queue_declare("orders".into(), durable(), FieldTable::default()).await.expect("declare");
+    for n in 0..6u32 {
+        let confirm = ch
+            .basic_publish(
+                "".into(),
+                "orders".into(),
+                Default::default(),
+                format!("order {n}").as_bytes(),
+                BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("confirm");
+        assert!(confirm.is_ack());
+    }
+    // A transient message lives in memory only: the log never holds it.
+    ch.basic_publish("".into(), "orders".into(), Default::default(), b"transient", BasicProperties::default())
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+    for _ in 0..3 {
+        let got = ch.basic_get("orders".into(), BasicGetOptions::default()).await.expect("get").expect("a message");
+        got.ack(BasicAckOptions::default()).await.expect("ack");
+    }
+    let page = api.get("/api/queues/%2F/orders/messages?offset=first&count=100").body;
+    let payloads: Vec<&str> =
+        page["messages"].as_array().expect("messages").iter().filter_map(|m| m["payload"].as_str()).collect();
+    assert_eq!(payloads, ["order 0", "order 1", "order 2", "order 3", "order 4", "order 5"], "acked ones included");
+    let from_four = api.get("/api/queues/%2F/orders/messages?offset=4").body;
+    assert_eq!(from_four["messages"][0]["payload"], "order 4");
+    let queue = api.get("/api/queues/%2F/orders").body;
+    assert_eq!(queue["messages"], 4, "browsing consumed nothing: three persistent and the transient one remain");
 }
 
 fn warren_delivery_now_ms() -> u64 {

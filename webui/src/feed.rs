@@ -12,7 +12,7 @@
 //! "count", "filter"}`, answered with `{"type": "messages", "id", ...}` (a stream read by
 //! offset, as `GET /api/queues/{vhost}/{name}/messages` answers).
 
-use crate::api::{message_stats, queue_json, read_stream, Management, ReplayQuery};
+use crate::api::{message_stats, queue_json, read_log, Management, ReplayQuery};
 use crate::auth::Authenticated;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -129,7 +129,7 @@ fn handle(api: &Management, subscription: &mut Subscription, text: &str) -> Opti
                 Subscription { queues, filter: filter.to_lowercase(), queue: queue.map(|q| (q.vhost, q.name)) };
             Some(tick_of(api, subscription))
         }
-        Request::Browse { id, vhost, queue, query } => Some(match read_stream(api, &vhost, &queue, &query) {
+        Request::Browse { id, vhost, queue, query } => Some(match read_log(api, &vhost, &queue, &query) {
             Ok(mut read) => {
                 read["type"] = json!("messages");
                 read["id"] = id;

@@ -157,7 +157,7 @@ function subscribe() {
   send({ type: "subscribe", queues: !!wants.queues, filter: wants.filter || "", queue: wants.queue || null });
 }
 
-// Reads a stream by offset over the feed; resolves with the answer.
+// Reads a queue's log by offset over the feed; resolves with the answer.
 function browse(request) {
   return new Promise((resolve) => {
     const id = ++state.browse.requests;
@@ -405,7 +405,9 @@ function queuePage(root, vhost, name) {
       }
       title.textContent = name;
       depthChart.push(tick.at_ms || Date.now(), [q.messages_ready, q.messages_unacknowledged]);
-      browseLink.classList.toggle("hidden", q.type !== "stream");
+      // Streams keep their whole log; a durable classic queue's log holds its persistent
+      // messages until their segment is reclaimed.
+      browseLink.classList.toggle("hidden", !(q.type === "stream" || (q.type === "classic" && q.durable && !q.exclusive)));
       purge.classList.toggle("hidden", q.type === "stream");
       const rows = [["Type", typeBadge(q.type)], ["Durable", q.durable ? "yes" : "no"], ["Ready", fmt(q.messages_ready)], ["Unacked", fmt(q.messages_unacknowledged)],
         ["Consumers", fmt(q.consumers)], ["Publish / s", fmt(rate(q.message_stats, "publish"))], ["Deliver / s", fmt(rate(q.message_stats, "deliver_get"))],

@@ -18,6 +18,7 @@
 
 use super::codec as message_codec;
 use super::{Appended, DurableMark, MessageStore, StoreError};
+use crate::log_browser::{LogBrowser, TagHeaders};
 use crate::message::Message;
 use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -379,6 +380,11 @@ fn swap_compacted_ack_log(dir: &Path) -> Result<(), StoreError> {
 impl MessageStore for LogStore {
     fn disk_bytes(&self) -> u64 {
         self.messages.size_bytes() + self.acks.size_bytes()
+    }
+
+    fn browser(&self) -> Option<LogBrowser> {
+        let dir = self.dir.join(MESSAGES_DIR);
+        Some(LogBrowser::new(Arc::clone(&self.messages), dir, TagHeaders::Absent))
     }
 
     fn append(&mut self, message: &Arc<Message>) -> Result<Appended, StoreError> {

@@ -189,11 +189,15 @@ pub trait MessageStore: Send {
     fn sync(&mut self) -> Result<(), StoreError> {
         Ok(())
     }
-    /// The broker is stopping: make everything stored durable.
     /// Bytes the store keeps on disk (0 for one kept in memory).
     fn disk_bytes(&self) -> u64 {
         0
     }
+    /// Reads of the store's log by offset, if it keeps one.
+    fn browser(&self) -> Option<crate::log_browser::LogBrowser> {
+        None
+    }
+    /// The broker is stopping: make everything stored durable.
     fn close(&mut self) -> Result<(), StoreError> {
         Ok(())
     }

@@ -16,6 +16,7 @@ use super::{GetResult, MessageRef, Overflow, Published, Queue, QueueArguments, Q
 use crate::consumer::Consumer;
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
+use crate::log_browser::LogBrowser;
 use crate::message::Message;
 use crate::message_store::{MemoryStore, MessageStore, StoreError};
 use crate::scheduler::{now_ms, TimerEvent};
@@ -275,6 +276,10 @@ impl ClassicQueue {
 }
 
 impl QueueKind for ClassicQueue {
+    fn browser(&self) -> Option<LogBrowser> {
+        self.state.lock().durable_store.as_ref().and_then(|store| store.browser())
+    }
+
     fn disk_bytes(&self) -> u64 {
         self.state.lock().durable_store.as_ref().map_or(0, |store| store.disk_bytes())
     }

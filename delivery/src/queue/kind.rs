@@ -9,6 +9,7 @@
 use super::{GetResult, MessageRef, Published, Queue, Reply};
 use crate::consumer::Consumer;
 use crate::error::BrokerResult;
+use crate::log_browser::LogBrowser;
 use crate::message::Message;
 use crate::message_store::StoreError;
 use crate::session::{Session, SessionId};
@@ -92,6 +93,11 @@ pub(crate) trait QueueKind: Send + Sync {
     /// The stream, if this kind is one: for reads by offset.
     fn as_stream(&self) -> Option<&Stream> {
         None
+    }
+    /// Reads by offset of the log the queue keeps on this node, if it keeps one: a stream's,
+    /// or a durable classic queue's.
+    fn browser(&self) -> Option<LogBrowser> {
+        self.as_stream().map(|stream| stream.browser().clone())
     }
     /// This node's member of the Raft group, if this kind is a quorum queue.
     fn as_quorum(&self) -> Option<&crate::quorum::QuorumGroup> {

@@ -361,6 +361,12 @@ impl Queue {
         self.kind.as_stream()
     }
 
+    /// Reads by offset of the log the queue keeps on this node, if it keeps one: a stream's
+    /// whole log, or what a durable classic queue's log still holds.
+    pub fn browser(&self) -> Option<crate::log_browser::LogBrowser> {
+        self.kind.browser()
+    }
+
     /// This node's member of the queue's Raft group, if it is a quorum queue.
     pub fn quorum_group(&self) -> Option<&crate::quorum::QuorumGroup> {
         self.kind.as_quorum()

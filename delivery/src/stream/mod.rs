@@ -3,14 +3,14 @@
 //! its credit, and retention (by age and size, whole segments at a time) is what removes
 //! messages. RabbitMQ's names and semantics over AMQP 0-9-1, plus Warren's extensions:
 //! exact tag filtering that steps over records by their header, named consumer-group
-//! offsets, and reads by offset without a consumer ([`Stream::read`]).
+//! offsets, and reads by offset without a consumer ([`Stream::browser`]).
 //!
 //! A stream owns its log and the state of its consumers behind one lock. As queues do, it
 //! dispatches inline: a publish hands the new message to consumers waiting at the end of the
 //! log straight from memory, and an ack or a new consumer reads on from the log.
 //!
 //! Records damaged on disk (found when first read: opening scans only the log's tail) are
-//! stepped over by consumers and by [`Stream::read`], and no longer counted in
+//! stepped over by consumers and by reads without one, and no longer counted in
 //! [`Stream::message_count`]; the log reports each damaged range once. A record that
 //! passes its CRC check but does not decode as a message is skipped the same way and
 //! reported here, once.
@@ -25,20 +25,21 @@ pub use arguments::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
 pub use consumer_groups::{GroupOffsets, MAX_GROUP_NAME_BYTES};
 pub use offset_spec::{OffsetSpec, OFFSET_ARGUMENT};
 
-use crate::consumer::{message_tag, Consumer, TagFilter};
+use crate::consumer::{message_tag, Consumer};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::field_value::string_of;
+use crate::log_browser::{LogBrowser, TagHeaders};
 use crate::message::Message;
 use crate::message_store::codec as message_codec;
 use crate::message_store::{DurableMark, LogStoreConfig, StoreError};
 use crate::queue::{MessageRef, Published, Queue};
 use crate::scheduler::now_ms;
-use cursor::{Cursor, HeaderFilter};
+use cursor::Cursor;
+pub(crate) use cursor::HeaderFilter;
 use parking_lot::Mutex;
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use warren_storage::{Log, LogConfig, NewRecord, Record, StorageError};
+use warren_storage::{Log, LogConfig, NewRecord};
 
 /// The header every delivery from a stream carries: the message's offset.
 pub const OFFSET_HEADER: &str = "x-stream-offset";
@@ -46,38 +47,12 @@ pub const OFFSET_HEADER: &str = "x-stream-offset";
 pub const GROUP_ARGUMENT: &str = "x-consumer-group";
 /// How often a stream with `x-max-age` checks for segments to delete.
 pub const RETENTION_CHECK_INTERVAL_MS: u64 = 1000;
-/// Records a pull read ([`Stream::read`]) examines at most, matching or not.
-const PULL_SCAN_RECORDS: usize = 1024 * 1024;
 
 const LOG_DIR: &str = "log";
 const GROUPS_DIR: &str = "groups";
 
 fn internal(error: impl std::fmt::Display) -> BrokerError {
     BrokerError::new(ReplyCode::InternalError, format!("stream storage failed: {error}"))
-}
-
-/// One message read back from a stream.
-#[derive(Debug, Clone)]
-pub struct StreamMessage {
-    /// Its offset.
-    pub offset: u64,
-    /// When it was appended, in ms since the Unix epoch.
-    pub timestamp_ms: i64,
-    /// The message, as published.
-    pub message: Arc<Message>,
-}
-
-/// What a pull read returned.
-#[derive(Debug, Clone, Default)]
-pub struct StreamBatch {
-    /// The messages, in offset order.
-    pub messages: Vec<StreamMessage>,
-    /// Where the next read should start.
-    pub next_offset: u64,
-    /// The oldest offset the stream holds.
-    pub first_offset: u64,
-    /// One past the newest offset.
-    pub end_offset: u64,
 }
 
 struct StreamState {
@@ -93,8 +68,9 @@ pub struct Stream {
     log: Arc<Log>,
     arguments: StreamArguments,
     state: Mutex<StreamState>,
-    /// Offsets whose records passed their CRC check but do not decode (reported once).
-    undecodable: Mutex<BTreeSet<u64>>,
+    /// Reads without a consumer; it also decodes for the consumers (and reports, once, the
+    /// records that do not decode).
+    browser: LogBrowser,
 }
 
 impl std::fmt::Debug for Stream {
@@ -117,13 +93,9 @@ impl Stream {
         let log = Log::open(dir.join(LOG_DIR), log_config).map_err(StoreError::from)?;
         let groups = GroupOffsets::open(&dir.join(GROUPS_DIR), config.flush_policy)?;
         let state = StreamState { cursors: Vec::new(), groups, scratch: Vec::new(), deleted: false };
-        Ok(Stream {
-            dir: dir.to_path_buf(),
-            log: Arc::new(log),
-            arguments,
-            state: Mutex::new(state),
-            undecodable: Mutex::new(BTreeSet::new()),
-        })
+        let log = Arc::new(log);
+        let browser = LogBrowser::new(Arc::clone(&log), dir.join(LOG_DIR), TagHeaders::Written);
+        Ok(Stream { dir: dir.to_path_buf(), log, arguments, state: Mutex::new(state), browser })
     }
 
     /// Its retention and segment arguments.
@@ -135,38 +107,18 @@ impl Stream {
     pub fn message_count(&self) -> u64 {
         let (first, next) = self.bounds();
         let damaged: u64 = self.log.damaged_ranges().iter().map(|r| r.records()).sum();
-        let undecodable = self.undecodable.lock().range(first..).count() as u64;
+        let undecodable = self.browser.undecodable_from(first);
         (next - first).saturating_sub(damaged + undecodable)
-    }
-
-    /// Decodes a record read from the log. One that passed its CRC check but does not
-    /// decode is damage of that record: reported (once) and skipped.
-    fn decode(&self, record: Record) -> Option<Message> {
-        let offset = record.offset;
-        match message_codec::decode(record.payload) {
-            Ok(message) => Some(message),
-            Err(error) => {
-                if self.undecodable.lock().insert(offset) {
-                    tracing::error!(dir = %self.dir.display(), offset, %error, "stored message does not decode; skipping it");
-                }
-                None
-            }
-        }
     }
 
     /// The oldest offset it holds, and one past the newest.
     pub fn bounds(&self) -> (u64, u64) {
-        (self.log.first_offset(), self.log.next_offset())
+        self.browser.bounds()
     }
 
     /// Bytes the stream keeps on disk.
     pub fn disk_bytes(&self) -> u64 {
         self.log.size_bytes()
-    }
-
-    /// Where `spec` points in the stream now (as for a consumer starting there).
-    pub fn offset_of(&self, spec: OffsetSpec) -> Result<u64, StoreError> {
-        spec.resolve(&self.log).map_err(StoreError::from)
     }
 
     /// Consumers attached.
@@ -224,7 +176,7 @@ impl Stream {
                 }
             };
             let offset = record.offset;
-            let Some(message) = self.decode(record) else { continue };
+            let Some(message) = self.browser.decode(record) else { continue };
             // The header hash let it through; the tag itself decides (no false positives).
             if cursor.consumer.wants(&message) {
                 deliver(cursor, queue, offset, message);
@@ -311,57 +263,10 @@ impl Stream {
         }
     }
 
-    /// Reads messages from `from` (clamped into the stream) without a consumer: at most
-    /// `max_count` messages and about `max_bytes` of payload (at least one message if any),
-    /// only those `filter` wants if given. The management API and UI browse with this.
-    /// Damaged records are stepped over (never returned; the log reports them once).
-    pub fn read(
-        &self,
-        from: u64,
-        max_count: usize,
-        max_bytes: usize,
-        filter: Option<&TagFilter>,
-    ) -> Result<StreamBatch, StoreError> {
-        let (first, end) = self.bounds();
-        let mut batch = StreamBatch {
-            next_offset: from.clamp(first, end),
-            first_offset: first,
-            end_offset: end,
-            ..Default::default()
-        };
-        if max_count == 0 {
-            return Ok(batch);
-        }
-        let header_filter = filter.map(HeaderFilter::new);
-        let admits = |flags, hash| header_filter.as_ref().is_none_or(|f| f.admits(flags, hash));
-        let read = loop {
-            let from = batch.next_offset;
-            if from >= end {
-                return Ok(batch);
-            }
-            match self.log.read_filtered(from, max_count, max_bytes, PULL_SCAN_RECORDS, &admits) {
-                Err(StorageError::Corruption { .. }) => match self.log.skip_damage(from).map_err(StoreError::from)? {
-                    Some(damaged) => batch.next_offset = damaged.next,
-                    // The damage lay before `from`, whose record reads back now.
-                    None => {
-                        break self
-                            .log
-                            .read_filtered(from, max_count, max_bytes, PULL_SCAN_RECORDS, &admits)
-                            .map_err(StoreError::from)?
-                    }
-                },
-                result => break result.map_err(StoreError::from)?,
-            }
-        };
-        batch.next_offset = read.next_offset;
-        for record in read.records {
-            let (offset, timestamp_ms) = (record.offset, record.timestamp_ms);
-            let Some(message) = self.decode(record) else { continue };
-            if filter.is_none_or(|f| f.matches(message_tag(&message))) {
-                batch.messages.push(StreamMessage { offset, timestamp_ms, message: Arc::new(message) });
-            }
-        }
-        Ok(batch)
+    /// Reads of the stream by offset without a consumer (the management API and UI browse
+    /// with it).
+    pub fn browser(&self) -> &LogBrowser {
+        &self.browser
     }
 
     /// Applies `x-max-age` and `x-max-length-bytes` now (they also apply at each segment roll).

@@ -156,11 +156,17 @@ pub fn publish(
     routing_key: &str,
     payload: &str,
     persistent: bool,
+    headers: &[(String, String)],
 ) -> Result<(), CtlError> {
     let exchange_segment = if exchange.is_empty() { "amq.default".to_string() } else { encode(exchange) };
+    let mut properties = json!({ "delivery_mode": if persistent { 2 } else { 1 } });
+    if !headers.is_empty() {
+        let headers: serde_json::Map<String, Value> =
+            headers.iter().map(|(name, value)| (name.clone(), Value::String(value.clone()))).collect();
+        properties["headers"] = Value::Object(headers);
+    }
     let body = json!({
-        "routing_key": routing_key, "payload": payload, "payload_encoding": "string",
-        "properties": { "delivery_mode": if persistent { 2 } else { 1 } },
+        "routing_key": routing_key, "payload": payload, "payload_encoding": "string", "properties": properties,
     });
     let answer = client.send("POST", &format!("/api/exchanges/{}/{exchange_segment}/publish", encode(vhost)), &body)?;
     match answer["routed"].as_bool() {
@@ -196,7 +202,7 @@ pub fn get(
     Ok(())
 }
 
-/// `browse`: a stream read by offset, nothing consumed.
+/// `browse`: a queue's log (a stream's, or a durable queue's) read by offset, nothing consumed.
 pub fn browse(
     client: &Client,
     vhost: &str,
@@ -215,7 +221,7 @@ pub fn browse(
     print(format, &message_columns(true), &items, |item, column| item[column].clone());
     if format == Format::Table {
         say(&format!(
-            "next offset: {} (the stream holds {} to {})\n",
+            "next offset: {} (the log holds {} to {})\n",
             read["next_offset"], read["first_offset"], read["end_offset"]
         ));
     }

@@ -174,6 +174,9 @@ enum Verb {
         /// Not persistent (delivery mode 1).
         #[arg(long)]
         transient: bool,
+        /// A header with a text value, as NAME=VALUE (repeatable), e.g. x-stream-filter-value=eu.
+        #[arg(long = "header", value_name = "NAME=VALUE", value_parser = header_pair)]
+        headers: Vec<(String, String)>,
     },
     /// Takes messages from a queue (by default puts them back, as rabbitmqadmin get).
     Get {
@@ -186,9 +189,9 @@ enum Verb {
         #[arg(long, default_value = "ack_requeue_true")]
         ackmode: String,
     },
-    /// Reads a stream from an offset without consuming it.
+    /// Reads a stream, or a durable queue's log, from an offset without consuming it.
     Browse {
-        /// The stream.
+        /// The stream or durable queue.
         queue: String,
         /// Where to start: an offset, first, last or next.
         #[arg(long, default_value = "first")]
@@ -264,6 +267,14 @@ enum Verb {
 pub struct CtlError(String);
 
 /// The first of `flag`, `file` and environment variable `env` that is set, else `default`.
+/// A `--header NAME=VALUE` of `publish`.
+fn header_pair(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+        _ => Err(format!("expected NAME=VALUE, got {text:?}")),
+    }
+}
+
 fn setting(flag: &Option<String>, file: &Option<String>, env: &str, default: &str) -> String {
     flag.clone().or_else(|| file.clone()).or_else(|| std::env::var(env).ok()).unwrap_or_else(|| default.to_string())
 }
@@ -320,8 +331,8 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
             actions::bind(client, vhost, source, destination, destination_type == "exchange", routing_key, arguments)
         }
         Verb::CloseConnection { name, reason } => actions::close_connection(client, name, reason),
-        Verb::Publish { exchange, routing_key, payload, transient } => {
-            actions::publish(client, vhost, exchange, routing_key, payload, !transient)
+        Verb::Publish { exchange, routing_key, payload, transient, headers } => {
+            actions::publish(client, vhost, exchange, routing_key, payload, !transient, headers)
         }
         Verb::Get { queue, count, ackmode } => actions::get(client, vhost, queue, *count, ackmode, format),
         Verb::Browse { queue, offset, count, filter } => {

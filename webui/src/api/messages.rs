@@ -1,8 +1,9 @@
 //! Messages through the API: `POST /api/exchanges/{vhost}/{name}/publish`, `POST
 //! /api/queues/{vhost}/{name}/get` (with RabbitMQ's `ackmode`s), and, an extension, replay by
 //! offset: `GET /api/queues/{vhost}/{name}/messages?offset=&count=&max_bytes=&filter=
-//! &timestamp=` reads a stream from an offset (a number, `first`, `last`, or the first
-//! message at or after a timestamp) without consuming anything.
+//! &timestamp=` reads a stream, or what a durable classic queue's log still holds, from an
+//! offset (a number, `first`, `last`, or the first message at or after a timestamp) without
+//! consuming anything.
 
 use super::{exchange_name, Management};
 use crate::auth::Authenticated;
@@ -199,22 +200,25 @@ fn start_of(query: &ReplayQuery) -> Result<OffsetSpec, ApiError> {
     }
 }
 
-/// Reads a stream from an offset without consuming it: the messages with their offsets and
-/// times, and where to read next.
+/// Reads a queue's log from an offset without consuming it: the messages with their offsets
+/// and times, and where to read next.
 async fn replay(
     _: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Query(query): Query<ReplayQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    read_stream(&api, &vhost, &name, &query).map(Json)
+    read_log(&api, &vhost, &name, &query).map(Json)
 }
 
-/// Reads queue `name` of `vhost`, a stream, as `query` says.
-pub(crate) fn read_stream(api: &Management, vhost: &str, name: &str, query: &ReplayQuery) -> Result<Value, ApiError> {
+/// Reads the log of queue `name` of `vhost` (a stream, or a durable classic queue) as
+/// `query` says.
+pub(crate) fn read_log(api: &Management, vhost: &str, name: &str, query: &ReplayQuery) -> Result<Value, ApiError> {
     let queue = api.vhost(vhost)?.queue(name)?;
-    let stream = queue.stream().ok_or_else(|| {
-        bad_request(format!("queue '{name}' is not a stream: only streams are read by offset (so far)"))
+    let log = queue.browser().ok_or_else(|| {
+        bad_request(format!(
+            "queue '{name}' keeps no log on this node: streams and durable classic queues (their persistent messages) are read by offset"
+        ))
     })?;
     let count = query.count.unwrap_or(100).clamp(1, MAX_REPLAY_COUNT);
     let max_bytes = query.max_bytes.unwrap_or(MAX_REPLAY_BYTES).clamp(1, MAX_REPLAY_BYTES);
@@ -225,8 +229,8 @@ pub(crate) fn read_stream(api: &Management, vhost: &str, name: &str, query: &Rep
         .map(|f| TagFilter::new(f.split(',').map(|tag| tag.as_bytes().to_vec()).collect(), false));
     let internal =
         |e: warren_delivery::message_store::StoreError| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
-    let from = stream.offset_of(start_of(query)?).map_err(internal)?;
-    let batch = stream.read(from, count, max_bytes, filter.as_ref()).map_err(internal)?;
+    let from = log.offset_of(start_of(query)?).map_err(internal)?;
+    let batch = log.read(from, count, max_bytes, filter.as_ref()).map_err(internal)?;
     let (encoding, truncate) =
         (query.encoding.as_deref().unwrap_or("auto"), query.truncate.unwrap_or(DEFAULT_TRUNCATE_BYTES));
     let messages: Vec<Value> = batch

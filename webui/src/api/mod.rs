@@ -18,7 +18,7 @@ mod overview;
 mod queues;
 
 pub use cluster::{ClusterView, NodeStatus};
-pub(crate) use messages::{read_stream, ReplayQuery};
+pub(crate) use messages::{read_log, ReplayQuery};
 pub(crate) use queues::queue_json;
 
 use crate::auth::Sessions;
