@@ -7,6 +7,11 @@
 # turn (warren, rabbitmq, warren, rabbitmq, ...), then stops both. At the end it prints one
 # markdown table per scenario: medians over the rounds and the Warren/RabbitMQ ratio.
 #
+# With --observed it compares Warren with itself instead: each round runs the scenario once
+# while warren-observer watches the broker as the web UI and Prometheus do (the live feed
+# subscribed to the queues table, both metrics endpoints scraped every second), then once
+# without it; the ratio is observed/unobserved.
+#
 # Run as root from a checkout: bench/compare.sh [options]. See --help and BENCHMARKS.md.
 # Benchmarks measure; they assert nothing about timings. A run whose counts do not add up
 # (lost messages) or that fails is reported in the tables and in problems.txt.
@@ -22,6 +27,9 @@ IDLE_SECS=10
 SCENARIOS=all
 OUT=
 BUILD=1
+# Whether the pair compared is Warren watched and Warren alone (--observed) rather than Warren
+# and RabbitMQ.
+OBSERVED=0
 ALL_SCENARIOS=(transient-16B transient-1KiB durable fanout latency backlog connections stream-publish stream-replay quorum)
 # Open files allowed to the brokers and the tool: the connections scenario needs > 1024.
 OPEN_FILES=65536
@@ -39,6 +47,8 @@ usage: bench/compare.sh [options]
   --idle-secs SECS    how long the idle connections are held (default $IDLE_SECS)
   --out DIR           where results, logs and report.md go (default: a new /tmp/warren-bench.* directory)
   --no-build          use the binaries already in $TARGET_DIR/release
+  --observed          Warren watched by warren-observer (live feed + metrics scrapes each
+                      second) against Warren alone, instead of Warren against RabbitMQ
 EOF
 }
 
@@ -59,6 +69,7 @@ parse_args() {
 		--idle-secs) IDLE_SECS=$2 && shift ;;
 		--out) OUT=$2 && shift ;;
 		--no-build) BUILD=0 ;;
+		--observed) OBSERVED=1 ;;
 		-h | --help) usage && exit 0 ;;
 		*) usage >&2 && exit 2 ;;
 		esac
@@ -84,12 +95,13 @@ install_rabbitmq() {
 
 build() {
 	if [ "$BUILD" = 1 ]; then
-		log "building warren and warren-perf (release)"
-		(cd "$ROOT" && cargo build --release -p warren-server -p warren-tests --bin warren --bin warren-perf)
+		log "building warren, warren-perf and warren-observer (release)"
+		(cd "$ROOT" && cargo build --release -p warren-server -p warren-tests --bin warren --bin warren-perf --bin warren-observer)
 	fi
 	# Copies, so that a rebuild during the run cannot swap the binaries under it.
 	mkdir -p "$WORK/bin"
 	cp "$TARGET_DIR/release/warren" "$TARGET_DIR/release/warren-perf" "$WORK/bin/"
+	[ "$OBSERVED" = 0 ] || cp "$TARGET_DIR/release/warren-observer" "$WORK/bin/"
 }
 
 # Sets variable $1 to a TCP port on 127.0.0.1 that nothing listens on, below the ephemeral
@@ -123,16 +135,35 @@ wait_for_port() {
 # ---- Warren ------------------------------------------------------------------------------
 
 WARREN_PORT=
+WARREN_HTTP_PORT=
 RABBIT_PORT=
 RABBIT_DIST_PORT=
 EPMD_PORT=
 WARREN_PID=
 start_warren() {
 	rm -rf "$WORK/warren-data"
-	RUST_LOG=warn "$WORK/bin/warren" --amqp-listen "127.0.0.1:$WARREN_PORT" --data-dir "$WORK/warren-data" \
+	RUST_LOG=warn "$WORK/bin/warren" --amqp-listen "127.0.0.1:$WARREN_PORT" \
+		--http-listen "127.0.0.1:$WARREN_HTTP_PORT" --data-dir "$WORK/warren-data" \
 		>>"$OUT/logs/warren.log" 2>&1 &
 	WARREN_PID=$!
 	wait_for_port "$WARREN_PORT" warren
+	wait_for_port "$WARREN_HTTP_PORT" "warren's management listener"
+}
+
+# warren-observer, watching Warren while a run lasts.
+OBSERVER_PID=
+start_observer() {
+	"$WORK/bin/warren-observer" --url "http://127.0.0.1:$WARREN_HTTP_PORT" >>"$OUT/logs/$1.log" 2>&1 &
+	OBSERVER_PID=$!
+}
+
+stop_observer() {
+	[ -n "$OBSERVER_PID" ] || return 0
+	kill -TERM "$OBSERVER_PID" 2>/dev/null || true
+	if ! wait "$OBSERVER_PID"; then
+		echo "warren-observer failed during $1 (see $OUT/logs/$1.log)" >>"$OUT/problems.txt"
+	fi
+	OBSERVER_PID=
 }
 
 stop_warren() {
@@ -242,10 +273,12 @@ stop_epmd() {
 cleanup() {
 	local status=$?
 	set +e
+	[ -z "$OBSERVER_PID" ] || kill "$OBSERVER_PID" 2>/dev/null
 	stop_warren
 	stop_rabbitmq
 	stop_epmd
-	rm -rf "$WORK/warren-data" "$RABBIT_DIR/mnesia" "$WORK/bin"
+	rm -rf "$WORK/warren-data" "$WORK/bin"
+	[ -z "$RABBIT_DIR" ] || rm -rf "$RABBIT_DIR/mnesia"
 	exit "$status"
 }
 
@@ -285,13 +318,14 @@ COMMANDS=()
 run_once() {
 	local scenario=$1 broker=$2 round=$3 port pid summary status args
 	case $broker in
-	warren) port=$WARREN_PORT pid=$WARREN_PID ;;
+	warren | warren-observed) port=$WARREN_PORT pid=$WARREN_PID ;;
 	rabbitmq) port=$RABBIT_PORT pid=$RABBIT_OS_PID ;;
 	esac
 	args="$(scenario_args "$scenario") --queue-prefix perf-$scenario"
 	[ "$scenario" = connections ] && args="$args --rss-pid $pid"
 	[ "$round" = 1 ] && [ "$broker" = warren ] && COMMANDS+=("warren-perf --uri amqp://guest:guest@127.0.0.1:PORT/%2f ${args//--rss-pid $pid/--rss-pid PID}")
 	log "$scenario, round $round: $broker"
+	[ "$broker" != warren-observed ] || start_observer "$scenario-observer-$round"
 	set +e
 	# shellcheck disable=SC2086 # the arguments are meant to split
 	summary=$("$WORK/bin/warren-perf" --uri "amqp://guest:guest@127.0.0.1:$port/%2f" $args \
@@ -299,6 +333,7 @@ run_once() {
 		2>>"$OUT/logs/$scenario-$broker-$round.log")
 	status=$?
 	set -e
+	[ "$broker" != warren-observed ] || stop_observer "$scenario-observer-$round"
 	if [ -n "$summary" ]; then
 		echo "$summary" >>"$OUT/results.jsonl"
 	else
@@ -319,6 +354,15 @@ run_once() {
 
 run_scenario() {
 	local scenario=$1 round
+	if [ "$OBSERVED" = 1 ]; then
+		start_warren
+		for round in $(seq 1 "$ROUNDS"); do
+			run_once "$scenario" warren-observed "$round"
+			run_once "$scenario" warren "$round"
+		done
+		stop_warren
+		return
+	fi
 	start_warren
 	start_rabbitmq
 	for round in $(seq 1 "$ROUNDS"); do
@@ -336,8 +380,12 @@ write_report() {
 		echo
 		echo "- machine: $(nproc) CPUs ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')), $(free -h | awk '/^Mem:/ {print $2}') memory, Linux $(uname -r)"
 		echo "- Warren: $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout'), release build"
-		echo "- RabbitMQ: $(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null), Erlang $(dpkg-query -W -f '${Version}' erlang-base 2>/dev/null)"
-		echo "- compare.sh --rounds $ROUNDS --duration $DURATION --backlog-count $BACKLOG_COUNT --connections $CONNECTIONS --idle-secs $IDLE_SECS --scenarios $SCENARIOS"
+		if [ "$OBSERVED" = 1 ]; then
+			echo "- warren-observed: the same broker while warren-observer watched it (live feed subscribed to the queues table, /metrics and /metrics/per-object scraped every second)"
+		else
+			echo "- RabbitMQ: $(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null), Erlang $(dpkg-query -W -f '${Version}' erlang-base 2>/dev/null)"
+		fi
+		echo "- compare.sh$([ "$OBSERVED" = 0 ] || echo ' --observed') --rounds $ROUNDS --duration $DURATION --backlog-count $BACKLOG_COUNT --connections $CONNECTIONS --idle-secs $IDLE_SECS --scenarios $SCENARIOS"
 		echo
 		echo "Commands (PORT and PID are the broker's):"
 		echo
@@ -361,7 +409,7 @@ write_report() {
 
 main() {
 	parse_args "$@"
-	[ "$(id -u)" = 0 ] || die "run as root: it installs packages and runs RabbitMQ as the rabbitmq user"
+	[ "$OBSERVED" = 1 ] || [ "$(id -u)" = 0 ] || die "run as root: it installs packages and runs RabbitMQ as the rabbitmq user"
 	WORK=$(mktemp -d /tmp/warren-bench.XXXXXX)
 	OUT=${OUT:-$WORK}
 	mkdir -p "$OUT/logs"
@@ -375,14 +423,19 @@ main() {
 		OPEN_FILES=$hard_limit
 	fi
 	ulimit -n "$OPEN_FILES" || log "cannot raise the open-files limit; the connections scenario may fail"
-	install_rabbitmq
+	[ "$OBSERVED" = 1 ] || install_rabbitmq
 	build
 	pick_port WARREN_PORT
+	pick_port WARREN_HTTP_PORT
 	pick_port RABBIT_PORT
 	pick_port RABBIT_DIST_PORT
 	pick_port EPMD_PORT
-	setup_rabbitmq
-	log "warren on 127.0.0.1:$WARREN_PORT, rabbitmq on 127.0.0.1:$RABBIT_PORT (node $RABBIT_NODE, epmd $EPMD_PORT)"
+	if [ "$OBSERVED" = 1 ]; then
+		log "warren on 127.0.0.1:$WARREN_PORT, watched on 127.0.0.1:$WARREN_HTTP_PORT in every other run"
+	else
+		setup_rabbitmq
+		log "warren on 127.0.0.1:$WARREN_PORT, rabbitmq on 127.0.0.1:$RABBIT_PORT (node $RABBIT_NODE, epmd $EPMD_PORT)"
+	fi
 	local scenario
 	for scenario in "${ALL_SCENARIOS[@]}"; do
 		if wanted "$scenario"; then

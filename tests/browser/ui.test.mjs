@@ -125,6 +125,15 @@ test('the UI shows the broker live and browses a stream without consuming it', a
   await page.locator('table tbody tr', { hasText: 'ui-demo' }).waitFor();
   await page.locator('table tbody tr', { hasText: 'events' }).waitFor();
   await shot('queues');
+  // Sorted and filtered by the broker: deepest first, then only names with "vent".
+  const firstQueue = () => document.querySelector('table tbody tr td a')?.textContent;
+  assert.equal(await page.evaluate(firstQueue), 'events', 'by name at first');
+  await page.click('th[data-key="messages_ready"]');
+  await page.waitForFunction(() => document.querySelector('table tbody tr td a')?.textContent === 'ui-demo', null, { timeout: 5_000 });
+  await page.fill('#queue-filter', 'vent');
+  await page.waitForFunction(() => document.querySelectorAll('table tbody tr').length === 1, null, { timeout: 5_000 });
+  assert.equal(await page.evaluate(firstQueue), 'events');
+  await page.fill('#queue-filter', '');
 
   // A stream, paged by offset, filtered by tag, then followed live.
   await publish('events', 60, (n) => (n % 2 === 0 ? 'even' : 'odd'));

@@ -31,9 +31,24 @@ impl Drop for Cluster {
     }
 }
 
+/// Ports handed out below Linux's ephemeral range (32768-60999 by default).
+const FREE_PORTS: std::ops::Range<u16> = 10_000..32_000;
+
+/// A port on 127.0.0.1 that nothing listens on, for a node started later. Taken below the
+/// ephemeral range: a port the kernel picked for `bind(0)` may be handed to an outgoing
+/// connection (a client, a node dialling a peer) before the node binds it. Never the same
+/// port twice in one test process.
 pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("address").port()
+    use std::sync::Mutex;
+    static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    loop {
+        let port = rand::Rng::gen_range(&mut rand::thread_rng(), FREE_PORTS);
+        if !handed_out.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.push(port);
+            return port;
+        }
+    }
 }
 
 pub const NAMES: [&str; 3] = ["warren@a", "warren@b", "warren@c"];

@@ -59,6 +59,15 @@ impl Api {
         tokio::task::block_in_place(|| self.request("GET", path, &[], None))
     }
 
+    /// The body of a GET as text (the Prometheus endpoints), whatever the status.
+    pub fn get_text(&self, path: &str) -> String {
+        let url = format!("{}{path}", self.base);
+        tokio::task::block_in_place(|| match ureq::get(&url).call() {
+            Ok(response) | Err(ureq::Error::Status(_, response)) => response.into_string().unwrap_or_default(),
+            Err(error) => panic!("GET {url}: {error}"),
+        })
+    }
+
     pub fn put(&self, path: &str, body: Value) -> Answer {
         tokio::task::block_in_place(|| self.request("PUT", path, &[], Some(&body)))
     }

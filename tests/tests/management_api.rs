@@ -389,6 +389,17 @@ async fn long_lists_are_paged_filtered_and_sorted() {
     assert_eq!(page["items"][0]["name"], "shard-10");
     let deepest = api.get("/api/queues?page=1&page_size=3&sort=messages&sort_reverse=true&columns=name,messages").body;
     assert!(deepest["items"].as_array().expect("items").iter().all(|q| q["messages"] == 6), "{deepest}");
+    // The columns sorted on the queue's own figures agree with the JSON they show.
+    for column in ["messages", "messages_ready", "messages_unacknowledged", "consumers", "message_stats.publish"] {
+        let listed = api.get(&format!("/api/queues?sort={column}&sort_reverse=1")).body;
+        let values: Vec<f64> = listed
+            .as_array()
+            .expect("queues")
+            .iter()
+            .map(|q| column.split('.').fold(q, |v, key| &v[key]).as_f64().unwrap_or(-1.0))
+            .collect();
+        assert!(values.windows(2).all(|w| w[0] >= w[1]), "sorted by {column}, descending: {values:?}");
+    }
     let matched = api.get("/api/queues?name=shard-2%5B0-4%5D&use_regex=true").body;
     assert_eq!(matched.as_array().map(Vec::len), Some(5));
     assert_eq!(api.get("/api/queues?page=9&page_size=10").status, 400);
@@ -481,15 +492,23 @@ async fn the_live_feed_pushes_figures_every_second_and_answers_browse_requests()
     assert_eq!(tick["type"], "tick");
     assert!(tick.get("queues").is_none(), "queues only when subscribed");
 
-    let subscribe = json!({"type": "subscribe", "queues": true, "queue": {"vhost": "/", "name": "feed-log"}});
+    ch.queue_declare("feed-idle".into(), durable(), FieldTable::default()).await.expect("declare");
+    // The queue table comes filtered, sorted and paged by the broker: the deepest queue alone.
+    let table = json!({"sort": "messages", "sort_reverse": true, "page_size": 1});
+    let subscribe = json!({"type": "subscribe", "queues": table, "queue": {"vhost": "/", "name": "feed-log"}});
     feed.send(Message::Text(subscribe.to_string().into())).await.expect("send");
+    let mut answers = Vec::new();
     let tick = loop {
         let tick = next_json(&mut feed).await;
-        if tick.get("queues").is_some() {
+        if tick["queues"]["items"].is_array() {
             break tick;
         }
+        answers.push(tick);
+        assert!(answers.len() < 3, "the subscription is answered: {answers:?}");
     };
-    assert_eq!(tick["queues"][0]["name"], "feed-log");
+    let queues = &tick["queues"];
+    assert_eq!(queues["items"][0]["name"], "feed-log", "{queues}");
+    assert_eq!((queues["page_count"].as_u64(), queues["total_count"].as_u64()), (Some(2), Some(2)));
     assert_eq!(tick["queue"]["type"], "stream");
     let started = Instant::now();
     let following = loop {

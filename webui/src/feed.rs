@@ -4,16 +4,18 @@
 //!
 //! Sent: `{"type": "hello", "user", "node", "history"}` first (five minutes of the totals, for
 //! the charts), then `{"type": "tick", "at_ms", "overview", "queues"?, "queue"?}` every second;
-//! `queues` (a summary of each queue, at most [`MAX_FEED_QUEUES`], those whose name contains
-//! the filter) and `queue` (one queue in full; absent once it is gone, `subscribed_queue`
-//! naming it) only while subscribed.
-//! Received: `{"type": "subscribe", "queues": bool, "filter": "...", "queue": {"vhost",
-//! "name"} | null}`, and `{"type": "browse", "id", "vhost", "queue", "offset" | "timestamp",
-//! "count", "filter"}`, answered with `{"type": "messages", "id", ...}` (a stream read by
-//! offset, as `GET /api/queues/{vhost}/{name}/messages` answers).
+//! `queues` (one page of the queue table, filtered and sorted by the broker, in the shape
+//! `GET /api/queues?page=` answers) and `queue` (one queue in full; absent once it is gone,
+//! `subscribed_queue` naming it) only while subscribed.
+//! Received: `{"type": "subscribe", "queues": {"name", "use_regex", "sort", "sort_reverse",
+//! "page", "page_size"} | null, "queue": {"vhost", "name"} | null}`, and `{"type": "browse",
+//! "id", "vhost", "queue", "offset" | "timestamp", "count", "filter"}`, answered with
+//! `{"type": "messages", "id", ...}` (a log read by offset, as
+//! `GET /api/queues/{vhost}/{name}/messages` answers).
 
-use crate::api::{message_stats, queue_json, read_log, Management, ReplayQuery};
+use crate::api::{message_stats, queue_json, read_log, Management, QueueRow, ReplayQuery};
 use crate::auth::Authenticated;
+use crate::listing::ListQuery;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;
@@ -25,8 +27,6 @@ use std::time::Duration;
 
 /// How often figures are pushed.
 pub const PUSH_INTERVAL: Duration = Duration::from_secs(1);
-/// Queues a tick lists at most.
-pub const MAX_FEED_QUEUES: usize = 2_000;
 /// Largest request the UI may send.
 const MAX_REQUEST_BYTES: usize = 16 * 1024;
 
@@ -44,8 +44,7 @@ async fn upgrade(who: Authenticated, State(api): State<Management>, ws: WebSocke
 /// What the UI asked to be told.
 #[derive(Debug, Default)]
 struct Subscription {
-    queues: bool,
-    filter: String,
+    queues: Option<ListQuery>,
     queue: Option<(String, String)>,
 }
 
@@ -55,9 +54,7 @@ struct Subscription {
 enum Request {
     Subscribe {
         #[serde(default)]
-        queues: bool,
-        #[serde(default)]
-        filter: String,
+        queues: Option<ListQuery>,
         #[serde(default)]
         queue: Option<QueueName>,
     },
@@ -124,9 +121,10 @@ fn handle(api: &Management, subscription: &mut Subscription, text: &str) -> Opti
         Err(error) => return Some(json!({ "type": "error", "reason": format!("not a request: {error}") })),
     };
     match request {
-        Request::Subscribe { queues, filter, queue } => {
-            *subscription =
-                Subscription { queues, filter: filter.to_lowercase(), queue: queue.map(|q| (q.vhost, q.name)) };
+        Request::Subscribe { queues, queue } => {
+            // A live table is always paged: the broker never sends every queue each second.
+            let queues = queues.map(ListQuery::paged);
+            *subscription = Subscription { queues, queue: queue.map(|q| (q.vhost, q.name)) };
             Some(tick_of(api, subscription))
         }
         Request::Browse { id, vhost, queue, query } => Some(match read_log(api, &vhost, &queue, &query) {
@@ -158,22 +156,10 @@ fn tick_of(api: &Management, subscription: &Subscription) -> Value {
             "nodes": api.cluster_nodes(),
         },
     });
-    if subscription.queues {
-        let mut queues: Vec<Value> = Vec::new();
-        let mut total = 0;
-        for vhost in broker.vhosts() {
-            for queue in vhost.queues() {
-                if !subscription.filter.is_empty() && !queue.name().to_lowercase().contains(&subscription.filter) {
-                    continue;
-                }
-                total += 1;
-                if queues.len() < MAX_FEED_QUEUES {
-                    queues.push(queue_json(api, vhost.name(), &queue));
-                }
-            }
-        }
-        tick["queues"] = json!(queues);
-        tick["queues_total"] = json!(total);
+    if let Some(table) = &subscription.queues {
+        tick["queues"] = QueueRow::all(api, None)
+            .and_then(|rows| table.apply_to_live_table(rows))
+            .unwrap_or_else(|error| json!({ "error": error.reason() }));
     }
     if let Some((vhost, name)) = &subscription.queue {
         tick["subscribed_queue"] = json!(name);

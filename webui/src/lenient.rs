@@ -20,6 +20,17 @@ pub fn optional_boolean<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Op
     boolean(deserializer).map(Some)
 }
 
+/// A query flag: a boolean, or text that is true when it is `"true"` or `"1"` (as a query
+/// string's `sort_reverse=1`).
+pub fn optional_flag<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<bool>, D::Error> {
+    match Value::deserialize(deserializer)? {
+        Value::Bool(b) => Ok(Some(b)),
+        Value::String(s) => Ok(Some(s == "true" || s == "1")),
+        Value::Null => Ok(None),
+        other => Err(de::Error::custom(format!("expected true or false, got {other}"))),
+    }
+}
+
 /// A whole number, or its text.
 pub fn count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
     match Value::deserialize(deserializer)? {

@@ -3,6 +3,9 @@
 // carries the login for the API and the feed.
 "use strict";
 
+// Rows of the queue table the broker sends each second.
+const QUEUES_PAGE_SIZE = 100;
+
 const state = {
   socket: null,
   tick: null,
@@ -154,7 +157,7 @@ function send(message) {
 
 function subscribe() {
   const wants = (state.page && state.page.subscription) || {};
-  send({ type: "subscribe", queues: !!wants.queues, filter: wants.filter || "", queue: wants.queue || null });
+  send({ type: "subscribe", queues: wants.queues || null, queue: wants.queue || null });
 }
 
 // Reads a queue's log by offset over the feed; resolves with the answer.
@@ -270,7 +273,9 @@ function overviewPage(root) {
 
 // ---------- tables ----------
 
-// A sortable table of rows; columns: [{key, label, num, value(row), cell(row)}].
+// A sortable table of rows; columns: [{key, label, num, value(row), cell(row)}]. With
+// options.onSort(key, up) the rows come sorted (by the broker) and a header click asks for
+// another order instead of sorting here.
 function table(columns, options = {}) {
   const body = el("tbody");
   const head = el("tr");
@@ -279,7 +284,7 @@ function table(columns, options = {}) {
   const render = () => {
     const column = columns.find((c) => c.key === sort) || columns[0];
     const value = column.value || ((row) => row[column.key]);
-    const sorted = [...rows].sort((a, b) => {
+    const sorted = options.onSort ? rows : [...rows].sort((a, b) => {
       const x = value(a), y = value(b);
       const order = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
       return up ? order : -order;
@@ -287,7 +292,12 @@ function table(columns, options = {}) {
     head.replaceChildren(...columns.map((c) => el("th", {
       class: [c.num ? "num" : "", c.key === sort ? "sorted" : "", c.key === sort && up ? "up" : ""].join(" "),
       "data-key": c.key,
-      onclick: () => { up = sort === c.key ? !up : c.num ? false : true; sort = c.key; render(); },
+      onclick: () => {
+        up = sort === c.key ? !up : c.num ? false : true;
+        sort = c.key;
+        if (options.onSort) options.onSort(sort, up);
+        render();
+      },
     }, c.label)));
     body.replaceChildren(...(sorted.length ? sorted.map((row) => el("tr", {}, ...columns.map((c) =>
       el("td", { class: c.num ? "num" : "" }, c.cell ? c.cell(row) : fmt((c.value || ((r) => r[c.key]))(row))))))
@@ -316,10 +326,15 @@ function queuesPage(root) {
     { key: "messages_ready", label: "Ready", num: true },
     { key: "messages_unacknowledged", label: "Unacked", num: true },
     { key: "consumers", label: "Consumers", num: true },
-    { key: "publish_rate", label: "Publish / s", num: true, value: (q) => rate(q.message_stats, "publish") },
-    { key: "deliver_rate", label: "Deliver / s", num: true, value: (q) => rate(q.message_stats, "deliver_get") },
+    { key: "message_stats.publish_details.rate", label: "Publish / s", num: true, value: (q) => rate(q.message_stats, "publish") },
+    { key: "message_stats.deliver_get_details.rate", label: "Deliver / s", num: true, value: (q) => rate(q.message_stats, "deliver_get") },
   ];
-  const list = table(columns, { empty: "No queues match." });
+  // The broker filters, sorts and pages: the table shows one page of however many queues.
+  const wanted = { name: "", sort: "name", sort_reverse: false, page: 1, page_size: QUEUES_PAGE_SIZE };
+  const ask = (change) => { Object.assign(wanted, change); subscribe(); };
+  const list = table(columns, { empty: "No queues match.", onSort: (key, up) => ask({ sort: key, sort_reverse: !up, page: 1 }) });
+  const previous = el("button", { class: "secondary", id: "queues-previous", onclick: () => ask({ page: Math.max(1, wanted.page - 1) }) }, "‹");
+  const next = el("button", { class: "secondary", id: "queues-next", onclick: () => ask({ page: wanted.page + 1 }) }, "›");
   const name = el("input", { placeholder: "New queue name", id: "new-queue-name" });
   const kind = el("select", { id: "new-queue-type" }, el("option", {}, "classic"), el("option", {}, "quorum"), el("option", {}, "stream"));
   const add = el("button", { class: "secondary", onclick: async () => {
@@ -333,18 +348,26 @@ function queuesPage(root) {
   root.append(
     el("div", { class: "header" }, el("div", {}, el("h1", {}, "Queues & streams"), el("div", { class: "muted" }, "Depths and rates update every second.")),
       el("div", { class: "actions" }, name, kind, add)),
-    el("div", { class: "toolbar" }, filter, shown),
+    el("div", { class: "toolbar" }, filter, shown, previous, next),
     el("div", { class: "panel" }, list.node),
   );
   const page = {
-    subscription: { queues: true, filter: "" },
+    subscription: { queues: wanted },
     tick(tick) {
-      if (!tick.queues) return;
-      list.set(tick.queues);
-      shown.textContent = tick.queues_total > tick.queues.length ? `showing ${tick.queues.length} of ${tick.queues_total}` : `${tick.queues_total} queues`;
+      const listed = tick.queues;
+      if (!listed || !listed.items) return;
+      list.set(listed.items);
+      wanted.page = listed.page;
+      previous.disabled = listed.page <= 1;
+      next.disabled = listed.page >= listed.page_count;
+      previous.hidden = next.hidden = listed.page_count <= 1;
+      const of = listed.filtered_count === listed.total_count ? "" : ` (${fmt(listed.total_count)} in all)`;
+      shown.textContent = listed.page_count > 1
+        ? `page ${listed.page} of ${listed.page_count}: ${fmt(listed.filtered_count)} queues${of}`
+        : `${fmt(listed.filtered_count)} queues${of}`;
     },
   };
-  filter.addEventListener("input", () => { page.subscription.filter = filter.value; subscribe(); });
+  filter.addEventListener("input", () => ask({ name: filter.value, page: 1 }));
   return page;
 }
 

@@ -19,7 +19,7 @@ mod queues;
 
 pub use cluster::{ClusterView, NodeStatus};
 pub(crate) use messages::{read_log, ReplayQuery};
-pub(crate) use queues::queue_json;
+pub(crate) use queues::{queue_json, QueueRow};
 
 use crate::auth::Sessions;
 use crate::error::ApiError;

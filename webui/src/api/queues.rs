@@ -6,7 +6,7 @@ use super::{flag, message_stats, Management};
 use crate::auth::Authenticated;
 use crate::error::ApiError;
 use crate::json_table;
-use crate::listing::ListQuery;
+use crate::listing::{field, ListQuery, Listed, SortKey};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, get};
@@ -14,8 +14,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::sync::Arc;
 use warren_delivery::metadata::DefinitionOp;
-use warren_delivery::vhost::DeleteCondition;
+use warren_delivery::vhost::{DeleteCondition, VirtualHost};
 use warren_delivery::Queue;
 
 /// The queue routes.
@@ -70,12 +71,57 @@ pub(crate) fn queue_json(api: &Management, vhost: &str, queue: &Queue) -> Value 
     item
 }
 
-fn list(api: &Management, vhost: Option<&str>, query: &ListQuery) -> Result<Json<Value>, ApiError> {
-    let mut items = Vec::new();
-    for host in api.vhosts(vhost)? {
-        items.extend(host.queues().iter().map(|queue| queue_json(api, host.name(), queue)));
+/// A queue in a list: filtered and sorted on what the queue holds, shown as JSON only if
+/// it is on the page asked for.
+pub(crate) struct QueueRow<'a> {
+    api: &'a Management,
+    vhost: Arc<VirtualHost>,
+    queue: Arc<Queue>,
+}
+
+impl QueueRow<'_> {
+    /// Every queue of `vhost` (all vhosts if `None`).
+    pub(crate) fn all<'a>(api: &'a Management, vhost: Option<&str>) -> Result<Vec<QueueRow<'a>>, ApiError> {
+        let mut rows = Vec::new();
+        for host in api.vhosts(vhost)? {
+            rows.extend(host.queues().into_iter().map(|queue| QueueRow { api, vhost: host.clone(), queue }));
+        }
+        Ok(rows)
     }
-    Ok(Json(query.apply(items)?))
+}
+
+impl Listed for QueueRow<'_> {
+    fn name(&self) -> &str {
+        self.queue.name()
+    }
+
+    /// The columns a table sorts on most come straight from the queue; any other from its
+    /// JSON.
+    fn sort_key(&self, path: &str) -> SortKey {
+        let queue = &self.queue;
+        let count = |n: u64| SortKey::Number(n as f64);
+        match path {
+            "name" => SortKey::text(queue.name()),
+            "vhost" => SortKey::text(self.vhost.name()),
+            "type" => SortKey::text(kind(queue)),
+            "durable" => SortKey::Bool(queue.definition().durable),
+            "auto_delete" => SortKey::Bool(queue.definition().auto_delete),
+            "exclusive" => SortKey::Bool(queue.definition().exclusive_owner.is_some()),
+            "messages" => count(u64::from(queue.message_count()) + u64::from(queue.unacked_count())),
+            "messages_ready" => count(queue.message_count().into()),
+            "messages_unacknowledged" => count(queue.unacked_count().into()),
+            "consumers" => count(queue.consumer_count().into()),
+            _ => SortKey::of(field(&queue_json(self.api, self.vhost.name(), queue), path)),
+        }
+    }
+
+    fn into_json(self) -> Value {
+        queue_json(self.api, self.vhost.name(), &self.queue)
+    }
+}
+
+fn list(api: &Management, vhost: Option<&str>, query: &ListQuery) -> Result<Json<Value>, ApiError> {
+    Ok(Json(query.apply(QueueRow::all(api, vhost)?)?))
 }
 
 async fn list_all(
