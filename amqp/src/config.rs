@@ -18,6 +18,9 @@ pub struct ProtocolConfig {
     pub handshake_timeout: Duration,
     /// Time allowed for the peer's `connection.close-ok` after the broker closes.
     pub close_timeout: Duration,
+    /// Most client connections at once (`None`: no limit); one more is refused at
+    /// `connection.open` with 530 NOT_ALLOWED.
+    pub max_connections: Option<usize>,
 }
 
 impl Default for ProtocolConfig {
@@ -29,6 +32,7 @@ impl Default for ProtocolConfig {
             max_message_bytes: 128 * 1024 * 1024,
             handshake_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(3),
+            max_connections: None,
         }
     }
 }

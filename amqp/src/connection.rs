@@ -9,6 +9,7 @@ use crate::config::ProtocolConfig;
 use crate::frame::{self, RawFrame, FRAME_MIN_SIZE_BYTES};
 use crate::outbox::{Outbound, Outbox};
 use crate::pending_reply::{Answer, PendingReply};
+use crate::publisher_block::PublisherBlock;
 use crate::sasl;
 use crate::server_properties::server_properties;
 use amq_protocol::protocol::{access, channel, connection, parse_class, AMQPClass};
@@ -19,6 +20,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use warren_delivery::connections::{ConnectionInfo, Registered};
+use warren_delivery::resource_alarm::AlarmState;
 use warren_delivery::{client_text, Broker, BrokerError, ConnectionId, ReplyCode};
 
 /// Class id of `connection`: its methods' errors are connection errors.
@@ -76,6 +78,8 @@ pub struct Connection {
     user: Option<String>,
     /// Its entry in the broker's connection list (it leaves the list with the connection).
     registered: Registered,
+    /// Whether a resource alarm holds this connection's publishing back.
+    publisher_block: PublisherBlock,
 }
 
 fn short(s: String) -> ShortString {
@@ -128,6 +132,7 @@ impl Connection {
             current_method: (0, 0),
             user: None,
             registered,
+            publisher_block: PublisherBlock::default(),
         };
         let start = connection::Start {
             version_major: 0,
@@ -282,6 +287,7 @@ impl Connection {
             .map_err(|e| refused(e.to_string()))?;
         let user = client_text::sanitize(&login.username, client_text::MAX_TEXT_BYTES);
         tracing::debug!(peer = %self.peer, user, "authenticated");
+        self.publisher_block.set_client_properties(&start_ok.client_properties);
         let shown = shown_client_properties(&start_ok.client_properties);
         self.registered.info().logged_in(&user, start_ok.mechanism.as_str(), shown);
         self.user = Some(user);
@@ -327,6 +333,7 @@ impl Connection {
     }
 
     fn open(&mut self, open: connection::Open) -> Result<(), BrokerError> {
+        self.check_connection_limit()?;
         let name = open.virtual_host.as_str();
         let vhost = self
             .broker
@@ -343,6 +350,18 @@ impl Connection {
         self.registered.info().opened(name);
         self.phase = Phase::Open;
         Ok(())
+    }
+
+    /// `--max-connections`: this connection (counted since it was accepted) may not open
+    /// past the limit.
+    fn check_connection_limit(&self) -> Result<(), BrokerError> {
+        let Some(max) = self.config.max_connections else { return Ok(()) };
+        let open = self.broker.connections().count();
+        if open <= max {
+            return Ok(());
+        }
+        tracing::warn!(peer = %self.peer, open, max, "connection refused: the broker's connection limit is reached");
+        Err(BrokerError::new(ReplyCode::NotAllowed, format!("connection limit ({max}) is reached")))
     }
 
     fn handle_channel_frame(&mut self, frame: RawFrame) {
@@ -388,6 +407,7 @@ impl Connection {
             kind => {
                 let channel = self.channels.get_mut(&id).ok_or_else(|| channel_not_open(id))?;
                 self.current_method = (60, 40);
+                self.publisher_block.published();
                 return if kind == frame::FRAME_HEADER {
                     channel.handle_header(ctx, frame.payload)
                 } else {
@@ -549,6 +569,22 @@ impl Connection {
         for channel in self.channels.values() {
             channel.resume();
         }
+    }
+
+    /// The broker's resource alarms, for the read loop to follow.
+    pub fn subscribe_alarms(&self) -> tokio::sync::watch::Receiver<AlarmState> {
+        self.broker.alarms().subscribe()
+    }
+
+    /// Follows the resource alarms (see [`PublisherBlock`]): tells the client if it is now
+    /// blocked or unblocked. Returns whether reading is held back.
+    pub fn follow_alarms(&mut self, alarms: AlarmState) -> bool {
+        if self.phase == Phase::Open {
+            if let Some(told) = self.publisher_block.follow(alarms) {
+                self.send_connection(told);
+            }
+        }
+        self.publisher_block.is_blocked()
     }
 
     /// Queues a heartbeat frame.

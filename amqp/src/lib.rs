@@ -14,6 +14,7 @@ pub mod listener;
 pub mod outbox;
 pub mod pending_reply;
 pub mod publish;
+mod publisher_block;
 pub mod sasl;
 pub mod server_properties;
 mod table_fields;

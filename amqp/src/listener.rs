@@ -50,6 +50,7 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut connections = JoinSet::new();
+    let mut failures = AcceptFailures::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -58,10 +59,7 @@ pub async fn run(
                     let task = serve(stream, peer, Arc::clone(&broker), Arc::clone(&config), shutdown.clone());
                     connections.spawn(task);
                 }
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+                Err(error) => failures.handle(&listener, error).await,
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             _ = shutdown.changed() => break,
@@ -72,6 +70,51 @@ pub async fn run(
     if drained.is_err() {
         tracing::warn!(left = connections.len(), "connections did not close in time");
         connections.abort_all();
+    }
+}
+
+/// What the listener does when accepting fails: out of file descriptors, the client waiting
+/// in the backlog is closed at once (with a descriptor kept spare for that) instead of being
+/// left hanging, and failures are logged at most once per [`ACCEPT_FAILURE_LOG_INTERVAL`].
+struct AcceptFailures {
+    /// An open `/dev/null`, given up for a moment to accept and close a client.
+    spare: Option<std::fs::File>,
+    last_logged: Option<Instant>,
+    unlogged: u64,
+}
+
+/// How often failing accepts are logged at most.
+const ACCEPT_FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(1);
+/// Pause after a failed accept, so that a persistent failure does not spin.
+const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
+
+impl AcceptFailures {
+    fn new() -> Self {
+        AcceptFailures { spare: std::fs::File::open("/dev/null").ok(), last_logged: None, unlogged: 0 }
+    }
+
+    async fn handle(&mut self, listener: &TcpListener, error: std::io::Error) {
+        let out_of_descriptors = matches!(error.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE));
+        let refused = out_of_descriptors && self.refuse_one(listener).await;
+        self.unlogged += 1;
+        if self.last_logged.is_none_or(|at| at.elapsed() >= ACCEPT_FAILURE_LOG_INTERVAL) {
+            let hint = if out_of_descriptors { "raise the open-files limit or set --max-connections" } else { "" };
+            tracing::warn!(%error, failures = self.unlogged, refused, hint, "accept failed");
+            self.last_logged = Some(Instant::now());
+            self.unlogged = 0;
+        }
+        tokio::time::sleep(ACCEPT_RETRY_DELAY).await;
+    }
+
+    /// Frees the spare descriptor, accepts the waiting client and closes it, then takes the
+    /// spare back. Whether a client was closed.
+    async fn refuse_one(&mut self, listener: &TcpListener) -> bool {
+        if self.spare.take().is_none() {
+            return false;
+        }
+        let closed = matches!(timeout(ACCEPT_RETRY_DELAY, listener.accept()).await, Ok(Ok(_)));
+        self.spare = std::fs::File::open("/dev/null").ok();
+        closed
     }
 }
 
@@ -160,8 +203,11 @@ async fn read_loop(
     let mut paused_since: Option<Instant> = None;
     let mut pending: Option<PendingReply> = None;
     let mut close_requests = connection.info().close_requests();
+    let mut alarms = connection.subscribe_alarms();
     while connection.phase() != Phase::Closed {
         pending = pending.or_else(|| connection.take_pending());
+        // A resource alarm holds a publisher back: nothing read, so TCP pushes back on it.
+        let blocked = connection.follow_alarms(*alarms.borrow_and_update());
         // Nothing more is read while a reply is pending: the frames behind it wait their turn.
         let paused = connection.outbox_full() || pending.is_some();
         paused_since = if paused { Some(paused_since.unwrap_or_else(Instant::now)) } else { None };
@@ -170,7 +216,7 @@ async fn read_loop(
         }
         let room = buf.capacity() - buf.len();
         tokio::select! {
-            read = reader.read_buf(buf), if !paused => match read {
+            read = reader.read_buf(buf), if !paused && !blocked => match read {
                 Ok(0) | Err(_) => return Ending::Gone,
                 Ok(n) => {
                     connection.info().received(n);
@@ -198,7 +244,13 @@ async fn read_loop(
                 connection.process(buf);
                 connection.resume_deliveries();
             },
+            Ok(()) = alarms.changed() => {}
             _ = ticker.tick() => {
+                if blocked {
+                    // As RabbitMQ, a blocked client is not timed out for the heartbeats it
+                    // sent that the broker has not read.
+                    last_received = Instant::now();
+                }
                 let phase = connection.phase();
                 if matches!(phase, Phase::AwaitStartOk | Phase::AwaitTuneOk | Phase::AwaitOpen)
                     && started.elapsed() > config.handshake_timeout

@@ -7,6 +7,7 @@ use crate::message_store::LogStoreConfig;
 use crate::queue::ConnectionId;
 use crate::quorum::{Replication, SingleNode};
 use crate::remote::{Forwarder, Forwarding, NoForwarding};
+use crate::resource_alarm::ResourceAlarms;
 use crate::scheduler::Scheduler;
 use crate::user::UserStore;
 use crate::vhost::VirtualHost;
@@ -29,6 +30,8 @@ pub struct Broker {
     forwarder: Arc<Forwarder>,
     /// The client connections, for the management API.
     connections: Arc<Connections>,
+    /// Memory and disk alarms, which block publishers.
+    alarms: Arc<ResourceAlarms>,
 }
 
 /// Where virtual hosts live under the data directory.
@@ -70,7 +73,8 @@ impl Broker {
         let users = UserStore::with_default_user();
         let connections = Arc::new(Connections::default());
         let next_connection = AtomicU64::new(1);
-        let broker = Arc::new(Broker { vhosts, users, next_connection, scheduler, forwarder, connections });
+        let alarms = Arc::new(ResourceAlarms::default());
+        let broker = Arc::new(Broker { vhosts, users, next_connection, scheduler, forwarder, connections, alarms });
         broker.forwarder.serve(&broker);
         broker
     }
@@ -118,6 +122,12 @@ impl Broker {
     /// The client connections.
     pub fn connections(&self) -> &Arc<Connections> {
         &self.connections
+    }
+
+    /// The memory and disk alarms (checked by whoever runs the broker, see
+    /// [`ResourceAlarms::check`]).
+    pub fn alarms(&self) -> &Arc<ResourceAlarms> {
+        &self.alarms
     }
 
     /// The broker is stopping: flush and fsync every durable queue.

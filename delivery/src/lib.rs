@@ -24,6 +24,8 @@ pub mod properties;
 pub mod queue;
 pub mod quorum;
 pub mod remote;
+pub mod resource_alarm;
+pub mod resource_usage;
 pub mod scheduler;
 pub mod session;
 pub mod stream;

@@ -18,8 +18,9 @@ use tokio::sync::watch;
 pub const DEFAULT_MEMORY_HIGH_WATERMARK: MemoryWatermark = MemoryWatermark::Fraction(0.4);
 /// RabbitMQ's default disk free limit: 50 MB.
 pub const DEFAULT_DISK_FREE_LIMIT_BYTES: u64 = 50_000_000;
-/// How often usage is sampled.
-pub const ALARM_CHECK_INTERVAL_MS: u64 = 1_000;
+/// How often usage is sampled: a publisher flood grows memory by hundreds of MB a second,
+/// so the alarm overshoots the watermark by about this much of it.
+pub const ALARM_CHECK_INTERVAL_MS: u64 = 250;
 
 /// The memory high watermark: a fraction of the memory available (RAM, or the cgroup's limit
 /// if lower), or an absolute size.
@@ -259,7 +260,7 @@ mod tests {
     #[test]
     fn alarms_follow_usage_and_name_their_reason() {
         let alarms = ResourceAlarms::default();
-        let mut changes = alarms.subscribe();
+        let changes = alarms.subscribe();
         let usage = |memory, disk| ResourceUsage {
             memory_used_bytes: memory,
             memory_limit_bytes: 100,

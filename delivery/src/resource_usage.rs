@@ -59,7 +59,10 @@ pub fn disk_free_bytes(dir: &Path) -> Option<u64> {
     if unsafe { libc::statvfs(path.as_ptr(), &mut stats) } != 0 {
         return None;
     }
-    u64::from(stats.f_bavail).checked_mul(u64::from(stats.f_frsize))
+    // Both are 64-bit on 64-bit Linux, narrower on some other targets.
+    #[allow(clippy::useless_conversion)]
+    let (blocks, block_bytes) = (u64::from(stats.f_bavail), u64::from(stats.f_frsize));
+    blocks.checked_mul(block_bytes)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use warren_amqp::ProtocolConfig;
+use warren_delivery::resource_alarm::{parse_size_bytes, MemoryWatermark, ResourceLimits};
 use warren_storage::FlushPolicy;
 
 use crate::cluster::peer_address::check_name;
@@ -113,6 +114,22 @@ pub struct Cli {
     /// --cluster-listen or --peers.
     #[arg(long, env = "WARREN_CLUSTER_SECRET_FILE", value_name = "PATH")]
     pub cluster_secret_file: Option<PathBuf>,
+
+    /// Most client connections at once; one more is refused with 530 NOT_ALLOWED at
+    /// connection.open, and logged. Default: no limit but the open-files limit.
+    #[arg(long, env = "WARREN_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
+
+    /// Memory use above which publishers are blocked (the memory alarm): a fraction of the
+    /// RAM, or of the cgroup's limit if lower (0.4), or a size (2GiB, 512MB, 1073741824).
+    #[arg(long, env = "WARREN_VM_MEMORY_HIGH_WATERMARK", default_value = "0.4", value_name = "FRACTION|SIZE")]
+    pub vm_memory_high_watermark: MemoryWatermark,
+
+    /// Free space on the data directory's disk below which publishers are blocked (the disk
+    /// alarm): a size (50MB, 1GiB, bytes).
+    #[arg(long, env = "WARREN_DISK_FREE_LIMIT", default_value = "50MB", value_name = "SIZE",
+          value_parser = parse_size_bytes)]
+    pub disk_free_limit: u64,
 }
 
 /// `--http-listen`: an address, or `none` (the API off).
@@ -154,6 +171,35 @@ struct FileSettings {
     cluster_listen: Option<SocketAddr>,
     peers: Option<Vec<PeerAddress>>,
     cluster_secret_file: Option<PathBuf>,
+    max_connections: Option<usize>,
+    #[serde(default, deserialize_with = "watermark_setting")]
+    vm_memory_high_watermark: Option<MemoryWatermark>,
+    #[serde(default, deserialize_with = "size_setting")]
+    disk_free_limit: Option<u64>,
+}
+
+/// A TOML value read as its text would be on the command line (`0.4` and `"0.4"` alike).
+fn setting_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Setting {
+        Text(String),
+        Whole(u64),
+        Fraction(f64),
+    }
+    Ok(match Setting::deserialize(deserializer)? {
+        Setting::Text(text) => text,
+        Setting::Whole(n) => n.to_string(),
+        Setting::Fraction(f) => format!("{f:?}"),
+    })
+}
+
+fn watermark_setting<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<MemoryWatermark>, D::Error> {
+    setting_text(deserializer)?.parse().map(Some).map_err(serde::de::Error::custom)
+}
+
+fn size_setting<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    parse_size_bytes(&setting_text(deserializer)?).map(Some).map_err(serde::de::Error::custom)
 }
 
 /// A configuration that cannot be used.
@@ -245,6 +291,8 @@ pub struct Config {
     pub protocol: ProtocolConfig,
     /// Node identity and peers.
     pub cluster: ClusterSettings,
+    /// Memory and disk alarm thresholds.
+    pub resource_limits: ResourceLimits,
 }
 
 impl Default for Config {
@@ -256,6 +304,7 @@ impl Default for Config {
             fsync: Fsync::Batch,
             protocol: ProtocolConfig::default(),
             cluster: ClusterSettings::default(),
+            resource_limits: ResourceLimits::default(),
         }
     }
 }
@@ -300,6 +349,7 @@ impl Config {
                 cli.handshake_timeout_ms,
                 file.handshake_timeout_ms,
             )),
+            max_connections: pick_optional(m, "max_connections", cli.max_connections, file.max_connections),
             ..ProtocolConfig::default()
         };
         Ok(Config {
@@ -309,6 +359,15 @@ impl Config {
             fsync: pick(m, "fsync", cli.fsync, file.fsync),
             protocol,
             cluster,
+            resource_limits: ResourceLimits {
+                memory_high_watermark: pick(
+                    m,
+                    "vm_memory_high_watermark",
+                    cli.vm_memory_high_watermark,
+                    file.vm_memory_high_watermark,
+                ),
+                disk_free_limit_bytes: pick(m, "disk_free_limit", cli.disk_free_limit, file.disk_free_limit),
+            },
         })
     }
 }
@@ -373,6 +432,23 @@ mod tests {
         assert_eq!(config.protocol.channel_max, 9);
         assert_eq!(config.protocol.frame_max, 131_072);
         let _ = std::fs::remove_file(&file.0);
+    }
+
+    #[test]
+    fn alarm_thresholds_come_from_flags_or_the_file_as_fractions_or_sizes() {
+        let defaults = Config::try_parse_from(["warren"]).expect("valid");
+        assert_eq!(defaults.resource_limits, ResourceLimits::default());
+        let mut file = tempfile_in_target();
+        writeln!(file.1, "vm_memory_high_watermark = 0.6\ndisk_free_limit = \"2GB\"").expect("write");
+        let path = file.0.to_str().expect("utf-8 path").to_string();
+        let from_file = Config::try_parse_from(["warren", "--config", &path]).expect("valid");
+        assert_eq!(from_file.resource_limits.memory_high_watermark, MemoryWatermark::Fraction(0.6));
+        assert_eq!(from_file.resource_limits.disk_free_limit_bytes, 2_000_000_000);
+        let flags = Config::try_parse_from(["warren", "--config", &path, "--vm-memory-high-watermark", "1GiB"]);
+        assert_eq!(flags.expect("valid").resource_limits.memory_high_watermark, MemoryWatermark::Bytes(1 << 30));
+        let _ = std::fs::remove_file(&file.0);
+        let err = Config::try_parse_from(["warren", "--disk-free-limit", "plenty"]).expect_err("not a size");
+        assert!(err.to_string().contains("not a size"), "{err}");
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod ctl;
 pub mod open_files;
 
 pub use config::Config;
+pub use warren_delivery::resource_alarm::{MemoryWatermark, ResourceLimits};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -83,6 +84,20 @@ impl RunningBroker {
             cluster.shutdown().await;
         }
         self.broker.close();
+    }
+}
+
+/// Checks memory and disk against the alarms' thresholds every
+/// [`ALARM_CHECK_INTERVAL_MS`](warren_delivery::resource_alarm::ALARM_CHECK_INTERVAL_MS) until
+/// the broker is dropped.
+async fn watch_resources(broker: std::sync::Weak<Broker>, data_dir: std::path::PathBuf) {
+    let period = std::time::Duration::from_millis(warren_delivery::resource_alarm::ALARM_CHECK_INTERVAL_MS);
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let Some(broker) = broker.upgrade() else { return };
+        broker.alarms().check(&data_dir);
     }
 }
 
@@ -213,9 +228,13 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         listeners.push(warren_webui::Listener { protocol: "clustering", addr });
     }
     let http_addr = start_management(config.http_listen, (broker.clone(), view, listeners), shutdown_rx.clone()).await;
+    // The alarms hold from the first client on.
+    broker.alarms().set_limits(config.resource_limits);
+    broker.alarms().check(&config.data_dir);
     let protocol = Arc::new(config.protocol.clone());
     let task = tokio::spawn(warren_amqp::listener::run(listener, Arc::clone(&broker), protocol, shutdown_rx));
     tokio::spawn(run_timers(Arc::downgrade(&broker)));
+    tokio::spawn(watch_resources(Arc::downgrade(&broker), config.data_dir.clone()));
     tracing::info!(%amqp_addr, data_dir = %config.data_dir.display(), "Warren is accepting AMQP 0-9-1 connections");
     Ok(RunningBroker { amqp_addr, broker, cluster, http_addr, shutdown, task })
 }

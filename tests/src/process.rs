@@ -137,3 +137,16 @@ impl Drop for WarrenProcess {
         let _ = self.child.wait();
     }
 }
+
+/// Runs `warren ctl --url URL ARGS...` (the real binary): (succeeded, stdout, stderr).
+pub fn run_ctl(url: &str, args: &[&str]) -> (bool, String, String) {
+    let output = tokio::task::block_in_place(|| {
+        std::process::Command::new(warren_binary()).args(["ctl", "--url", url]).args(args).output()
+    });
+    let output = match output {
+        Ok(output) => output,
+        Err(error) => panic!("cannot run warren ctl: {error}"),
+    };
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).to_string();
+    (output.status.success(), text(&output.stdout), text(&output.stderr))
+}

@@ -229,3 +229,26 @@ async fn guest_may_connect_through_ipv4_to_an_ipv6_listener() {
     connection.close(200, "bye".into()).await.expect("close");
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn past_max_connections_a_client_is_refused_with_530_and_a_reason() {
+    let broker = start_broker_with(|config| config.protocol.max_connections = Some(2)).await;
+    let first = connect(&broker).await;
+    let _second = connect(&broker).await;
+    let uri = amqp_uri(&broker);
+    let error = lapin::Connection::connect(&uri, lapin::ConnectionProperties::default()).await.expect_err("refused");
+    assert_eq!(reply_code(&error), Some(530), "{error}");
+    assert!(error.to_string().contains("connection limit (2)"), "{error}");
+    first.close(200, "bye".into()).await.expect("close");
+    // The refused connection and the closed one leave the count as they go.
+    let mut admitted = None;
+    for _ in 0..50 {
+        if let Ok(connection) = lapin::Connection::connect(&uri, lapin::ConnectionProperties::default()).await {
+            admitted = Some(connection);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(admitted.is_some(), "a place freed by a close is taken again");
+    broker.shutdown().await;
+}

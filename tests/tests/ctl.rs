@@ -15,16 +15,7 @@ fn ctl(broker: &warren_server::RunningBroker, args: &[&str]) -> (bool, String, S
 }
 
 fn ctl_at(url: &str, args: &[&str]) -> (bool, String, String) {
-    let output = tokio::task::block_in_place(|| {
-        std::process::Command::new(warren_tests::process::warren_binary())
-            .arg("ctl")
-            .args(["--url", url])
-            .args(args)
-            .output()
-            .expect("run warren ctl")
-    });
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).to_string();
-    (output.status.success(), text(&output.stdout), text(&output.stderr))
+    warren_tests::process::run_ctl(url, args)
 }
 
 fn ok(broker: &warren_server::RunningBroker, args: &[&str]) -> String {

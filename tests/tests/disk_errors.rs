@@ -41,7 +41,14 @@ async fn a_full_disk_nacks_publishes_and_keeps_what_was_confirmed() {
     let mount_point = tempfile::tempdir().expect("tempdir");
     let _disk = TinyDisk::mount(mount_point.path());
     let data_dir = mount_point.path().join("data");
-    let broker = start_broker_in(&data_dir).await;
+    // The disk alarm (default limit 50 MB) would block this publisher before the disk fills:
+    // off, to test what a store that runs out of space does.
+    let dir = data_dir.clone();
+    let broker = start_broker_with(move |config| {
+        config.data_dir = dir;
+        config.resource_limits.disk_free_limit_bytes = 0;
+    })
+    .await;
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
     ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");

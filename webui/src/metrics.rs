@@ -97,6 +97,43 @@ fn process_figures() -> (f64, f64) {
     (rss_kib * 1024.0, fds)
 }
 
+/// The resource alarms and what they watch, with the names of RabbitMQ's plugin.
+fn alarm_figures(api: &Management, exposition: &mut Exposition) {
+    let alarms = api.broker().alarms();
+    let (usage, state) = (alarms.usage(), alarms.state());
+    let flag = |on: bool| if on { 1.0 } else { 0.0 };
+    exposition.single(
+        "rabbitmq_alarms_memory_used_watermark",
+        Kind::Gauge,
+        "Whether the memory alarm is in effect (1) or not (0)",
+        flag(state.memory),
+    );
+    exposition.single(
+        "rabbitmq_alarms_free_disk_space_watermark",
+        Kind::Gauge,
+        "Whether the free disk space alarm is in effect (1) or not (0)",
+        flag(state.disk),
+    );
+    exposition.single(
+        "rabbitmq_resident_memory_limit_bytes",
+        Kind::Gauge,
+        "Memory high watermark in bytes",
+        usage.memory_limit_bytes as f64,
+    );
+    exposition.single(
+        "rabbitmq_disk_space_available_bytes",
+        Kind::Gauge,
+        "Disk space available in bytes",
+        usage.disk_free_bytes as f64,
+    );
+    exposition.single(
+        "rabbitmq_disk_space_available_limit_bytes",
+        Kind::Gauge,
+        "Free disk space low watermark in bytes",
+        usage.disk_free_limit_bytes as f64,
+    );
+}
+
 /// The figures of the whole node: connections, channels, consumers, queues and their
 /// messages, message counters, memory, disk, delayed messages and the latency histograms.
 fn node_figures(api: &Management, exposition: &mut Exposition) {
@@ -137,6 +174,7 @@ fn node_figures(api: &Management, exposition: &mut Exposition) {
     counters(exposition, "rabbitmq_global_messages", &totals);
     exposition.single("rabbitmq_process_resident_memory_bytes", Kind::Gauge, "Memory used in bytes", rss);
     exposition.single("rabbitmq_process_open_fds", Kind::Gauge, "Open file descriptors", fds);
+    alarm_figures(api, exposition);
     exposition.single(
         "warren_queue_disk_bytes",
         Kind::Gauge,

@@ -109,6 +109,14 @@ pub fn purge_queue(client: &Client, vhost: &str, queue: &str) -> Result<(), CtlE
     Ok(())
 }
 
+/// `set_vm_memory_high_watermark` and `set_disk_free_limit`: one threshold of the resource
+/// alarms, checked by the broker (a bad value is its 400, with the reason).
+pub fn set_resource_limit(client: &Client, setting: &str, value: &str) -> Result<(), CtlError> {
+    client.send("PUT", "/api/resource-limits", &json!({ setting: value }))?;
+    say(&format!("{setting} set to {value}\n"));
+    Ok(())
+}
+
 /// `declare_exchange`.
 pub fn declare_exchange(
     client: &Client,

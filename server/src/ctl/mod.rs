@@ -117,6 +117,20 @@ enum Verb {
         #[arg(long)]
         if_unused: bool,
     },
+    /// Sets the memory high watermark at run time (until restart): a fraction of the RAM
+    /// (0.4) or a size (2GiB); publishers are blocked above it.
+    #[command(name = "set_vm_memory_high_watermark")]
+    SetVmMemoryHighWatermark {
+        /// A fraction from 0 to 1, or a size.
+        watermark: String,
+    },
+    /// Sets the disk free limit at run time (until restart): a size (50MB, 1GiB); publishers
+    /// are blocked below it.
+    #[command(name = "set_disk_free_limit")]
+    SetDiskFreeLimit {
+        /// A size.
+        limit: String,
+    },
     /// Removes every ready message of a queue.
     #[command(name = "purge_queue")]
     PurgeQueue {
@@ -324,6 +338,10 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
             actions::delete_queue(client, vhost, queue, *if_empty, *if_unused)
         }
         Verb::PurgeQueue { queue } => actions::purge_queue(client, vhost, queue),
+        Verb::SetVmMemoryHighWatermark { watermark } => {
+            actions::set_resource_limit(client, "vm_memory_high_watermark", watermark)
+        }
+        Verb::SetDiskFreeLimit { limit } => actions::set_resource_limit(client, "disk_free_limit", limit),
         Verb::DeclareExchange { exchange, kind, durable, arguments } => {
             actions::declare_exchange(client, vhost, exchange, kind, *durable, arguments)
         }

@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::sync::Arc;
 use warren_delivery::quorum::ClusterFuture;
 use warren_delivery::{Queue, VirtualHost};
@@ -58,8 +59,18 @@ pub(super) fn routes() -> Router<Management> {
         .route("/api/queues/quorum/replicas/on/{node}/shrink", delete(shrink))
 }
 
-async fn nodes(_: Authenticated, State(api): State<Management>) -> Json<Vec<NodeStatus>> {
-    Json(api.cluster.nodes())
+/// The cluster's nodes; this one with its memory and disk figures (each node watches its own).
+async fn nodes(_: Authenticated, State(api): State<Management>) -> Json<Value> {
+    let local = api.node();
+    let nodes = api.cluster.nodes().into_iter().map(|node| {
+        let is_local = node.name == local;
+        let mut shown = serde_json::to_value(node).unwrap_or_default();
+        if let (true, Value::Object(fields)) = (is_local, &mut shown) {
+            fields.extend(super::alarms::node_fields(&api));
+        }
+        shown
+    });
+    Json(Value::Array(nodes.collect()))
 }
 
 /// The body of the routes that name a node (the replica routes, `join_cluster`).

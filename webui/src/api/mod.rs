@@ -8,6 +8,7 @@
 //! - `messages`: publish, get, and replay by offset (an extension);
 //! - `cluster`: the cluster's nodes and quorum queues' replicas (`warren ctl`'s cluster verbs).
 
+mod alarms;
 mod bindings;
 mod cluster;
 mod connections;
@@ -125,6 +126,7 @@ impl Management {
 pub fn router(management: Management) -> Router {
     Router::new()
         .merge(overview::routes())
+        .merge(alarms::routes())
         .merge(exchanges::routes())
         .merge(queues::routes())
         .merge(bindings::routes())

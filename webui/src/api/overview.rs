@@ -1,7 +1,7 @@
 //! The broker as a whole: `GET /api/overview`, `/api/vhosts[/{vhost}]`, `/api/users[/{name}]`,
 //! `/api/whoami`, `/api/permissions`, and RabbitMQ's health checks
-//! (`/api/health/checks/alarms`, `local-alarms`, `port-listener/{port}`,
-//! `/api/aliveness-test/{vhost}`).
+//! `/api/health/checks/port-listener/{port}` and `/api/aliveness-test/{vhost}` (the alarm
+//! checks are in `alarms.rs`).
 
 use super::{message_stats, Management};
 use crate::auth::Authenticated;
@@ -29,8 +29,6 @@ pub(super) fn routes() -> Router<Management> {
         .route("/api/users/{name}", get(user))
         .route("/api/whoami", get(whoami))
         .route("/api/permissions", get(permissions))
-        .route("/api/health/checks/alarms", get(no_alarms))
-        .route("/api/health/checks/local-alarms", get(no_alarms))
         .route("/api/health/checks/port-listener/{port}", get(port_listener))
         .route("/api/aliveness-test/{vhost}", get(aliveness))
 }
@@ -169,11 +167,6 @@ async fn permissions(_: Authenticated, State(api): State<Management>) -> Json<Va
         }
     }
     Json(Value::Array(items))
-}
-
-/// Warren raises no memory or disk alarms yet (issue 15): healthy.
-async fn no_alarms(_: Authenticated) -> Json<Value> {
-    Json(json!({ "status": "ok" }))
 }
 
 /// Healthy if this node listens on `port`; 503 with the ports it listens on otherwise.

@@ -1,0 +1,104 @@
+//! Resource alarms: RabbitMQ's health checks (`GET /api/health/checks/alarms` and
+//! `local-alarms`: 200 without an alarm, 503 naming them), this node's memory and disk figures
+//! in `GET /api/nodes`, and `GET` / `PUT /api/resource-limits` (Warren's), which reads and
+//! changes the thresholds at run time, as `rabbitmqctl set_vm_memory_high_watermark` and
+//! `set_disk_free_limit` do.
+
+use super::Management;
+use crate::auth::Authenticated;
+use crate::error::ApiError;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use warren_delivery::resource_alarm::{parse_size_bytes, ResourceLimits};
+
+/// The alarm routes.
+pub(super) fn routes() -> Router<Management> {
+    Router::new()
+        .route("/api/health/checks/alarms", get(health))
+        .route("/api/health/checks/local-alarms", get(health))
+        .route("/api/resource-limits", get(limits).put(set_limits))
+}
+
+/// Healthy without an alarm; 503 with the alarms in effect otherwise, as RabbitMQ answers.
+/// Warren's nodes each watch their own resources, so both checks answer for this node.
+async fn health(_: Authenticated, State(api): State<Management>) -> Response {
+    let state = api.broker().alarms().state();
+    if !state.any() {
+        return Json(json!({ "status": "ok" })).into_response();
+    }
+    let node = api.node();
+    let alarms: Vec<Value> = state.resources().into_iter().map(|r| json!({ "node": node, "resource": r })).collect();
+    let body = json!({ "status": "failed", "reason": "There are alarms in effect in the cluster", "alarms": alarms });
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+}
+
+/// This node's memory and disk figures, with RabbitMQ's names for `/api/nodes`.
+pub(super) fn node_fields(api: &Management) -> Map<String, Value> {
+    let alarms = api.broker().alarms();
+    let (usage, state) = (alarms.usage(), alarms.state());
+    let fields = json!({
+        "mem_used": usage.memory_used_bytes,
+        "mem_limit": usage.memory_limit_bytes,
+        "mem_alarm": state.memory,
+        "disk_free": usage.disk_free_bytes,
+        "disk_free_limit": usage.disk_free_limit_bytes,
+        "disk_free_alarm": state.disk,
+    });
+    match fields {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+fn limits_json(limits: ResourceLimits) -> Value {
+    json!({
+        "vm_memory_high_watermark": limits.memory_high_watermark.to_string(),
+        "disk_free_limit": limits.disk_free_limit_bytes,
+    })
+}
+
+async fn limits(_: Authenticated, State(api): State<Management>) -> Json<Value> {
+    Json(limits_json(api.broker().alarms().limits()))
+}
+
+/// The body of `PUT /api/resource-limits`: either or both thresholds, as the flags take them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsBody {
+    #[serde(default)]
+    vm_memory_high_watermark: Option<Value>,
+    #[serde(default)]
+    disk_free_limit: Option<Value>,
+}
+
+/// A JSON string or number as the flag's text.
+fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+async fn set_limits(
+    _: Authenticated,
+    State(api): State<Management>,
+    Json(body): Json<LimitsBody>,
+) -> Result<StatusCode, ApiError> {
+    let bad = |e: warren_delivery::resource_alarm::BadSize| ApiError::new(StatusCode::BAD_REQUEST, e.to_string());
+    let alarms = api.broker().alarms();
+    let mut limits = alarms.limits();
+    if let Some(watermark) = &body.vm_memory_high_watermark {
+        limits.memory_high_watermark = text_of(watermark).parse().map_err(bad)?;
+    }
+    if let Some(size) = &body.disk_free_limit {
+        limits.disk_free_limit_bytes = parse_size_bytes(&text_of(size)).map_err(bad)?;
+    }
+    tracing::info!(memory_high_watermark = %limits.memory_high_watermark, disk_free_limit = limits.disk_free_limit_bytes, "resource limits changed");
+    alarms.set_limits(limits);
+    Ok(StatusCode::NO_CONTENT)
+}
