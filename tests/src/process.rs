@@ -37,10 +37,34 @@ pub struct WarrenProcess {
 impl WarrenProcess {
     /// Starts `warren` on a free loopback port with `data_dir`, plus `extra_args`.
     pub fn start(data_dir: &Path, extra_args: &[&str]) -> WarrenProcess {
-        let mut child = Command::new(warren_binary())
-            .args(["--amqp-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .args(extra_args)
+        let mut command = Command::new(warren_binary());
+        command.args(Self::arguments(data_dir, extra_args));
+        Self::launch(command)
+    }
+
+    /// Like [`WarrenProcess::start`], with the open-files limits set to `soft` and `hard`
+    /// before `warren` starts (by the shell's `ulimit`).
+    pub fn start_with_open_files(data_dir: &Path, extra_args: &[&str], soft: u32, hard: u32) -> WarrenProcess {
+        let mut command = Command::new("sh");
+        command
+            // The soft limit first: a hard limit below the current soft one is refused.
+            .args(["-c", r#"ulimit -S -n "$1" && ulimit -H -n "$2" && shift 2 && exec "$@""#, "sh"])
+            .args([soft.to_string(), hard.to_string()])
+            .arg(warren_binary())
+            .args(Self::arguments(data_dir, extra_args));
+        Self::launch(command)
+    }
+
+    fn arguments(data_dir: &Path, extra_args: &[&str]) -> Vec<std::ffi::OsString> {
+        let listen = ["--amqp-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"];
+        let mut arguments: Vec<std::ffi::OsString> = listen.iter().map(Into::into).collect();
+        arguments.push(data_dir.into());
+        arguments.extend(extra_args.iter().map(Into::into));
+        arguments
+    }
+
+    fn launch(mut command: Command) -> WarrenProcess {
+        let mut child = command
             .env("RUST_LOG", std::env::var("WARREN_NODE_LOG").unwrap_or_else(|_| "info".to_string()))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -1,0 +1,62 @@
+//! Open files: the broker raises its soft limit to the hard one, so that 2,000 clients are
+//! served with the soft limit at 1,024; and when descriptors do run out, a new client is
+//! closed at once instead of being left hanging, and the failures are logged once a second.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use warren_tests::process::WarrenProcess;
+use warren_tests::raw_client::PROTOCOL_HEADER;
+
+/// Raises this test process's own limit: it holds as many sockets as the broker.
+fn raise_own_limit() {
+    if let Err(error) = warren_server::open_files::raise_to_hard_limit() {
+        panic!("cannot raise the test's open-files limit: {error}");
+    }
+}
+
+/// Connects, sends the protocol header and reads the first byte of `connection.start`:
+/// the broker accepted the client and serves it. `None` if it closed the client instead.
+fn greeted(broker: &WarrenProcess) -> Option<TcpStream> {
+    let mut stream = TcpStream::connect(broker.amqp_addr).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(3))).expect("timeout");
+    stream.write_all(PROTOCOL_HEADER).expect("header");
+    let mut first = [0u8; 1];
+    match stream.read(&mut first) {
+        Ok(1) => Some(stream),
+        Ok(_) => None,
+        Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => None,
+        Err(error) => panic!("a client was left hanging: {error}"),
+    }
+}
+
+#[test]
+fn two_thousand_clients_are_served_with_a_soft_limit_of_1024() {
+    raise_own_limit();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = WarrenProcess::start_with_open_files(dir.path(), &[], 1024, 8192);
+    assert!(broker.log_lines().iter().any(|l| l.contains("open files limit") && l.contains("now=8192")));
+    let served: Vec<TcpStream> = (0..2_000).filter_map(|_| greeted(&broker)).collect();
+    assert_eq!(served.len(), 2_000, "every client is served");
+}
+
+#[test]
+fn out_of_descriptors_a_new_client_is_closed_at_once_and_failures_are_logged_once_a_second() {
+    raise_own_limit();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 64 descriptors: the broker's own files take some, the rest go to the first clients.
+    let broker = WarrenProcess::start_with_open_files(dir.path(), &[], 64, 64);
+    let started = Instant::now();
+    let mut held = Vec::new();
+    let mut closed = 0;
+    for _ in 0..120 {
+        match greeted(&broker) {
+            Some(stream) => held.push(stream),
+            None => closed += 1,
+        }
+    }
+    assert!(!held.is_empty() && closed > 0, "{} served, {closed} closed", held.len());
+    let elapsed = started.elapsed().as_secs() + 1;
+    let failures = broker.log_lines().iter().filter(|l| l.contains("accept failed")).count() as u64;
+    assert!(failures <= elapsed + 1, "{failures} accept failures logged in {elapsed} s");
+}
