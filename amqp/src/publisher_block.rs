@@ -46,7 +46,8 @@ impl PublisherBlock {
             return None;
         }
         self.blocked = blocked;
-        tracing::info!(blocked, reason = alarms.reason().unwrap_or(""), "publishing connection flow");
+        // The alarm itself is logged once; a line per connection would flood the log.
+        tracing::debug!(blocked, reason = alarms.reason().unwrap_or(""), "publishing connection flow");
         if !self.notifies {
             return None;
         }
