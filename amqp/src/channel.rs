@@ -13,6 +13,7 @@ use amq_protocol::types::{FieldTable, ShortString};
 use bytes::Bytes;
 use rand::distributions::{Alphanumeric, DistString};
 use std::sync::Arc;
+use warren_delivery::client_text;
 use warren_delivery::direct_reply_to::{self, PSEUDO_QUEUE};
 use warren_delivery::exchange::{Binding, Destination, ExchangeDefinition};
 use warren_delivery::metadata::{DefinitionOp, MetaOutcome};
@@ -38,6 +39,8 @@ pub struct ConnectionContext {
     pub max_message_bytes: u64,
     /// The negotiated frame_max, for splitting bodies.
     pub frame_max: u32,
+    /// The user the connection logged in as, as the client sent it.
+    pub user: String,
 }
 
 /// An open channel.
@@ -551,6 +554,7 @@ impl Channel {
         }
         let Some(content) = self.content.take() else { return Ok(()) };
         let (mandatory, message) = content.finish();
+        check_user_id(&message, &ctx.user)?;
         let message = self.with_reply_address(message)?;
         let op = TxOp::Publish { mandatory, message: Arc::new(message) };
         match &mut self.transaction {
@@ -710,4 +714,19 @@ fn exchange_binding(destination: ShortString, routing_key: ShortString, argument
 
 fn queue_binding(queue: &str, routing_key: ShortString, arguments: FieldTable) -> Binding {
     Binding { destination: Destination::Queue(queue.into()), routing_key: routing_key.to_string(), arguments }
+}
+
+/// A message's `user-id` property, when set, must name the connection's user: 406, as in
+/// RabbitMQ, so that consumers can trust it.
+fn check_user_id(message: &Message, user: &str) -> BrokerResult<()> {
+    match message.properties.user_id() {
+        Some(claimed) if claimed != user.as_bytes() => {
+            let claimed = client_text::sanitize(&String::from_utf8_lossy(claimed), client_text::MAX_TEXT_BYTES);
+            let user = client_text::sanitize(user, client_text::MAX_TEXT_BYTES);
+            Err(BrokerError::precondition_failed(format!(
+                "user_id property set to '{claimed}' but authenticated user was '{user}'"
+            )))
+        }
+        _ => Ok(()),
+    }
 }

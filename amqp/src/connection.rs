@@ -80,6 +80,8 @@ pub struct Connection {
     registered: Registered,
     /// Whether a resource alarm holds this connection's publishing back.
     publisher_block: PublisherBlock,
+    /// The user name as the client sent it (`user` is escaped for logs).
+    login: String,
 }
 
 fn short(s: String) -> ShortString {
@@ -133,6 +135,7 @@ impl Connection {
             user: None,
             registered,
             publisher_block: PublisherBlock::default(),
+            login: String::new(),
         };
         let start = connection::Start {
             version_major: 0,
@@ -286,6 +289,7 @@ impl Connection {
             .authenticate(&login.username, &login.password, from_loopback)
             .map_err(|e| refused(e.to_string()))?;
         let user = client_text::sanitize(&login.username, client_text::MAX_TEXT_BYTES);
+        self.login = login.username.clone();
         tracing::debug!(peer = %self.peer, user, "authenticated");
         self.publisher_block.set_client_properties(&start_ok.client_properties);
         let shown = shown_client_properties(&start_ok.client_properties);
@@ -345,6 +349,7 @@ impl Connection {
             outbox: self.outbox.clone(),
             max_message_bytes: self.config.max_message_bytes,
             frame_max: self.tuning.frame_max,
+            user: self.login.clone(),
         });
         self.send_connection(connection::AMQPMethod::OpenOk(connection::OpenOk {}));
         self.registered.info().opened(name);

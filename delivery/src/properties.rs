@@ -56,6 +56,7 @@ pub struct Properties {
     priority: Option<u8>,
     expiration: Option<Bytes>,
     reply_to: Option<Bytes>,
+    user_id: Option<Bytes>,
     headers: Option<FieldTable>,
 }
 
@@ -92,12 +93,12 @@ impl Properties {
         if flags & flag::TIMESTAMP != 0 {
             cursor.take::<8>("timestamp")?;
         }
-        for (bit, name) in [
-            (flag::TYPE, "type"),
-            (flag::USER_ID, "user-id"),
-            (flag::APP_ID, "app-id"),
-            (flag::CLUSTER_ID, "cluster-id"),
-        ] {
+        cursor.skip_short_string_if(flags & flag::TYPE, "type")?;
+        if flags & flag::USER_ID != 0 {
+            let range = cursor.short_string("user-id")?;
+            props.user_id = Some(raw.slice(range));
+        }
+        for (bit, name) in [(flag::APP_ID, "app-id"), (flag::CLUSTER_ID, "cluster-id")] {
             cursor.skip_short_string_if(flags & bit, name)?;
         }
         if cursor.pos != raw.len() {
@@ -141,6 +142,12 @@ impl Properties {
     /// The `reply-to` property's bytes, if set.
     pub fn reply_to(&self) -> Option<&[u8]> {
         self.reply_to.as_deref()
+    }
+
+    /// The `user-id` property: the publisher's claim of who it is, which the broker checks
+    /// against the connection's user.
+    pub fn user_id(&self) -> Option<&[u8]> {
+        self.user_id.as_deref()
     }
 
     /// These properties with `reply-to` set to `reply_to`, every other byte as it was; `None`

@@ -102,3 +102,35 @@ async fn argument_errors_show_values_as_the_user_wrote_them() {
     }
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_user_id_that_is_not_the_connections_user_is_406() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    ch.queue_declare("claims".into(), QueueDeclareOptions::default(), FieldTable::default()).await.expect("declare");
+    let honest = lapin::BasicProperties::default().with_user_id("guest".into());
+    let confirm = ch.basic_publish("".into(), "claims".into(), Default::default(), b"me", honest).await;
+    assert!(confirm.expect("publish").await.expect("confirm").is_ack(), "the connection's own user is fine");
+    let forged = lapin::BasicProperties::default().with_user_id("bob".into());
+    let published = ch.basic_publish("".into(), "claims".into(), Default::default(), b"not me", forged).await;
+    let refused = match published {
+        Ok(confirm) => confirm.await.map(|_| ()),
+        Err(error) => Err(error),
+    };
+    assert_eq!(
+        refusal(refused),
+        (
+            PRECONDITION_FAILED,
+            "PRECONDITION_FAILED - user_id property set to 'bob' but authenticated user was 'guest'".to_string()
+        )
+    );
+    let other = channel(&conn).await;
+    let kept = other.queue_declare(
+        "claims".into(),
+        QueueDeclareOptions { passive: true, ..Default::default() },
+        FieldTable::default(),
+    );
+    assert_eq!(kept.await.expect("passive").message_count(), 1, "only the honest message was enqueued");
+    broker.shutdown().await;
+}
