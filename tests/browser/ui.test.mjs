@@ -16,20 +16,11 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import amqp from 'amqplib';
 import { chromium } from 'playwright-core';
+import { freePort } from '../node/warren-broker.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const SHOTS = process.env.WARREN_UI_SCREENSHOTS || path.join(ROOT, 'target', 'ui-screenshots');
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function freePort() {
-  const server = net.createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address();
-  server.close();
-  await once(server, 'close');
-  return port;
-}
 
 async function waitForPort(port, child) {
   const deadline = Date.now() + 20_000;
