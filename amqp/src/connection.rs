@@ -82,6 +82,8 @@ pub struct Connection {
     publisher_block: PublisherBlock,
     /// The user name as the client sent it (`user` is escaped for logs).
     login: String,
+    /// A `connection.start-ok` waiting out the failed-login delay of its address.
+    delayed_login: Option<connection::StartOk>,
 }
 
 fn short(s: String) -> ShortString {
@@ -136,6 +138,7 @@ impl Connection {
             registered,
             publisher_block: PublisherBlock::default(),
             login: String::new(),
+            delayed_login: None,
         };
         let start = connection::Start {
             version_major: 0,
@@ -273,23 +276,25 @@ impl Connection {
         }
     }
 
+    /// `connection.start-ok`: an address that failed to log in too often waits its turn first
+    /// (the login is checked when the wait is over, see [`Connection::complete_pending`]).
     fn start_ok(&mut self, start_ok: connection::StartOk) -> Result<(), BrokerError> {
-        let refused = |why: String| {
-            BrokerError::access_refused(format!(
-                "Login was refused using authentication mechanism {}: {why}",
-                start_ok.mechanism
-            ))
-        };
-        let login = sasl::decode(start_ok.mechanism.as_str(), start_ok.response.as_bytes())
-            .map_err(|e| refused(e.to_string()))?;
-        // An IPv6 listener sees IPv4 clients as ::ffff:a.b.c.d; 127.0.0.1 is loopback there too.
-        let from_loopback = self.peer.ip().to_canonical().is_loopback();
-        self.broker
-            .users()
-            .authenticate(&login.username, &login.password, from_loopback)
-            .map_err(|e| refused(e.to_string()))?;
-        let user = client_text::sanitize(&login.username, client_text::MAX_TEXT_BYTES);
-        self.login = login.username.clone();
+        if let Some(delay) = self.broker.access().throttle().delay(self.peer.ip()) {
+            tracing::debug!(peer = %self.peer, ?delay, "login delayed: too many failures from this address");
+            self.delayed_login = Some(start_ok);
+            self.pending = Some(PendingReply::new(0, async move {
+                tokio::time::sleep(delay).await;
+                Ok(Answer::Nothing)
+            }));
+            self.waiting = true;
+            return Ok(());
+        }
+        self.log_in(start_ok)
+    }
+
+    fn log_in(&mut self, start_ok: connection::StartOk) -> Result<(), BrokerError> {
+        self.login = crate::login::log_in(&self.broker, &start_ok, self.peer)?;
+        let user = client_text::sanitize(&self.login, client_text::MAX_TEXT_BYTES);
         tracing::debug!(peer = %self.peer, user, "authenticated");
         self.publisher_block.set_client_properties(&start_ok.client_properties);
         let shown = shown_client_properties(&start_ok.client_properties);
@@ -339,10 +344,7 @@ impl Connection {
     fn open(&mut self, open: connection::Open) -> Result<(), BrokerError> {
         self.check_connection_limit()?;
         let name = open.virtual_host.as_str();
-        let vhost = self
-            .broker
-            .vhost(name)
-            .ok_or_else(|| BrokerError::new(ReplyCode::NotAllowed, format!("vhost '{name}' not found")))?;
+        let vhost = crate::login::open_vhost(&self.broker, name, &self.login)?;
         self.context = Some(ConnectionContext {
             id: self.id,
             vhost,
@@ -350,6 +352,7 @@ impl Connection {
             max_message_bytes: self.config.max_message_bytes,
             frame_max: self.tuning.frame_max,
             user: self.login.clone(),
+            broker: Arc::clone(&self.broker),
         });
         self.send_connection(connection::AMQPMethod::OpenOk(connection::OpenOk {}));
         self.registered.info().opened(name);
@@ -471,6 +474,14 @@ impl Connection {
     /// are processed again.
     pub fn complete_pending(&mut self, channel: u16, outcome: crate::pending_reply::Outcome) {
         self.waiting = false;
+        if channel == 0 {
+            if let Some(start_ok) = self.delayed_login.take() {
+                if let Err(error) = self.log_in(start_ok) {
+                    self.close_connection(error);
+                }
+            }
+            return;
+        }
         if !self.channels.contains_key(&channel) {
             return;
         }

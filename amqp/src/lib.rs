@@ -4,6 +4,7 @@
 //! state machines. It turns bytes into calls on the broker core (warren-delivery), and
 //! deliveries back into bytes. It knows nothing of files or configuration sources.
 
+mod authorization;
 pub mod channel;
 pub mod config;
 pub mod connection;
@@ -11,6 +12,7 @@ pub mod content;
 pub mod frame;
 mod hot_methods;
 pub mod listener;
+mod login;
 pub mod outbox;
 pub mod pending_reply;
 pub mod publish;

@@ -1,5 +1,6 @@
-//! The broker: its virtual hosts and users, shared by every connection.
+//! The broker: its virtual hosts and access control, shared by every connection.
 
+use crate::access::{AccessChange, AccessControl, AccessSettings};
 use crate::connections::Connections;
 use crate::definitions::VhostStorage;
 use crate::error::BrokerError;
@@ -9,10 +10,10 @@ use crate::quorum::{Replication, SingleNode};
 use crate::remote::{Forwarder, Forwarding, NoForwarding};
 use crate::resource_alarm::ResourceAlarms;
 use crate::scheduler::Scheduler;
-use crate::user::UserStore;
 use crate::vhost::VirtualHost;
+use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -22,8 +23,13 @@ pub const DEFAULT_VHOST: &str = "/";
 /// The whole broker core.
 #[derive(Debug)]
 pub struct Broker {
-    vhosts: HashMap<String, Arc<VirtualHost>>,
-    users: UserStore,
+    vhosts: RwLock<HashMap<String, Arc<VirtualHost>>>,
+    /// Where new vhosts are made.
+    home: VhostHome,
+    /// Users, vhosts' limits, permissions.
+    access: AccessControl,
+    /// The cluster's metadata group, once this node is in one.
+    metadata: RwLock<Option<Arc<crate::metadata::Metadata>>>,
     next_connection: AtomicU64,
     scheduler: Arc<Scheduler>,
     /// This node's end of forwarding to and from queues of other nodes.
@@ -36,47 +42,143 @@ pub struct Broker {
 
 /// Where virtual hosts live under the data directory.
 const VHOSTS_DIR: &str = "vhosts";
+/// The access control file under the data directory.
+const ACCESS_FILE: &str = "access.json";
+
+/// Where a broker keeps its virtual hosts.
+#[derive(Debug)]
+enum VhostHome {
+    /// In memory (tests, benchmarks).
+    Memory,
+    /// Each in its directory under `dir`, hex-encoded.
+    Disk { dir: PathBuf, store_config: LogStoreConfig, replication: Arc<dyn Replication> },
+}
+
+fn hex(name: &str) -> String {
+    name.bytes().map(|b| format!("{b:02x}")).collect()
+}
 
 impl Broker {
     /// A broker kept wholly in memory, with the default vhost and the default user.
     pub fn in_memory() -> Arc<Self> {
-        let scheduler = Arc::new(Scheduler::default());
         let forwarder = Forwarder::new(Arc::new(NoForwarding));
-        Self::with_vhost(VirtualHost::new(DEFAULT_VHOST, Arc::clone(&scheduler)), scheduler, forwarder)
+        // Without a file and with the default settings, nothing here can fail.
+        let access = AccessControl::open(None, &AccessSettings::default()).unwrap_or_else(|_| unreachable!());
+        Self::build(VhostHome::Memory, access, forwarder).unwrap_or_else(|_| unreachable!())
     }
 
     /// A broker on `data_dir`: durable definitions and messages are recovered from it.
     pub fn open(data_dir: &Path, store_config: LogStoreConfig) -> Result<Arc<Self>, BrokerError> {
-        Self::open_clustered(data_dir, store_config, SingleNode::shared(), Arc::new(NoForwarding))
+        let access = AccessSettings::default();
+        Self::open_clustered(data_dir, store_config, &access, SingleNode::shared(), Arc::new(NoForwarding))
     }
 
     /// A broker on `data_dir`, a node of a cluster: its quorum queues are replicated through
-    /// `replication`, and its clients reach queues of other nodes through `forwarding`.
+    /// `replication`, and its clients reach queues of other nodes through `forwarding`. On a
+    /// first start, `access` says which user and vhost to create.
     pub fn open_clustered(
         data_dir: &Path,
         store_config: LogStoreConfig,
+        access: &AccessSettings,
         replication: Arc<dyn Replication>,
         forwarding: Arc<dyn Forwarding>,
     ) -> Result<Arc<Self>, BrokerError> {
-        let hex: String = DEFAULT_VHOST.bytes().map(|b| format!("{b:02x}")).collect();
-        let storage = VhostStorage::new(data_dir.join(VHOSTS_DIR).join(hex), store_config);
-        let scheduler = Arc::new(Scheduler::default());
-        let forwarder = Forwarder::new(forwarding);
-        let vhost =
-            VirtualHost::open(DEFAULT_VHOST, storage, Arc::clone(&scheduler), replication, Arc::clone(&forwarder))?;
-        Ok(Self::with_vhost(vhost, scheduler, forwarder))
+        let control = AccessControl::open(Some(warren_storage::SnapshotFile::new(data_dir.join(ACCESS_FILE))), access)?;
+        let home = VhostHome::Disk { dir: data_dir.join(VHOSTS_DIR), store_config, replication };
+        Self::build(home, control, Forwarder::new(forwarding))
     }
 
-    fn with_vhost(vhost: Arc<VirtualHost>, scheduler: Arc<Scheduler>, forwarder: Arc<Forwarder>) -> Arc<Self> {
-        let mut vhosts = HashMap::new();
-        vhosts.insert(vhost.name().to_string(), vhost);
-        let users = UserStore::with_default_user();
-        let connections = Arc::new(Connections::default());
-        let next_connection = AtomicU64::new(1);
-        let alarms = Arc::new(ResourceAlarms::default());
-        let broker = Arc::new(Broker { vhosts, users, next_connection, scheduler, forwarder, connections, alarms });
+    fn build(home: VhostHome, access: AccessControl, forwarder: Arc<Forwarder>) -> Result<Arc<Self>, BrokerError> {
+        let broker = Arc::new(Broker {
+            vhosts: RwLock::new(HashMap::new()),
+            home,
+            access,
+            metadata: RwLock::new(None),
+            next_connection: AtomicU64::new(1),
+            scheduler: Arc::new(Scheduler::default()),
+            forwarder,
+            connections: Arc::new(Connections::default()),
+            alarms: Arc::new(ResourceAlarms::default()),
+        });
+        for (name, entry) in broker.access.vhosts() {
+            broker.add_vhost(&name)?.set_limits(entry.limits);
+        }
         broker.forwarder.serve(&broker);
-        broker
+        Ok(broker)
+    }
+
+    /// Opens (or, if it has no data yet, creates) vhost `name`; the one there is if any.
+    fn add_vhost(&self, name: &str) -> Result<Arc<VirtualHost>, BrokerError> {
+        if let Some(vhost) = self.vhost(name) {
+            return Ok(vhost);
+        }
+        let vhost = match &self.home {
+            VhostHome::Memory => VirtualHost::new(name, Arc::clone(&self.scheduler)),
+            VhostHome::Disk { dir, store_config, replication } => {
+                let storage = VhostStorage::new(dir.join(hex(name)), store_config.clone());
+                let scheduler = Arc::clone(&self.scheduler);
+                VirtualHost::open(name, storage, scheduler, Arc::clone(replication), Arc::clone(&self.forwarder))?
+            }
+        };
+        *vhost.metadata.write() = self.metadata.read().clone();
+        self.vhosts.write().insert(name.to_string(), Arc::clone(&vhost));
+        Ok(vhost)
+    }
+
+    /// Deletes vhost `name`: its connections are closed (320), its queues and their data go.
+    fn remove_vhost(&self, name: &str) {
+        let Some(vhost) = self.vhosts.write().remove(name) else { return };
+        let reason = format!("vhost '{name}' is deleted");
+        for connection in self.connections.all() {
+            if connection.handshake().vhost.as_deref() == Some(name) {
+                connection.request_close(&reason);
+            }
+        }
+        vhost.delete_everything();
+        if let Some(dir) = vhost.data_dir() {
+            if let Err(error) = std::fs::remove_dir_all(dir) {
+                tracing::error!(vhost = name, dir = %dir.display(), %error, "the deleted vhost's files stay");
+            }
+        }
+        tracing::info!(vhost = name, "vhost deleted");
+    }
+
+    /// Users, vhosts and permissions.
+    pub fn access(&self) -> &AccessControl {
+        &self.access
+    }
+
+    /// Makes `change`: through the cluster's metadata group when this node is in one (every
+    /// node then makes it), here at once otherwise.
+    pub async fn change_access(&self, change: AccessChange) -> Result<(), BrokerError> {
+        self.access.validate(&change)?;
+        let metadata = self.metadata.read().clone();
+        match metadata {
+            Some(metadata) => metadata.change_access(change).await,
+            None => self.apply_access(&change),
+        }
+    }
+
+    /// Applies `change` on this node (what the metadata group's state machine calls).
+    pub fn apply_access(&self, change: &AccessChange) -> Result<(), BrokerError> {
+        match change {
+            AccessChange::PutVhost { name, .. } => {
+                self.add_vhost(name)?;
+            }
+            AccessChange::DeleteVhost { name } => self.remove_vhost(name),
+            AccessChange::SetVhostLimits { vhost, limits } => {
+                if let Some(vhost) = self.vhost(vhost) {
+                    vhost.set_limits(*limits);
+                }
+            }
+            _ => {}
+        }
+        self.access.apply(change)
+    }
+
+    /// Client connections open in vhost `name` on this node.
+    pub fn connections_in(&self, name: &str) -> usize {
+        self.connections.all().iter().filter(|c| c.handshake().vhost.as_deref() == Some(name)).count()
     }
 
     /// This node's end of forwarding: the cluster layer hands it what peers send
@@ -98,25 +200,23 @@ impl Broker {
 
     /// A virtual host by name.
     pub fn vhost(&self, name: &str) -> Option<Arc<VirtualHost>> {
-        self.vhosts.get(name).cloned()
+        self.vhosts.read().get(name).cloned()
     }
 
     /// Makes this node part of a cluster whose definitions change through `metadata` (in
     /// place of the group it was part of before, if any).
     pub fn join_metadata(&self, metadata: &Arc<crate::metadata::Metadata>) {
-        for vhost in self.vhosts.values() {
+        *self.metadata.write() = Some(Arc::clone(metadata));
+        for vhost in self.vhosts.read().values() {
             *vhost.metadata.write() = Some(Arc::clone(metadata));
         }
     }
 
     /// Every virtual host.
     pub fn vhosts(&self) -> Vec<Arc<VirtualHost>> {
-        self.vhosts.values().cloned().collect()
-    }
-
-    /// The user store.
-    pub fn users(&self) -> &UserStore {
-        &self.users
+        let mut vhosts: Vec<Arc<VirtualHost>> = self.vhosts.read().values().cloned().collect();
+        vhosts.sort_by(|a, b| a.name().cmp(b.name()));
+        vhosts
     }
 
     /// The client connections.
@@ -132,7 +232,7 @@ impl Broker {
 
     /// The broker is stopping: flush and fsync every durable queue.
     pub fn close(&self) {
-        for vhost in self.vhosts.values() {
+        for vhost in self.vhosts() {
             vhost.close();
         }
     }

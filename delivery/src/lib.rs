@@ -4,6 +4,7 @@
 //! AMQP's semantics (reply codes, properties, field tables) but nothing of sockets or frames:
 //! the protocol layer calls into it and receives deliveries through [`DeliverySink`].
 
+pub mod access;
 pub mod broker;
 pub mod client_text;
 pub mod connections;
@@ -30,7 +31,6 @@ pub mod scheduler;
 pub mod session;
 pub mod stream;
 pub mod timing_wheel;
-pub mod user;
 pub mod vhost;
 
 pub use broker::{Broker, DEFAULT_VHOST};

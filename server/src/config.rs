@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use warren_amqp::ProtocolConfig;
+use warren_delivery::access::AccessSettings;
 use warren_delivery::resource_alarm::{parse_size_bytes, MemoryWatermark, ResourceLimits};
 use warren_storage::FlushPolicy;
 
@@ -130,6 +131,30 @@ pub struct Cli {
     #[arg(long, env = "WARREN_DISK_FREE_LIMIT", default_value = "50MB", value_name = "SIZE",
           value_parser = parse_size_bytes)]
     pub disk_free_limit: u64,
+
+    /// The user a first start creates (tagged administrator, every permission in the default
+    /// vhost); ignored once the data directory has users.
+    #[arg(long, env = "WARREN_DEFAULT_USER", default_value = warren_delivery::access::user::DEFAULT_USER)]
+    pub default_user: String,
+
+    /// That user's password.
+    #[arg(long, env = "WARREN_DEFAULT_PASS", default_value = warren_delivery::access::user::DEFAULT_PASSWORD,
+          hide_default_value = true)]
+    pub default_pass: String,
+
+    /// The virtual host a first start creates.
+    #[arg(long, env = "WARREN_DEFAULT_VHOST", default_value = warren_delivery::DEFAULT_VHOST)]
+    pub default_vhost: String,
+
+    /// Users that may connect only from loopback, comma-separated; `none` for nobody.
+    #[arg(
+        long,
+        env = "WARREN_LOOPBACK_USERS",
+        value_delimiter = ',',
+        default_value = "guest",
+        value_name = "USER,..."
+    )]
+    pub loopback_users: Vec<String>,
 }
 
 /// `--http-listen`: an address, or `none` (the API off).
@@ -176,6 +201,10 @@ struct FileSettings {
     vm_memory_high_watermark: Option<MemoryWatermark>,
     #[serde(default, deserialize_with = "size_setting")]
     disk_free_limit: Option<u64>,
+    default_user: Option<String>,
+    default_pass: Option<String>,
+    default_vhost: Option<String>,
+    loopback_users: Option<Vec<String>>,
 }
 
 /// A TOML value read as its text would be on the command line (`0.4` and `"0.4"` alike).
@@ -293,6 +322,8 @@ pub struct Config {
     pub cluster: ClusterSettings,
     /// Memory and disk alarm thresholds.
     pub resource_limits: ResourceLimits,
+    /// The first start's user and vhost, and the loopback-only users.
+    pub access: AccessSettings,
 }
 
 impl Default for Config {
@@ -305,6 +336,7 @@ impl Default for Config {
             protocol: ProtocolConfig::default(),
             cluster: ClusterSettings::default(),
             resource_limits: ResourceLimits::default(),
+            access: AccessSettings::default(),
         }
     }
 }
@@ -352,6 +384,7 @@ impl Config {
             max_connections: pick_optional(m, "max_connections", cli.max_connections, file.max_connections),
             ..ProtocolConfig::default()
         };
+        let access = access_settings(m, &cli, &file);
         Ok(Config {
             amqp_listen: pick(m, "amqp_listen", cli.amqp_listen, file.amqp_listen),
             http_listen: pick(m, "http_listen", cli.http_listen, file.http_listen).0,
@@ -368,7 +401,20 @@ impl Config {
                 ),
                 disk_free_limit_bytes: pick(m, "disk_free_limit", cli.disk_free_limit, file.disk_free_limit),
             },
+            access,
         })
+    }
+}
+
+/// The first start's user and vhost, and who may connect from loopback only.
+fn access_settings(m: &ArgMatches, cli: &Cli, file: &FileSettings) -> AccessSettings {
+    let mut loopback_users = pick(m, "loopback_users", cli.loopback_users.clone(), file.loopback_users.clone());
+    loopback_users.retain(|user| !user.is_empty() && user != "none");
+    AccessSettings {
+        default_user: pick(m, "default_user", cli.default_user.clone(), file.default_user.clone()),
+        default_pass: pick(m, "default_pass", cli.default_pass.clone(), file.default_pass.clone()),
+        default_vhost: pick(m, "default_vhost", cli.default_vhost.clone(), file.default_vhost.clone()),
+        loopback_users,
     }
 }
 

@@ -45,6 +45,30 @@ impl RawClient {
         RawClient { stream, buf: BytesMut::new() }
     }
 
+    /// Opens a TCP connection from `local` (an address such as 127.0.0.2, port 0): a client
+    /// at another address than the tests' usual 127.0.0.1.
+    pub async fn connect_from(local: std::net::IpAddr, addr: SocketAddr) -> Self {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.bind(SocketAddr::new(local, 0)).expect("bind the local address");
+        let stream = socket.connect(addr).await.expect("tcp connect");
+        RawClient { stream, buf: BytesMut::new() }
+    }
+
+    /// Sends the protocol header and a PLAIN start-ok for `user`/`password`; the method the
+    /// broker answers (`connection.tune`, or the `connection.close` of a refused login).
+    pub async fn log_in(&mut self, user: &str, password: &str) -> AMQPClass {
+        self.send(PROTOCOL_HEADER).await;
+        self.expect_method().await;
+        let start_ok = connection::StartOk {
+            client_properties: FieldTable::default(),
+            mechanism: "PLAIN".into(),
+            response: LongString::from(format!("\0{user}\0{password}").into_bytes()),
+            locale: "en_US".into(),
+        };
+        self.send_method(0, AMQPClass::Connection(connection::AMQPMethod::StartOk(start_ok))).await;
+        self.expect_method().await.1
+    }
+
     /// Writes bytes as they are.
     pub async fn send(&mut self, bytes: &[u8]) {
         // The broker may already have hung up; tests look at what it sent, not at this.

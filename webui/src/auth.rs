@@ -5,7 +5,9 @@
 //!
 //! Sessions are kept in memory ([`Sessions`]): a random token in an `HttpOnly`,
 //! `SameSite=Strict` cookie, valid for [`SESSION_TTL`] from its last use; a restart logs
-//! everyone out. Login attempts are not throttled here yet (issue 15 does it for all logins).
+//! everyone out. A user needs a management tag (`administrator`, `monitoring`, `management`,
+//! `policymaker`) to use the API at all. Failed logins count and are throttled per address
+//! as AMQP's are (see `warren_delivery::access::LoginThrottle`).
 
 use crate::api::Management;
 use crate::error::ApiError;
@@ -22,8 +24,9 @@ use rand::RngCore;
 use serde::Deserialize;
 use serde_json::json;
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
+use warren_delivery::access::User;
 
 /// How long a session lives after its last use.
 pub const SESSION_TTL: Duration = Duration::from_secs(8 * 60 * 60);
@@ -39,6 +42,30 @@ const TOKEN_BYTES: usize = 32;
 pub struct Authenticated {
     /// Its name.
     pub user: String,
+    /// Whether it is tagged administrator: it may change users, vhosts and permissions,
+    /// and use every vhost.
+    pub administrator: bool,
+    /// Whether it sees every vhost (administrator or monitoring); else only those it has
+    /// permissions in.
+    pub sees_everything: bool,
+}
+
+impl Authenticated {
+    fn of(user: &User) -> Self {
+        Authenticated {
+            user: user.name.clone(),
+            administrator: user.is_administrator(),
+            sees_everything: user.sees_everything(),
+        }
+    }
+
+    /// 401 unless the user is an administrator, as RabbitMQ answers.
+    pub fn require_administrator(&self) -> Result<(), ApiError> {
+        if self.administrator {
+            return Ok(());
+        }
+        Err(unauthorized("Not administrator user").without_challenge())
+    }
 }
 
 /// The UI's sessions, by token.
@@ -98,8 +125,9 @@ fn session_token(headers: &HeaderMap) -> Option<&str> {
 /// The header the UI sends with its requests, so that a 401 does not make the browser ask.
 pub const UI_HEADER: &str = "x-warren-ui";
 
-fn from_loopback(parts: &Parts) -> bool {
-    parts.extensions.get::<ConnectInfo<SocketAddr>>().is_some_and(|c| c.0.ip().to_canonical().is_loopback())
+/// The peer's address (unspecified if unknown: then it is not loopback).
+fn peer_ip(parts: &Parts) -> IpAddr {
+    parts.extensions.get::<ConnectInfo<SocketAddr>>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip())
 }
 
 impl FromRequestParts<Management> for Authenticated {
@@ -107,25 +135,54 @@ impl FromRequestParts<Management> for Authenticated {
 
     async fn from_request_parts(parts: &mut Parts, state: &Management) -> Result<Self, ApiError> {
         let from_ui = parts.headers.contains_key(UI_HEADER);
-        authenticate(parts, state).map_err(|e| if from_ui { e.without_challenge() } else { e })
+        authenticate(parts, state).await.map_err(|e| if from_ui { e.without_challenge() } else { e })
     }
 }
 
 /// Who `parts` come from: Basic credentials, else the session cookie.
-fn authenticate(parts: &Parts, state: &Management) -> Result<Authenticated, ApiError> {
+async fn authenticate(parts: &Parts, state: &Management) -> Result<Authenticated, ApiError> {
     let basic = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     if let Some(encoded) = basic.and_then(|v| v.strip_prefix("Basic ")) {
         let decoded = STANDARD.decode(encoded.trim()).map_err(|_| unauthorized("Not authorised"))?;
         let decoded = String::from_utf8(decoded).map_err(|_| unauthorized("Not authorised"))?;
         let (user, password) = decoded.split_once(':').ok_or_else(|| unauthorized("Not authorised"))?;
-        return match state.broker().users().authenticate(user, password, from_loopback(parts)) {
-            Ok(_) => Ok(Authenticated { user: user.to_string() }),
-            Err(_) => Err(unauthorized("Login failed")),
-        };
+        let user = check_login(state, user, password, peer_ip(parts)).await?;
+        return management_user(&user);
     }
-    match session_token(&parts.headers).and_then(|token| state.sessions().user(token)) {
-        Some(user) => Ok(Authenticated { user }),
+    let user = session_token(&parts.headers).and_then(|token| state.sessions().user(token));
+    match user.and_then(|name| state.broker().access().user(&name)) {
+        Some(user) => management_user(&user),
         None => Err(unauthorized("Not authorised")),
+    }
+}
+
+/// A user without a management tag may not use the API.
+fn management_user(user: &User) -> Result<Authenticated, ApiError> {
+    if !user.may_manage() {
+        return Err(unauthorized("Not management user"));
+    }
+    Ok(Authenticated::of(user))
+}
+
+/// Checks a password login from `peer`, after the delay its address has earned if it failed
+/// too often; failures are counted and logged (at most once a second per address).
+async fn check_login(state: &Management, user: &str, password: &str, peer: IpAddr) -> Result<User, ApiError> {
+    let access = state.broker().access();
+    if let Some(delay) = access.throttle().delay(peer) {
+        tokio::time::sleep(delay).await;
+    }
+    match access.authenticate(user, password, peer) {
+        Ok(user) => {
+            access.throttle().succeeded();
+            Ok(user)
+        }
+        Err(why) => {
+            if access.throttle().failed(peer) {
+                let user = warren_delivery::client_text::sanitize(user, warren_delivery::client_text::MAX_TEXT_BYTES);
+                tracing::warn!(%peer, user, %why, "management login failed");
+            }
+            Err(unauthorized("Login failed"))
+        }
     }
 }
 
@@ -151,10 +208,9 @@ async fn login(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Json(form): Json<Login>,
 ) -> Result<Response, ApiError> {
-    let loopback = peer.ip().to_canonical().is_loopback();
-    if api.broker().users().authenticate(&form.username, &form.password, loopback).is_err() {
-        return Err(unauthorized("Login failed").without_challenge());
-    }
+    let user =
+        check_login(&api, &form.username, &form.password, peer.ip()).await.map_err(ApiError::without_challenge)?;
+    management_user(&user).map_err(ApiError::without_challenge)?;
     let token = api.sessions().open(&form.username);
     let body = Json(json!({ "name": form.username }));
     Ok(([(header::SET_COOKIE, cookie(&token, SESSION_TTL))], body).into_response())

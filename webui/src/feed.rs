@@ -90,13 +90,13 @@ async fn feed(mut socket: WebSocket, api: Management, who: Authenticated) {
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                if !send(&mut socket, tick_of(&api, &subscription)).await {
+                if !send(&mut socket, tick_of(&api, &who, &subscription)).await {
                     return;
                 }
             }
             received = socket.recv() => match received {
                 Some(Ok(Message::Text(text))) => {
-                    if let Some(answer) = handle(&api, &mut subscription, text.as_str()) {
+                    if let Some(answer) = handle(&api, &who, &mut subscription, text.as_str()) {
                         if !send(&mut socket, answer).await {
                             return;
                         }
@@ -115,7 +115,7 @@ async fn feed(mut socket: WebSocket, api: Management, who: Authenticated) {
 }
 
 /// Handles one request; what to answer, if anything.
-fn handle(api: &Management, subscription: &mut Subscription, text: &str) -> Option<Value> {
+fn handle(api: &Management, who: &Authenticated, subscription: &mut Subscription, text: &str) -> Option<Value> {
     let request: Request = match serde_json::from_str(text) {
         Ok(request) => request,
         Err(error) => return Some(json!({ "type": "error", "reason": format!("not a request: {error}") })),
@@ -125,9 +125,9 @@ fn handle(api: &Management, subscription: &mut Subscription, text: &str) -> Opti
             // A live table is always paged: the broker never sends every queue each second.
             let queues = queues.map(ListQuery::paged);
             *subscription = Subscription { queues, queue: queue.map(|q| (q.vhost, q.name)) };
-            Some(tick_of(api, subscription))
+            Some(tick_of(api, who, subscription))
         }
-        Request::Browse { id, vhost, queue, query } => Some(match read_log(api, &vhost, &queue, &query) {
+        Request::Browse { id, vhost, queue, query } => Some(match read_log(api, who, &vhost, &queue, &query) {
             Ok(mut read) => {
                 read["type"] = json!("messages");
                 read["id"] = id;
@@ -139,7 +139,7 @@ fn handle(api: &Management, subscription: &mut Subscription, text: &str) -> Opti
 }
 
 /// The figures of one tick, as `subscription` wants them.
-fn tick_of(api: &Management, subscription: &Subscription) -> Value {
+fn tick_of(api: &Management, who: &Authenticated, subscription: &Subscription) -> Value {
     let broker = api.broker();
     let connections = broker.connections().all();
     let channels: usize = connections.iter().map(|c| c.channels().len()).sum();
@@ -157,13 +157,13 @@ fn tick_of(api: &Management, subscription: &Subscription) -> Value {
         },
     });
     if let Some(table) = &subscription.queues {
-        tick["queues"] = QueueRow::all(api, None)
+        tick["queues"] = QueueRow::all(api, who, None)
             .and_then(|rows| table.apply_to_live_table(rows))
             .unwrap_or_else(|error| json!({ "error": error.reason() }));
     }
     if let Some((vhost, name)) = &subscription.queue {
         tick["subscribed_queue"] = json!(name);
-        if let Some(queue) = broker.vhost(vhost).and_then(|v| v.queue(name).ok()) {
+        if let Some(queue) = api.vhost(who, vhost).ok().and_then(|v| v.queue(name).ok()) {
             tick["queue"] = queue_json(api, vhost, &queue);
         }
     }

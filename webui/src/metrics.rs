@@ -97,6 +97,24 @@ fn process_figures() -> (f64, f64) {
     (rss_kib * 1024.0, fds)
 }
 
+/// Logins that succeeded and failed (AMQP and management API), as RabbitMQ's plugin names
+/// them.
+fn login_figures(api: &Management, exposition: &mut Exposition) {
+    let throttle = api.broker().access().throttle();
+    exposition.single(
+        "rabbitmq_auth_attempts_succeeded_total",
+        Kind::Counter,
+        "Total number of successful authentication attempts",
+        throttle.succeeded_total() as f64,
+    );
+    exposition.single(
+        "rabbitmq_auth_attempts_failed_total",
+        Kind::Counter,
+        "Total number of failed authentication attempts",
+        throttle.failed_total() as f64,
+    );
+}
+
 /// The resource alarms and what they watch, with the names of RabbitMQ's plugin.
 fn alarm_figures(api: &Management, exposition: &mut Exposition) {
     let alarms = api.broker().alarms();
@@ -175,6 +193,7 @@ fn node_figures(api: &Management, exposition: &mut Exposition) {
     exposition.single("rabbitmq_process_resident_memory_bytes", Kind::Gauge, "Memory used in bytes", rss);
     exposition.single("rabbitmq_process_open_fds", Kind::Gauge, "Open file descriptors", fds);
     alarm_figures(api, exposition);
+    login_figures(api, exposition);
     exposition.single(
         "warren_queue_disk_bytes",
         Kind::Gauge,

@@ -110,11 +110,16 @@ impl ExchangeDefinition {
 
     /// The `alternate-exchange` argument: where unroutable messages go.
     pub fn alternate_exchange(&self) -> Option<String> {
-        match self.arguments.inner().get("alternate-exchange") {
-            Some(AMQPValue::LongString(s)) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
-            Some(AMQPValue::ShortString(s)) => Some(s.to_string()),
-            _ => None,
-        }
+        alternate_exchange_of(&self.arguments)
+    }
+}
+
+/// The `alternate-exchange` of declare arguments.
+pub fn alternate_exchange_of(arguments: &FieldTable) -> Option<String> {
+    match arguments.inner().get("alternate-exchange") {
+        Some(AMQPValue::LongString(s)) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        Some(AMQPValue::ShortString(s)) => Some(s.to_string()),
+        _ => None,
     }
 }
 

@@ -116,6 +116,9 @@ pub enum DefinitionOp {
         /// Where its inter-node listener is (`host:port`).
         address: String,
     },
+    /// A change of users, vhosts, permissions or vhost limits: every node applies it to its
+    /// own access control (the command's vhost is unused).
+    Access(crate::access::AccessChange),
 }
 
 /// A definition change in `vhost`, proposed by node `origin`.

@@ -73,6 +73,11 @@ impl Metadata {
         }
     }
 
+    /// Makes an access control change on every node; returns once it is applied here.
+    pub async fn change_access(&self, change: crate::access::AccessChange) -> BrokerResult<()> {
+        self.change("", DefinitionOp::Access(change)).await.map(|_| ())
+    }
+
     /// Adds a member on node `node` to quorum queue `queue` of `vhost` (this node must have
     /// the queue: its definition goes to the new member).
     pub async fn add_member(&self, vhost: &crate::vhost::VirtualHost, queue: &str, node: &str) -> BrokerResult<()> {

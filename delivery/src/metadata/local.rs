@@ -60,7 +60,7 @@ pub(super) fn apply_here(vhost: &VirtualHost, op: &DefinitionOp) -> Option<MetaR
                 auto_delete: *auto_delete,
                 arguments: arguments.clone(),
             };
-            vhost.declare_queue(definition, ANYONE).map(|declared| MetaOutcome {
+            vhost.declare_proposed_queue(definition, ANYONE).map(|declared| MetaOutcome {
                 message_count: declared.message_count,
                 consumer_count: declared.consumer_count,
             })
@@ -80,7 +80,8 @@ pub(super) fn apply_here(vhost: &VirtualHost, op: &DefinitionOp) -> Option<MetaR
         | DefinitionOp::AddMember { .. }
         | DefinitionOp::DeleteMember { .. }
         | DefinitionOp::ForgetNode { .. }
-        | DefinitionOp::AddNode { .. } => return None,
+        | DefinitionOp::AddNode { .. }
+        | DefinitionOp::Access(_) => return None,
     };
     Some(outcome)
 }

@@ -170,6 +170,9 @@ impl MetaStateMachine {
     fn apply_command(&self, command: &MetaCommand) -> MetaResult {
         let broker =
             self.shared.broker.upgrade().ok_or_else(|| BrokerError::new(ReplyCode::InternalError, "stopping"))?;
+        if let DefinitionOp::Access(change) = &command.op {
+            return broker.apply_access(change).map(|()| MetaOutcome::default());
+        }
         let vhost = broker
             .vhost(&command.vhost)
             .ok_or_else(|| BrokerError::new(ReplyCode::NotAllowed, format!("no vhost '{}'", command.vhost)))?;
@@ -195,7 +198,7 @@ impl MetaStateMachine {
                 if let Some(members) = members {
                     self.shared.replication.plan_members(&command.vhost, name, members.clone());
                 }
-                let declared = vhost.declare_queue(definition, ConnectionId(0))?;
+                let declared = vhost.declare_proposed_queue(definition, ConnectionId(0))?;
                 return Ok(MetaOutcome {
                     message_count: declared.message_count,
                     consumer_count: declared.consumer_count,

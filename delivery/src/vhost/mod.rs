@@ -38,6 +38,8 @@ pub use routing::PublishOutcome;
 
 /// The prefix of names only the broker may create.
 const RESERVED_PREFIX: &str = "amq.";
+/// How server-generated queue names start, as RabbitMQ's.
+const GENERATED_QUEUE_PREFIX: &str = "amq.gen-";
 /// Length of the random part of a server-named queue, as RabbitMQ's `amq.gen-` names.
 const GENERATED_NAME_CHARS: usize = 22;
 
@@ -75,6 +77,8 @@ pub struct VirtualHost {
     /// with its name map entry (see the module documentation). Never taken under the name
     /// maps' locks or a queue's lock.
     lifecycle: Mutex<()>,
+    /// Its limits (`max-queues` is checked here, `max-connections` at `connection.open`).
+    limits: RwLock<VhostLimits>,
     /// Tests pause here, at a named point, to force an interleaving.
     #[cfg(test)]
     interleave: interleave::Hook,
@@ -82,6 +86,8 @@ pub struct VirtualHost {
 
 #[cfg(test)]
 mod interleave;
+mod limits;
+pub use limits::VhostLimits;
 #[cfg(test)]
 mod lifecycle_tests;
 
@@ -130,6 +136,7 @@ impl VirtualHost {
             reply_consumers: ReplyConsumers::new(crate::node::local_id()),
             me: Weak::clone(me),
             lifecycle: Mutex::new(()),
+            limits: RwLock::new(VhostLimits::default()),
             #[cfg(test)]
             interleave: interleave::Hook::default(),
         });
@@ -173,7 +180,7 @@ impl VirtualHost {
 
     /// A name for a server-named queue (`amq.gen-...`, as RabbitMQ's).
     pub fn generated_queue_name() -> String {
-        format!("amq.gen-{}", Alphanumeric.sample_string(&mut rand::thread_rng(), GENERATED_NAME_CHARS))
+        format!("{GENERATED_QUEUE_PREFIX}{}", Alphanumeric.sample_string(&mut rand::thread_rng(), GENERATED_NAME_CHARS))
     }
 
     /// Its name.
@@ -330,6 +337,36 @@ impl VirtualHost {
         } else {
             refuse_reserved_name("queue", &definition.name)?;
         }
+        self.declare_generated_queue(definition, connection)
+    }
+
+    /// `queue.declare` as the cluster's metadata group carries it: a server-named queue was
+    /// named by the channel that declared it, and its name is taken as it is.
+    pub fn declare_proposed_queue(
+        &self,
+        definition: QueueDefinition,
+        connection: ConnectionId,
+    ) -> BrokerResult<DeclaredQueue> {
+        if definition.name.starts_with(GENERATED_QUEUE_PREFIX) {
+            self.declare_generated_queue(definition, connection)
+        } else {
+            self.declare_queue(definition, connection)
+        }
+    }
+
+    /// 403 for a queue name a client may not choose (the reserved `amq.` prefix).
+    pub fn check_queue_name(name: &str) -> BrokerResult<()> {
+        refuse_reserved_name("queue", name)
+    }
+
+    /// `queue.declare` of a queue whose name the broker generated (a server-named queue,
+    /// named before its permissions are checked): as [`VirtualHost::declare_queue`], with the
+    /// name taken as it is.
+    pub fn declare_generated_queue(
+        &self,
+        definition: QueueDefinition,
+        connection: ConnectionId,
+    ) -> BrokerResult<DeclaredQueue> {
         if let Ok(existing) = self.queue(&definition.name) {
             existing.check_owner(connection)?;
             if existing.definition().exclusive_owner != definition.exclusive_owner {
@@ -346,6 +383,8 @@ impl VirtualHost {
                 // Declared by another connection meanwhile: answer as for an existing queue.
                 return Ok(Self::declared(existing));
             }
+            let max_queues = self.limits.read().max_queues;
+            limits::check_queue_limit(&self.name, &definition.name, self.queues.read().len(), max_queues)?;
             let queue = queue::factory::declare(definition, self.storage.as_ref(), self.queue_context())?;
             self.pause_at("queue storage created");
             self.queues.write().insert(queue.name().to_string(), Arc::clone(&queue));
@@ -512,6 +551,30 @@ impl VirtualHost {
                 tracing::error!(%error, "{what} queue stays in the stored definitions");
             }
         }
+    }
+
+    /// Its limits.
+    pub fn limits(&self) -> VhostLimits {
+        *self.limits.read()
+    }
+
+    /// Replaces its limits (queues past a new `max-queues` stay; no more are declared).
+    pub fn set_limits(&self, limits: VhostLimits) {
+        *self.limits.write() = limits;
+    }
+
+    /// The vhost is being deleted: every queue goes (its consumers are cancelled), delayed
+    /// exchanges stop. Its directory is the broker's to remove afterwards.
+    pub fn delete_everything(&self) {
+        for queue in self.queues() {
+            self.remove_queue(&queue);
+        }
+        self.close();
+    }
+
+    /// Where its data lives, if it is stored.
+    pub fn data_dir(&self) -> Option<&std::path::Path> {
+        self.storage.as_ref().map(VhostStorage::dir)
     }
 
     /// The broker is stopping: every queue makes what it stores durable.

@@ -1,5 +1,6 @@
 //! The list verbs (`list_queues`, `list_exchanges`, `list_bindings`, `list_connections`,
-//! `list_channels`, `list_consumers`, `list_users`, `list_vhosts`): rabbitmqctl's names for
+//! `list_channels`, `list_consumers`, `list_users`, `list_vhosts`, `list_permissions`,
+//! `list_vhost_limits`): rabbitmqctl's names for
 //! the columns, read from the API's JSON; any of them may be asked for, in any order.
 
 use super::client::{encode, Client};
@@ -139,6 +140,20 @@ pub const VHOSTS: Listing = Listing {
     path: "/api/vhosts",
     defaults: &["name"],
     columns: &[("name", "name"), ("description", "description"), ("messages", "messages"), ("tracing", "tracing")],
+};
+
+/// `list_permissions`: the permissions in the vhost.
+pub const PERMISSIONS: Listing = Listing {
+    path: "/api/vhosts/{vhost}/permissions",
+    defaults: &["user", "configure", "write", "read"],
+    columns: &[("user", "user"), ("vhost", "vhost"), ("configure", "configure"), ("write", "write"), ("read", "read")],
+};
+
+/// `list_vhost_limits`.
+pub const VHOST_LIMITS: Listing = Listing {
+    path: "/api/vhost-limits/{vhost}",
+    defaults: &["vhost", "limits"],
+    columns: &[("vhost", "vhost"), ("limits", "value")],
 };
 
 /// The field at `path` (dots between names) of `item`; `=text` is the text itself.

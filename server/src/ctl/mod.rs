@@ -11,6 +11,7 @@
 //! - `client`: the HTTP client and its errors; `output`: tables and JSON;
 //! - `lists`: the list verbs; `actions`: the others; `cluster`: the cluster verbs.
 
+mod access;
 mod actions;
 mod client;
 mod cluster;
@@ -90,6 +91,81 @@ enum Verb {
     /// Virtual hosts.
     #[command(name = "list_vhosts")]
     ListVhosts { columns: Vec<String> },
+    /// Permissions in the vhost (-p).
+    #[command(name = "list_permissions")]
+    ListPermissions { columns: Vec<String> },
+    /// The vhost's (-p) limits.
+    #[command(name = "list_vhost_limits")]
+    ListVhostLimits { columns: Vec<String> },
+    /// Adds a user (no tags, no permissions: see set_user_tags and set_permissions).
+    #[command(name = "add_user")]
+    AddUser {
+        /// Its name.
+        user: String,
+        /// Its password.
+        password: String,
+    },
+    /// Deletes a user and its permissions.
+    #[command(name = "delete_user")]
+    DeleteUser {
+        /// Its name.
+        user: String,
+    },
+    /// Changes a user's password.
+    #[command(name = "change_password")]
+    ChangePassword {
+        /// Its name.
+        user: String,
+        /// The new password.
+        password: String,
+    },
+    /// Sets a user's tags (administrator, monitoring, management, policymaker; none clears them).
+    #[command(name = "set_user_tags")]
+    SetUserTags {
+        /// Its name.
+        user: String,
+        /// The tags.
+        tags: Vec<String>,
+    },
+    /// Adds a virtual host.
+    #[command(name = "add_vhost")]
+    AddVhost {
+        /// Its name.
+        vhost: String,
+        /// What it is for.
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// Deletes a virtual host with everything in it; its connections are closed.
+    #[command(name = "delete_vhost")]
+    DeleteVhost {
+        /// Its name.
+        vhost: String,
+    },
+    /// Sets a user's permissions in the vhost (-p): three regular expressions.
+    #[command(name = "set_permissions")]
+    SetPermissions {
+        /// The user.
+        user: String,
+        /// What it may declare and delete.
+        configure: String,
+        /// What it may publish to and bind to.
+        write: String,
+        /// What it may consume, get, purge and bind from.
+        read: String,
+    },
+    /// Takes a user's permissions in the vhost (-p) away.
+    #[command(name = "clear_permissions")]
+    ClearPermissions {
+        /// The user.
+        user: String,
+    },
+    /// Sets the vhost's (-p) limits: '{"max-connections": N, "max-queues": N}' (negative: none).
+    #[command(name = "set_vhost_limits")]
+    SetVhostLimits {
+        /// The limits, as JSON.
+        definition: String,
+    },
     /// Declares a queue.
     #[command(name = "declare_queue")]
     DeclareQueue {
@@ -331,6 +407,19 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
         Verb::ListConsumers { columns } => list(&lists::CONSUMERS, columns),
         Verb::ListUsers { columns } => list(&lists::USERS, columns),
         Verb::ListVhosts { columns } => list(&lists::VHOSTS, columns),
+        Verb::ListPermissions { columns } => list(&lists::PERMISSIONS, columns),
+        Verb::ListVhostLimits { columns } => list(&lists::VHOST_LIMITS, columns),
+        Verb::AddUser { user, password } => access::add_user(client, user, password),
+        Verb::DeleteUser { user } => access::delete_user(client, user),
+        Verb::ChangePassword { user, password } => access::change_password(client, user, password),
+        Verb::SetUserTags { user, tags } => access::set_user_tags(client, user, tags),
+        Verb::AddVhost { vhost, description } => access::add_vhost(client, vhost, description),
+        Verb::DeleteVhost { vhost } => access::delete_vhost(client, vhost),
+        Verb::SetPermissions { user, configure, write, read } => {
+            access::set_permissions(client, vhost, user, [configure, write, read])
+        }
+        Verb::ClearPermissions { user } => access::clear_permissions(client, vhost, user),
+        Verb::SetVhostLimits { definition } => access::set_vhost_limits(client, vhost, definition),
         Verb::DeclareQueue { queue, kind, durable, arguments } => {
             actions::declare_queue(client, vhost, queue, kind, *durable, arguments)
         }

@@ -94,32 +94,33 @@ fn bindings_of(vhost: &VirtualHost) -> Vec<Listed> {
 
 fn answer(
     api: &Management,
+    who: &Authenticated,
     vhost: Option<&str>,
     query: &ListQuery,
     keep: impl Fn(&Listed) -> bool,
 ) -> Result<Json<Value>, ApiError> {
     let mut items = Vec::new();
-    for host in api.vhosts(vhost)? {
+    for host in api.vhosts(who, vhost)? {
         items.extend(bindings_of(&host).iter().filter(|l| keep(l)).map(|l| binding_json(host.name(), l)));
     }
     Ok(Json(query.apply(items)?))
 }
 
 async fn list_all(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    answer(&api, None, &query, |_| true)
+    answer(&api, &who, None, &query, |_| true)
 }
 
 async fn list_vhost(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path(vhost): Path<String>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    answer(&api, Some(&vhost), &query, |_| true)
+    answer(&api, &who, Some(&vhost), &query, |_| true)
 }
 
 /// The destination a route names: `q` for a queue, `e` for an exchange (404 otherwise).
@@ -132,39 +133,39 @@ fn destination(kind: &str, name: &str) -> Result<Destination, ApiError> {
 }
 
 async fn list_pair(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, source, kind, name)): Path<(String, String, String, String)>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let wanted = destination(&kind, &name)?;
-    answer(&api, Some(&vhost), &query, |l| l.source == source && l.binding.destination == wanted)
+    answer(&api, &who, Some(&vhost), &query, |l| l.source == source && l.binding.destination == wanted)
 }
 
 async fn list_exchange(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name, side)): Path<(String, String, String)>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    api.vhost(&vhost)?.exchange(&name)?;
+    api.vhost(&who, &vhost)?.exchange(&name)?;
     let as_destination = Destination::Exchange(name.as_str().into());
     match side.as_str() {
-        "source" => answer(&api, Some(&vhost), &query, |l| l.source == name),
-        "destination" => answer(&api, Some(&vhost), &query, |l| l.binding.destination == as_destination),
+        "source" => answer(&api, &who, Some(&vhost), &query, |l| l.source == name),
+        "destination" => answer(&api, &who, Some(&vhost), &query, |l| l.binding.destination == as_destination),
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, "bindings/source or bindings/destination")),
     }
 }
 
 async fn list_queue(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    api.vhost(&vhost)?.queue(&name)?;
+    api.vhost(&who, &vhost)?.queue(&name)?;
     let as_destination = Destination::Queue(name.as_str().into());
-    answer(&api, Some(&vhost), &query, |l| l.binding.destination == as_destination)
+    answer(&api, &who, Some(&vhost), &query, |l| l.binding.destination == as_destination)
 }
 
 /// The binding of `source` to `destination` whose properties key is `props` (404 if none).
@@ -176,11 +177,11 @@ fn find(vhost: &VirtualHost, source: &str, destination: &Destination, props: &st
 }
 
 async fn show(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, source, kind, name, props)): Path<(String, String, String, String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let host = api.vhost(&vhost)?;
+    let host = api.vhost(&who, &vhost)?;
     let listed = find(&host, &source, &destination(&kind, &name)?, &props)?;
     Ok(Json(binding_json(&vhost, &listed)))
 }
@@ -196,12 +197,12 @@ struct BindingBody {
 /// Binds, as `queue.bind` or `exchange.bind`: 201, with the new binding's properties key as
 /// the `Location`.
 async fn create(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, source, kind, name)): Path<(String, String, String, String)>,
     Json(body): Json<BindingBody>,
 ) -> Result<Response, ApiError> {
-    let host = api.vhost(&vhost)?;
+    let host = api.vhost(&who, &vhost)?;
     let to = destination(&kind, &name)?;
     let arguments = json_table::from_json(&body.arguments).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
     let binding = Binding { destination: to, routing_key: body.routing_key.clone(), arguments: arguments.clone() };
@@ -217,11 +218,11 @@ async fn create(
 }
 
 async fn remove(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, source, kind, name, props)): Path<(String, String, String, String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let host = api.vhost(&vhost)?;
+    let host = api.vhost(&who, &vhost)?;
     let listed = find(&host, &source, &destination(&kind, &name)?, &props)?;
     let op = DefinitionOp::Unbind {
         source,

@@ -80,21 +80,21 @@ struct NodeRequest {
 }
 
 async fn add_replica(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Json(request): Json<NodeRequest>,
 ) -> Result<StatusCode, ApiError> {
-    change_replicas(&api, &vhost, &name, &request.node, ReplicaChange::Add).await
+    change_replicas(&api, &who, &vhost, &name, &request.node, ReplicaChange::Add).await
 }
 
 async fn delete_replica(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Json(request): Json<NodeRequest>,
 ) -> Result<StatusCode, ApiError> {
-    change_replicas(&api, &vhost, &name, &request.node, ReplicaChange::Delete).await
+    change_replicas(&api, &who, &vhost, &name, &request.node, ReplicaChange::Delete).await
 }
 
 /// What a replica route asks for.
@@ -106,12 +106,14 @@ enum ReplicaChange {
 
 async fn change_replicas(
     api: &Management,
+    who: &Authenticated,
     vhost: &str,
     queue: &str,
     node: &str,
     change: ReplicaChange,
 ) -> Result<StatusCode, ApiError> {
-    let host = api.vhost(vhost)?;
+    who.require_administrator()?;
+    let host = api.vhost(who, vhost)?;
     let metadata = host.metadata().ok_or_else(not_clustered)?;
     match change {
         ReplicaChange::Add => metadata.add_member(&host, queue, node).await?,
@@ -165,7 +167,7 @@ async fn shrink(
 /// route for it): `node`, stopped, leaves the cluster. Its quorum queue members are removed
 /// first (as `shrink`), then the metadata group stops counting it.
 async fn forget_node(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path(node): Path<String>,
 ) -> Result<StatusCode, ApiError> {
@@ -184,7 +186,9 @@ async fn forget_node(
         let metadata = vhost.metadata().ok_or_else(not_clustered)?;
         metadata.delete_member(vhost.name(), queue.name(), &node).await?;
     }
-    let vhost = api.vhost(warren_delivery::DEFAULT_VHOST)?;
+    who.require_administrator()?;
+    // Any vhost's handle reaches the metadata group; the change is not about one.
+    let vhost = api.broker().vhosts().into_iter().next().ok_or_else(not_clustered)?;
     let metadata = vhost.metadata().ok_or_else(not_clustered)?;
     metadata.change(vhost.name(), warren_delivery::metadata::DefinitionOp::ForgetNode { node_id }).await?;
     Ok(StatusCode::NO_CONTENT)

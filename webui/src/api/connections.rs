@@ -209,11 +209,11 @@ async fn list_consumers(
 }
 
 async fn list_vhost_consumers(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path(vhost): Path<String>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    api.vhost(&vhost)?;
+    api.vhost(&who, &vhost)?;
     Ok(Json(query.apply(consumers(&api, Some(&vhost)))?))
 }

@@ -14,9 +14,9 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use warren_delivery::access::AccessChange;
 use warren_delivery::exchange::Destination;
 use warren_delivery::metadata::DefinitionOp;
-use warren_delivery::user::HASHING_ALGORITHM;
 
 /// Entries an import applies at most (a definitions file is not a way to flood the broker).
 const MAX_IMPORTED_ENTRIES: usize = 100_000;
@@ -31,7 +31,8 @@ fn is_builtin_exchange(name: &str) -> bool {
     name.is_empty() || name.starts_with("amq.")
 }
 
-async fn export(_: Authenticated, State(api): State<Management>) -> Json<Value> {
+async fn export(who: Authenticated, State(api): State<Management>) -> Result<Json<Value>, ApiError> {
+    who.require_administrator()?;
     let broker = api.broker();
     let (mut queues, mut exchanges, mut bindings) = (Vec::new(), Vec::new(), Vec::new());
     for vhost in broker.vhosts() {
@@ -68,21 +69,23 @@ async fn export(_: Authenticated, State(api): State<Management>) -> Json<Value> 
             }
         }
     }
-    let users: Vec<Value> = broker
-        .users()
-        .all()
+    let access = broker.access();
+    let users: Vec<Value> = access.users().iter().map(super::access::user_json).collect();
+    let vhosts: Vec<Value> = access
+        .vhosts()
         .iter()
-        .map(|u| json!({"name": u.name, "password_hash": u.password_hash_base64(), "hashing_algorithm": HASHING_ALGORITHM, "tags": u.tags, "limits": {}}))
+        .map(|(name, entry)| json!({"name": name, "description": entry.description, "limits": entry.limits.to_json()}))
         .collect();
-    let vhosts: Vec<Value> = broker.vhosts().iter().map(|v| json!({"name": v.name()})).collect();
-    Json(json!({
+    let permissions: Vec<Value> =
+        access.permissions().iter().map(|(v, u, spec)| super::access::permission_json(v, u, spec)).collect();
+    Ok(Json(json!({
         "rabbit_version": COMPATIBLE_RABBITMQ_VERSION,
         "rabbitmq_version": COMPATIBLE_RABBITMQ_VERSION,
         "product_name": "Warren",
         "product_version": env!("CARGO_PKG_VERSION"),
         "users": users,
         "vhosts": vhosts,
-        "permissions": [],
+        "permissions": permissions,
         "topic_permissions": [],
         "parameters": [],
         "global_parameters": [],
@@ -90,7 +93,7 @@ async fn export(_: Authenticated, State(api): State<Management>) -> Json<Value> 
         "queues": queues,
         "exchanges": exchanges,
         "bindings": bindings,
-    }))
+    })))
 }
 
 /// What an import did.
@@ -128,6 +131,47 @@ fn entries<'a>(body: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
     body.get(key).and_then(Value::as_array).into_iter().flatten()
 }
 
+/// Users, then vhosts (with their limits), then permissions: what the queues and exchanges
+/// after them need.
+async fn import_access(api: &Management, body: &Value, report: &mut Report) {
+    let access = api.broker().access();
+    let mut changes: Vec<(&str, String, Result<AccessChange, String>)> = Vec::new();
+    for user in entries(body, "users") {
+        let name = text(user, "name");
+        let change = super::access::user_change(name, user, access.user(name).is_some());
+        changes.push(("user", name.to_string(), change.map_err(|e| e.reason().to_string())));
+    }
+    for vhost in entries(body, "vhosts") {
+        let name = text(vhost, "name").to_string();
+        let put = AccessChange::PutVhost { name: name.clone(), description: text(vhost, "description").to_string() };
+        changes.push(("vhost", name.clone(), Ok(put)));
+        if let Some(limits) = vhost.get("limits").and_then(Value::as_object).filter(|l| !l.is_empty()) {
+            let limits = warren_delivery::vhost::VhostLimits::from_json(limits);
+            let change = limits.map(|limits| AccessChange::SetVhostLimits { vhost: name.clone(), limits });
+            changes.push(("vhost limits", name, change.map_err(|e| e.text)));
+        }
+    }
+    for permission in entries(body, "permissions") {
+        let (vhost, user) = (text(permission, "vhost").to_string(), text(permission, "user").to_string());
+        let change = super::access::permission_spec(permission).map(|permissions| AccessChange::SetPermissions {
+            vhost: vhost.clone(),
+            user: user.clone(),
+            permissions,
+        });
+        changes.push(("permission", format!("{user} in {vhost}"), change.map_err(|e| e.reason().to_string())));
+    }
+    for (kind, name, change) in changes {
+        let outcome = match change {
+            Ok(change) => api.broker().change_access(change).await.map_err(|e| e.text),
+            Err(why) => Err(why),
+        };
+        match outcome {
+            Ok(()) => report.applied += 1,
+            Err(why) => report.skip(kind, &name, why),
+        }
+    }
+}
+
 /// Applies one definition change, recording it as applied or skipped.
 async fn apply(
     api: &Management,
@@ -137,8 +181,8 @@ async fn apply(
     op: impl FnOnce(amq_protocol::types::FieldTable) -> DefinitionOp,
 ) {
     let (name, vhost) = (label(entry), text(entry, "vhost"));
-    let Ok(host) = api.vhost(vhost) else {
-        return report.skip(kind, &name, format!("virtual host '{vhost}' does not exist (Warren has only '/' so far)"));
+    let Some(host) = api.broker().vhost(vhost) else {
+        return report.skip(kind, &name, format!("virtual host '{vhost}' does not exist"));
     };
     let arguments = match json_table::from_json(entry.get("arguments").unwrap_or(&Value::Null)) {
         Ok(arguments) => arguments,
@@ -153,10 +197,11 @@ async fn apply(
 /// Imports a definitions file: exchanges first, then queues, then bindings; answers what was
 /// applied and what was skipped, and why.
 async fn import(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Json(body): Json<Value>,
 ) -> Result<Json<Value>, ApiError> {
+    who.require_administrator()?;
     if !body.is_object() {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "a definitions file is a JSON object"));
     }
@@ -171,21 +216,9 @@ async fn import(
         ));
     }
     let mut report = Report::default();
-    for user in entries(&body, "users") {
-        let exists = api.broker().users().get(text(user, "name")).is_some();
-        if !exists {
-            report.skip("user", text(user, "name"), "users are not imported yet (issue 15)");
-        }
-    }
-    for vhost in entries(&body, "vhosts").filter(|v| api.vhost(text(v, "name")).is_err()) {
-        report.skip("vhost", text(vhost, "name"), "Warren has only the virtual host '/' so far (issue 15)");
-    }
-    for (key, kind) in [
-        ("permissions", "permission"),
-        ("topic_permissions", "topic permission"),
-        ("policies", "policy"),
-        ("parameters", "parameter"),
-    ] {
+    import_access(&api, &body, &mut report).await;
+    for (key, kind) in [("topic_permissions", "topic permission"), ("policies", "policy"), ("parameters", "parameter")]
+    {
         for entry in entries(&body, key) {
             report.skip(kind, &label(entry), format!("{key} are not applied yet"));
         }

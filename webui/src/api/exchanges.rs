@@ -40,37 +40,42 @@ pub(crate) fn exchange_json(vhost: &str, exchange: &Exchange) -> Value {
     })
 }
 
-fn list(api: &Management, vhost: Option<&str>, query: &ListQuery) -> Result<Json<Value>, ApiError> {
+fn list(
+    api: &Management,
+    who: &Authenticated,
+    vhost: Option<&str>,
+    query: &ListQuery,
+) -> Result<Json<Value>, ApiError> {
     let mut items = Vec::new();
-    for host in api.vhosts(vhost)? {
+    for host in api.vhosts(who, vhost)? {
         items.extend(host.exchanges().iter().map(|exchange| exchange_json(host.name(), exchange)));
     }
     Ok(Json(query.apply(items)?))
 }
 
 async fn list_all(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    list(&api, None, &query)
+    list(&api, &who, None, &query)
 }
 
 async fn list_vhost(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path(vhost): Path<String>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    list(&api, Some(&vhost), &query)
+    list(&api, &who, Some(&vhost), &query)
 }
 
 async fn show(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let exchange = api.vhost(&vhost)?.exchange(exchange_name(&name))?;
+    let exchange = api.vhost(&who, &vhost)?.exchange(exchange_name(&name))?;
     Ok(Json(exchange_json(&vhost, &exchange)))
 }
 
@@ -95,12 +100,12 @@ fn yes() -> bool {
 
 /// Declares the exchange: 201 if it is new, 204 if an equivalent one was there.
 async fn declare(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Json(body): Json<ExchangeBody>,
 ) -> Result<StatusCode, ApiError> {
-    let host = api.vhost(&vhost)?;
+    let host = api.vhost(&who, &vhost)?;
     let arguments = json_table::from_json(&body.arguments).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
     let existed = host.exchange(&name).is_ok();
     let op = DefinitionOp::DeclareExchange {
@@ -117,12 +122,12 @@ async fn declare(
 
 /// Deletes the exchange (`?if-unused=true` as RabbitMQ's).
 async fn remove(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Query(flags): Query<HashMap<String, String>>,
 ) -> Result<StatusCode, ApiError> {
-    let host = api.vhost(&vhost)?;
+    let host = api.vhost(&who, &vhost)?;
     let name = exchange_name(&name).to_string();
     host.exchange(&name)?;
     let op = DefinitionOp::DeleteExchange { name, if_unused: flag(flags.get("if-unused")) };

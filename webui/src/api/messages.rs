@@ -55,12 +55,12 @@ struct PublishBody {
 /// Publishes one message, as `basic.publish` would; answers once it is as safe as its
 /// queues promise, `{"routed": true}` if it reached one.
 async fn publish(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Json(body): Json<PublishBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let host = api.vhost(&vhost)?;
+    let host = api.vhost(&who, &vhost)?;
     let exchange = exchange_name(&name);
     let properties = message_json::properties_from_json(&body.properties).map_err(bad_request)?;
     let payload = message_json::payload_from_json(&body.payload, &body.payload_encoding).map_err(bad_request)?;
@@ -128,7 +128,7 @@ fn ack_mode(text: &str) -> Result<AckMode, ApiError> {
 /// Takes up to `count` messages, then settles them all as `ackmode` says (so that a requeue
 /// does not hand the same message back within one request), as RabbitMQ's API does.
 async fn get_messages(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Json(body): Json<GetBody>,
@@ -137,7 +137,7 @@ async fn get_messages(
     if body.count == 0 || body.count > MAX_GET_COUNT {
         return Err(bad_request(format!("count must be from 1 to {MAX_GET_COUNT}")));
     }
-    let host = api.vhost(&vhost)?;
+    let host = api.vhost(&who, &vhost)?;
     let queue = host.queue(&name)?;
     let session = Session::new(Arc::clone(&host), Arc::new(Taken));
     let truncate = body.truncate.unwrap_or(DEFAULT_TRUNCATE_BYTES);
@@ -203,18 +203,24 @@ fn start_of(query: &ReplayQuery) -> Result<OffsetSpec, ApiError> {
 /// Reads a queue's log from an offset without consuming it: the messages with their offsets
 /// and times, and where to read next.
 async fn replay(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Query(query): Query<ReplayQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    read_log(&api, &vhost, &name, &query).map(Json)
+    read_log(&api, &who, &vhost, &name, &query).map(Json)
 }
 
 /// Reads the log of queue `name` of `vhost` (a stream, or a durable classic queue) as
 /// `query` says.
-pub(crate) fn read_log(api: &Management, vhost: &str, name: &str, query: &ReplayQuery) -> Result<Value, ApiError> {
-    let queue = api.vhost(vhost)?.queue(name)?;
+pub(crate) fn read_log(
+    api: &Management,
+    who: &Authenticated,
+    vhost: &str,
+    name: &str,
+    query: &ReplayQuery,
+) -> Result<Value, ApiError> {
+    let queue = api.vhost(who, vhost)?.queue(name)?;
     let log = queue.browser().ok_or_else(|| {
         bad_request(format!(
             "queue '{name}' keeps no log on this node: streams and durable classic queues (their persistent messages) are read by offset"

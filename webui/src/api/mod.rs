@@ -1,13 +1,15 @@
 //! The routes of the management API and their JSON, in the shapes of RabbitMQ's, so that its
 //! tools (rabbitmqadmin, dashboards, scripts) work against Warren. One module per resource:
 //!
-//! - `overview`: the overview, nodes, virtual hosts, users, permissions, health checks;
+//! - `overview`: the overview, nodes, virtual hosts, health checks;
+//! - `access`: users, permissions, vhost limits;
 //! - `exchanges`, `queues`, `bindings`: definitions, declared and deleted as AMQP would;
 //! - `connections`: connections (closed with a reason), channels, consumers;
 //! - `definitions`: export and import in RabbitMQ's definitions format;
 //! - `messages`: publish, get, and replay by offset (an extension);
 //! - `cluster`: the cluster's nodes and quorum queues' replicas (`warren ctl`'s cluster verbs).
 
+mod access;
 mod alarms;
 mod bindings;
 mod cluster;
@@ -22,7 +24,7 @@ pub use cluster::{ClusterView, NodeStatus};
 pub(crate) use messages::{read_log, ReplayQuery};
 pub(crate) use queues::{queue_json, QueueRow};
 
-use crate::auth::Sessions;
+use crate::auth::{Authenticated, Sessions};
 use crate::error::ApiError;
 use crate::rates::{QueueRates, Rates};
 use axum::http::StatusCode;
@@ -108,17 +110,31 @@ impl Management {
         &self.listeners
     }
 
-    /// Virtual host `name` (404 if there is none).
-    pub(crate) fn vhost(&self, name: &str) -> Result<Arc<VirtualHost>, ApiError> {
-        self.broker.vhost(name).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no vhost '{name}'")))
+    /// Virtual host `name` as `who` may see it: 404 if there is none, 401 if `who` is neither
+    /// allowed every vhost nor has permissions in this one.
+    pub(crate) fn vhost(&self, who: &Authenticated, name: &str) -> Result<Arc<VirtualHost>, ApiError> {
+        let vhost = self
+            .broker
+            .vhost(name)
+            .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no vhost '{name}'")))?;
+        if !self.may_see(who, name) {
+            return Err(ApiError::new(StatusCode::UNAUTHORIZED, format!("access to vhost '{name}' refused"))
+                .without_challenge());
+        }
+        Ok(vhost)
     }
 
-    /// The vhosts a route names: one (`Some(name)`) or all.
-    pub(crate) fn vhosts(&self, name: Option<&str>) -> Result<Vec<Arc<VirtualHost>>, ApiError> {
+    /// The vhosts a route names: one (`Some(name)`) or all that `who` may see.
+    pub(crate) fn vhosts(&self, who: &Authenticated, name: Option<&str>) -> Result<Vec<Arc<VirtualHost>>, ApiError> {
         match name {
-            Some(name) => Ok(vec![self.vhost(name)?]),
-            None => Ok(self.broker.vhosts()),
+            Some(name) => Ok(vec![self.vhost(who, name)?]),
+            None => Ok(self.broker.vhosts().into_iter().filter(|v| self.may_see(who, v.name())).collect()),
         }
+    }
+
+    /// Whether `who` may see vhost `name`'s objects.
+    fn may_see(&self, who: &Authenticated, name: &str) -> bool {
+        who.sees_everything || self.broker.access().permissions_of(name, &who.user).is_some()
     }
 }
 
@@ -126,6 +142,7 @@ impl Management {
 pub fn router(management: Management) -> Router {
     Router::new()
         .merge(overview::routes())
+        .merge(access::routes())
         .merge(alarms::routes())
         .merge(exchanges::routes())
         .merge(queues::routes())

@@ -1,5 +1,5 @@
-//! The broker as a whole: `GET /api/overview`, `/api/vhosts[/{vhost}]`, `/api/users[/{name}]`,
-//! `/api/whoami`, `/api/permissions`, and RabbitMQ's health checks
+//! The broker as a whole: `GET /api/overview`, `/api/vhosts[/{vhost}]` (and their creation and
+//! deletion), and RabbitMQ's health checks
 //! `/api/health/checks/port-listener/{port}` and `/api/aliveness-test/{vhost}` (the alarm
 //! checks are in `alarms.rs`).
 
@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use warren_delivery::user::{User, HASHING_ALGORITHM};
+use warren_delivery::access::AccessChange;
 use warren_delivery::VirtualHost;
 
 /// The RabbitMQ version Warren's API answers as, for tools that check it.
@@ -24,11 +24,7 @@ pub(super) fn routes() -> Router<Management> {
     Router::new()
         .route("/api/overview", get(overview))
         .route("/api/vhosts", get(vhosts))
-        .route("/api/vhosts/{vhost}", get(vhost))
-        .route("/api/users", get(users))
-        .route("/api/users/{name}", get(user))
-        .route("/api/whoami", get(whoami))
-        .route("/api/permissions", get(permissions))
+        .route("/api/vhosts/{vhost}", get(vhost).put(put_vhost).delete(delete_vhost))
         .route("/api/health/checks/port-listener/{port}", get(port_listener))
         .route("/api/aliveness-test/{vhost}", get(aliveness))
 }
@@ -90,7 +86,7 @@ fn vhost_json(api: &Management, vhost: &std::sync::Arc<VirtualHost>) -> Value {
     );
     json!({
         "name": vhost.name(),
-        "description": if vhost.name() == warren_delivery::DEFAULT_VHOST { "Default virtual host" } else { "" },
+        "description": api.broker().access().vhost(vhost.name()).map(|v| v.description).unwrap_or_default(),
         "tags": [],
         "default_queue_type": "classic",
         "tracing": false,
@@ -111,62 +107,37 @@ async fn vhosts(
 }
 
 async fn vhost(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(vhost_json(&api, &api.vhost(&name)?)))
+    Ok(Json(vhost_json(&api, &api.vhost(&who, &name)?)))
 }
 
-fn user_json(user: &User) -> Value {
-    json!({
-        "name": user.name,
-        "password_hash": user.password_hash_base64(),
-        "hashing_algorithm": HASHING_ALGORITHM,
-        "tags": user.tags,
-        "limits": {},
-    })
-}
-
-async fn users(
-    _: Authenticated,
-    State(api): State<Management>,
-    Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
-    let items = api.broker().users().all().iter().map(user_json).collect();
-    Ok(Json(query.apply(items)?))
-}
-
-async fn user(
-    _: Authenticated,
+/// Creates the vhost (or changes its description): 201, or 204 if it existed.
+async fn put_vhost(
+    who: Authenticated,
     State(api): State<Management>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let user = api
-        .broker()
-        .users()
-        .get(&name)
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no user '{name}'")))?;
-    Ok(Json(user_json(&user)))
+    body: Option<Json<Value>>,
+) -> Result<StatusCode, ApiError> {
+    who.require_administrator()?;
+    let existed = api.broker().vhost(&name).is_some();
+    let description =
+        body.as_ref().and_then(|b| b.get("description")).and_then(Value::as_str).unwrap_or("").to_string();
+    api.broker().change_access(AccessChange::PutVhost { name, description }).await?;
+    Ok(if existed { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
 }
 
-async fn whoami(who: Authenticated, State(api): State<Management>) -> Json<Value> {
-    let tags = api.broker().users().get(&who.user).map(|u| u.tags).unwrap_or_default();
-    Json(json!({ "name": who.user, "tags": tags }))
-}
-
-/// Every user may do everything in every vhost until permissions come (issue 15).
-async fn permissions(_: Authenticated, State(api): State<Management>) -> Json<Value> {
-    let broker = api.broker();
-    let mut items = Vec::new();
-    for user in broker.users().all() {
-        for vhost in broker.vhosts() {
-            items.push(
-                json!({"user": user.name, "vhost": vhost.name(), "configure": ".*", "write": ".*", "read": ".*"}),
-            );
-        }
-    }
-    Json(Value::Array(items))
+/// Deletes the vhost with everything in it; its connections are closed.
+async fn delete_vhost(
+    who: Authenticated,
+    State(api): State<Management>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    who.require_administrator()?;
+    api.broker().change_access(AccessChange::DeleteVhost { name }).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Healthy if this node listens on `port`; 503 with the ports it listens on otherwise.
@@ -181,11 +152,11 @@ async fn port_listener(_: Authenticated, State(api): State<Management>, Path(por
 
 /// RabbitMQ's aliveness test: a message through a queue of `vhost` and back.
 async fn aliveness(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path(vhost): Path<String>,
 ) -> Result<Response, ApiError> {
-    let host = api.vhost(&vhost)?;
+    let host = api.vhost(&who, &vhost)?;
     let failed = |why: String| {
         (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "failed", "reason": why }))).into_response()
     };

@@ -81,9 +81,13 @@ pub(crate) struct QueueRow<'a> {
 
 impl QueueRow<'_> {
     /// Every queue of `vhost` (all vhosts if `None`).
-    pub(crate) fn all<'a>(api: &'a Management, vhost: Option<&str>) -> Result<Vec<QueueRow<'a>>, ApiError> {
+    pub(crate) fn all<'a>(
+        api: &'a Management,
+        who: &Authenticated,
+        vhost: Option<&str>,
+    ) -> Result<Vec<QueueRow<'a>>, ApiError> {
         let mut rows = Vec::new();
-        for host in api.vhosts(vhost)? {
+        for host in api.vhosts(who, vhost)? {
             rows.extend(host.queues().into_iter().map(|queue| QueueRow { api, vhost: host.clone(), queue }));
         }
         Ok(rows)
@@ -120,33 +124,38 @@ impl Listed for QueueRow<'_> {
     }
 }
 
-fn list(api: &Management, vhost: Option<&str>, query: &ListQuery) -> Result<Json<Value>, ApiError> {
-    Ok(Json(query.apply(QueueRow::all(api, vhost)?)?))
+fn list(
+    api: &Management,
+    who: &Authenticated,
+    vhost: Option<&str>,
+    query: &ListQuery,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(query.apply(QueueRow::all(api, who, vhost)?)?))
 }
 
 async fn list_all(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    list(&api, None, &query)
+    list(&api, &who, None, &query)
 }
 
 async fn list_vhost(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path(vhost): Path<String>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    list(&api, Some(&vhost), &query)
+    list(&api, &who, Some(&vhost), &query)
 }
 
 async fn show(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let queue = api.vhost(&vhost)?.queue(&name)?;
+    let queue = api.vhost(&who, &vhost)?.queue(&name)?;
     Ok(Json(queue_json(&api, &vhost, &queue)))
 }
 
@@ -163,12 +172,12 @@ struct QueueBody {
 
 /// Declares the queue: 201 if it is new, 204 if an equivalent one was there.
 async fn declare(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Json(body): Json<QueueBody>,
 ) -> Result<StatusCode, ApiError> {
-    let host = api.vhost(&vhost)?;
+    let host = api.vhost(&who, &vhost)?;
     let arguments = json_table::from_json(&body.arguments).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
     let existed = host.queue(&name).is_ok();
     let op = DefinitionOp::DeclareQueue {
@@ -184,12 +193,12 @@ async fn declare(
 
 /// Deletes the queue (`?if-unused=true`, `?if-empty=true` as RabbitMQ's).
 async fn remove(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Query(flags): Query<HashMap<String, String>>,
 ) -> Result<StatusCode, ApiError> {
-    let host = api.vhost(&vhost)?;
+    let host = api.vhost(&who, &vhost)?;
     host.queue(&name)?;
     let condition = DeleteCondition { if_unused: flag(flags.get("if-unused")), if_empty: flag(flags.get("if-empty")) };
     warren_delivery::metadata::delete_queue(&host, &name, condition).await?;
@@ -198,11 +207,11 @@ async fn remove(
 
 /// Purges the queue.
 async fn purge(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let queue = api.vhost(&vhost)?.queue(&name)?;
+    let queue = api.vhost(&who, &vhost)?.queue(&name)?;
     queue.purge().wait().await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,0 +1,56 @@
+//! Logging in: the client's SASL response checked against the broker's access control, and
+//! the vhost it opens. Failed logins are counted, logged with the peer address at most once
+//! a second per address, and an address that fails too often has its next attempts answered
+//! late (see [`warren_delivery::access::LoginThrottle`]).
+
+use crate::sasl;
+use amq_protocol::protocol::connection;
+use std::net::SocketAddr;
+use warren_delivery::{client_text, Broker, BrokerError, ReplyCode, VirtualHost};
+
+/// Checks `start_ok` from `peer`; the user it logged in as (as the client sent the name).
+pub fn log_in(broker: &Broker, start_ok: &connection::StartOk, peer: SocketAddr) -> Result<String, BrokerError> {
+    let mechanism = start_ok.mechanism.as_str();
+    let refused = |why: String| {
+        BrokerError::access_refused(format!("Login was refused using authentication mechanism {mechanism}: {why}"))
+    };
+    let outcome = sasl::decode(mechanism, start_ok.response.as_bytes())
+        .map_err(|e| (String::new(), e.to_string()))
+        .and_then(|login| {
+            let checked = broker.access().authenticate(&login.username, &login.password, peer.ip());
+            checked.map(|_| login.username.clone()).map_err(|e| (login.username, e.to_string()))
+        });
+    let throttle = broker.access().throttle();
+    match outcome {
+        Ok(user) => {
+            throttle.succeeded();
+            Ok(user)
+        }
+        Err((user, why)) => {
+            if throttle.failed(peer.ip()) {
+                let user = client_text::sanitize(&user, client_text::MAX_TEXT_BYTES);
+                tracing::warn!(%peer, user, mechanism = client_text::sanitize(mechanism, 32), why, "login failed");
+            }
+            Err(refused(why))
+        }
+    }
+}
+
+/// The vhost `connection.open` names, if it exists, `user` may use it, and its connection
+/// limit lets one more in (530 NOT_ALLOWED otherwise, with RabbitMQ's texts).
+pub fn open_vhost(broker: &Broker, name: &str, user: &str) -> Result<std::sync::Arc<VirtualHost>, BrokerError> {
+    let not_allowed = |text: String| BrokerError::new(ReplyCode::NotAllowed, text);
+    let vhost = broker.vhost(name).ok_or_else(|| not_allowed(format!("vhost '{name}' not found")))?;
+    if broker.access().permissions_of(name, user).is_none() {
+        return Err(not_allowed(format!("access to vhost '{name}' refused for user '{user}'")));
+    }
+    if let Some(max) = vhost.limits().max_connections {
+        // This connection is counted once it opened: those already open are compared.
+        if broker.connections_in(name) >= max as usize {
+            return Err(not_allowed(format!(
+                "access to vhost '{name}' refused for user '{user}': connection limit ({max}) is reached"
+            )));
+        }
+    }
+    Ok(vhost)
+}

@@ -1,0 +1,79 @@
+//! [`AccessChange`]: one change to users, vhosts, permissions or vhost limits, as it travels
+//! through the cluster's metadata group (every node applies it to its own copy) or is applied
+//! at once on a broker without a cluster. Password hashes are made before the change is
+//! proposed, so every node stores the same hash.
+
+use super::permission::PermissionSpec;
+use crate::vhost::VhostLimits;
+use serde::{Deserialize, Serialize};
+
+/// A password as a change carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PasswordChange {
+    /// The user keeps the password it has (none, for a new user).
+    Keep,
+    /// A hash, as definitions carry it.
+    Hash {
+        /// RabbitMQ's algorithm name (`rabbit_password_hashing_sha256`, ...).
+        hashing_algorithm: String,
+        /// Base64 of salt and digest.
+        password_hash: String,
+    },
+    /// No password: the user logs in only by other means (a client certificate).
+    Clear,
+}
+
+/// One change of who may do what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AccessChange {
+    /// Creates a user or updates one (`add_user`, `change_password`, `set_user_tags`,
+    /// `PUT /api/users/{name}`).
+    PutUser {
+        /// The login name.
+        name: String,
+        /// Its password.
+        password: PasswordChange,
+        /// Its tags; `None` keeps those it has.
+        tags: Option<Vec<String>>,
+    },
+    /// Deletes a user and its permissions.
+    DeleteUser {
+        /// The login name.
+        name: String,
+    },
+    /// Creates a vhost (or updates its description).
+    PutVhost {
+        /// Its name.
+        name: String,
+        /// What it is for.
+        description: String,
+    },
+    /// Deletes a vhost with everything in it; its connections are closed.
+    DeleteVhost {
+        /// Its name.
+        name: String,
+    },
+    /// Sets a user's permissions in a vhost.
+    SetPermissions {
+        /// The vhost.
+        vhost: String,
+        /// The user.
+        user: String,
+        /// The three patterns.
+        permissions: PermissionSpec,
+    },
+    /// Takes a user's permissions in a vhost away.
+    ClearPermissions {
+        /// The vhost.
+        vhost: String,
+        /// The user.
+        user: String,
+    },
+    /// Replaces a vhost's limits.
+    SetVhostLimits {
+        /// The vhost.
+        vhost: String,
+        /// Its new limits.
+        limits: VhostLimits,
+    },
+}

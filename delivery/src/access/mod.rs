@@ -1,0 +1,381 @@
+//! Who may do what (issue 15): users with RabbitMQ-compatible password hashes and tags, the
+//! virtual hosts that exist with their limits, and each user's permissions per vhost, kept in
+//! `access.json` under the data directory; the failed-login throttle.
+//!
+//! - `password`: [`PasswordHash`]; `user`: [`User`] and its tags;
+//! - `permission`: [`Permissions`], the three patterns, and RabbitMQ's refusal;
+//! - `change`: [`AccessChange`], one change as the cluster replicates it;
+//! - `stored`: the file's format; `login_throttle`: [`LoginThrottle`].
+//!
+//! [`AccessControl`] answers logins and checks; it changes only by [`AccessControl::apply`],
+//! which the broker calls for each change (on every node of a cluster).
+
+mod change;
+mod login_throttle;
+mod password;
+mod permission;
+mod stored;
+pub mod user;
+
+pub use change::{AccessChange, PasswordChange};
+pub use login_throttle::LoginThrottle;
+pub use password::{HashingAlgorithm, PasswordHash, PasswordHashError};
+pub use permission::{Access, PermissionSpec, Permissions, Resource};
+pub use user::User;
+
+use crate::error::{BrokerError, BrokerResult, ReplyCode};
+use crate::vhost::VhostLimits;
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use warren_storage::SnapshotFile;
+
+/// What a fresh broker starts with, and who may log in from loopback only.
+#[derive(Debug, Clone)]
+pub struct AccessSettings {
+    /// The user created on first start (`--default-user`).
+    pub default_user: String,
+    /// Its password (`--default-pass`).
+    pub default_pass: String,
+    /// The vhost created on first start (`--default-vhost`).
+    pub default_vhost: String,
+    /// Users that may connect only from loopback (`--loopback-users`; RabbitMQ's
+    /// `loopback_users`, by default guest).
+    pub loopback_users: Vec<String>,
+}
+
+impl Default for AccessSettings {
+    fn default() -> Self {
+        AccessSettings {
+            default_user: user::DEFAULT_USER.to_string(),
+            default_pass: user::DEFAULT_PASSWORD.to_string(),
+            default_vhost: crate::DEFAULT_VHOST.to_string(),
+            loopback_users: vec![user::DEFAULT_USER.to_string()],
+        }
+    }
+}
+
+/// Why a login was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// Unknown user or wrong password (deliberately not told apart).
+    #[error("username or password not allowed")]
+    BadCredentials,
+    /// The user may only connect from loopback.
+    #[error("user '{0}' can only connect via localhost")]
+    LoopbackOnly(String),
+}
+
+/// A vhost as access control knows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VhostEntry {
+    /// What it is for.
+    pub description: String,
+    /// Its limits.
+    pub limits: VhostLimits,
+}
+
+/// A user's permissions in a vhost: as given, and compiled.
+#[derive(Debug, Clone)]
+struct Grant {
+    spec: PermissionSpec,
+    compiled: Arc<Permissions>,
+}
+
+#[derive(Debug, Default)]
+struct AccessState {
+    users: BTreeMap<String, User>,
+    vhosts: BTreeMap<String, VhostEntry>,
+    /// By vhost, then user.
+    grants: BTreeMap<String, BTreeMap<String, Grant>>,
+}
+
+/// Users, vhosts and permissions.
+#[derive(Debug)]
+pub struct AccessControl {
+    state: RwLock<AccessState>,
+    file: Option<SnapshotFile>,
+    loopback_users: Vec<String>,
+    throttle: LoginThrottle,
+}
+
+fn not_found(what: &str, name: &str) -> BrokerError {
+    BrokerError::not_found(format!("no {what} '{name}'"))
+}
+
+impl AccessControl {
+    /// Access control kept in `file` (none: in memory). A missing file is a first start: the
+    /// default user (tagged administrator) and vhost are created, the user with every
+    /// permission there.
+    pub fn open(file: Option<SnapshotFile>, settings: &AccessSettings) -> BrokerResult<Self> {
+        let stored = match &file {
+            Some(file) => file.read().map_err(|e| crate::error::internal_error("cannot read access control", e))?,
+            None => None,
+        };
+        let control = AccessControl {
+            state: RwLock::new(AccessState::default()),
+            file,
+            loopback_users: settings.loopback_users.clone(),
+            throttle: LoginThrottle::default(),
+        };
+        match stored {
+            Some(bytes) => {
+                for change in stored::decode(&bytes)? {
+                    control.apply_to_state(&change)?;
+                }
+            }
+            None => {
+                for change in first_start(settings) {
+                    control.apply(&change)?;
+                }
+            }
+        }
+        Ok(control)
+    }
+
+    /// Whether `change` can be made: what it names exists, its hash and patterns are valid.
+    /// Checked before a change is proposed, so that the cluster's log holds only valid ones.
+    pub fn validate(&self, change: &AccessChange) -> BrokerResult<()> {
+        let state = self.state.read();
+        let user_exists =
+            |name: &str| state.users.contains_key(name).then_some(()).ok_or_else(|| not_found("user", name));
+        let vhost_exists =
+            |name: &str| state.vhosts.contains_key(name).then_some(()).ok_or_else(|| not_found("vhost", name));
+        match change {
+            AccessChange::PutUser { name, password, .. } => {
+                validate_name("user", name)?;
+                if let PasswordChange::Hash { hashing_algorithm, password_hash } = password {
+                    PasswordHash::from_definition(hashing_algorithm, password_hash)
+                        .map_err(|e| BrokerError::precondition_failed(e.to_string()))?;
+                }
+                Ok(())
+            }
+            AccessChange::DeleteUser { name } => user_exists(name),
+            AccessChange::PutVhost { name, .. } => validate_name("vhost", name),
+            AccessChange::DeleteVhost { name } => vhost_exists(name),
+            AccessChange::SetPermissions { vhost, user, permissions } => {
+                user_exists(user)?;
+                vhost_exists(vhost)?;
+                Permissions::compile(permissions).map(|_| ())
+            }
+            AccessChange::ClearPermissions { vhost, user } => {
+                user_exists(user)?;
+                vhost_exists(vhost)
+            }
+            AccessChange::SetVhostLimits { vhost, .. } => vhost_exists(vhost),
+        }
+    }
+
+    /// Makes `change` and stores the result.
+    pub fn apply(&self, change: &AccessChange) -> BrokerResult<()> {
+        self.apply_to_state(change)?;
+        self.save()
+    }
+
+    fn apply_to_state(&self, change: &AccessChange) -> BrokerResult<()> {
+        let mut state = self.state.write();
+        match change {
+            AccessChange::PutUser { name, password, tags } => {
+                let user = state.users.entry(name.clone()).or_insert_with(|| User {
+                    name: name.clone(),
+                    password: None,
+                    tags: Vec::new(),
+                });
+                match password {
+                    PasswordChange::Keep => {}
+                    PasswordChange::Clear => user.password = None,
+                    PasswordChange::Hash { hashing_algorithm, password_hash } => {
+                        let hash = PasswordHash::from_definition(hashing_algorithm, password_hash)
+                            .map_err(|e| BrokerError::precondition_failed(e.to_string()))?;
+                        user.password = Some(hash);
+                    }
+                }
+                if let Some(tags) = tags {
+                    user.tags = tags.clone();
+                }
+            }
+            AccessChange::DeleteUser { name } => {
+                state.users.remove(name);
+                for grants in state.grants.values_mut() {
+                    grants.remove(name);
+                }
+            }
+            AccessChange::PutVhost { name, description } => {
+                state.vhosts.entry(name.clone()).or_default().description = description.clone();
+            }
+            AccessChange::DeleteVhost { name } => {
+                state.vhosts.remove(name);
+                state.grants.remove(name);
+            }
+            AccessChange::SetPermissions { vhost, user, permissions } => {
+                let compiled = Arc::new(Permissions::compile(permissions)?);
+                let grant = Grant { spec: permissions.clone(), compiled };
+                state.grants.entry(vhost.clone()).or_default().insert(user.clone(), grant);
+            }
+            AccessChange::ClearPermissions { vhost, user } => {
+                if let Some(grants) = state.grants.get_mut(vhost) {
+                    grants.remove(user);
+                }
+            }
+            AccessChange::SetVhostLimits { vhost, limits } => {
+                if let Some(entry) = state.vhosts.get_mut(vhost) {
+                    entry.limits = *limits;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn save(&self) -> BrokerResult<()> {
+        let Some(file) = &self.file else { return Ok(()) };
+        let bytes = stored::encode(&self.as_changes())?;
+        file.write(&bytes).map_err(|e| crate::error::internal_error("cannot store access control", e))
+    }
+
+    /// The whole state as the changes that rebuild it (what the file holds).
+    fn as_changes(&self) -> Vec<AccessChange> {
+        let state = self.state.read();
+        let users = state.users.values().map(|user| AccessChange::PutUser {
+            name: user.name.clone(),
+            password: match &user.password {
+                Some(hash) => PasswordChange::Hash {
+                    hashing_algorithm: hash.algorithm().name().to_string(),
+                    password_hash: hash.to_base64(),
+                },
+                None => PasswordChange::Clear,
+            },
+            tags: Some(user.tags.clone()),
+        });
+        let vhosts = state.vhosts.iter().flat_map(|(name, entry)| {
+            [
+                AccessChange::PutVhost { name: name.clone(), description: entry.description.clone() },
+                AccessChange::SetVhostLimits { vhost: name.clone(), limits: entry.limits },
+            ]
+        });
+        let grants = state.grants.iter().flat_map(|(vhost, grants)| {
+            grants.iter().map(|(user, grant)| AccessChange::SetPermissions {
+                vhost: vhost.clone(),
+                user: user.clone(),
+                permissions: grant.spec.clone(),
+            })
+        });
+        users.chain(vhosts).chain(grants).collect()
+    }
+
+    /// Checks a password login of `name` from `peer`.
+    pub fn authenticate(&self, name: &str, password: &str, peer: IpAddr) -> Result<User, AuthError> {
+        let user = self.state.read().users.get(name).cloned().ok_or(AuthError::BadCredentials)?;
+        if !user.password.as_ref().is_some_and(|hash| hash.verifies(password)) {
+            return Err(AuthError::BadCredentials);
+        }
+        self.check_origin(&user, peer)?;
+        Ok(user)
+    }
+
+    /// Checks a login of `name` whose identity something else proved (a client certificate).
+    pub fn authenticate_external(&self, name: &str, peer: IpAddr) -> Result<User, AuthError> {
+        let user = self.state.read().users.get(name).cloned().ok_or(AuthError::BadCredentials)?;
+        self.check_origin(&user, peer)?;
+        Ok(user)
+    }
+
+    fn check_origin(&self, user: &User, peer: IpAddr) -> Result<(), AuthError> {
+        // An IPv6 listener sees IPv4 clients as ::ffff:a.b.c.d; 127.0.0.1 is loopback there too.
+        if self.loopback_users.contains(&user.name) && !peer.to_canonical().is_loopback() {
+            return Err(AuthError::LoopbackOnly(user.name.clone()));
+        }
+        Ok(())
+    }
+
+    /// The failed-login table.
+    pub fn throttle(&self) -> &LoginThrottle {
+        &self.throttle
+    }
+
+    /// The user called `name`.
+    pub fn user(&self, name: &str) -> Option<User> {
+        self.state.read().users.get(name).cloned()
+    }
+
+    /// Every user, by name.
+    pub fn users(&self) -> Vec<User> {
+        self.state.read().users.values().cloned().collect()
+    }
+
+    /// Every vhost, by name.
+    pub fn vhosts(&self) -> Vec<(String, VhostEntry)> {
+        self.state.read().vhosts.iter().map(|(name, entry)| (name.clone(), entry.clone())).collect()
+    }
+
+    /// The vhost called `name`.
+    pub fn vhost(&self, name: &str) -> Option<VhostEntry> {
+        self.state.read().vhosts.get(name).cloned()
+    }
+
+    /// Every permission: (vhost, user, patterns).
+    pub fn permissions(&self) -> Vec<(String, String, PermissionSpec)> {
+        let state = self.state.read();
+        let by_vhost = state.grants.iter();
+        by_vhost
+            .flat_map(|(vhost, grants)| grants.iter().map(|(user, g)| (vhost.clone(), user.clone(), g.spec.clone())))
+            .collect()
+    }
+
+    /// `user`'s permissions in `vhost`, if it has any there (then it may open it).
+    pub fn permissions_of(&self, vhost: &str, user: &str) -> Option<Arc<Permissions>> {
+        self.state.read().grants.get(vhost)?.get(user).map(|grant| Arc::clone(&grant.compiled))
+    }
+
+    /// `Ok` if `user` may have `access` to `resource` in `vhost`; 403 with RabbitMQ's text if not.
+    pub fn check(&self, user: &str, vhost: &str, access: Access, resource: Resource<'_>) -> BrokerResult<()> {
+        let state = self.state.read();
+        let grant = state.grants.get(vhost).and_then(|grants| grants.get(user));
+        permission::check(grant.map(|g| &*g.compiled), access, resource, vhost, user)
+    }
+}
+
+/// Longest user or vhost name: they reach logs, paths (vhosts, hex-encoded) and the API.
+const MAX_NAME_BYTES: usize = 255;
+
+fn validate_name(what: &str, name: &str) -> BrokerResult<()> {
+    if name.is_empty() || name.len() > MAX_NAME_BYTES || name.chars().any(char::is_control) {
+        return Err(BrokerError::new(
+            ReplyCode::PreconditionFailed,
+            format!("a {what} name must be 1 to {MAX_NAME_BYTES} bytes with no control characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// What a first start creates.
+fn first_start(settings: &AccessSettings) -> Vec<AccessChange> {
+    let hash = PasswordHash::of(&settings.default_pass);
+    vec![
+        AccessChange::PutUser {
+            name: settings.default_user.clone(),
+            password: PasswordChange::Hash {
+                hashing_algorithm: hash.algorithm().name().to_string(),
+                password_hash: hash.to_base64(),
+            },
+            tags: Some(vec![user::tags::ADMINISTRATOR.to_string()]),
+        },
+        AccessChange::PutVhost { name: settings.default_vhost.clone(), description: "Default virtual host".into() },
+        AccessChange::SetPermissions {
+            vhost: settings.default_vhost.clone(),
+            user: settings.default_user.clone(),
+            permissions: PermissionSpec::everything(),
+        },
+    ]
+}
+
+impl PasswordChange {
+    /// A new password, hashed here.
+    pub fn new_password(password: &str) -> Self {
+        let hash = PasswordHash::of(password);
+        PasswordChange::Hash { hashing_algorithm: hash.algorithm().name().to_string(), password_hash: hash.to_base64() }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,88 @@
+use super::*;
+
+fn loopback() -> IpAddr {
+    "127.0.0.1".parse().unwrap()
+}
+
+fn remote() -> IpAddr {
+    "192.0.2.7".parse().unwrap()
+}
+
+fn put_user(name: &str, password: &str) -> AccessChange {
+    AccessChange::PutUser { name: name.into(), password: PasswordChange::new_password(password), tags: None }
+}
+
+#[test]
+fn a_first_start_has_the_default_user_loopback_only_with_every_permission() {
+    let control = AccessControl::open(None, &AccessSettings::default()).unwrap();
+    assert!(control.authenticate("guest", "guest", loopback()).is_ok());
+    assert_eq!(control.authenticate("guest", "nope", loopback()).err(), Some(AuthError::BadCredentials));
+    assert_eq!(control.authenticate("nobody", "guest", loopback()).err(), Some(AuthError::BadCredentials));
+    assert_eq!(control.authenticate("guest", "guest", remote()).err(), Some(AuthError::LoopbackOnly("guest".into())));
+    assert!(control.check("guest", "/", Access::Configure, Resource::Queue("q")).is_ok());
+    assert!(control.user("guest").unwrap().is_administrator());
+}
+
+#[test]
+fn other_defaults_and_no_loopback_restriction() {
+    let settings = AccessSettings {
+        default_user: "admin".into(),
+        default_pass: "s3cret".into(),
+        default_vhost: "prod".into(),
+        loopback_users: Vec::new(),
+    };
+    let control = AccessControl::open(None, &settings).unwrap();
+    assert!(control.authenticate("admin", "s3cret", remote()).is_ok());
+    assert!(control.user("guest").is_none());
+    assert!(control.vhost("prod").is_some() && control.vhost("/").is_none());
+}
+
+#[test]
+fn changes_survive_a_reopen_and_a_deleted_user_loses_its_permissions() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = || Some(SnapshotFile::new(dir.path().join("access.json")));
+    let control = AccessControl::open(file(), &AccessSettings::default()).unwrap();
+    control.apply(&put_user("bob", "pw")).unwrap();
+    control.apply(&AccessChange::PutVhost { name: "v".into(), description: String::new() }).unwrap();
+    let only_b = PermissionSpec { configure: "^b".into(), write: "".into(), read: ".*".into() };
+    control
+        .apply(&AccessChange::SetPermissions { vhost: "v".into(), user: "bob".into(), permissions: only_b })
+        .unwrap();
+    let limits = VhostLimits { max_connections: Some(3), max_queues: None };
+    control.apply(&AccessChange::SetVhostLimits { vhost: "v".into(), limits }).unwrap();
+
+    let reopened = AccessControl::open(file(), &AccessSettings::default()).unwrap();
+    assert!(reopened.authenticate("bob", "pw", remote()).is_ok());
+    assert!(reopened.check("bob", "v", Access::Configure, Resource::Queue("bq")).is_ok());
+    assert!(reopened.check("bob", "v", Access::Configure, Resource::Queue("q")).is_err());
+    assert!(reopened.check("bob", "/", Access::Read, Resource::Queue("q")).is_err(), "no permissions in /");
+    assert_eq!(reopened.vhost("v").unwrap().limits, limits);
+
+    reopened.apply(&AccessChange::DeleteUser { name: "bob".into() }).unwrap();
+    assert!(reopened.permissions_of("v", "bob").is_none());
+    assert!(reopened.validate(&AccessChange::DeleteUser { name: "bob".into() }).is_err());
+}
+
+#[test]
+fn invalid_changes_are_refused_before_they_are_made() {
+    let control = AccessControl::open(None, &AccessSettings::default()).unwrap();
+    let bad_pattern = PermissionSpec { configure: "(".into(), write: ".*".into(), read: ".*".into() };
+    let change = AccessChange::SetPermissions { vhost: "/".into(), user: "guest".into(), permissions: bad_pattern };
+    assert!(control.validate(&change).is_err());
+    let unknown_vhost = AccessChange::SetPermissions {
+        vhost: "nope".into(),
+        user: "guest".into(),
+        permissions: PermissionSpec::everything(),
+    };
+    assert_eq!(control.validate(&unknown_vhost).unwrap_err().code, ReplyCode::NotFound);
+    let bad_hash = AccessChange::PutUser {
+        name: "x".into(),
+        password: PasswordChange::Hash {
+            hashing_algorithm: "rabbit_password_hashing_sha256".into(),
+            password_hash: "abc".into(),
+        },
+        tags: None,
+    };
+    assert!(control.validate(&bad_hash).is_err());
+    assert!(control.validate(&put_user("", "pw")).is_err());
+}

@@ -1,0 +1,98 @@
+//! Limits of a virtual host, as RabbitMQ's `set_vhost_limits` sets them: `max-connections`
+//! (client connections open in it) and `max-queues` (queues declared in it). A negative value
+//! means no limit; 0 allows none.
+
+use crate::error::{BrokerError, BrokerResult};
+
+/// One kind of limit: its name in RabbitMQ's JSON, and where it is kept.
+struct LimitKind {
+    name: &'static str,
+    field: fn(&mut VhostLimits) -> &mut Option<u32>,
+}
+
+/// Every limit a vhost may have (one place: parsing, listing and docs follow from it).
+const LIMIT_KINDS: [LimitKind; 2] = [
+    LimitKind { name: "max-connections", field: |limits| &mut limits.max_connections },
+    LimitKind { name: "max-queues", field: |limits| &mut limits.max_queues },
+];
+
+/// A vhost's limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VhostLimits {
+    /// Client connections open in the vhost at once.
+    pub max_connections: Option<u32>,
+    /// Queues in the vhost.
+    pub max_queues: Option<u32>,
+}
+
+impl VhostLimits {
+    /// Limits from RabbitMQ's JSON object (`{"max-connections": 10, "max-queues": -1}`);
+    /// an unknown name is refused with the names there are.
+    pub fn from_json(limits: &serde_json::Map<String, serde_json::Value>) -> BrokerResult<Self> {
+        let mut parsed = VhostLimits::default();
+        for (name, value) in limits {
+            let kind = LIMIT_KINDS.iter().find(|kind| kind.name == name).ok_or_else(|| {
+                let known: Vec<&str> = LIMIT_KINDS.iter().map(|kind| kind.name).collect();
+                BrokerError::precondition_failed(format!("unknown vhost limit '{name}' (known: {})", known.join(", ")))
+            })?;
+            let value = value.as_i64().ok_or_else(|| {
+                BrokerError::precondition_failed(format!("vhost limit '{name}' must be an integer, not {value}"))
+            })?;
+            *(kind.field)(&mut parsed) = u32::try_from(value).ok();
+        }
+        Ok(parsed)
+    }
+
+    /// The limits that are set, as RabbitMQ's JSON object.
+    pub fn to_json(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut copy = *self;
+        LIMIT_KINDS
+            .iter()
+            .filter_map(|kind| (kind.field)(&mut copy).map(|value| (kind.name.to_string(), value.into())))
+            .collect()
+    }
+
+    /// Whether none is set.
+    pub fn is_empty(&self) -> bool {
+        self.to_json().is_empty()
+    }
+}
+
+impl serde::Serialize for VhostLimits {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(serializer)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for VhostLimits {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = serde_json::Map::deserialize(deserializer)?;
+        VhostLimits::from_json(&map).map_err(|e| serde::de::Error::custom(e.text))
+    }
+}
+
+/// 406 when `vhost` already holds `max` queues, with RabbitMQ's text.
+pub(super) fn check_queue_limit(vhost: &str, queue: &str, queues: usize, max: Option<u32>) -> BrokerResult<()> {
+    match max {
+        Some(max) if queues >= max as usize => Err(BrokerError::precondition_failed(format!(
+            "cannot declare queue '{queue}': queue limit in vhost '{vhost}' ({max}) is reached"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn limits_parse_as_rabbitmq_writes_them() {
+        let json = json!({"max-connections": 10, "max-queues": -1});
+        let limits = VhostLimits::from_json(json.as_object().unwrap()).unwrap();
+        assert_eq!(limits, VhostLimits { max_connections: Some(10), max_queues: None });
+        assert_eq!(serde_json::Value::Object(limits.to_json()), json!({"max-connections": 10}));
+        let unknown = json!({"max-channels": 1});
+        assert!(VhostLimits::from_json(unknown.as_object().unwrap()).unwrap_err().text.contains("max-queues"));
+    }
+}

@@ -1,0 +1,112 @@
+//! The verbs of users, vhosts, permissions and vhost limits, rabbitmqctl's: `add_user`,
+//! `delete_user`, `change_password`, `set_user_tags`, `add_vhost`, `delete_vhost`,
+//! `set_permissions`, `clear_permissions`, `set_vhost_limits` (the lists are in `lists`).
+
+use super::client::{encode, Client};
+use super::output::say;
+use super::CtlError;
+use serde_json::{json, Value};
+
+fn user_path(user: &str) -> String {
+    format!("/api/users/{}", encode(user))
+}
+
+fn exists(client: &Client, path: &str) -> Result<bool, CtlError> {
+    match client.get(path) {
+        Ok(_) => Ok(true),
+        Err(error) if error.0.contains(" 404") => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// `add_user USER PASSWORD`: a new user, with no tags and no permissions.
+pub fn add_user(client: &Client, user: &str, password: &str) -> Result<(), CtlError> {
+    if exists(client, &user_path(user))? {
+        return Err(CtlError(format!("user '{user}' already exists (change_password changes its password)")));
+    }
+    client.send("PUT", &user_path(user), &json!({ "password": password, "tags": "" }))?;
+    say(&format!("Adding user \"{user}\" ...\n"));
+    Ok(())
+}
+
+/// `delete_user USER`.
+pub fn delete_user(client: &Client, user: &str) -> Result<(), CtlError> {
+    client.delete(&user_path(user), &[])?;
+    say(&format!("Deleting user \"{user}\" ...\n"));
+    Ok(())
+}
+
+fn existing_user(client: &Client, user: &str) -> Result<Value, CtlError> {
+    client
+        .get(&user_path(user))
+        .map_err(|e| if e.0.contains(" 404") { CtlError(format!("no user '{user}'")) } else { e })
+}
+
+/// `change_password USER PASSWORD` (its tags stay).
+pub fn change_password(client: &Client, user: &str, password: &str) -> Result<(), CtlError> {
+    let current = existing_user(client, user)?;
+    client.send("PUT", &user_path(user), &json!({ "password": password, "tags": current["tags"] }))?;
+    say(&format!("Changing password for user \"{user}\" ...\n"));
+    Ok(())
+}
+
+/// `set_user_tags USER TAG...` (none: no tags); its password stays.
+pub fn set_user_tags(client: &Client, user: &str, tags: &[String]) -> Result<(), CtlError> {
+    existing_user(client, user)?;
+    client.send("PUT", &user_path(user), &json!({ "tags": tags }))?;
+    say(&format!("Setting tags for user \"{user}\" to [{}] ...\n", tags.join(", ")));
+    Ok(())
+}
+
+/// `add_vhost VHOST`.
+pub fn add_vhost(client: &Client, vhost: &str, description: &str) -> Result<(), CtlError> {
+    client.send("PUT", &format!("/api/vhosts/{}", encode(vhost)), &json!({ "description": description }))?;
+    say(&format!("Adding vhost \"{vhost}\" ...\n"));
+    Ok(())
+}
+
+/// `delete_vhost VHOST`: with everything in it.
+pub fn delete_vhost(client: &Client, vhost: &str) -> Result<(), CtlError> {
+    client.delete(&format!("/api/vhosts/{}", encode(vhost)), &[])?;
+    say(&format!("Deleting vhost \"{vhost}\" ...\n"));
+    Ok(())
+}
+
+fn permission_path(vhost: &str, user: &str) -> String {
+    format!("/api/permissions/{}/{}", encode(vhost), encode(user))
+}
+
+/// `set_permissions [-p VHOST] USER CONF WRITE READ`.
+pub fn set_permissions(client: &Client, vhost: &str, user: &str, patterns: [&str; 3]) -> Result<(), CtlError> {
+    let [configure, write, read] = patterns;
+    let body = json!({ "configure": configure, "write": write, "read": read });
+    client.send("PUT", &permission_path(vhost, user), &body)?;
+    say(&format!("Setting permissions for user \"{user}\" in vhost \"{vhost}\" ...\n"));
+    Ok(())
+}
+
+/// `clear_permissions [-p VHOST] USER`.
+pub fn clear_permissions(client: &Client, vhost: &str, user: &str) -> Result<(), CtlError> {
+    client.delete(&permission_path(vhost, user), &[])?;
+    say(&format!("Clearing permissions for user \"{user}\" in vhost \"{vhost}\" ...\n"));
+    Ok(())
+}
+
+/// `set_vhost_limits [-p VHOST] JSON`: the vhost's limits become those of JSON
+/// (`{"max-connections": 10, "max-queues": 100}`; a negative value is no limit), as
+/// rabbitmqctl sets them.
+pub fn set_vhost_limits(client: &Client, vhost: &str, definition: &str) -> Result<(), CtlError> {
+    let limits: serde_json::Map<String, Value> = serde_json::from_str(definition)
+        .map_err(|e| CtlError(format!("the limits are a JSON object such as '{{\"max-connections\": 10}}': {e}")))?;
+    let current = client.get(&format!("/api/vhost-limits/{}", encode(vhost)))?;
+    let set: Vec<String> = current[0]["value"].as_object().map(|v| v.keys().cloned().collect()).unwrap_or_default();
+    for name in set.iter().filter(|name| !limits.contains_key(*name)) {
+        client.delete(&format!("/api/vhost-limits/{}/{}", encode(vhost), encode(name)), &[])?;
+    }
+    for (name, value) in &limits {
+        let path = format!("/api/vhost-limits/{}/{}", encode(vhost), encode(name));
+        client.send("PUT", &path, &json!({ "value": value }))?;
+    }
+    say(&format!("Applying limits {definition} to vhost \"{vhost}\" ...\n"));
+    Ok(())
+}

@@ -1,0 +1,256 @@
+//! Users, virtual hosts, permissions and vhost limits, in RabbitMQ's shapes:
+//! `/api/users[/{name}[/permissions]]`, `/api/vhosts/{vhost}` (PUT, DELETE) and
+//! `/api/vhosts/{vhost}/permissions`, `/api/permissions[/{vhost}/{user}]`,
+//! `/api/vhost-limits[/{vhost}[/{name}]]`, `/api/whoami`. Changes need the administrator tag;
+//! they go through the broker's access control (the cluster's metadata group in a cluster),
+//! which stores them. The JSON forms here serve definitions export and import too.
+
+use super::Management;
+use crate::auth::Authenticated;
+use crate::error::ApiError;
+use crate::listing::ListQuery;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use warren_delivery::access::{AccessChange, PasswordChange, PermissionSpec, User};
+use warren_delivery::vhost::VhostLimits;
+
+/// The routes.
+pub(super) fn routes() -> Router<Management> {
+    Router::new()
+        .route("/api/users", get(users))
+        .route("/api/users/{name}", get(user).put(put_user).delete(delete_user))
+        .route("/api/users/{name}/permissions", get(user_permissions))
+        .route("/api/vhosts/{vhost}/permissions", get(vhost_permissions))
+        .route("/api/permissions", get(permissions))
+        .route("/api/permissions/{vhost}/{user}", get(permission).put(put_permission).delete(delete_permission))
+        .route("/api/vhost-limits", get(all_vhost_limits))
+        .route("/api/vhost-limits/{vhost}", get(vhost_limits))
+        .route("/api/vhost-limits/{vhost}/{name}", axum::routing::put(put_vhost_limit).delete(delete_vhost_limit))
+        .route("/api/whoami", get(whoami))
+}
+
+fn bad_request(reason: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, reason)
+}
+
+/// A user as RabbitMQ's API and definitions show it.
+pub(super) fn user_json(user: &User) -> Value {
+    let (hash, algorithm) = match &user.password {
+        Some(hash) => (hash.to_base64(), hash.algorithm().name()),
+        None => (String::new(), warren_delivery::access::HashingAlgorithm::Sha256.name()),
+    };
+    json!({ "name": user.name, "password_hash": hash, "hashing_algorithm": algorithm, "tags": user.tags, "limits": {} })
+}
+
+/// Tags as RabbitMQ writes them: a list, or (older versions) one comma-separated string.
+fn tags_of(value: &Value) -> Result<Option<Vec<String>>, ApiError> {
+    match value {
+        Value::Null => Ok(None),
+        Value::String(text) => Ok(Some(warren_delivery::access::user::parse_tags(text))),
+        Value::Array(items) => items
+            .iter()
+            .map(|tag| tag.as_str().map(str::to_string).ok_or_else(|| bad_request("tags are strings")))
+            .collect::<Result<_, _>>()
+            .map(Some),
+        _ => Err(bad_request("tags is a list or a comma-separated string")),
+    }
+}
+
+/// The change a user's JSON (API body or definitions entry) asks for.
+pub(super) fn user_change(name: &str, body: &Value, exists: bool) -> Result<AccessChange, ApiError> {
+    let password = match (body.get("password").and_then(Value::as_str), body.get("password_hash")) {
+        (Some(password), _) => PasswordChange::new_password(password),
+        (None, Some(Value::String(hash))) if hash.is_empty() => PasswordChange::Clear,
+        (None, Some(Value::String(hash))) => PasswordChange::Hash {
+            hashing_algorithm: body
+                .get("hashing_algorithm")
+                .and_then(Value::as_str)
+                .unwrap_or(warren_delivery::access::HashingAlgorithm::Sha256.name())
+                .to_string(),
+            password_hash: hash.clone(),
+        },
+        (None, None) if exists => PasswordChange::Keep,
+        _ => return Err(bad_request("password or password_hash must be set")),
+    };
+    let tags = tags_of(body.get("tags").unwrap_or(&Value::Null))?;
+    Ok(AccessChange::PutUser { name: name.to_string(), password, tags: tags.or_else(|| (!exists).then(Vec::new)) })
+}
+
+/// A permission as RabbitMQ's API and definitions show it.
+pub(super) fn permission_json(vhost: &str, user: &str, spec: &PermissionSpec) -> Value {
+    json!({ "user": user, "vhost": vhost, "configure": spec.configure, "write": spec.write, "read": spec.read })
+}
+
+/// The patterns of a permission's JSON.
+pub(super) fn permission_spec(body: &Value) -> Result<PermissionSpec, ApiError> {
+    let field = |key: &str| {
+        body.get(key)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| bad_request(format!("'{key}' must be set")))
+    };
+    Ok(PermissionSpec { configure: field("configure")?, write: field("write")?, read: field("read")? })
+}
+
+async fn users(
+    _: Authenticated,
+    State(api): State<Management>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let items = api.broker().access().users().iter().map(user_json).collect();
+    Ok(Json(query.apply(items)?))
+}
+
+async fn user(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let user = api
+        .broker()
+        .access()
+        .user(&name)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no user '{name}'")))?;
+    Ok(Json(user_json(&user)))
+}
+
+async fn put_user(
+    who: Authenticated,
+    State(api): State<Management>,
+    Path(name): Path<String>,
+    Json(body): Json<Value>,
+) -> Result<StatusCode, ApiError> {
+    who.require_administrator()?;
+    let exists = api.broker().access().user(&name).is_some();
+    api.broker().change_access(user_change(&name, &body, exists)?).await?;
+    Ok(if exists { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
+}
+
+async fn delete_user(
+    who: Authenticated,
+    State(api): State<Management>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    who.require_administrator()?;
+    api.broker().change_access(AccessChange::DeleteUser { name }).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn permissions_where(api: &Management, keep: impl Fn(&str, &str) -> bool) -> Vec<Value> {
+    let all = api.broker().access().permissions();
+    all.iter().filter(|(vhost, user, _)| keep(vhost, user)).map(|(v, u, spec)| permission_json(v, u, spec)).collect()
+}
+
+async fn user_permissions(_: Authenticated, State(api): State<Management>, Path(name): Path<String>) -> Json<Value> {
+    Json(Value::Array(permissions_where(&api, |_, user| user == name)))
+}
+
+async fn vhost_permissions(_: Authenticated, State(api): State<Management>, Path(name): Path<String>) -> Json<Value> {
+    Json(Value::Array(permissions_where(&api, |vhost, _| vhost == name)))
+}
+
+async fn permissions(_: Authenticated, State(api): State<Management>) -> Json<Value> {
+    Json(Value::Array(permissions_where(&api, |_, _| true)))
+}
+
+async fn permission(
+    _: Authenticated,
+    State(api): State<Management>,
+    Path((vhost, user)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let found = permissions_where(&api, |v, u| v == vhost && u == user).pop();
+    found
+        .map(Json)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no permissions for '{user}' in '{vhost}'")))
+}
+
+async fn put_permission(
+    who: Authenticated,
+    State(api): State<Management>,
+    Path((vhost, user)): Path<(String, String)>,
+    Json(body): Json<Value>,
+) -> Result<StatusCode, ApiError> {
+    who.require_administrator()?;
+    let existed = api.broker().access().permissions_of(&vhost, &user).is_some();
+    let permissions = permission_spec(&body)?;
+    api.broker().change_access(AccessChange::SetPermissions { vhost, user, permissions }).await?;
+    Ok(if existed { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
+}
+
+async fn delete_permission(
+    who: Authenticated,
+    State(api): State<Management>,
+    Path((vhost, user)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    who.require_administrator()?;
+    api.broker().change_access(AccessChange::ClearPermissions { vhost, user }).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn limits_json(vhost: &str, limits: &VhostLimits) -> Value {
+    json!({ "vhost": vhost, "value": limits.to_json() })
+}
+
+async fn all_vhost_limits(_: Authenticated, State(api): State<Management>) -> Json<Value> {
+    let vhosts = api.broker().access().vhosts();
+    let items = vhosts.iter().filter(|(_, e)| !e.limits.is_empty()).map(|(v, e)| limits_json(v, &e.limits)).collect();
+    Json(Value::Array(items))
+}
+
+async fn vhost_limits(
+    who: Authenticated,
+    State(api): State<Management>,
+    Path(vhost): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let host = api.vhost(&who, &vhost)?;
+    let limits = host.limits();
+    Ok(Json(Value::Array(if limits.is_empty() { Vec::new() } else { vec![limits_json(&vhost, &limits)] })))
+}
+
+/// Sets (`value` some) or clears one limit of `vhost`.
+async fn change_limit(
+    api: &Management,
+    who: &Authenticated,
+    vhost: String,
+    name: &str,
+    value: Option<Value>,
+) -> Result<(), ApiError> {
+    let mut limits = api.vhost(who, &vhost)?.limits().to_json();
+    match value {
+        Some(value) => limits.insert(name.to_string(), value),
+        None => limits.remove(name),
+    };
+    let limits = VhostLimits::from_json(&limits)?;
+    api.broker().change_access(AccessChange::SetVhostLimits { vhost, limits }).await?;
+    Ok(())
+}
+
+async fn put_vhost_limit(
+    who: Authenticated,
+    State(api): State<Management>,
+    Path((vhost, name)): Path<(String, String)>,
+    Json(body): Json<Value>,
+) -> Result<StatusCode, ApiError> {
+    who.require_administrator()?;
+    let value = body.get("value").cloned().ok_or_else(|| bad_request("'value' must be set"))?;
+    change_limit(&api, &who, vhost, &name, Some(value)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_vhost_limit(
+    who: Authenticated,
+    State(api): State<Management>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    who.require_administrator()?;
+    change_limit(&api, &who, vhost, &name, None).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn whoami(who: Authenticated, State(api): State<Management>) -> Json<Value> {
+    let tags = api.broker().access().user(&who.user).map(|u| u.tags).unwrap_or_default();
+    Json(json!({ "name": who.user, "tags": tags }))
+}
