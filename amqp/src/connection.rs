@@ -84,6 +84,8 @@ pub struct Connection {
     login: String,
     /// A `connection.start-ok` waiting out the failed-login delay of its address.
     delayed_login: Option<connection::StartOk>,
+    /// The user the client's TLS certificate names, for SASL EXTERNAL.
+    certificate_login: Option<String>,
 }
 
 fn short(s: String) -> ShortString {
@@ -104,10 +106,12 @@ fn reply_text(error: &BrokerError) -> ShortString {
 
 impl Connection {
     /// A connection that has received a valid protocol header; queues `connection.start`.
+    /// `certificate_login` is the user its TLS client certificate names, if any: then SASL
+    /// EXTERNAL is offered too.
     pub fn new(
         broker: Arc<Broker>,
         config: Arc<ProtocolConfig>,
-        (peer, local): (SocketAddr, SocketAddr),
+        (peer, local, certificate_login): (SocketAddr, SocketAddr, Option<String>),
         outbox: Outbox,
         frame_max: Arc<AtomicU32>,
     ) -> Self {
@@ -139,12 +143,13 @@ impl Connection {
             publisher_block: PublisherBlock::default(),
             login: String::new(),
             delayed_login: None,
+            certificate_login,
         };
         let start = connection::Start {
             version_major: 0,
             version_minor: 9,
             server_properties: server_properties(),
-            mechanisms: LongString::from(sasl::MECHANISMS),
+            mechanisms: LongString::from(sasl::mechanisms(connection.certificate_login.is_some())),
             locales: LongString::from("en_US"),
         };
         connection.outbox.method(0, AMQPClass::Connection(connection::AMQPMethod::Start(start)));
@@ -293,7 +298,7 @@ impl Connection {
     }
 
     fn log_in(&mut self, start_ok: connection::StartOk) -> Result<(), BrokerError> {
-        self.login = crate::login::log_in(&self.broker, &start_ok, self.peer)?;
+        self.login = crate::login::log_in(&self.broker, &start_ok, self.peer, self.certificate_login.as_deref())?;
         let user = client_text::sanitize(&self.login, client_text::MAX_TEXT_BYTES);
         tracing::debug!(peer = %self.peer, user, "authenticated");
         self.publisher_block.set_client_properties(&start_ok.client_properties);

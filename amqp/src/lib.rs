@@ -20,6 +20,7 @@ mod publisher_block;
 pub mod sasl;
 pub mod server_properties;
 mod table_fields;
+pub mod tls;
 mod write_batch;
 
 pub use config::ProtocolConfig;

@@ -5,12 +5,13 @@ use crate::connection::{Connection, Phase};
 use crate::frame::PROTOCOL_HEADER;
 use crate::outbox::{run_writer, Outbox};
 use crate::pending_reply::PendingReply;
+use crate::tls::AmqpsSettings;
 use bytes::BytesMut;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -48,6 +49,7 @@ pub async fn run(
     broker: Arc<Broker>,
     config: Arc<ProtocolConfig>,
     mut shutdown: watch::Receiver<bool>,
+    tls: Option<AmqpsSettings>,
 ) {
     let mut connections = JoinSet::new();
     let mut failures = AcceptFailures::new();
@@ -56,8 +58,11 @@ pub async fn run(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    let task = serve(stream, peer, Arc::clone(&broker), Arc::clone(&config), shutdown.clone());
-                    connections.spawn(task);
+                    let (broker, config, shutdown) = (Arc::clone(&broker), Arc::clone(&config), shutdown.clone());
+                    match &tls {
+                        None => connections.spawn(serve(stream, peer, broker, config, shutdown)),
+                        Some(tls) => connections.spawn(serve_tls(stream, peer, tls.clone(), broker, config, shutdown)),
+                    };
                 }
                 Err(error) => failures.handle(&listener, error).await,
             },
@@ -124,10 +129,64 @@ pub async fn serve(
     peer: SocketAddr,
     broker: Arc<Broker>,
     config: Arc<ProtocolConfig>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let local = stream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-    let (mut reader, mut writer) = stream.into_split();
+    let (reader, writer) = stream.into_split();
+    let client = Client { peer, local, certificate_login: None };
+    serve_halves(reader, writer, client, broker, config, shutdown).await;
+}
+
+/// [`serve`] behind a TLS handshake (AMQPS), which must finish within the handshake timeout;
+/// a client certificate, if the client gave one, names its user for SASL EXTERNAL.
+pub async fn serve_tls(
+    stream: TcpStream,
+    peer: SocketAddr,
+    tls: AmqpsSettings,
+    broker: Arc<Broker>,
+    config: Arc<ProtocolConfig>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let local = stream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&tls.server_config));
+    let stream = match timeout(config.handshake_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            tracing::info!(%peer, %error, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::info!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let certificate = stream.get_ref().1.peer_certificates().and_then(|chain| chain.first());
+    let certificate_login = certificate.and_then(|der| crate::tls::certificate_login(der.as_ref(), tls.login_from));
+    let (reader, writer) = tokio::io::split(stream);
+    let client = Client { peer, local, certificate_login };
+    serve_halves(reader, writer, client, broker, config, shutdown).await;
+}
+
+/// Who is at the other end of a connection.
+struct Client {
+    peer: SocketAddr,
+    local: SocketAddr,
+    /// The user its TLS client certificate names, if it gave one.
+    certificate_login: Option<String>,
+}
+
+async fn serve_halves<R, W>(
+    mut reader: R,
+    mut writer: W,
+    client: Client,
+    broker: Arc<Broker>,
+    config: Arc<ProtocolConfig>,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let Client { peer, local, certificate_login } = client;
     let mut buf = BytesMut::with_capacity(PROTOCOL_HEADER.len());
     let header = timeout(config.handshake_timeout, async {
         while buf.len() < PROTOCOL_HEADER.len() {
@@ -152,8 +211,13 @@ pub async fn serve(
 
     let (outbox, rx) = Outbox::new();
     let frame_max = Arc::new(AtomicU32::new(config.frame_max));
-    let mut connection =
-        Connection::new(broker, Arc::clone(&config), (peer, local), outbox.clone(), Arc::clone(&frame_max));
+    let mut connection = Connection::new(
+        broker,
+        Arc::clone(&config),
+        (peer, local, certificate_login),
+        outbox.clone(),
+        Arc::clone(&frame_max),
+    );
     let traffic = Arc::clone(connection.info());
     let writer_task = tokio::spawn(run_writer(writer, rx, frame_max, traffic));
     let ending = read_loop(&mut connection, &outbox, &mut reader, &mut buf, &config, &mut shutdown).await;
@@ -176,7 +240,7 @@ pub async fn serve(
 /// read the broker's close. Closing a socket with unread bytes makes the kernel answer with a
 /// TCP reset, which can reach the client before it reads `close-ok` (it then sees ECONNRESET
 /// or EPIPE instead of a clean close). Reading what it sent until it hangs up avoids that.
-async fn drain_after_close(reader: &mut tokio::net::tcp::OwnedReadHalf) {
+async fn drain_after_close(reader: &mut (impl AsyncRead + Unpin)) {
     let mut scratch = vec![0u8; CLOSE_DRAIN_CHUNK_BYTES];
     let _ = timeout(CLOSE_DRAIN_TIMEOUT, async { while matches!(reader.read(&mut scratch).await, Ok(n) if n > 0) {} })
         .await;
@@ -188,7 +252,7 @@ async fn drain_after_close(reader: &mut tokio::net::tcp::OwnedReadHalf) {
 async fn read_loop(
     connection: &mut Connection,
     outbox: &Outbox,
-    reader: &mut tokio::net::tcp::OwnedReadHalf,
+    reader: &mut (impl AsyncRead + Unpin),
     buf: &mut BytesMut,
     config: &ProtocolConfig,
     shutdown: &mut watch::Receiver<bool>,

@@ -8,18 +8,28 @@ use amq_protocol::protocol::connection;
 use std::net::SocketAddr;
 use warren_delivery::{client_text, Broker, BrokerError, ReplyCode, VirtualHost};
 
-/// Checks `start_ok` from `peer`; the user it logged in as (as the client sent the name).
-pub fn log_in(broker: &Broker, start_ok: &connection::StartOk, peer: SocketAddr) -> Result<String, BrokerError> {
+/// Checks `start_ok` from `peer` (whose TLS certificate names `certificate_login`, if it gave
+/// one); the user it logged in as (as the client sent the name).
+pub fn log_in(
+    broker: &Broker,
+    start_ok: &connection::StartOk,
+    peer: SocketAddr,
+    certificate_login: Option<&str>,
+) -> Result<String, BrokerError> {
     let mechanism = start_ok.mechanism.as_str();
     let refused = |why: String| {
         BrokerError::access_refused(format!("Login was refused using authentication mechanism {mechanism}: {why}"))
     };
-    let outcome = sasl::decode(mechanism, start_ok.response.as_bytes())
-        .map_err(|e| (String::new(), e.to_string()))
-        .and_then(|login| {
-            let checked = broker.access().authenticate(&login.username, &login.password, peer.ip());
-            checked.map(|_| login.username.clone()).map_err(|e| (login.username, e.to_string()))
-        });
+    let outcome = if mechanism == sasl::EXTERNAL {
+        external(broker, certificate_login, peer)
+    } else {
+        sasl::decode(mechanism, start_ok.response.as_bytes()).map_err(|e| (String::new(), e.to_string())).and_then(
+            |login| {
+                let checked = broker.access().authenticate(&login.username, &login.password, peer.ip());
+                checked.map(|_| login.username.clone()).map_err(|e| (login.username, e.to_string()))
+            },
+        )
+    };
     let throttle = broker.access().throttle();
     match outcome {
         Ok(user) => {
@@ -33,6 +43,18 @@ pub fn log_in(broker: &Broker, start_ok: &connection::StartOk, peer: SocketAddr)
             }
             Err(refused(why))
         }
+    }
+}
+
+/// SASL EXTERNAL: the user the client certificate names, which must exist (its password is
+/// not asked).
+fn external(broker: &Broker, certificate_login: Option<&str>, peer: SocketAddr) -> Result<String, (String, String)> {
+    let Some(name) = certificate_login else {
+        return Err((String::new(), "EXTERNAL needs a TLS client certificate".to_string()));
+    };
+    match broker.access().authenticate_external(name, peer.ip()) {
+        Ok(_) => Ok(name.to_string()),
+        Err(error) => Err((name.to_string(), error.to_string())),
     }
 }
 

@@ -261,7 +261,13 @@ pub async fn run_writer<W: AsyncWrite + Unpin>(
         // fresh pages at every batch); one whose batches have become small gives it back.
         let busy = batch.len() >= IDLE_BUFFER_KEEP_BYTES;
         traffic.sent(batch.len());
-        if let Err(error) = batch.write_to(&mut socket).await {
+        // A TLS stream may hold records back until flushed (on TCP, flush is nothing).
+        if let Err(error) = async {
+            batch.write_to(&mut socket).await?;
+            socket.flush().await
+        }
+        .await
+        {
             tracing::debug!(%error, "write failed; closing connection");
             break;
         }

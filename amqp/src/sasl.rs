@@ -1,10 +1,22 @@
-//! SASL mechanisms offered in `connection.start`: PLAIN and AMQPLAIN.
+//! SASL mechanisms offered in `connection.start`: PLAIN and AMQPLAIN, and EXTERNAL (the
+//! identity of a TLS client certificate) to clients that presented one.
 
 use amq_protocol::types::AMQPValue;
 use warren_delivery::field_table;
 
 /// Mechanisms announced to clients, in order of preference.
 pub const MECHANISMS: &str = "PLAIN AMQPLAIN";
+/// The mechanism that logs in as the TLS client certificate's user.
+pub const EXTERNAL: &str = "EXTERNAL";
+
+/// The mechanisms to announce (EXTERNAL too when the client gave a certificate).
+pub fn mechanisms(with_certificate: bool) -> String {
+    if with_certificate {
+        format!("{MECHANISMS} {EXTERNAL}")
+    } else {
+        MECHANISMS.to_string()
+    }
+}
 
 /// A login decoded from a `connection.start-ok` response.
 #[derive(Debug, Clone, PartialEq, Eq)]

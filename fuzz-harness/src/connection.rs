@@ -53,7 +53,7 @@ pub fn run(data: &[u8]) {
     let peer: SocketAddr = ([127, 0, 0, 1], 40_000).into();
     let local: SocketAddr = ([127, 0, 0, 1], 5672).into();
     let config = Arc::new(ProtocolConfig::default());
-    let mut connection = Connection::new(broker, config, (peer, local), outbox, Arc::new(AtomicU32::new(0)));
+    let mut connection = Connection::new(broker, config, (peer, local, None), outbox, Arc::new(AtomicU32::new(0)));
     let mut buf = BytesMut::from(&handshake()[..]);
     buf.extend_from_slice(data);
     connection.process(&mut buf);

@@ -5,12 +5,14 @@
 //! one a value came from, so that a value from the TOML file can beat an environment variable
 //! but not a flag.
 
+use crate::tls::TlsSettings;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use warren_amqp::tls::CertLoginFrom;
 use warren_amqp::ProtocolConfig;
 use warren_delivery::access::AccessSettings;
 use warren_delivery::resource_alarm::{parse_size_bytes, MemoryWatermark, ResourceLimits};
@@ -146,6 +148,37 @@ pub struct Cli {
     #[arg(long, env = "WARREN_DEFAULT_VHOST", default_value = warren_delivery::DEFAULT_VHOST)]
     pub default_vhost: String,
 
+    /// Address of the AMQPS (AMQP over TLS) listener, conventionally 0.0.0.0:5671; none (the
+    /// default): no TLS listener. Needs --ssl-cert-file and --ssl-key-file.
+    #[arg(long, env = "WARREN_AMQPS_LISTEN", value_name = "ADDR")]
+    pub amqps_listen: Option<SocketAddr>,
+
+    /// Address of the management API over HTTPS (same TLS settings); none (the default): off.
+    #[arg(long, env = "WARREN_HTTPS_LISTEN", value_name = "ADDR")]
+    pub https_listen: Option<SocketAddr>,
+
+    /// The TLS listeners' certificate chain (PEM).
+    #[arg(long, env = "WARREN_SSL_CERT_FILE", value_name = "PATH")]
+    pub ssl_cert_file: Option<PathBuf>,
+
+    /// The TLS listeners' private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "WARREN_SSL_KEY_FILE", value_name = "PATH")]
+    pub ssl_key_file: Option<PathBuf>,
+
+    /// CA certificates (PEM) that client certificates are verified against; without it,
+    /// clients are not asked for one.
+    #[arg(long, env = "WARREN_SSL_CA_FILE", value_name = "PATH")]
+    pub ssl_ca_file: Option<PathBuf>,
+
+    /// Refuse TLS clients that present no certificate (needs --ssl-ca-file).
+    #[arg(long, env = "WARREN_SSL_FAIL_IF_NO_PEER_CERT")]
+    pub ssl_fail_if_no_peer_cert: bool,
+
+    /// Which part of a client certificate's subject is the user name for SASL EXTERNAL:
+    /// distinguished_name (RFC 4514, `CN=alice,O=Example`) or common_name.
+    #[arg(long, env = "WARREN_SSL_CERT_LOGIN_FROM", default_value = "distinguished_name", value_name = "PART")]
+    pub ssl_cert_login_from: CertLoginFrom,
+
     /// Users that may connect only from loopback, comma-separated; `none` for nobody.
     #[arg(
         long,
@@ -205,6 +238,19 @@ struct FileSettings {
     default_pass: Option<String>,
     default_vhost: Option<String>,
     loopback_users: Option<Vec<String>>,
+    amqps_listen: Option<SocketAddr>,
+    https_listen: Option<SocketAddr>,
+    ssl_cert_file: Option<PathBuf>,
+    ssl_key_file: Option<PathBuf>,
+    ssl_ca_file: Option<PathBuf>,
+    ssl_fail_if_no_peer_cert: Option<bool>,
+    #[serde(default, deserialize_with = "login_from_setting")]
+    ssl_cert_login_from: Option<CertLoginFrom>,
+}
+
+fn login_from_setting<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<CertLoginFrom>, D::Error> {
+    let text: Option<String> = Option::deserialize(deserializer)?;
+    text.map(|text| text.parse().map_err(serde::de::Error::custom)).transpose()
 }
 
 /// A TOML value read as its text would be on the command line (`0.4` and `"0.4"` alike).
@@ -324,6 +370,12 @@ pub struct Config {
     pub resource_limits: ResourceLimits,
     /// The first start's user and vhost, and the loopback-only users.
     pub access: AccessSettings,
+    /// Address of the AMQPS listener, if it is on.
+    pub amqps_listen: Option<SocketAddr>,
+    /// Address of the management API over HTTPS, if it is on.
+    pub https_listen: Option<SocketAddr>,
+    /// Certificate, key and client verification of the TLS listeners.
+    pub tls: TlsSettings,
 }
 
 impl Default for Config {
@@ -337,6 +389,9 @@ impl Default for Config {
             cluster: ClusterSettings::default(),
             resource_limits: ResourceLimits::default(),
             access: AccessSettings::default(),
+            amqps_listen: None,
+            https_listen: None,
+            tls: TlsSettings::default(),
         }
     }
 }
@@ -385,6 +440,20 @@ impl Config {
             ..ProtocolConfig::default()
         };
         let access = access_settings(m, &cli, &file);
+        let tls = TlsSettings {
+            cert_file: pick_optional(m, "ssl_cert_file", cli.ssl_cert_file.clone(), file.ssl_cert_file.clone()),
+            key_file: pick_optional(m, "ssl_key_file", cli.ssl_key_file.clone(), file.ssl_key_file.clone()),
+            ca_file: pick_optional(m, "ssl_ca_file", cli.ssl_ca_file.clone(), file.ssl_ca_file.clone()),
+            fail_if_no_peer_cert: pick(
+                m,
+                "ssl_fail_if_no_peer_cert",
+                cli.ssl_fail_if_no_peer_cert,
+                file.ssl_fail_if_no_peer_cert,
+            ),
+            login_from: pick(m, "ssl_cert_login_from", cli.ssl_cert_login_from, file.ssl_cert_login_from),
+        };
+        let amqps_listen = pick_optional(m, "amqps_listen", cli.amqps_listen, file.amqps_listen);
+        let https_listen = pick_optional(m, "https_listen", cli.https_listen, file.https_listen);
         Ok(Config {
             amqp_listen: pick(m, "amqp_listen", cli.amqp_listen, file.amqp_listen),
             http_listen: pick(m, "http_listen", cli.http_listen, file.http_listen).0,
@@ -402,6 +471,9 @@ impl Config {
                 disk_free_limit_bytes: pick(m, "disk_free_limit", cli.disk_free_limit, file.disk_free_limit),
             },
             access,
+            amqps_listen,
+            https_listen,
+            tls,
         })
     }
 }

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod config;
 pub mod ctl;
 pub mod open_files;
+pub mod tls;
 
 pub use config::Config;
 pub use warren_delivery::resource_alarm::{MemoryWatermark, ResourceLimits};
@@ -51,6 +52,9 @@ pub enum StartError {
     /// The seeds learnt at `join_cluster` cannot be read.
     #[error(transparent)]
     JoinedSeeds(#[from] cluster::join::JoinError),
+    /// A TLS listener is on and its certificate, key or CA cannot be used.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     /// The AMQP address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -71,15 +75,22 @@ pub struct RunningBroker {
     pub cluster: Option<cluster::ClusterTransport>,
     /// The address the management API is bound to, if it runs.
     pub http_addr: Option<SocketAddr>,
+    /// The address of the AMQPS listener, if it runs.
+    pub amqps_addr: Option<SocketAddr>,
+    /// The address of the management API over HTTPS, if it runs.
+    pub https_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
-    task: JoinHandle<()>,
+    /// The AMQP listeners (plain, and AMQPS if on).
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl RunningBroker {
     /// Closes every connection (320 CONNECTION_FORCED) and waits for the listener to stop.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
-        let _ = self.task.await;
+        for task in self.tasks {
+            let _ = task.await;
+        }
         if let Some(cluster) = &self.cluster {
             cluster.shutdown().await;
         }
@@ -131,27 +142,58 @@ async fn run_timers(broker: std::sync::Weak<Broker>) {
     }
 }
 
-/// Serves the management API on `listen`, if set; returns its address. A port that cannot
-/// be bound is logged, and the broker runs without the API.
+/// Where the management API listens: HTTP, and HTTPS with its TLS configuration.
+struct ManagementListens {
+    http: Option<SocketAddr>,
+    https: Option<(SocketAddr, Arc<rustls::ServerConfig>)>,
+}
+
+/// Binds `listen` for the management API; a port that cannot be bound is logged, and the
+/// broker runs without it.
+async fn bind_management(listen: SocketAddr, flag: &str) -> Option<(TcpListener, SocketAddr)> {
+    match TcpListener::bind(listen).await {
+        Ok(listener) => {
+            let addr = listener.local_addr().ok()?;
+            Some((listener, addr))
+        }
+        Err(error) => {
+            tracing::error!(%listen, %error, "the management API is not started there: its address cannot be bound (set {flag})");
+            None
+        }
+    }
+}
+
+/// Serves the management API where `listens` say; returns the HTTP and HTTPS addresses.
 async fn start_management(
-    listen: Option<SocketAddr>,
+    listens: ManagementListens,
     (broker, view, mut listeners): (Arc<Broker>, Arc<dyn warren_webui::ClusterView>, Vec<warren_webui::Listener>),
     shutdown: watch::Receiver<bool>,
-) -> Option<SocketAddr> {
-    let listen = listen?;
-    let listener = match TcpListener::bind(listen).await {
-        Ok(listener) => listener,
-        Err(error) => {
-            tracing::error!(%listen, %error, "the management API is not started: its address cannot be bound (set --http-listen)");
-            return None;
-        }
+) -> (Option<SocketAddr>, Option<SocketAddr>) {
+    let http = match listens.http {
+        Some(listen) => bind_management(listen, "--http-listen").await,
+        None => None,
     };
-    let http_addr = listener.local_addr().ok()?;
-    tracing::info!(%http_addr, "management API listening");
-    listeners.push(warren_webui::Listener { protocol: "http", addr: http_addr });
+    let https = match listens.https {
+        Some((listen, tls)) => bind_management(listen, "--https-listen").await.map(|(l, addr)| (l, addr, tls)),
+        None => None,
+    };
+    let (http_addr, https_addr) = (http.as_ref().map(|h| h.1), https.as_ref().map(|h| h.1));
+    listeners.extend(http_addr.map(|addr| warren_webui::Listener { protocol: "http", addr }));
+    listeners.extend(https_addr.map(|addr| warren_webui::Listener { protocol: "https", addr }));
     let management = warren_webui::Management::new(broker, view, listeners);
-    tokio::spawn(warren_webui::serve(listener, management, shutdown));
-    Some(http_addr)
+    if http.is_some() || https.is_some() {
+        warren_webui::start_sampler(&management, shutdown.clone());
+    }
+    if let Some((listener, addr)) = http {
+        tracing::info!(http_addr = %addr, "management API listening");
+        tokio::spawn(warren_webui::serve(listener, management.clone(), shutdown.clone()));
+    }
+    if let Some((listener, addr, tls)) = https {
+        tracing::info!(https_addr = %addr, "management API listening over HTTPS");
+        let listener = warren_webui::https::TlsListener::new(listener, tls);
+        tokio::spawn(warren_webui::serve(listener, management, shutdown));
+    }
+    (http_addr, https_addr)
 }
 
 /// How often the firing lateness of delayed messages is logged.
@@ -166,6 +208,19 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         .await
         .map_err(|source| StartError::Listen { addr: config.amqp_listen, source })?;
     let amqp_addr = listener.local_addr().map_err(|source| StartError::Listen { addr: config.amqp_listen, source })?;
+    // TLS files are checked before anything else starts: a bad one stops the start, named.
+    let amqps = match config.amqps_listen {
+        Some(addr) => {
+            let tls = config.tls.server_config("--amqps-listen", &[])?;
+            let listener = TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
+            Some((listener, tls))
+        }
+        None => None,
+    };
+    let https_tls = match config.https_listen {
+        Some(addr) => Some((addr, config.tls.server_config("--https-listen", &[b"http/1.1"])?)),
+        None => None,
+    };
     let store_config = LogStoreConfig {
         flush_policy: config.fsync.flush_policy(),
         // A record holds the whole message: the body plus routing and properties.
@@ -228,14 +283,41 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
     if let Some(addr) = cluster.as_ref().and_then(|transport| transport.local_addr()) {
         listeners.push(warren_webui::Listener { protocol: "clustering", addr });
     }
-    let http_addr = start_management(config.http_listen, (broker.clone(), view, listeners), shutdown_rx.clone()).await;
+    let (amqps, amqps_addr) = match amqps {
+        Some((listener, tls)) => {
+            let addr = listener.local_addr().ok();
+            listeners.extend(addr.map(|addr| warren_webui::Listener { protocol: "amqp/ssl", addr }));
+            (Some((listener, tls)), addr)
+        }
+        None => (None, None),
+    };
+    let listens = ManagementListens { http: config.http_listen, https: https_tls };
+    let (http_addr, https_addr) =
+        start_management(listens, (broker.clone(), view, listeners), shutdown_rx.clone()).await;
     // The alarms hold from the first client on.
     broker.alarms().set_limits(config.resource_limits);
     broker.alarms().check(&config.data_dir);
     let protocol = Arc::new(config.protocol.clone());
-    let task = tokio::spawn(warren_amqp::listener::run(listener, Arc::clone(&broker), protocol, shutdown_rx));
+    let mut tasks = vec![tokio::spawn(warren_amqp::listener::run(
+        listener,
+        Arc::clone(&broker),
+        Arc::clone(&protocol),
+        shutdown_rx.clone(),
+        None,
+    ))];
+    if let Some((listener, server_config)) = amqps {
+        let settings = warren_amqp::tls::AmqpsSettings { server_config, login_from: config.tls.login_from };
+        tracing::info!(amqps_addr = ?amqps_addr, "accepting AMQP 0-9-1 over TLS");
+        tasks.push(tokio::spawn(warren_amqp::listener::run(
+            listener,
+            Arc::clone(&broker),
+            protocol,
+            shutdown_rx,
+            Some(settings),
+        )));
+    }
     tokio::spawn(run_timers(Arc::downgrade(&broker)));
     tokio::spawn(watch_resources(Arc::downgrade(&broker), config.data_dir.clone()));
     tracing::info!(%amqp_addr, data_dir = %config.data_dir.display(), "Warren is accepting AMQP 0-9-1 connections");
-    Ok(RunningBroker { amqp_addr, broker, cluster, http_addr, shutdown, task })
+    Ok(RunningBroker { amqp_addr, broker, cluster, http_addr, amqps_addr, https_addr, shutdown, tasks })
 }

@@ -257,8 +257,11 @@ async fn users_made_with_ctl_survive_a_restart_and_deleted_ones_cannot_log_in() 
         401,
         "only administrators change vhosts"
     );
+    ctl(&broker, &["clear_password", "dave"]);
+    assert_code(connect_as(&broker, "dave", "second", "/").await, ACCESS_REFUSED, "no password any more");
+    assert!(ctl(&broker, &["list_users"]).contains("monitoring"), "clear_password keeps the tags");
     ctl(&broker, &["delete_user", "dave"]);
-    assert_code(connect_as(&broker, "dave", "second", "/").await, ACCESS_REFUSED, "a deleted user");
+    assert!(!ctl(&broker, &["list_users"]).contains("dave"), "a deleted user is gone");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

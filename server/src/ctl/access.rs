@@ -1,5 +1,5 @@
 //! The verbs of users, vhosts, permissions and vhost limits, rabbitmqctl's: `add_user`,
-//! `delete_user`, `change_password`, `set_user_tags`, `add_vhost`, `delete_vhost`,
+//! `delete_user`, `change_password`, `clear_password`, `set_user_tags`, `add_vhost`, `delete_vhost`,
 //! `set_permissions`, `clear_permissions`, `set_vhost_limits` (the lists are in `lists`).
 
 use super::client::{encode, Client};
@@ -47,6 +47,14 @@ pub fn change_password(client: &Client, user: &str, password: &str) -> Result<()
     let current = existing_user(client, user)?;
     client.send("PUT", &user_path(user), &json!({ "password": password, "tags": current["tags"] }))?;
     say(&format!("Changing password for user \"{user}\" ...\n"));
+    Ok(())
+}
+
+/// `clear_password USER`: the user can then log in only by a client certificate (EXTERNAL).
+pub fn clear_password(client: &Client, user: &str) -> Result<(), CtlError> {
+    let current = existing_user(client, user)?;
+    client.send("PUT", &user_path(user), &json!({ "password_hash": "", "tags": current["tags"] }))?;
+    say(&format!("Clearing password for user \"{user}\" ...\n"));
     Ok(())
 }
 

@@ -119,6 +119,12 @@ enum Verb {
         /// The new password.
         password: String,
     },
+    /// Clears a user's password: it logs in only with a TLS client certificate (EXTERNAL).
+    #[command(name = "clear_password")]
+    ClearPassword {
+        /// Its name.
+        user: String,
+    },
     /// Sets a user's tags (administrator, monitoring, management, policymaker; none clears them).
     #[command(name = "set_user_tags")]
     SetUserTags {
@@ -412,6 +418,7 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
         Verb::AddUser { user, password } => access::add_user(client, user, password),
         Verb::DeleteUser { user } => access::delete_user(client, user),
         Verb::ChangePassword { user, password } => access::change_password(client, user, password),
+        Verb::ClearPassword { user } => access::clear_password(client, user),
         Verb::SetUserTags { user, tags } => access::set_user_tags(client, user, tags),
         Verb::AddVhost { vhost, description } => access::add_vhost(client, vhost, description),
         Verb::DeleteVhost { vhost } => access::delete_vhost(client, vhost),
