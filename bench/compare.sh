@@ -12,6 +12,10 @@
 # subscribed to the queues table, both metrics endpoints scraped every second), then once
 # without it; the ratio is observed/unobserved.
 #
+# With --baseline BINARY it compares Warren with another build of itself (an earlier commit's
+# release binary, say): each round runs the scenario against this checkout's Warren, then
+# against the baseline; the ratio is this/baseline.
+#
 # Run as root from a checkout: bench/compare.sh [options]. See --help and BENCHMARKS.md.
 # Benchmarks measure; they assert nothing about timings. A run whose counts do not add up
 # (lost messages) or that fails is reported in the tables and in problems.txt.
@@ -30,6 +34,8 @@ BUILD=1
 # Whether the pair compared is Warren watched and Warren alone (--observed) rather than Warren
 # and RabbitMQ.
 OBSERVED=0
+# A Warren binary to compare this checkout's with (--baseline), rather than RabbitMQ.
+BASELINE=
 ALL_SCENARIOS=(transient-16B transient-1KiB durable fanout latency backlog connections stream-publish stream-replay quorum)
 # Open files allowed to the brokers and the tool: the connections scenario needs > 1024.
 OPEN_FILES=65536
@@ -49,6 +55,7 @@ usage: bench/compare.sh [options]
   --no-build          use the binaries already in $TARGET_DIR/release
   --observed          Warren watched by warren-observer (live feed + metrics scrapes each
                       second) against Warren alone, instead of Warren against RabbitMQ
+  --baseline BINARY   Warren against another Warren binary (warren-baseline), instead of RabbitMQ
 EOF
 }
 
@@ -70,6 +77,7 @@ parse_args() {
 		--out) OUT=$2 && shift ;;
 		--no-build) BUILD=0 ;;
 		--observed) OBSERVED=1 ;;
+		--baseline) BASELINE=$(realpath "$2") && shift ;;
 		-h | --help) usage && exit 0 ;;
 		*) usage >&2 && exit 2 ;;
 		esac
@@ -137,6 +145,7 @@ wait_for_port() {
 WARREN_PORT=
 WARREN_HTTP_PORT=
 RABBIT_PORT=
+BASELINE_PORT=
 RABBIT_DIST_PORT=
 EPMD_PORT=
 WARREN_PID=
@@ -148,6 +157,23 @@ start_warren() {
 	WARREN_PID=$!
 	wait_for_port "$WARREN_PORT" warren
 	wait_for_port "$WARREN_HTTP_PORT" "warren's management listener"
+}
+
+# The baseline Warren of --baseline, on ports of its own.
+BASELINE_PID=
+start_baseline() {
+	rm -rf "$WORK/baseline-data"
+	RUST_LOG=warn "$BASELINE" --amqp-listen "127.0.0.1:$BASELINE_PORT" --http-listen none \
+		--data-dir "$WORK/baseline-data" >>"$OUT/logs/warren-baseline.log" 2>&1 &
+	BASELINE_PID=$!
+	wait_for_port "$BASELINE_PORT" warren-baseline
+}
+
+stop_baseline() {
+	[ -n "$BASELINE_PID" ] || return 0
+	kill -TERM "$BASELINE_PID" 2>/dev/null || true
+	wait "$BASELINE_PID" || log "warren-baseline exited with status $? (see $OUT/logs/warren-baseline.log)"
+	BASELINE_PID=
 }
 
 # warren-observer, watching Warren while a run lasts.
@@ -275,9 +301,10 @@ cleanup() {
 	set +e
 	[ -z "$OBSERVER_PID" ] || kill "$OBSERVER_PID" 2>/dev/null
 	stop_warren
+	stop_baseline
 	stop_rabbitmq
 	stop_epmd
-	rm -rf "$WORK/warren-data" "$WORK/bin"
+	rm -rf "$WORK/warren-data" "$WORK/baseline-data" "$WORK/bin"
 	[ -z "$RABBIT_DIR" ] || rm -rf "$RABBIT_DIR/mnesia"
 	exit "$status"
 }
@@ -319,6 +346,7 @@ run_once() {
 	local scenario=$1 broker=$2 round=$3 port pid summary status args
 	case $broker in
 	warren | warren-observed) port=$WARREN_PORT pid=$WARREN_PID ;;
+	warren-baseline) port=$BASELINE_PORT pid=$BASELINE_PID ;;
 	rabbitmq) port=$RABBIT_PORT pid=$RABBIT_OS_PID ;;
 	esac
 	args="$(scenario_args "$scenario") --queue-prefix perf-$scenario"
@@ -354,6 +382,17 @@ run_once() {
 
 run_scenario() {
 	local scenario=$1 round
+	if [ -n "$BASELINE" ]; then
+		start_warren
+		start_baseline
+		for round in $(seq 1 "$ROUNDS"); do
+			run_once "$scenario" warren "$round"
+			run_once "$scenario" warren-baseline "$round"
+		done
+		stop_warren
+		stop_baseline
+		return
+	fi
 	if [ "$OBSERVED" = 1 ]; then
 		start_warren
 		for round in $(seq 1 "$ROUNDS"); do
@@ -380,7 +419,9 @@ write_report() {
 		echo
 		echo "- machine: $(nproc) CPUs ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')), $(free -h | awk '/^Mem:/ {print $2}') memory, Linux $(uname -r)"
 		echo "- Warren: $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout'), release build"
-		if [ "$OBSERVED" = 1 ]; then
+		if [ -n "$BASELINE" ]; then
+			echo "- warren-baseline: $BASELINE"
+		elif [ "$OBSERVED" = 1 ]; then
 			echo "- warren-observed: the same broker while warren-observer watched it (live feed subscribed to the queues table, /metrics and /metrics/per-object scraped every second)"
 		else
 			echo "- RabbitMQ: $(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null), Erlang $(dpkg-query -W -f '${Version}' erlang-base 2>/dev/null)"
@@ -409,7 +450,7 @@ write_report() {
 
 main() {
 	parse_args "$@"
-	[ "$OBSERVED" = 1 ] || [ "$(id -u)" = 0 ] || die "run as root: it installs packages and runs RabbitMQ as the rabbitmq user"
+	[ "$OBSERVED" = 1 ] || [ -n "$BASELINE" ] || [ "$(id -u)" = 0 ] || die "run as root: it installs packages and runs RabbitMQ as the rabbitmq user"
 	WORK=$(mktemp -d /tmp/warren-bench.XXXXXX)
 	OUT=${OUT:-$WORK}
 	mkdir -p "$OUT/logs"
@@ -423,14 +464,18 @@ main() {
 		OPEN_FILES=$hard_limit
 	fi
 	ulimit -n "$OPEN_FILES" || log "cannot raise the open-files limit; the connections scenario may fail"
-	[ "$OBSERVED" = 1 ] || install_rabbitmq
+	[ "$OBSERVED" = 1 ] || [ -n "$BASELINE" ] || install_rabbitmq
 	build
 	pick_port WARREN_PORT
 	pick_port WARREN_HTTP_PORT
 	pick_port RABBIT_PORT
 	pick_port RABBIT_DIST_PORT
 	pick_port EPMD_PORT
-	if [ "$OBSERVED" = 1 ]; then
+	pick_port BASELINE_PORT
+	if [ -n "$BASELINE" ]; then
+		[ -x "$BASELINE" ] || die "--baseline $BASELINE is not an executable"
+		log "warren on 127.0.0.1:$WARREN_PORT, warren-baseline ($BASELINE) on 127.0.0.1:$BASELINE_PORT"
+	elif [ "$OBSERVED" = 1 ]; then
 		log "warren on 127.0.0.1:$WARREN_PORT, watched on 127.0.0.1:$WARREN_HTTP_PORT in every other run"
 	else
 		setup_rabbitmq

@@ -16,19 +16,43 @@
 
 use crate::channel::ConnectionContext;
 use amq_protocol::protocol::{basic, exchange, queue, AMQPClass};
+use amq_protocol::types::ShortString;
 use warren_delivery::access::{Access, Resource};
 use warren_delivery::direct_reply_to;
 use warren_delivery::exchange::alternate_exchange_of;
 use warren_delivery::queue::QueueArguments;
 use warren_delivery::BrokerResult;
 
+/// The exchange a channel last published to, and the access-control generation it was
+/// allowed under: publishing on to it needs no new check until permissions change (publishes
+/// come at the message rate).
+#[derive(Debug, Default)]
+pub struct PublishGrant {
+    generation: u64,
+    exchange: Option<ShortString>,
+}
+
 /// Checks that `ctx`'s user may make `method`; `queue_name` turns a method's queue field
 /// into the queue it means ("" is the channel's last queue).
-pub fn check(ctx: &ConnectionContext, method: &AMQPClass, queue_name: impl Fn(&str) -> String) -> BrokerResult<()> {
+pub fn check(
+    ctx: &ConnectionContext,
+    method: &AMQPClass,
+    queue_name: impl Fn(&str) -> String,
+    grant: &mut PublishGrant,
+) -> BrokerResult<()> {
     use Access::{Configure, Read, Write};
     use Resource::{Exchange, Queue};
     let need = |access: Access, resource: Resource<'_>| ctx.check(access, resource);
     match method {
+        AMQPClass::Basic(basic::AMQPMethod::Publish(p)) => {
+            let generation = ctx.broker.access().generation();
+            if grant.generation == generation && grant.exchange.as_ref() == Some(&p.exchange) {
+                return Ok(());
+            }
+            need(Write, Exchange(p.exchange.as_str()))?;
+            *grant = PublishGrant { generation, exchange: Some(p.exchange.clone()) };
+            Ok(())
+        }
         AMQPClass::Exchange(exchange::AMQPMethod::Declare(d)) if !d.passive => {
             need(Configure, Exchange(d.exchange.as_str()))?;
             if let Some(alternate) = alternate_exchange_of(&d.arguments) {
@@ -68,7 +92,6 @@ pub fn check(ctx: &ConnectionContext, method: &AMQPClass, queue_name: impl Fn(&s
             need(Read, Exchange(u.exchange.as_str()))
         }
         AMQPClass::Queue(queue::AMQPMethod::Purge(p)) => need(Read, Queue(&queue_name(p.queue.as_str()))),
-        AMQPClass::Basic(basic::AMQPMethod::Publish(p)) => need(Write, Exchange(p.exchange.as_str())),
         AMQPClass::Basic(basic::AMQPMethod::Get(g)) => need(Read, Queue(&queue_name(g.queue.as_str()))),
         AMQPClass::Basic(basic::AMQPMethod::Consume(c)) if c.queue.as_str() != direct_reply_to::PSEUDO_QUEUE => {
             need(Read, Queue(&queue_name(c.queue.as_str())))

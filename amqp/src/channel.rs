@@ -67,6 +67,8 @@ pub struct Channel {
     late_replies: LateReplies,
     /// The reply of the last method, if it waits for something (see `pending_reply`).
     pending: Option<PendingReply>,
+    /// The last exchange this channel was allowed to publish to.
+    publish_grant: crate::authorization::PublishGrant,
 }
 
 fn short(s: impl Into<String>) -> ShortString {
@@ -86,6 +88,7 @@ impl Channel {
             transaction: None,
             late_replies: LateReplies::new(ctx.outbox.clone()),
             pending: None,
+            publish_grant: Default::default(),
         }
     }
 
@@ -137,10 +140,12 @@ impl Channel {
     /// Handles a method of class exchange, queue, basic, tx or confirm.
     pub fn handle_method(&mut self, ctx: &ConnectionContext, mut method: AMQPClass) -> BrokerResult<()> {
         let server_named = name_server_named_queue(&mut method);
-        crate::authorization::check(ctx, &method, |name| match (name, &self.last_queue) {
+        let last_queue = &self.last_queue;
+        let queue_name = |name: &str| match (name, last_queue) {
             ("", Some(last)) => last.clone(),
             _ => name.to_string(),
-        })?;
+        };
+        crate::authorization::check(ctx, &method, queue_name, &mut self.publish_grant)?;
         match method {
             AMQPClass::Exchange(m) => self.exchange_method(ctx, m),
             AMQPClass::Queue(m) => self.queue_method(ctx, m, server_named),

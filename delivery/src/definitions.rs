@@ -29,6 +29,8 @@ const QUEUES_DIR: &str = "queues";
 const DELAYED_DIR: &str = "delayed";
 /// Where the data of definitions that could not be read is kept, under the vhost directory.
 const UNREADABLE_DIR: &str = "unreadable";
+/// Where queues page transient messages (nothing there outlives the broker).
+const PAGING_DIR: &str = "paging";
 /// Segment size of a quorum queue's Raft log (see [`VhostStorage::quorum_queue`]).
 const QUORUM_SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
 /// Log bytes between two sparse-index entries of a quorum queue's Raft log.
@@ -196,6 +198,11 @@ impl VhostStorage {
         self.create_store(QUEUES_DIR, name)
     }
 
+    /// Where queue `name` pages its transient messages.
+    pub fn page_file(&self, name: &str) -> crate::message_store::PageFile {
+        crate::message_store::PageFile { dir: self.store_dir(PAGING_DIR, name), config: self.store_config.clone() }
+    }
+
     /// Opens the store of a durable delayed exchange's held messages.
     pub fn open_delayed(&self, exchange: &str) -> Result<LogStore, StoreError> {
         LogStore::open(&self.store_dir(DELAYED_DIR, exchange), &self.store_config)
@@ -274,6 +281,13 @@ impl VhostStorage {
         left_out: &mut [LeftOut],
         found: bool,
     ) -> Result<Option<PathBuf>, DefinitionsError> {
+        // Paged transient messages do not survive a restart, as transient messages do not.
+        let paging = self.dir.join(PAGING_DIR);
+        if paging.exists() {
+            if let Err(error) = std::fs::remove_dir_all(&paging) {
+                tracing::warn!(dir = %paging.display(), %error, "cannot remove the pages of the last run");
+            }
+        }
         let delayed = kept.exchanges.iter().filter(|e| e.kind == crate::exchange::DELAYED_TYPE);
         let owned: HashSet<PathBuf> = kept
             .queues

@@ -134,6 +134,12 @@ pub struct Cli {
           value_parser = parse_size_bytes)]
     pub disk_free_limit: u64,
 
+    /// Memory a classic queue's transient messages may take (bodies plus 320 bytes each)
+    /// before the rest is paged to disk: a size (512MiB, 64MB, bytes).
+    #[arg(long, env = "WARREN_QUEUE_MEMORY_BUDGET", default_value = "512MiB", value_name = "SIZE",
+          value_parser = parse_size_bytes)]
+    pub queue_memory_budget: u64,
+
     /// The user a first start creates (tagged administrator, every permission in the default
     /// vhost); ignored once the data directory has users.
     #[arg(long, env = "WARREN_DEFAULT_USER", default_value = warren_delivery::access::user::DEFAULT_USER)]
@@ -234,6 +240,8 @@ struct FileSettings {
     vm_memory_high_watermark: Option<MemoryWatermark>,
     #[serde(default, deserialize_with = "size_setting")]
     disk_free_limit: Option<u64>,
+    #[serde(default, deserialize_with = "size_setting")]
+    queue_memory_budget: Option<u64>,
     default_user: Option<String>,
     default_pass: Option<String>,
     default_vhost: Option<String>,
@@ -370,6 +378,8 @@ pub struct Config {
     pub resource_limits: ResourceLimits,
     /// The first start's user and vhost, and the loopback-only users.
     pub access: AccessSettings,
+    /// Memory a classic queue's transient messages may take before the rest is paged.
+    pub queue_memory_budget_bytes: usize,
     /// Address of the AMQPS listener, if it is on.
     pub amqps_listen: Option<SocketAddr>,
     /// Address of the management API over HTTPS, if it is on.
@@ -389,6 +399,7 @@ impl Default for Config {
             cluster: ClusterSettings::default(),
             resource_limits: ResourceLimits::default(),
             access: AccessSettings::default(),
+            queue_memory_budget_bytes: warren_delivery::message_store::TRANSIENT_MEMORY_BUDGET_BYTES,
             amqps_listen: None,
             https_listen: None,
             tls: TlsSettings::default(),
@@ -471,6 +482,13 @@ impl Config {
                 disk_free_limit_bytes: pick(m, "disk_free_limit", cli.disk_free_limit, file.disk_free_limit),
             },
             access,
+            queue_memory_budget_bytes: usize::try_from(pick(
+                m,
+                "queue_memory_budget",
+                cli.queue_memory_budget,
+                file.queue_memory_budget,
+            ))
+            .unwrap_or(usize::MAX),
             amqps_listen,
             https_listen,
             tls,

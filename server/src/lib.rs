@@ -227,6 +227,7 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         max_record_bytes: usize::try_from(config.protocol.max_message_bytes)
             .unwrap_or(usize::MAX)
             .saturating_add(1 << 20),
+        transient_memory_budget_bytes: config.queue_memory_budget_bytes,
         ..LogStoreConfig::default()
     };
     let router = cluster::RaftRouter::new();

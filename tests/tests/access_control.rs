@@ -338,3 +338,25 @@ async fn an_address_that_keeps_failing_to_log_in_is_slowed_and_others_are_not() 
         .and_then(|v| v.parse::<f64>().ok());
     assert_eq!(failed, Some(12.0), "every failure is counted");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_taken_away_applies_to_open_channels() {
+    let broker = start_broker().await;
+    let guest = connect(&broker).await;
+    let ch = confirm_channel(&guest).await;
+    ch.queue_declare("kept".into(), declare_options(), FieldTable::default()).await.expect("declare");
+    let publish =
+        || ch.basic_publish("".into(), "kept".into(), BasicPublishOptions::default(), b"x", BasicProperties::default());
+    assert!(publish().await.expect("publish").await.expect("confirm").is_ack(), "allowed first");
+    let no_write = json!({"configure": ".*", "write": "", "read": ".*"});
+    assert_eq!(api(&broker).put("/api/permissions/%2F/guest", no_write).status, 204);
+    let refused = match publish().await {
+        Ok(confirm) => confirm.await.map(|_| ()),
+        Err(error) => Err(error),
+    };
+    assert_code(
+        refused.and(ch.basic_qos(1, Default::default()).await),
+        ACCESS_REFUSED,
+        "the same channel, after the change",
+    );
+}

@@ -136,41 +136,121 @@ async fn a_consumer_that_does_not_read_leaves_a_durable_backlog_on_disk() {
     read_until(&mut client, MESSAGES, |m| matches!(m, AMQPClass::Basic(basic::AMQPMethod::Deliver(_)))).await;
 }
 
+/// The memory a queue's transient messages may take before they are paged, as the paging
+/// tests set it (`--queue-memory-budget`; the default is larger).
+const BUDGET_BYTES: u64 = 16 * MIB;
+const BUDGET_FLAG: [&str; 2] = ["--queue-memory-budget", "16MiB"];
+
+/// Bytes under the data directory's page logs (where queues page transient messages).
+fn paged_bytes(dir: &std::path::Path) -> u64 {
+    fn walk(path: &std::path::Path, in_paging: bool) -> u64 {
+        let Ok(entries) = std::fs::read_dir(path) else { return 0 };
+        entries
+            .flatten()
+            .map(|entry| {
+                let path = entry.path();
+                let paging = in_paging || entry.file_name() == "paging";
+                match entry.metadata() {
+                    Ok(meta) if meta.is_dir() => walk(&path, paging),
+                    Ok(meta) if paging => meta.len(),
+                    _ => 0,
+                }
+            })
+            .sum()
+    }
+    walk(dir, false)
+}
+
+/// Publishes `count` transient messages of `body` to `queue`, waiting for confirms in
+/// batches; the highest RSS seen meanwhile.
+async fn publish_transient(
+    process: &WarrenProcess,
+    channel: &lapin::Channel,
+    queue: &str,
+    body: &[u8],
+    count: usize,
+) -> u64 {
+    const CONFIRM_BATCH: usize = 256;
+    channel.confirm_select(Default::default()).await.expect("confirm mode");
+    let mut peak = 0;
+    let mut pending = Vec::with_capacity(CONFIRM_BATCH);
+    for n in 0..count {
+        let options = BasicPublishOptions::default();
+        let confirm = channel
+            .basic_publish("".into(), queue.into(), options, body, BasicProperties::default())
+            .await
+            .expect("publish");
+        pending.push(confirm);
+        if pending.len() == CONFIRM_BATCH || n + 1 == count {
+            for confirm in pending.drain(..) {
+                assert!(confirm.await.expect("confirm").is_ack());
+            }
+            peak = peak.max(process.rss_bytes());
+        }
+    }
+    peak
+}
+
 #[tokio::test]
-async fn a_purged_backlog_is_given_back_to_the_system() {
+async fn a_transient_backlog_is_paged_to_disk_and_a_purge_frees_it() {
+    // 200 MB of bodies, far past the queue's memory budget.
     const MESSAGES: usize = 100_000;
     const BODY_BYTES: usize = 2048;
     let dir = tempfile::tempdir().expect("tempdir");
-    let process = WarrenProcess::start(dir.path(), &[]);
+    let process = WarrenProcess::start(dir.path(), &BUDGET_FLAG);
     let (_connection, channel) = lapin_channel(&process).await;
     channel
         .queue_declare("purged".into(), QueueDeclareOptions::default(), FieldTable::default())
         .await
         .expect("declare");
     let before = process.rss_bytes();
-    channel.confirm_select(Default::default()).await.expect("confirm mode");
-    let body = vec![5u8; BODY_BYTES];
-    let mut last = None;
-    for _ in 0..MESSAGES {
-        let confirm = channel
-            .basic_publish(
-                "".into(),
-                "purged".into(),
-                BasicPublishOptions::default(),
-                &body,
-                BasicProperties::default(),
-            )
-            .await
-            .expect("publish");
-        last = Some(confirm);
-    }
-    assert!(last.expect("published").await.expect("confirm").is_ack());
-    let held = process.rss_bytes().saturating_sub(before);
-    assert!(held > 100 * MIB, "the backlog should be resident: {} MiB", held / MIB);
+    let peak = publish_transient(&process, &channel, "purged", &[5u8; BODY_BYTES], MESSAGES).await;
+    let on_disk = paged_bytes(dir.path());
+    assert!(on_disk > 150 * MIB, "what is past the budget should be paged: {} MiB on disk", on_disk / MIB);
+    let grown = peak.saturating_sub(before);
+    assert!(grown < BUDGET_BYTES + 64 * MIB, "a paged backlog grew RSS by {} MiB", grown / MIB);
     let purged = channel.queue_purge("purged".into(), Default::default()).await.expect("purge");
     assert_eq!(purged as usize, MESSAGES);
-    // The allocator returns what is due once a second.
     tokio::time::sleep(SETTLE).await;
+    let left = paged_bytes(dir.path());
+    assert!(left < 64 * MIB, "{} MiB of pages left after the purge", left / MIB);
     let kept = process.rss_bytes().saturating_sub(before);
     assert!(kept < ALLOWED_GROWTH_BYTES, "{} MiB still resident after the purge", kept / MIB);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_no_ack_consumer_drains_a_gigabyte_transient_backlog_in_bounded_memory() {
+    use futures_util::StreamExt;
+    const MESSAGES: usize = 16 * 1024;
+    const BODY_BYTES: usize = 64 * 1024;
+    const RSS_BOUND_BYTES: u64 = BUDGET_BYTES + 240 * MIB;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let process = WarrenProcess::start(dir.path(), &BUDGET_FLAG);
+    let (_connection, channel) = lapin_channel(&process).await;
+    channel
+        .queue_declare("backlog".into(), QueueDeclareOptions::default(), FieldTable::default())
+        .await
+        .expect("declare");
+    let peak = publish_transient(&process, &channel, "backlog", &vec![3u8; BODY_BYTES], MESSAGES).await;
+    assert!(peak < RSS_BOUND_BYTES, "RSS reached {} MiB holding a 1 GiB transient backlog", peak / MIB);
+    assert!(paged_bytes(dir.path()) > 900 * MIB, "what is past the budget is on disk");
+
+    let (_consuming, consumer_channel) = lapin_channel(&process).await;
+    let options = lapin::options::BasicConsumeOptions { no_ack: true, ..Default::default() };
+    let mut consumer = consumer_channel
+        .basic_consume("backlog".into(), "drain".into(), options, FieldTable::default())
+        .await
+        .expect("consume");
+    let (mut received, mut bytes, mut peak) = (0usize, 0usize, 0u64);
+    while received < MESSAGES {
+        let delivery = tokio::time::timeout(Duration::from_secs(30), consumer.next()).await;
+        let delivery = delivery.expect("a delivery within 30 s").expect("stream").expect("delivery");
+        bytes += delivery.data.len();
+        received += 1;
+        if received % 512 == 0 {
+            peak = peak.max(process.rss_bytes());
+        }
+    }
+    assert_eq!(bytes, MESSAGES * BODY_BYTES, "every byte arrived");
+    assert!(peak < RSS_BOUND_BYTES, "RSS reached {} MiB while draining", peak / MIB);
 }

@@ -95,6 +95,8 @@ struct AccessState {
 #[derive(Debug)]
 pub struct AccessControl {
     state: RwLock<AccessState>,
+    /// Counts changes, so that a check remembered by a channel is known to be current.
+    generation: std::sync::atomic::AtomicU64,
     file: Option<SnapshotFile>,
     loopback_users: Vec<String>,
     throttle: LoginThrottle,
@@ -115,6 +117,7 @@ impl AccessControl {
         };
         let control = AccessControl {
             state: RwLock::new(AccessState::default()),
+            generation: std::sync::atomic::AtomicU64::new(0),
             file,
             loopback_users: settings.loopback_users.clone(),
             throttle: LoginThrottle::default(),
@@ -175,6 +178,7 @@ impl AccessControl {
 
     fn apply_to_state(&self, change: &AccessChange) -> BrokerResult<()> {
         let mut state = self.state.write();
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
         match change {
             AccessChange::PutUser { name, password, tags } => {
                 let user = state.users.entry(name.clone()).or_insert_with(|| User {
@@ -286,6 +290,11 @@ impl AccessControl {
             return Err(AuthError::LoopbackOnly(user.name.clone()));
         }
         Ok(())
+    }
+
+    /// How many changes were made: a check that passed under the same number still holds.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The failed-login table.

@@ -57,6 +57,9 @@ pub struct LogStoreConfig {
     pub segment_bytes: u64,
     /// Largest message payload.
     pub max_record_bytes: usize,
+    /// Memory a classic queue's transient messages may take before the rest is paged
+    /// (see [`super::TransientStore`]).
+    pub transient_memory_budget_bytes: usize,
 }
 
 impl LogStoreConfig {
@@ -78,6 +81,7 @@ impl Default for LogStoreConfig {
             flush_policy: FlushPolicy::Batch,
             segment_bytes: warren_storage::DEFAULT_SEGMENT_BYTES,
             max_record_bytes: 129 * 1024 * 1024,
+            transient_memory_budget_bytes: super::TRANSIENT_MEMORY_BUDGET_BYTES,
         }
     }
 }

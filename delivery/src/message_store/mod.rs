@@ -8,10 +8,12 @@
 pub(crate) mod codec;
 mod commit_wait;
 mod log_store;
+mod transient_store;
 
 pub use commit_wait::CommitTracker;
 
 pub use log_store::{LogStore, LogStoreConfig};
+pub use transient_store::{PageFile, TransientStore, MESSAGE_OVERHEAD_BYTES, TRANSIENT_MEMORY_BUDGET_BYTES};
 
 /// How long publisher confirms take, from the first publish of a batch of frames to the
 /// confirm sent for it (the protocol layer records it; the metrics show it).
@@ -230,9 +232,21 @@ impl MessageStore for MemoryStore {
     }
 
     fn remove(&mut self, offsets: &[u64]) -> Result<(), StoreError> {
-        for &offset in offsets {
-            if let Some(slot) = offset.checked_sub(self.base).and_then(|i| self.slots.get_mut(i as usize)) {
-                *slot = None;
+        self.remove_counting(offsets.iter().copied());
+        Ok(())
+    }
+}
+
+impl MemoryStore {
+    /// Forgets the messages at `offsets`; how many it held, and their body bytes.
+    pub(crate) fn remove_counting(&mut self, offsets: impl Iterator<Item = u64>) -> (usize, usize) {
+        let (mut count, mut body_bytes) = (0, 0);
+        for offset in offsets {
+            if let Some(message) =
+                offset.checked_sub(self.base).and_then(|i| self.slots.get_mut(i as usize)).and_then(Option::take)
+            {
+                count += 1;
+                body_bytes += message.body.len();
             }
         }
         // Settled messages at the head free their slots, as a log deletes settled segments.
@@ -244,7 +258,7 @@ impl MessageStore for MemoryStore {
             // A drained or purged backlog would otherwise keep its ring allocated for good.
             self.slots = VecDeque::new();
         }
-        Ok(())
+        (count, body_bytes)
     }
 }
 

@@ -1,7 +1,7 @@
 //! A classic queue: ready messages wait in a [`ReadyList`] (by priority, then position), go to
 //! consumers with credit, and leave once settled. Persistent messages of a durable queue are
-//! in its [`LogStore`](crate::message_store::LogStore), everything else in a [`MemoryStore`]; the
-//! ready list orders them all.
+//! in its [`LogStore`](crate::message_store::LogStore), everything else in a [`TransientStore`]
+//! (in memory up to a budget, paged to disk past it); the ready list orders them all.
 //!
 //! All state is behind the queue's own lock; there is no broker-wide lock on the publish or
 //! deliver path. Dispatch runs inline, on the task that made progress possible (a publish, an
@@ -18,7 +18,7 @@ use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
 use crate::log_browser::LogBrowser;
 use crate::message::Message;
-use crate::message_store::{MemoryStore, MessageStore, StoreError};
+use crate::message_store::{MessageStore, StoreError, TransientStore};
 use crate::scheduler::{now_ms, TimerEvent};
 use crate::session::Session;
 use parking_lot::{Mutex, MutexGuard};
@@ -48,7 +48,8 @@ pub(super) fn declare(
         }
         _ => None,
     };
-    Ok(ClassicQueue::build(definition, arguments, durable_store, context, |_, _| {}))
+    let transient_store = TransientStore::new(storage.map(|storage| storage.page_file(&definition.name)));
+    Ok(ClassicQueue::build(definition, arguments, (durable_store, transient_store), context, |_, _| {}))
 }
 
 /// A durable classic queue reopened from its store: the unsettled messages are ready again.
@@ -92,7 +93,8 @@ pub(super) fn recover(
             ClassicQueue::enqueue_locked(arguments, state, offset, offset, false, &message, published);
         }
     };
-    Ok(ClassicQueue::build(definition, arguments, Some(Box::new(store)), context, restore))
+    let transient_store = TransientStore::new(Some(storage.page_file(&definition.name)));
+    Ok(ClassicQueue::build(definition, arguments, (Some(Box::new(store)), transient_store), context, restore))
 }
 
 impl ClassicQueue {
@@ -113,7 +115,7 @@ impl ClassicQueue {
     fn build(
         definition: QueueDefinition,
         arguments: QueueArguments,
-        durable_store: Option<Box<dyn MessageStore>>,
+        (durable_store, transient_store): (Option<Box<dyn MessageStore>>, TransientStore),
         context: QueueContext,
         adjust: impl FnOnce(&mut QueueState, &QueueArguments),
     ) -> Arc<Queue> {
@@ -122,7 +124,7 @@ impl ClassicQueue {
         let queue = Queue::with_kind(definition, arguments, context.vhost, |me, arguments| {
             let mut state = QueueState {
                 durable_store,
-                memory_store: MemoryStore::default(),
+                transient_store,
                 ready: ReadyList::new(arguments.max_priority),
                 ready_bytes: 0,
                 next_position: 0,
@@ -301,7 +303,7 @@ impl QueueKind for ClassicQueue {
             let persistent = message.properties.is_persistent() && state.durable_store.is_some();
             let appended = match (&mut state.durable_store, persistent) {
                 (Some(store), true) => store.append(&message)?,
-                _ => state.memory_store.append(&message)?,
+                _ => state.transient_store.append(&message)?,
             };
             let position = state.next_position;
             state.next_position += 1;
@@ -453,7 +455,7 @@ impl QueueKind for ClassicQueue {
         let count = state.ready.len() as u32;
         state.ready.take_all();
         state.deadlines.clear();
-        state.memory_store = MemoryStore::default();
+        state.transient_store.clear();
         if let Some(store) = state.durable_store.take() {
             store.destroy();
         }

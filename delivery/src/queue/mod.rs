@@ -5,7 +5,8 @@
 //! `x-queue-type` when it is declared or recovered:
 //! - classic (`classic.rs`): ready messages go to consumers with credit and leave once settled;
 //!   persistent messages of a durable queue are in its [`LogStore`], the rest in a
-//!   [`MemoryStore`] (both in `crate::message_store`). A message whose record turns out damaged on disk when read
+//!   [`TransientStore`](crate::message_store::TransientStore) (both in `crate::message_store`;
+//!   paged past a memory budget). A message whose record turns out damaged on disk when read
 //!   ([`StoreError::Damaged`]) is dropped and settled, and dispatch goes on.
 //! - stream (`stream_queue.rs`, over `crate::stream`): an append-only log that keeps its
 //!   messages; consumers read it by offset.

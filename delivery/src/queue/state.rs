@@ -9,7 +9,7 @@ use super::ready_list::ReadyList;
 use super::MessageRef;
 use crate::consumer::Consumer;
 use crate::message::Message;
-use crate::message_store::{MemoryStore, MessageStore, StoreError};
+use crate::message_store::{MessageStore, StoreError, TransientStore};
 use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -22,7 +22,9 @@ pub(super) struct DeadLetter {
 
 pub(super) struct QueueState {
     pub durable_store: Option<Box<dyn MessageStore>>,
-    pub memory_store: MemoryStore,
+    /// Transient messages (and persistent ones of a queue that is not durable), in memory
+    /// up to a budget, paged past it.
+    pub transient_store: TransientStore,
     pub ready: ReadyList,
     /// Body bytes of the ready messages (kept only under `x-max-length-bytes`).
     pub ready_bytes: u64,
@@ -53,7 +55,7 @@ impl QueueState {
     pub fn store(&mut self, message: MessageRef) -> &mut dyn MessageStore {
         match (&mut self.durable_store, message.in_memory()) {
             (Some(store), false) => store.as_mut(),
-            _ => &mut self.memory_store,
+            _ => &mut self.transient_store,
         }
     }
 
@@ -87,7 +89,7 @@ impl QueueState {
             }
             match (&mut self.durable_store, in_memory) {
                 (Some(store), false) => store.remove(&offsets)?,
-                _ => self.memory_store.remove(&offsets)?,
+                _ => self.transient_store.remove(&offsets)?,
             }
         }
         self.scratch_offsets = offsets;
