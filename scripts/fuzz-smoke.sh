@@ -13,6 +13,8 @@ if ! rustup run nightly rustc --version >/dev/null 2>&1; then
 	echo "fuzz smoke run skipped: no nightly toolchain (rustup toolchain install nightly)"
 	exit 0
 fi
+# libFuzzer is C++, built with the system's g++.
+command -v g++ >/dev/null || { apt-get update -q && apt-get install -y -q g++; }
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked --quiet
 # Runs on a copy of the corpus: a smoke run adds nothing to what is committed.
 work=$(mktemp -d)

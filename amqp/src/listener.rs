@@ -151,12 +151,13 @@ pub async fn serve_tls(
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&tls.server_config));
     let stream = match timeout(config.handshake_timeout, acceptor.accept(stream)).await {
         Ok(Ok(stream)) => stream,
+        // At debug level: each is one client's doing, and a client can make any number.
         Ok(Err(error)) => {
-            tracing::info!(%peer, %error, "TLS handshake failed");
+            tracing::debug!(%peer, %error, "TLS handshake failed");
             return;
         }
         Err(_) => {
-            tracing::info!(%peer, "TLS handshake timed out");
+            tracing::debug!(%peer, "TLS handshake timed out");
             return;
         }
     };

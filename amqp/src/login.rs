@@ -6,7 +6,7 @@
 use crate::sasl;
 use amq_protocol::protocol::connection;
 use std::net::SocketAddr;
-use warren_delivery::{client_text, Broker, BrokerError, ReplyCode, VirtualHost};
+use warren_delivery::{Broker, BrokerError, ReplyCode, VirtualHost};
 
 /// Checks `start_ok` from `peer` (whose TLS certificate names `certificate_login`, if it gave
 /// one); the user it logged in as (as the client sent the name).
@@ -30,17 +30,14 @@ pub fn log_in(
             },
         )
     };
-    let throttle = broker.access().throttle();
+    let access = broker.access();
     match outcome {
         Ok(user) => {
-            throttle.succeeded();
+            access.count_login(peer.ip(), &user, mechanism, None);
             Ok(user)
         }
         Err((user, why)) => {
-            if throttle.failed(peer.ip()) {
-                let user = client_text::sanitize(&user, client_text::MAX_TEXT_BYTES);
-                tracing::warn!(%peer, user, mechanism = client_text::sanitize(mechanism, 32), why, "login failed");
-            }
+            access.count_login(peer.ip(), &user, mechanism, Some(&why));
             Err(refused(why))
         }
     }

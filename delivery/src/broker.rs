@@ -24,6 +24,8 @@ pub const DEFAULT_VHOST: &str = "/";
 #[derive(Debug)]
 pub struct Broker {
     vhosts: RwLock<HashMap<String, Arc<VirtualHost>>>,
+    /// Held while a vhost is created or deleted.
+    vhost_lifecycle: parking_lot::Mutex<()>,
     /// Where new vhosts are made.
     home: VhostHome,
     /// Users, vhosts' limits, permissions.
@@ -91,6 +93,7 @@ impl Broker {
     fn build(home: VhostHome, access: AccessControl, forwarder: Arc<Forwarder>) -> Result<Arc<Self>, BrokerError> {
         let broker = Arc::new(Broker {
             vhosts: RwLock::new(HashMap::new()),
+            vhost_lifecycle: parking_lot::Mutex::new(()),
             home,
             access,
             metadata: RwLock::new(None),
@@ -109,6 +112,8 @@ impl Broker {
 
     /// Opens (or, if it has no data yet, creates) vhost `name`; the one there is if any.
     fn add_vhost(&self, name: &str) -> Result<Arc<VirtualHost>, BrokerError> {
+        // Two creations of one name must not open its directory twice.
+        let _one_at_a_time = self.vhost_lifecycle.lock();
         if let Some(vhost) = self.vhost(name) {
             return Ok(vhost);
         }
@@ -127,6 +132,7 @@ impl Broker {
 
     /// Deletes vhost `name`: its connections are closed (320), its queues and their data go.
     fn remove_vhost(&self, name: &str) {
+        let _one_at_a_time = self.vhost_lifecycle.lock();
         let Some(vhost) = self.vhosts.write().remove(name) else { return };
         let reason = format!("vhost '{name}' is deleted");
         for connection in self.connections.all() {

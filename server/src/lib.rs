@@ -11,6 +11,7 @@ pub mod open_files;
 pub mod tls;
 
 pub use config::Config;
+pub use warren_delivery::access::AccessSettings;
 pub use warren_delivery::resource_alarm::{MemoryWatermark, ResourceLimits};
 
 use std::net::SocketAddr;

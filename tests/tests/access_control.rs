@@ -360,3 +360,28 @@ async fn a_permission_taken_away_applies_to_open_channels() {
         "the same channel, after the change",
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_start_creates_the_default_user_and_vhost_it_is_given() {
+    let broker = warren_tests::start_broker_with(|config| {
+        config.access = warren_server::AccessSettings {
+            default_user: "admin".into(),
+            default_pass: "s3cret".into(),
+            default_vhost: "prod".into(),
+            loopback_users: vec!["guest".into()],
+        };
+    })
+    .await;
+    let admin = connect_as(&broker, "admin", "s3cret", "prod").await.expect("the default user in the default vhost");
+    channel(&admin)
+        .await
+        .queue_declare("q".into(), declare_options(), FieldTable::default())
+        .await
+        .expect("every permission");
+    assert_code(
+        connect_as(&broker, "guest", "guest", "/").await,
+        ACCESS_REFUSED,
+        "no guest when another user is the default",
+    );
+    assert_eq!(api(&broker).as_user(Some(("admin", "s3cret"))).get("/api/vhosts/prod").status, 200, "administrator");
+}

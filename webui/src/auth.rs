@@ -164,6 +164,9 @@ fn management_user(user: &User) -> Result<Authenticated, ApiError> {
     Ok(Authenticated::of(user))
 }
 
+/// How management logins are named in the failed-login log.
+const HTTP_MECHANISM: &str = "HTTP";
+
 /// Checks a password login from `peer`, after the delay its address has earned if it failed
 /// too often; failures are counted and logged (at most once a second per address).
 async fn check_login(state: &Management, user: &str, password: &str, peer: IpAddr) -> Result<User, ApiError> {
@@ -171,19 +174,9 @@ async fn check_login(state: &Management, user: &str, password: &str, peer: IpAdd
     if let Some(delay) = access.throttle().delay(peer) {
         tokio::time::sleep(delay).await;
     }
-    match access.authenticate(user, password, peer) {
-        Ok(user) => {
-            access.throttle().succeeded();
-            Ok(user)
-        }
-        Err(why) => {
-            if access.throttle().failed(peer) {
-                let user = warren_delivery::client_text::sanitize(user, warren_delivery::client_text::MAX_TEXT_BYTES);
-                tracing::warn!(%peer, user, %why, "management login failed");
-            }
-            Err(unauthorized("Login failed"))
-        }
-    }
+    let checked = access.authenticate(user, password, peer);
+    access.count_login(peer, user, HTTP_MECHANISM, checked.as_ref().err().map(ToString::to_string).as_deref());
+    checked.map_err(|_| unauthorized("Login failed"))
 }
 
 /// The login and logout routes of the UI.

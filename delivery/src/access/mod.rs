@@ -95,6 +95,8 @@ struct AccessState {
 #[derive(Debug)]
 pub struct AccessControl {
     state: RwLock<AccessState>,
+    /// Held while a change is applied and stored.
+    changing: parking_lot::Mutex<()>,
     /// Counts changes, so that a check remembered by a channel is known to be current.
     generation: std::sync::atomic::AtomicU64,
     file: Option<SnapshotFile>,
@@ -117,6 +119,7 @@ impl AccessControl {
         };
         let control = AccessControl {
             state: RwLock::new(AccessState::default()),
+            changing: parking_lot::Mutex::new(()),
             generation: std::sync::atomic::AtomicU64::new(0),
             file,
             loopback_users: settings.loopback_users.clone(),
@@ -172,6 +175,9 @@ impl AccessControl {
 
     /// Makes `change` and stores the result.
     pub fn apply(&self, change: &AccessChange) -> BrokerResult<()> {
+        // One change at a time, state and file together: two changes saving side by side
+        // could otherwise leave the file without the later one.
+        let _one_at_a_time = self.changing.lock();
         self.apply_to_state(change)?;
         self.save()
     }
@@ -297,6 +303,20 @@ impl AccessControl {
         self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Counts a login attempt from `peer` as `user` by `mechanism`; a failure (`why`) is
+    /// logged, at most once a second per address (a guessing client cannot flood the log).
+    pub fn count_login(&self, peer: IpAddr, user: &str, mechanism: &str, failure: Option<&str>) {
+        let Some(why) = failure else {
+            self.throttle.succeeded();
+            return;
+        };
+        if self.throttle.failed(peer) {
+            let user = crate::client_text::sanitize(user, crate::client_text::MAX_TEXT_BYTES);
+            let mechanism = crate::client_text::sanitize(mechanism, MAX_MECHANISM_LOG_BYTES);
+            tracing::warn!(%peer, user, mechanism, why, "login failed");
+        }
+    }
+
     /// The failed-login table.
     pub fn throttle(&self) -> &LoginThrottle {
         &self.throttle
@@ -343,6 +363,9 @@ impl AccessControl {
         permission::check(grant.map(|g| &*g.compiled), access, resource, vhost, user)
     }
 }
+
+/// How much of a client's mechanism name reaches the log.
+const MAX_MECHANISM_LOG_BYTES: usize = 32;
 
 /// Longest user or vhost name: they reach logs, paths (vhosts, hex-encoded) and the API.
 const MAX_NAME_BYTES: usize = 255;

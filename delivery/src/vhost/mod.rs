@@ -79,6 +79,9 @@ pub struct VirtualHost {
     lifecycle: Mutex<()>,
     /// Its limits (`max-queues` is checked here, `max-connections` at `connection.open`).
     limits: RwLock<VhostLimits>,
+    /// Set (under `lifecycle`) when the vhost is deleted: a client still connected may not
+    /// declare into it, nor make it write files again.
+    deleted: std::sync::atomic::AtomicBool,
     /// Tests pause here, at a named point, to force an interleaving.
     #[cfg(test)]
     interleave: interleave::Hook,
@@ -137,6 +140,7 @@ impl VirtualHost {
             me: Weak::clone(me),
             lifecycle: Mutex::new(()),
             limits: RwLock::new(VhostLimits::default()),
+            deleted: std::sync::atomic::AtomicBool::new(false),
             #[cfg(test)]
             interleave: interleave::Hook::default(),
         });
@@ -235,6 +239,7 @@ impl VirtualHost {
         let durable = definition.durable;
         {
             let _lifecycle = self.lifecycle.lock();
+            self.refuse_if_deleted()?;
             let mut exchanges = self.exchanges.write();
             if let Some(existing) = exchanges.get(&definition.name) {
                 return equivalence::check_exchange(existing.definition(), &definition, &self.name);
@@ -383,6 +388,7 @@ impl VirtualHost {
                 // Declared by another connection meanwhile: answer as for an existing queue.
                 return Ok(Self::declared(existing));
             }
+            self.refuse_if_deleted()?;
             let max_queues = self.limits.read().max_queues;
             limits::check_queue_limit(&self.name, &definition.name, self.queues.read().len(), max_queues)?;
             let queue = queue::factory::declare(definition, self.storage.as_ref(), self.queue_context())?;
@@ -553,6 +559,18 @@ impl VirtualHost {
         }
     }
 
+    /// Whether it was deleted (its connections are closing).
+    pub(crate) fn is_deleted(&self) -> bool {
+        self.deleted.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn refuse_if_deleted(&self) -> BrokerResult<()> {
+        if self.is_deleted() {
+            return Err(BrokerError::not_found(format!("vhost '{}' is deleted", self.name)));
+        }
+        Ok(())
+    }
+
     /// Its limits.
     pub fn limits(&self) -> VhostLimits {
         *self.limits.read()
@@ -566,6 +584,10 @@ impl VirtualHost {
     /// The vhost is being deleted: every queue goes (its consumers are cancelled), delayed
     /// exchanges stop. Its directory is the broker's to remove afterwards.
     pub fn delete_everything(&self) {
+        {
+            let _lifecycle = self.lifecycle.lock();
+            self.deleted.store(true, std::sync::atomic::Ordering::Release);
+        }
         for queue in self.queues() {
             self.remove_queue(&queue);
         }

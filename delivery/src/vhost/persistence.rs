@@ -92,6 +92,10 @@ impl VirtualHost {
     /// Writes the durable definitions, if this virtual host is on disk.
     pub(super) fn save_definitions(&self) -> BrokerResult<()> {
         let Some(storage) = &self.storage else { return Ok(()) };
+        if self.is_deleted() {
+            // Its files are gone; writing the definitions would bring its directory back.
+            return Ok(());
+        }
         storage.save(|| self.durable_definitions()).map_err(|e| internal_error("cannot save definitions", e))
     }
 

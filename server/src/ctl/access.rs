@@ -11,17 +11,9 @@ fn user_path(user: &str) -> String {
     format!("/api/users/{}", encode(user))
 }
 
-fn exists(client: &Client, path: &str) -> Result<bool, CtlError> {
-    match client.get(path) {
-        Ok(_) => Ok(true),
-        Err(error) if error.0.contains(" 404") => Ok(false),
-        Err(error) => Err(error),
-    }
-}
-
 /// `add_user USER PASSWORD`: a new user, with no tags and no permissions.
 pub fn add_user(client: &Client, user: &str, password: &str) -> Result<(), CtlError> {
-    if exists(client, &user_path(user))? {
+    if client.get_if_exists(&user_path(user))?.is_some() {
         return Err(CtlError(format!("user '{user}' already exists (change_password changes its password)")));
     }
     client.send("PUT", &user_path(user), &json!({ "password": password, "tags": "" }))?;

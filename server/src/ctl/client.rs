@@ -52,6 +52,15 @@ impl Client {
         self.answer(&url, request.call())
     }
 
+    /// `GET path`, or `None` if the API answers 404.
+    pub fn get_if_exists(&self, path: &str) -> Result<Option<Value>, CtlError> {
+        let (url, request) = self.request("GET", path);
+        match request.call() {
+            Err(ureq::Error::Status(404, _)) => Ok(None),
+            sent => self.answer(&url, sent).map(Some),
+        }
+    }
+
     /// `method path` with a JSON `body`.
     pub fn send(&self, method: &str, path: &str, body: &Value) -> Result<Value, CtlError> {
         let (url, request) = self.request(method, path);
