@@ -46,6 +46,19 @@ def wait_until_listening(port: int, process: subprocess.Popen, log_path: Path) -
     raise RuntimeError(f"warren did not listen on port {port} in time:\n{log_path.read_text()}")
 
 
+def wait_for_port(port: int) -> None:
+    """Waits until something accepts connections on 127.0.0.1:port (the management listener
+    binds after the AMQP one that run_broker waits for)."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listened on port {port} in time")
+
+
 def stop(process: subprocess.Popen) -> None:
     """SIGTERM, then wait; SIGKILL if the broker does not exit in time."""
     if process.poll() is not None:

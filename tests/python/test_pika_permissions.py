@@ -10,7 +10,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from conftest import free_port, run_broker
+from conftest import free_port, run_broker, wait_for_port
 
 
 def api_call(port, method, path, body=None, user=("guest", "guest")):
@@ -29,6 +29,7 @@ def erin(tmp_path):
     exchange; guest made bob.q and bob.x. Yields (erin's parameters, guest's channel)."""
     http = free_port()
     with run_broker(tmp_path, ["--http-listen", f"127.0.0.1:{http}"]) as (_, guest_parameters):
+        wait_for_port(http)
         assert api_call(http, "PUT", "/api/users/erin", {"password": "pw", "tags": ""}) == 201
         permissions = {"configure": "^erin\\.", "write": "^(erin\\.|amq\\.default$)", "read": "^erin\\."}
         assert api_call(http, "PUT", "/api/permissions/%2F/erin", permissions) == 201

@@ -11,7 +11,7 @@ import pika
 import pika.credentials
 import pytest
 
-from conftest import free_port, run_broker
+from conftest import free_port, run_broker, wait_for_port
 
 
 def openssl(*args, cwd):
@@ -40,6 +40,8 @@ def tls_broker(pki):
             "--ssl-cert-file", str(pki / "server.pem"), "--ssl-key-file", str(pki / "server.key"),
             "--ssl-ca-file", str(pki / "ca.pem"), "--ssl-cert-login-from", "common_name"]
     with run_broker(pki, args):
+        wait_for_port(http)
+        wait_for_port(amqps)
         yield amqps, http
 
 
