@@ -42,3 +42,5 @@ pub use queue::{ConnectionId, GetResult, Queue, QueueDefinition, Reply};
 pub use session::{Delivery, DeliverySink, ReplyDelivery, Session, SessionId};
 pub use vhost::VirtualHost;
 pub use warren_storage::latency;
+/// The storage layer's cache of open segment files, for the metrics.
+pub use warren_storage::{max_open_segment_files, open_segment_files};

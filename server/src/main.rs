@@ -36,7 +36,11 @@ async fn main() -> anyhow::Result<()> {
         tracing::warn!(%error, "cannot turn transparent huge pages off; memory per queue will be higher");
     }
     match warren_server::open_files::raise_to_hard_limit() {
-        Ok(limit) => tracing::info!(before = limit.before, now = limit.now, "open files limit"),
+        Ok(limit) => {
+            let segment_files = warren_server::open_files::segment_file_share(limit.now);
+            warren_storage::set_max_open_segment_files(segment_files);
+            tracing::info!(before = limit.before, now = limit.now, segment_files, "open files limit")
+        }
         Err(error) => {
             tracing::warn!(%error, "cannot raise the open files limit; connections may run out of descriptors")
         }

@@ -4,6 +4,10 @@
 //! segment's files open. At the soft limit many distributions set (1024), about a thousand
 //! connections exhaust the broker: accepts fail and a durable declare fails with "Too many
 //! open files". The hard limit is the administrator's; the soft one is only a default.
+//!
+//! Segment data files then get half of the limit ([`segment_file_share`]), through the
+//! storage layer's cache of open files, and connections and everything else the other half:
+//! ten thousand durable queues cost descriptors only while they are in use.
 
 /// What the limit became.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +38,15 @@ pub fn raise_to_hard_limit() -> std::io::Result<OpenFiles> {
     Ok(OpenFiles { before, now: target.max(before) })
 }
 
+/// Least number of segment files kept open, whatever the limit.
+const MIN_SEGMENT_FILES: u64 = 64;
+
+/// How many segment data files may be open at once under a limit of `open_files`
+/// descriptors: half of them.
+pub fn segment_file_share(open_files: u64) -> usize {
+    (open_files / 2).max(MIN_SEGMENT_FILES).try_into().unwrap_or(usize::MAX)
+}
+
 /// The most descriptors a process may have (`/proc/sys/fs/nr_open`), 1,048,576 if unreadable.
 fn kernel_max_open() -> u64 {
     const DEFAULT_NR_OPEN: u64 = 1 << 20;
@@ -49,6 +62,12 @@ mod tests {
         // SAFETY: as above.
         assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) }, 0);
         limit
+    }
+
+    #[test]
+    fn segment_files_get_half_the_limit() {
+        assert_eq!(segment_file_share(1024), 512);
+        assert_eq!(segment_file_share(20), 64);
     }
 
     #[test]

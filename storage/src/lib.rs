@@ -11,6 +11,7 @@ mod config;
 mod damage;
 mod entry_file;
 mod error;
+mod file_cache;
 mod flusher;
 mod graveyard;
 mod group_commit;
@@ -34,6 +35,9 @@ pub use config::{
 };
 pub use damage::DamagedRange;
 pub use error::{Result, StorageError};
+pub use file_cache::{
+    max_open_segment_files, open_segment_files, set_max_open_segment_files, DEFAULT_MAX_OPEN_SEGMENT_FILES,
+};
 pub use flusher::{Flusher, SHARED_FLUSHER_THREADS};
 pub use log::Log;
 pub use raft::{RaftLog, RaftLogError};

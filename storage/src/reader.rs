@@ -3,18 +3,18 @@
 //! reading the file outside the log's lock with `pread`, and decoding records whose
 //! payloads share one `Bytes` buffer. Also timestamp lookups.
 
-use std::os::unix::fs::FileExt;
+use std::fs::File;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::config::LogConfig;
 use crate::damage::DamagedRange;
-use crate::error::{IoContext, Result, StorageError};
+use crate::error::{Result, StorageError};
 use crate::log::{Log, State};
 use crate::record::{self, DecodeError, Record, HEADER_BYTES};
 use crate::recovery;
-use crate::segment::SegmentFile;
+use crate::segment::{self, SegmentFile};
 
 /// Smallest read issued, so short reads still amortize the syscall.
 const MIN_READ_BYTES: usize = 16 * 1024;
@@ -29,6 +29,9 @@ const TIME_SCAN_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// Where to read: found under the lock, used outside it.
 pub(crate) struct ReadPlan {
     pub file: Arc<SegmentFile>,
+    /// The data file, pinned open when the plan was made: a segment that retention
+    /// deletes meanwhile stays readable through it, as through any open descriptor.
+    pub pinned: Arc<File>,
     /// Position and offset of a record at or before the wanted offset: the index entry's,
     /// or the first good record after known damage if that is closer.
     pub pos: u64,
@@ -204,6 +207,7 @@ impl Log {
             (start, pos) = (after, after_pos);
         }
         Ok(Located::Plan(ReadPlan {
+            pinned: files.log.pin()?,
             file: Arc::clone(&files.log),
             pos,
             offset: start,
@@ -363,9 +367,7 @@ fn take(budget: &mut Budget, payload_len: usize) -> bool {
 /// `pread`s up to `len` bytes at `pos`, bounded by the plan's end.
 fn read_chunk(plan: &ReadPlan, pos: u64, len: usize) -> Result<Bytes> {
     let len = len.min((plan.end - pos) as usize);
-    let mut buf = vec![0; len];
-    plan.file.file.read_exact_at(&mut buf, pos).at(&plan.file.path)?;
-    Ok(Bytes::from(buf))
+    Ok(Bytes::from(segment::read_exact_at(&plan.pinned, &plan.file.path, pos, len)?))
 }
 
 fn corrupt(plan: &ReadPlan, pos: u64, why: &str) -> StorageError {

@@ -11,7 +11,7 @@ use tracing::warn;
 
 use crate::config::LogConfig;
 use crate::damage;
-use crate::error::{IoContext, Result, StorageError};
+use crate::error::{Result, StorageError};
 use crate::record::{self, DecodeError, HEADER_BYTES};
 use crate::segment::{Segment, SegmentFile, SegmentFiles};
 
@@ -109,7 +109,7 @@ fn record_ts_at(file: &SegmentFile, pos: u64, offset: u64, size: u64, config: &L
 /// index entry that checks out, and truncates whatever does not decode after it.
 pub(crate) fn recover_active(dir: &Path, base: u64, config: &LogConfig) -> Result<Segment> {
     let mut files = SegmentFiles::open(dir, base, config, true)?;
-    let size = files.log.file.metadata().at(&files.log.path)?.len();
+    let size = files.log.len()?;
     files.index.keep_valid_prefix(size);
     files.time.keep_valid_prefix(u64::from(u32::MAX));
     let first_ts = if size > 0 { record_ts_at(&files.log, 0, base, size, config) } else { None };
@@ -136,7 +136,7 @@ pub(crate) fn recover_active(dir: &Path, base: u64, config: &LogConfig) -> Resul
     if let Some(stop) = &end.stop {
         warn!(segment = %log.path.display(), position = stop.pos, reason = %stop.reason,
             dropped_bytes = size - end.pos, "truncating damaged tail of the active segment");
-        log.file.set_len(end.pos).at(&log.path)?;
+        log.set_len(end.pos)?;
         log.sync()?;
     }
     seg.size = end.pos;
@@ -176,7 +176,7 @@ fn trusted_entries(files: &SegmentFiles, base: u64, size: u64, first_ts: Option<
 /// Damaged indexes are rebuilt; damaged data is an error.
 pub(crate) fn load_sealed(dir: &Path, seg: &mut Segment, config: &LogConfig) -> Result<()> {
     let mut files = SegmentFiles::open(dir, seg.base, config, false)?;
-    let size = files.log.file.metadata().at(&files.log.path)?.len();
+    let size = files.log.len()?;
     seg.size = size;
     seg.written = size;
     let next_rel = seg.next_offset - seg.base;

@@ -13,6 +13,7 @@ use tracing::debug;
 
 use crate::config::{FlushPolicy, LogConfig};
 use crate::error::{IoContext, Result};
+use crate::file_cache;
 use crate::record::{self, NewRecord};
 use crate::sparse_index::SparseIndex;
 use crate::time_index::TimeIndex;
@@ -30,34 +31,69 @@ pub(crate) fn segment_path(dir: &Path, base: u64, ext: &str) -> PathBuf {
     dir.join(format!("{base:020}.{ext}"))
 }
 
-/// The open data file of a segment, shared with readers outside the log's lock.
+/// The data file of a segment, shared with readers outside the log's lock. Its descriptor
+/// lives in the [`file_cache`]: opened on use, closed when others were used more recently.
 #[derive(Debug)]
 pub(crate) struct SegmentFile {
     pub path: PathBuf,
-    pub file: File,
+    key: u64,
 }
 
 impl SegmentFile {
     fn open(path: &Path, create: bool) -> Result<Arc<Self>> {
         let file = OpenOptions::new().read(true).write(true).create(create).truncate(false).open(path).at(path)?;
-        Ok(Arc::new(SegmentFile { path: path.to_path_buf(), file }))
+        let key = file_cache::new_key();
+        file_cache::adopt(key, file);
+        Ok(Arc::new(SegmentFile { path: path.to_path_buf(), key }))
+    }
+
+    /// The open file, reopened if it was closed; it stays open while the result is held.
+    pub(crate) fn pin(&self) -> Result<Arc<File>> {
+        file_cache::pin(self.key, &self.path)
     }
 
     /// Reads exactly `len` bytes at `pos`.
     pub(crate) fn read_exact_at(&self, pos: u64, len: usize) -> Result<Vec<u8>> {
-        let mut buf = vec![0; len];
-        self.file.read_exact_at(&mut buf, pos).at(&self.path)?;
-        Ok(buf)
+        read_exact_at(&*self.pin()?, &self.path, pos, len)
+    }
+
+    /// Writes all of `buf` at `pos`.
+    pub(crate) fn write_all_at(&self, buf: &[u8], pos: u64) -> Result<()> {
+        self.pin()?.write_all_at(buf, pos).at(&self.path)
+    }
+
+    /// The file's size in bytes.
+    pub(crate) fn len(&self) -> Result<u64> {
+        Ok(self.pin()?.metadata().at(&self.path)?.len())
+    }
+
+    /// Cuts (or extends) the file to `len` bytes.
+    pub(crate) fn set_len(&self, len: u64) -> Result<()> {
+        self.pin()?.set_len(len).at(&self.path)
     }
 
     /// fsyncs the file's data (`fdatasync`: the size is the only metadata a log needs,
     /// and `fdatasync` covers it).
     pub(crate) fn sync(&self) -> Result<()> {
+        let file = self.pin()?;
         let started = std::time::Instant::now();
-        let synced = self.file.sync_data().at(&self.path);
+        let synced = file.sync_data().at(&self.path);
         crate::latency::FSYNC_LATENCY.record(started.elapsed());
         synced
     }
+}
+
+impl Drop for SegmentFile {
+    fn drop(&mut self) {
+        file_cache::forget(self.key);
+    }
+}
+
+/// Reads exactly `len` bytes at `pos` of `file` (at `path`, for the error).
+pub(crate) fn read_exact_at(file: &File, path: &Path, pos: u64, len: usize) -> Result<Vec<u8>> {
+    let mut buf = vec![0; len];
+    file.read_exact_at(&mut buf, pos).at(path)?;
+    Ok(buf)
 }
 
 /// A range of a data file, written out, whose writeback should start (see [`writeback`]).
@@ -71,7 +107,9 @@ impl Writeback {
     /// range is not durable until an fdatasync succeeds, and that reports any I/O error.
     pub(crate) fn start(self) {
         let Writeback { file, range } = self;
-        if let Err(e) = writeback::start(&file.file, range.start, range.end - range.start) {
+        let started =
+            file.pin().and_then(|f| writeback::start(&f, range.start, range.end - range.start).at(&file.path));
+        if let Err(e) = started {
             debug!(path = %file.path.display(), error = %e, "starting writeback failed");
         }
     }
@@ -242,8 +280,7 @@ impl Segment {
             return Ok(());
         }
         if let Some(files) = &self.files {
-            let log = &files.log;
-            log.file.write_all_at(&self.buf, self.written).at(&log.path)?;
+            files.log.write_all_at(&self.buf, self.written)?;
         }
         self.written += self.buf.len() as u64;
         self.buf.clear();

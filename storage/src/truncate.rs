@@ -6,7 +6,7 @@
 //! when a follower installs a snapshot past the end of its log.
 
 use crate::config::FlushPolicy;
-use crate::error::{IoContext, Result, StorageError};
+use crate::error::{Result, StorageError};
 use crate::log::{sync_dir, unlock_and_close_deleted, Log, State};
 use crate::recovery;
 use crate::retention::delete_segment_files;
@@ -49,7 +49,7 @@ impl Log {
         };
         let base = seg.base;
         if let Some(files) = seg.files() {
-            files.log.file.set_len(pos).at(&files.log.path)?;
+            files.log.set_len(pos)?;
             if sh.config.flush_policy != FlushPolicy::Never {
                 files.log.sync()?;
             }

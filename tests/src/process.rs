@@ -109,9 +109,14 @@ impl WarrenProcess {
         WarrenProcess { child, log, amqp_addr: addr.parse().expect("listening address"), http_addr }
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Its resident memory now (VmRSS), in bytes.
     pub fn rss_bytes(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("/proc status");
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("/proc status");
         let kib = status
             .lines()
             .find_map(|line| line.strip_prefix("VmRSS:"))

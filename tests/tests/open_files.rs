@@ -1,10 +1,16 @@
 //! Open files: the broker raises its soft limit to the hard one, so that 2,000 clients are
 //! served with the soft limit at 1,024; and when descriptors do run out, a new client is
 //! closed at once instead of being left hanging, and the failures are logged once a second.
+//! Durable queues open their segment files on use through a cache of half the limit, so
+//! more of them than the limit allows descriptors work, across a restart.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
+
+use lapin::options::{BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::FieldTable;
+use lapin::BasicProperties;
 use warren_tests::process::WarrenProcess;
 use warren_tests::raw_client::PROTOCOL_HEADER;
 
@@ -59,4 +65,55 @@ fn out_of_descriptors_a_new_client_is_closed_at_once_and_failures_are_logged_onc
     let elapsed = started.elapsed().as_secs() + 1;
     let failures = broker.log_lines().iter().filter(|l| l.contains("accept failed")).count() as u64;
     assert!(failures <= elapsed + 1, "{failures} accept failures logged in {elapsed} s");
+}
+
+/// Durable queues in the limit test: each has two logs, 4,000 data files against 1,024
+/// descriptors. (`bench/many-queues.sh` runs 10,000.)
+const DURABLE_QUEUES: usize = 2_000;
+
+async fn connect_to(broker: &WarrenProcess) -> lapin::Channel {
+    let conn = lapin::Connection::connect(&broker.uri(), Default::default()).await.expect("connect");
+    conn.create_channel().await.expect("channel")
+}
+
+/// Descriptors the broker holds, from `/proc`.
+fn descriptors(broker: &WarrenProcess) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", broker.pid())).map(|fds| fds.count()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_durable_queues_than_descriptors_work_across_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = WarrenProcess::start_with_open_files(dir.path(), &[], 1024, 1024);
+    let ch = connect_to(&broker).await;
+    ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
+    let mut confirms = Vec::new();
+    for i in 0..DURABLE_QUEUES {
+        let queue = format!("q{i}");
+        ch.queue_declare(queue.as_str().into(), warren_tests::durable(), FieldTable::default()).await.expect("declare");
+        let persistent = BasicProperties::default().with_delivery_mode(2);
+        let body = queue.as_bytes();
+        confirms.push(
+            ch.basic_publish("".into(), queue.as_str().into(), BasicPublishOptions::default(), body, persistent)
+                .await
+                .expect("publish"),
+        );
+    }
+    for confirm in confirms {
+        assert!(confirm.await.expect("confirm").is_ack());
+    }
+    assert!(descriptors(&broker) < 1024, "{} descriptors", descriptors(&broker));
+    drop(ch);
+    let mut broker = broker;
+    broker.signal("TERM");
+    assert!(broker.wait(Duration::from_secs(30)).success());
+    let broker = WarrenProcess::start_with_open_files(dir.path(), &[], 1024, 1024);
+    let ch = connect_to(&broker).await;
+    for i in 0..DURABLE_QUEUES {
+        let queue = format!("q{i}");
+        let got = ch.basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true }).await.expect("get");
+        assert_eq!(got.map(|m| m.delivery.data), Some(queue.into_bytes()), "queue q{i} after the restart");
+    }
+    assert!(descriptors(&broker) < 1024, "{} descriptors", descriptors(&broker));
+    assert!(!broker.log_lines().iter().any(|l| l.contains("ERROR")), "no store errors");
 }

@@ -192,6 +192,7 @@ fn node_figures(api: &Management, exposition: &mut Exposition) {
     counters(exposition, "rabbitmq_global_messages", &totals);
     exposition.single("rabbitmq_process_resident_memory_bytes", Kind::Gauge, "Memory used in bytes", rss);
     exposition.single("rabbitmq_process_open_fds", Kind::Gauge, "Open file descriptors", fds);
+    segment_file_figures(exposition);
     alarm_figures(api, exposition);
     login_figures(api, exposition);
     exposition.single(
@@ -216,6 +217,22 @@ fn node_figures(api: &Management, exposition: &mut Exposition) {
         "warren_confirm_latency_seconds",
         "Time from a publish to its publisher confirm",
         &warren_delivery::message_store::CONFIRM_LATENCY.snapshot(),
+    );
+}
+
+/// The cache of open segment files: how full it is.
+fn segment_file_figures(exposition: &mut Exposition) {
+    exposition.single(
+        "warren_open_segment_files",
+        Kind::Gauge,
+        "Segment data files open now (durable queues, streams and Raft logs open theirs on use)",
+        warren_delivery::open_segment_files() as f64,
+    );
+    exposition.single(
+        "warren_max_open_segment_files",
+        Kind::Gauge,
+        "Segment data files that may be open at once; the least recently used close first",
+        warren_delivery::max_open_segment_files() as f64,
     );
 }
 
