@@ -19,6 +19,10 @@ use crate::sparse_index::SparseIndex;
 use crate::time_index::TimeIndex;
 use crate::writeback;
 
+/// A write-out that carries less than this fraction of the write buffer (1/4) releases it:
+/// appends come slower than flushes, so the buffer would mostly sit idle.
+const TRICKLE_FRACTION: usize = 4;
+
 /// File-name extension of segment data.
 pub(crate) const LOG_EXT: &str = "log";
 /// File-name extension of the sparse offset index.
@@ -156,6 +160,7 @@ pub(crate) struct Segment {
     early_writeback: bool,
     /// Bytes below this were handed to writeback already, or need not be.
     writeback_from: u64,
+    /// Appends not yet handed to the OS; allocated while appends come faster than flushes.
     buf: Vec<u8>,
     files: Option<SegmentFiles>,
 }
@@ -246,6 +251,9 @@ impl Segment {
     pub(crate) fn append(&mut self, rec: &NewRecord<'_>, config: &LogConfig) -> Result<u64> {
         let offset = self.next_offset;
         let pos = self.size;
+        if self.buf.capacity() == 0 {
+            self.buf.reserve_exact(config.write_buffer_bytes);
+        }
         record::encode(&mut self.buf, offset, rec);
         self.note_record(offset, pos, rec.timestamp_ms, rec.encoded_len() as u64, config);
         if self.buf.len() >= config.write_buffer_bytes {
@@ -283,7 +291,13 @@ impl Segment {
             files.log.write_all_at(&self.buf, self.written)?;
         }
         self.written += self.buf.len() as u64;
-        self.buf.clear();
+        if self.buf.len() < self.buf.capacity() / TRICKLE_FRACTION {
+            // A trickle: release the buffer rather than keep it for appends that may not
+            // come (thousands of idle queues would each hold one).
+            self.buf = Vec::new();
+        } else {
+            self.buf.clear();
+        }
         Ok(())
     }
 
@@ -321,7 +335,6 @@ impl Segment {
         self.sealed = false;
         self.early_writeback = config.flush_policy != FlushPolicy::Never;
         self.writeback_from = self.written;
-        self.buf = Vec::with_capacity(config.write_buffer_bytes);
     }
 
     /// The bytes written out since the last call, once they make a whole writeback chunk
@@ -350,5 +363,41 @@ impl Segment {
     /// Paths of the segment's three files.
     pub(crate) fn paths(dir: &Path, base: u64) -> [PathBuf; 3] {
         [LOG_EXT, INDEX_EXT, TIME_EXT].map(|ext| segment_path(dir, base, ext))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> LogConfig {
+        LogConfig { write_buffer_bytes: 4096, ..LogConfig::default() }
+    }
+
+    fn append(seg: &mut Segment, payload_bytes: usize, config: &LogConfig) {
+        let payload = vec![7u8; payload_bytes];
+        seg.append(&NewRecord::new(0, &payload), config).expect("append");
+    }
+
+    #[test]
+    fn a_trickle_releases_the_write_buffer_and_a_burst_keeps_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = config();
+        let mut seg = Segment::create(dir.path(), 0, &config).expect("create");
+        assert_eq!(seg.buf.capacity(), 0, "no buffer before the first append");
+
+        append(&mut seg, 100, &config);
+        assert!(seg.buf.capacity() >= config.write_buffer_bytes);
+        seg.write_out().expect("write out");
+        assert_eq!(seg.buf.capacity(), 0, "a write-out of 100 bytes releases the buffer");
+
+        for _ in 0..20 {
+            append(&mut seg, 100, &config);
+        }
+        seg.write_out().expect("write out");
+        assert!(seg.buf.capacity() >= config.write_buffer_bytes, "a write-out of a busy buffer keeps it");
+
+        let read = seg.files().map(|f| f.log.len().expect("len")).expect("files");
+        assert_eq!(read, seg.size, "every appended byte reached the file");
     }
 }

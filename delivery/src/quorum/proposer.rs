@@ -137,7 +137,6 @@ impl Proposer {
         tokio::spawn(report_in_order(submitted_rx, Arc::clone(&self.writes), retry_tx));
         let slots = Arc::new(Semaphore::new(ENTRIES_IN_FLIGHT));
         let mut waiting: VecDeque<Proposal> = VecDeque::new();
-        let mut received = Vec::new();
         loop {
             let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
             if let Ok(failed) = retries.try_recv() {
@@ -151,20 +150,31 @@ impl Proposer {
                     waiting.push_front(proposal);
                 }
             }
-            // Everything proposed meanwhile joins the next entry.
             if waiting.is_empty() {
-                tokio::select! {
-                    failed = retries.recv() => {
-                        waiting.extend(failed.into_iter().flatten());
-                        tokio::time::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
+                match proposals.try_recv() {
+                    Ok(proposal) => waiting.push_back(proposal),
+                    Err(mpsc::error::TryRecvError::Disconnected) => return,
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        // Idle: wait without the buffer, which keeps the size of the group's
+                        // busiest moment (and a thousand idle queues would each hold one).
+                        waiting = VecDeque::new();
+                        tokio::select! {
+                            failed = retries.recv() => {
+                                waiting.extend(failed.into_iter().flatten());
+                                tokio::time::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
+                            }
+                            proposal = proposals.recv() => match proposal {
+                                Some(proposal) => waiting.push_back(proposal),
+                                None => return,
+                            },
+                        }
                     }
-                    count = proposals.recv_many(&mut received, MAX_OPS_PER_ENTRY) => if count == 0 { return },
                 }
             }
+            // Everything proposed meanwhile joins the next entry.
             while let Ok(proposal) = proposals.try_recv() {
-                received.push(proposal);
+                waiting.push_back(proposal);
             }
-            waiting.extend(received.drain(..));
             if waiting.is_empty() {
                 continue;
             }
