@@ -462,3 +462,62 @@ async fn a_follower_delivers_the_last_message_before_a_quiet_spell() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// Publishes `body` to `queue` with deduplication key `key` until it is confirmed (through
+/// a failover a publish may be nacked or its confirm lost: a client retries it).
+async fn publish_keyed_until_confirmed(ch: &lapin::Channel, queue: &str, key: u64, cluster: &Cluster) {
+    let properties =
+        BasicProperties::default().with_headers(table(&[("x-deduplication-header", text(&format!("key-{key}")))]));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = key.to_be_bytes();
+    loop {
+        let sent = ch.basic_publish("".into(), queue.into(), Default::default(), &body, properties.clone());
+        if let Ok(sent) = sent.await {
+            if let Ok(Ok(confirm)) = tokio::time::timeout(Duration::from_secs(5), sent).await {
+                if confirm.is_ack() {
+                    return;
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            dump_warnings(cluster);
+            panic!("message {key} was not confirmed");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deduplication_recognises_a_retry_after_the_leader_dies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    let arguments = table(&[
+        ("x-queue-type", text("quorum")),
+        ("x-message-deduplication", lapin::types::AMQPValue::Boolean(true)),
+        ("x-cache-size", lapin::types::AMQPValue::LongLongInt(1000)),
+    ]);
+    let declare = a.create_channel().await.expect("channel");
+    declare.queue_declare("dedup".into(), durable(), arguments).await.expect("declare on a formed cluster");
+
+    let b = cluster.connect(1).await;
+    let publisher = confirm_channel(&b).await;
+    for key in 0..50 {
+        publish_keyed_until_confirmed(&publisher, "dedup", key, &cluster).await;
+    }
+    // A declared the queue: its member leads the group. Kill it; the publisher sends the
+    // same 50 messages again, as one that lost its confirms would, and 10 new ones.
+    cluster.nodes[0].take().expect("running").kill9();
+    for key in 0..60 {
+        publish_keyed_until_confirmed(&publisher, "dedup", key, &cluster).await;
+    }
+
+    let c = cluster.connect(2).await;
+    let ch = c.create_channel().await.expect("channel");
+    let got: Vec<u64> = drain(&ch, "dedup")
+        .await
+        .into_iter()
+        .map(|m| u64::from_be_bytes(m.delivery.data.as_slice().try_into().expect("8 bytes")))
+        .collect();
+    assert_eq!(got, (0..60).collect::<Vec<u64>>(), "each key once, in publish order, after the failover");
+}

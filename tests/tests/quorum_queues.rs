@@ -504,3 +504,47 @@ async fn the_delayed_exchange_delivers_into_a_quorum_queue_when_due() {
     let message = get(&ch, "due").await.expect("the delayed message");
     assert_eq!(message.delivery.data, b"when due");
 }
+
+/// Properties with header `name` set to `key` (a deduplication key).
+fn keyed(name: &str, key: &str) -> BasicProperties {
+    BasicProperties::default().with_headers(table(&[(name, text(key))]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deduplication_drops_a_message_whose_key_was_seen_and_still_confirms_it() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let refusing = channel(&conn).await;
+    let on = quorum(&[("x-message-deduplication", AMQPValue::Boolean(true))]);
+    assert_code(refusing.queue_declare("dedup".into(), durable(), on).await, 406, "deduplication needs x-cache-size");
+
+    let ch = confirm_channel(&conn).await;
+    declare_quorum(&ch, "dedup", &[("x-message-deduplication", AMQPValue::Boolean(true)), ("x-cache-size", long(100))])
+        .await;
+    let header = "x-deduplication-header";
+    for (body, key) in [(b"a1", "a"), (b"b1", "b"), (b"a2", "a"), (b"c1", "c"), (b"b2", "b")] {
+        assert!(publish_confirmed(&ch, "dedup", body, keyed(header, key)).await, "every publish is confirmed");
+    }
+    assert!(publish_confirmed(&ch, "dedup", b"n1", BasicProperties::default()).await);
+    assert!(publish_confirmed(&ch, "dedup", b"n2", BasicProperties::default()).await, "no key, no deduplication");
+    let kept: Vec<Vec<u8>> = drain(&ch, "dedup").await.into_iter().map(|m| m.delivery.data).collect();
+    assert_eq!(kept, [b"a1".to_vec(), b"b1".to_vec(), b"c1".to_vec(), b"n1".to_vec(), b"n2".to_vec()]);
+    assert!(publish_confirmed(&ch, "dedup", b"a3", keyed(header, "a")).await);
+    assert_eq!(ready(&conn, "dedup").await, 0, "a key consumed is still in the window");
+
+    // LavinMQ's argument names the header; and the window forgets a key after x-cache-ttl.
+    let arguments = [
+        ("x-message-deduplication", AMQPValue::Boolean(true)),
+        ("x-cache-size", long(100)),
+        ("x-cache-ttl", long(300)),
+        ("x-deduplication-header", text("order-id")),
+    ];
+    declare_quorum(&ch, "orders", &arguments).await;
+    assert!(publish_confirmed(&ch, "orders", b"1", keyed("order-id", "o-1")).await);
+    assert!(publish_confirmed(&ch, "orders", b"1 again", keyed("order-id", "o-1")).await);
+    assert!(publish_confirmed(&ch, "orders", b"other header", keyed(header, "o-1")).await);
+    wait_ready(&conn, "orders", 2).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(publish_confirmed(&ch, "orders", b"1 later", keyed("order-id", "o-1")).await);
+    wait_ready(&conn, "orders", 3).await;
+}

@@ -18,6 +18,10 @@ use warren_storage::MAX_SEGMENT_BYTES;
 
 /// The highest priority a queue may declare (`x-max-priority`).
 pub const MAX_PRIORITY: u8 = 255;
+/// `x-cache-size` at most: about 120 bytes a key, so 120 MB for a full window.
+pub const MAX_DEDUP_CACHE_ENTRIES: u64 = 1_000_000;
+/// A field-table key (a header name) is a short string: 255 bytes at most.
+const MAX_HEADER_NAME_BYTES: usize = 255;
 
 /// What a full queue does with one more message (`x-overflow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -122,6 +126,16 @@ pub struct QueueArguments {
     pub quorum_initial_group_size: Option<u64>,
     /// `x-queue-leader-locator` (quorum queues).
     pub leader_locator: LeaderLocator,
+    /// `x-message-deduplication` (quorum queues, an extension): drop a message whose key was
+    /// seen within the window.
+    pub message_deduplication: bool,
+    /// `x-cache-size`: keys in the deduplication window (required with deduplication).
+    pub cache_size: Option<u64>,
+    /// `x-cache-ttl` in ms: how long a key stays in the window.
+    pub cache_ttl_ms: Option<u64>,
+    /// `x-deduplication-header`: the header carrying a message's key (LavinMQ's argument;
+    /// default `x-deduplication-header`, the plugin's header).
+    pub deduplication_header: Option<String>,
     /// `x-queue-type`.
     pub queue_type: QueueType,
     /// A stream's retention and segment size.
@@ -246,6 +260,30 @@ pub const ARGUMENTS: &[QueueArgument] = &[
         };
         Ok(())
     }),
+    // Deduplication, an extension with the names of RabbitMQ's plugin and LavinMQ.
+    argument("x-message-deduplication", QUORUM, |name, value, _, parsed| match value {
+        AMQPValue::Boolean(on) => {
+            parsed.message_deduplication = *on;
+            Ok(())
+        }
+        _ => Err(invalid(name, "a boolean", value)),
+    }),
+    argument("x-cache-size", QUORUM, |name, value, _, parsed| {
+        parsed.cache_size = Some(whole_number(name, value, 1, MAX_DEDUP_CACHE_ENTRIES)?);
+        Ok(())
+    }),
+    argument("x-cache-ttl", QUORUM, |name, value, _, parsed| {
+        parsed.cache_ttl_ms = Some(whole_number(name, value, 1, u64::MAX)?);
+        Ok(())
+    }),
+    argument("x-deduplication-header", QUORUM, |name, value, _, parsed| {
+        let header = text(name, value)?;
+        if header.is_empty() || header.len() > MAX_HEADER_NAME_BYTES {
+            return Err(invalid(name, "a header name of 1 to 255 bytes", value));
+        }
+        parsed.deduplication_header = Some(header);
+        Ok(())
+    }),
     // RabbitMQ's, compared on redeclare; nothing in Warren depends on them yet.
     argument("x-queue-mode", ALL, |_, _, _, _| Ok(())),
     argument("x-queue-version", ALL, |_, _, _, _| Ok(())),
@@ -297,6 +335,11 @@ impl QueueArguments {
                     kind.why_not()
                 )));
             }
+        }
+        if parsed.message_deduplication && parsed.cache_size.is_none() {
+            return Err(BrokerError::precondition_failed(
+                "invalid arg 'x-message-deduplication': x-cache-size must be set too (the window is bounded)",
+            ));
         }
         if parsed.dead_letter_routing_key.is_some() && parsed.dead_letter_exchange.is_none() {
             return Err(BrokerError::precondition_failed(
@@ -364,6 +407,11 @@ mod tests {
             ("stream", "x-max-length-bytes", AMQPValue::LongInt(0)),
             ("stream", "x-stream-max-segment-size-bytes", AMQPValue::LongInt(10)),
             ("stream", "x-stream-max-segment-size-bytes", AMQPValue::LongLongInt(1 << 40)),
+            ("quorum", "x-cache-size", AMQPValue::LongInt(0)),
+            ("quorum", "x-cache-size", AMQPValue::LongLongInt(1 << 40)),
+            ("quorum", "x-cache-ttl", AMQPValue::LongInt(0)),
+            ("quorum", "x-message-deduplication", text("yes")),
+            ("quorum", "x-deduplication-header", text("")),
         ] {
             let kind = if name == "x-queue-type" { value.clone() } else { text(kind) };
             let error = QueueArguments::parse(&table(&[("x-queue-type", kind), (name, value)])).expect_err(name);
@@ -379,6 +427,25 @@ mod tests {
             let error = QueueArguments::parse(&arguments).expect_err(argument.name);
             assert!(error.text.contains("does not apply"), "{}", error.text);
         }
+    }
+
+    #[test]
+    fn deduplication_needs_a_bounded_window() {
+        let on = ("x-message-deduplication", AMQPValue::Boolean(true));
+        let error =
+            QueueArguments::parse(&table(&[("x-queue-type", text("quorum")), on.clone()])).expect_err("no size");
+        assert!(error.text.contains("x-cache-size must be set"), "{}", error.text);
+        let args = QueueArguments::parse(&table(&[
+            ("x-queue-type", text("quorum")),
+            on,
+            ("x-cache-size", AMQPValue::LongInt(1000)),
+            ("x-cache-ttl", AMQPValue::LongInt(60_000)),
+            ("x-deduplication-header", text("order-id")),
+        ]))
+        .expect("valid");
+        assert!(args.message_deduplication);
+        assert_eq!((args.cache_size, args.cache_ttl_ms), (Some(1000), Some(60_000)));
+        assert_eq!(args.deduplication_header.as_deref(), Some("order-id"));
     }
 
     #[test]

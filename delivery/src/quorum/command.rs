@@ -209,6 +209,9 @@ pub enum Response {
     Enqueued(MessageId),
     /// `x-overflow` refused the message: nack it.
     Rejected,
+    /// Deduplication dropped the message (its key was seen within the window): confirm it,
+    /// so that the publisher does not retry.
+    Duplicate,
     /// `basic.get`: the message taken, or `None` if none was ready.
     Dequeued(Option<Dequeued>),
     /// `queue.purge`: how many ready messages went.

@@ -14,6 +14,7 @@
 
 use super::command::MessageId;
 use super::consumers::{Consumer, ConsumerKey, Consumers, Counters};
+use super::dedup_window::DedupEntries;
 use super::error::QuorumError;
 use super::settings::Settings;
 use super::state::{MessageState, PendingDeadLetter, QueueState};
@@ -24,8 +25,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
 /// The first byte of an encoded snapshot: its format version (2: without tags and filters,
-/// still read).
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 3;
+/// 3: without the deduplication window; both still read).
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 4;
 /// Entries between two checkpoints at least; more when the queue holds more messages (a
 /// checkpoint costs time and memory in proportion to them).
 pub const DEFAULT_CHECKPOINT_INTERVAL_ENTRIES: u64 = 4096;
@@ -49,6 +50,36 @@ pub struct StateSnapshot {
     tags: Vec<(MessageId, Vec<u8>)>,
     /// The consumers' tag filters.
     filters: Vec<(ConsumerKey, TagFilter)>,
+    /// The deduplication keys seen lately, oldest first.
+    dedup: DedupEntries,
+}
+
+/// A snapshot as format 3 wrote it: as [`StateSnapshot`] without the deduplication window.
+#[derive(Debug, Deserialize)]
+struct StateSnapshotV3 {
+    clock_ms: u64,
+    messages: Vec<(MessageId, MessageState)>,
+    consumers: Vec<(ConsumerKey, Consumer)>,
+    counters: Counters,
+    dead_lettering: Vec<(MessageId, PendingDeadLetter)>,
+    tags: Vec<(MessageId, Vec<u8>)>,
+    filters: Vec<(ConsumerKey, TagFilter)>,
+}
+
+impl From<StateSnapshotV3> for StateSnapshot {
+    fn from(v3: StateSnapshotV3) -> Self {
+        let StateSnapshotV3 { clock_ms, messages, consumers, counters, dead_lettering, tags, filters } = v3;
+        StateSnapshot {
+            clock_ms,
+            messages,
+            consumers,
+            counters,
+            dead_lettering,
+            tags,
+            filters,
+            dedup: DedupEntries::default(),
+        }
+    }
 }
 
 /// A snapshot as format 2 wrote it: as [`StateSnapshot`] without tags and filters.
@@ -64,7 +95,15 @@ struct StateSnapshotV2 {
 impl From<StateSnapshotV2> for StateSnapshot {
     fn from(v2: StateSnapshotV2) -> Self {
         let StateSnapshotV2 { clock_ms, messages, consumers, counters, dead_lettering } = v2;
-        StateSnapshot { clock_ms, messages, consumers, counters, dead_lettering, tags: Vec::new(), filters: Vec::new() }
+        StateSnapshot::from(StateSnapshotV3 {
+            clock_ms,
+            messages,
+            consumers,
+            counters,
+            dead_lettering,
+            tags: Vec::new(),
+            filters: Vec::new(),
+        })
     }
 }
 
@@ -89,6 +128,7 @@ impl StateSnapshot {
             dead_lettering: parts.dead_lettering.iter().map(|(id, pending)| (*id, *pending)).collect(),
             tags: parts.tags.iter().map(|(id, tag)| (*id, tag.clone())).collect(),
             filters: parts.consumers.filters().iter().map(|(key, f)| (*key, f.clone())).collect(),
+            dedup: parts.dedup.entries(),
         }
     }
 
@@ -98,7 +138,7 @@ impl StateSnapshot {
         let messages = self.messages.into_iter().collect();
         let dead_lettering = self.dead_lettering.into_iter().collect();
         let tags = self.tags.into_iter().collect();
-        Ok(QueueState::from_parts(settings, self.clock_ms, messages, consumers, dead_lettering, tags)?)
+        Ok(QueueState::from_parts(settings, self.clock_ms, messages, consumers, dead_lettering, tags, self.dedup)?)
     }
 
     /// Messages the snapshot lists.
@@ -115,6 +155,7 @@ impl StateSnapshot {
     pub fn decode(bytes: &[u8]) -> Result<Self, QuorumError> {
         match bytes.split_first() {
             Some((2, rest)) => decode_whole::<StateSnapshotV2>(rest).map(StateSnapshot::from),
+            Some((3, rest)) => decode_whole::<StateSnapshotV3>(rest).map(StateSnapshot::from),
             _ => decode_versioned(bytes, SNAPSHOT_FORMAT_VERSION),
         }
     }

@@ -9,6 +9,7 @@
 
 use super::command::{entry_of, Command, ConsumerId, ConsumerSpec, Dequeued, Enqueue, MessageId, Op, Response};
 use super::consumers::{ConsumerKey, Consumers, Status};
+use super::dedup_window::{key_of, DedupEntries, DedupKey, DedupWindow};
 use super::effect::Effect;
 use super::settings::Settings;
 use crate::consumer::TagFilter;
@@ -64,6 +65,8 @@ pub struct QueueState {
     /// The tags (`x-stream-filter-value`) of the live messages that have one, for
     /// consumers with a tag filter.
     tags: BTreeMap<MessageId, Vec<u8>>,
+    /// Deduplication keys seen lately (`x-message-deduplication`).
+    dedup: DedupWindow,
 }
 
 impl QueueState {
@@ -81,6 +84,7 @@ impl QueueState {
             dead_lettering: BTreeMap::new(),
             dead_lettering_bytes: 0,
             tags: BTreeMap::new(),
+            dedup: DedupWindow::default(),
         }
     }
 
@@ -113,6 +117,15 @@ impl QueueState {
     }
 
     fn enqueue(&mut self, id: MessageId, message: &Enqueue, effects: &mut Vec<Effect>) -> Response {
+        // Properties that do not decode were refused before they reached the log; if one
+        // does anyway, it is a plain message without TTL (the same on every replica).
+        let properties = Properties::decode(message.properties.clone()).ok();
+        let dedup_key = self.dedup_key(properties.as_ref());
+        if let (Some(key), Some(settings)) = (&dedup_key, &self.settings.deduplication) {
+            if self.dedup.contains(key, self.clock_ms, settings) {
+                return Response::Duplicate;
+            }
+        }
         let size = message.body.len() as u64;
         if self.settings.overflow != Overflow::DropHead && self.would_overflow(size) {
             if self.settings.overflow == Overflow::RejectPublishDlx {
@@ -120,9 +133,6 @@ impl QueueState {
             }
             return Response::Rejected;
         }
-        // Properties that do not decode were refused before they reached the log; if one
-        // does anyway, it is a plain message without TTL (the same on every replica).
-        let properties = Properties::decode(message.properties.clone()).ok();
         let priority = properties.as_ref().and_then(Properties::priority).unwrap_or(0);
         let ttl_ms = [self.settings.message_ttl_ms, properties.as_ref().and_then(Properties::expiration_ms)]
             .into_iter()
@@ -135,8 +145,19 @@ impl QueueState {
             self.tags.insert(id, tag.to_vec());
         }
         self.make_ready(id, state);
+        // Only a message the queue took counts: one refused for overflow may be sent again.
+        if let (Some(key), Some(settings)) = (dedup_key, &self.settings.deduplication) {
+            self.dedup.insert(key, self.clock_ms, settings);
+        }
         self.drop_head(effects);
         Response::Enqueued(id)
+    }
+
+    /// The deduplication key of a message with `properties`, if the queue deduplicates and
+    /// the message has one (no header, or a value that is no key, means none).
+    fn dedup_key(&self, properties: Option<&Properties>) -> Option<DedupKey> {
+        let settings = self.settings.deduplication.as_ref()?;
+        properties?.headers()?.inner().get(settings.header.as_str()).and_then(key_of)
     }
 
     /// Whether `extra` more messages of `size` bytes in all would pass a length limit. The
@@ -525,6 +546,7 @@ impl QueueState {
             consumers: &self.consumers,
             dead_lettering: &self.dead_lettering,
             tags: &self.tags,
+            dedup: &self.dedup,
         }
     }
 
@@ -535,10 +557,12 @@ impl QueueState {
         mut consumers: Consumers,
         dead_lettering: BTreeMap<MessageId, PendingDeadLetter>,
         tags: BTreeMap<MessageId, Vec<u8>>,
+        dedup: DedupEntries,
     ) -> Result<Self, MissingHolder> {
         let mut state = QueueState::new(settings);
         state.clock_ms = clock_ms;
         state.tags = tags;
+        state.dedup = DedupWindow::restore(dedup);
         state.dead_lettering_bytes = dead_lettering.values().map(|pending| pending.size).sum();
         state.dead_lettering = dead_lettering;
         for (&id, message) in &messages {
@@ -606,6 +630,7 @@ pub(super) struct StateParts<'a> {
     pub(super) consumers: &'a Consumers,
     pub(super) dead_lettering: &'a BTreeMap<MessageId, PendingDeadLetter>,
     pub(super) tags: &'a BTreeMap<MessageId, Vec<u8>>,
+    pub(super) dedup: &'a DedupWindow,
 }
 
 /// A snapshot names a holder that it does not list.

@@ -458,3 +458,60 @@ fn a_filtered_consumer_takes_only_the_tags_it_wants_and_a_snapshot_keeps_its_fil
     let to_c: Vec<MessageId> = delivered_to(&effects, &c).into_iter().map(|d| d.0).collect();
     assert_eq!(to_c, vec![plain, blue, green], "an unfiltered consumer takes what nobody else wants");
 }
+
+fn deduplicating(cache_size: u64, cache_ttl_ms: Option<u64>) -> Settings {
+    let deduplication = crate::quorum::DedupSettings {
+        header: crate::quorum::DEFAULT_DEDUPLICATION_HEADER.into(),
+        cache_size,
+        cache_ttl_ms,
+    };
+    Settings { deduplication: Some(deduplication), ..Settings::default() }
+}
+
+fn keyed(body: &str, key: u8) -> Op {
+    let Op::Enqueue(mut message) = enqueue(body, None, None) else { unreachable!("enqueue builds an Enqueue") };
+    message.properties = with_dedup_key(message.properties, Some(key));
+    Op::Enqueue(message)
+}
+
+#[test]
+fn a_message_whose_key_was_seen_is_dropped_and_confirmed() {
+    let mut q = Harness::new(deduplicating(10, None));
+    assert!(matches!(q.run(keyed("first", 1)).0, Response::Enqueued(_)));
+    assert_eq!(q.run(keyed("again", 1)).0, Response::Duplicate);
+    assert!(matches!(q.run(keyed("other", 2)).0, Response::Enqueued(_)));
+    assert!(matches!(q.run(enqueue("no key", None, None)).0, Response::Enqueued(_)));
+    assert!(matches!(q.run(enqueue("no key", None, None)).0, Response::Enqueued(_)), "no header, no dedup");
+    assert_eq!(q.state.ready_count(), 4);
+
+    let mut plain = Harness::new(Settings::default());
+    plain.run(keyed("first", 1));
+    assert!(matches!(plain.run(keyed("again", 1)).0, Response::Enqueued(_)), "off unless the queue asks");
+}
+
+#[test]
+fn the_window_is_the_commands_clock_and_survives_a_snapshot() {
+    let mut q = Harness::new(deduplicating(10, Some(1_000)));
+    q.run(keyed("first", 1));
+    q.now_ms += 999;
+    assert_eq!(q.run(keyed("again", 1)).0, Response::Duplicate);
+
+    let encoded = crate::quorum::StateSnapshot::of(&q.state).encode().expect("encodes");
+    let decoded = crate::quorum::StateSnapshot::decode(&encoded).expect("decodes");
+    let mut restored = decoded.restore(q.state.settings().clone()).expect("restores");
+    let (index, now_ms) = (q.next_index, q.now_ms);
+    let retry = restored.apply(message_id(index, 0), &Command::new(now_ms, keyed("retry", 1))).0;
+    assert_eq!(retry, Response::Duplicate, "the restored window still holds the key");
+    let later = restored.apply(message_id(index + 1, 0), &Command::new(now_ms + 1, keyed("later", 1))).0;
+    assert!(matches!(later, Response::Enqueued(_)), "1 s after it was first seen, the key is free");
+}
+
+#[test]
+fn a_message_refused_for_overflow_leaves_its_key_free() {
+    let mut q =
+        Harness::new(Settings { max_length: Some(1), overflow: Overflow::RejectPublish, ..deduplicating(10, None) });
+    q.run(keyed("fills", 1));
+    assert_eq!(q.run(keyed("refused", 2)).0, Response::Rejected);
+    q.run(Op::Purge);
+    assert!(matches!(q.run(keyed("sent again", 2)).0, Response::Enqueued(_)));
+}

@@ -28,6 +28,14 @@ pub(super) fn properties(priority: Option<u8>, expiration_ms: Option<u64>) -> By
     Bytes::from(raw)
 }
 
+/// `properties` with the deduplication header set to `key`, if given.
+pub(super) fn with_dedup_key(properties: Bytes, key: Option<u8>) -> Bytes {
+    let Some(key) = key else { return properties };
+    let decoded = crate::properties::Properties::decode(properties).expect("test properties decode");
+    let keyed = decoded.with_long_long_header(super::DEFAULT_DEDUPLICATION_HEADER, i64::from(key)).expect("adds");
+    keyed.raw().clone()
+}
+
 /// An Enqueue of `body` with the given priority and per-message TTL.
 pub(super) fn enqueue(body: &str, priority: Option<u8>, expiration_ms: Option<u64>) -> Op {
     Op::Enqueue(Enqueue {

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::queue::Overflow;
-use crate::quorum::{DeadLetterStrategy, Dequeued, StateSnapshot};
+use crate::quorum::{DeadLetterStrategy, DedupSettings, Dequeued, StateSnapshot, DEFAULT_DEDUPLICATION_HEADER};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use std::collections::BTreeMap;
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 /// A command before it meets a state: which consumer, which of its messages.
 #[derive(Debug, Clone)]
 enum Step {
-    Enqueue { priority: Option<u8>, ttl_ms: Option<u64>, size: usize },
+    Enqueue { priority: Option<u8>, ttl_ms: Option<u64>, size: usize, key: Option<u8> },
     Checkout { consumer: u8, prefetch: u32, priority: i32 },
     Cancel { consumer: u8 },
     Down { channel: u8 },
@@ -25,8 +25,8 @@ enum Step {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        4 => (prop::option::of(0u8..12), prop::option::of(0u64..50), 0usize..8)
-            .prop_map(|(priority, ttl_ms, size)| Step::Enqueue { priority, ttl_ms, size }),
+        4 => (prop::option::of(0u8..12), prop::option::of(0u64..50), 0usize..8, prop::option::of(0u8..5))
+            .prop_map(|(priority, ttl_ms, size, key)| Step::Enqueue { priority, ttl_ms, size, key }),
         1 => (0u8..6, 0u32..3, 0i32..3).prop_map(|(consumer, prefetch, priority)| Step::Checkout { consumer, prefetch, priority }),
         1 => (0u8..6).prop_map(|consumer| Step::Cancel { consumer }),
         1 => (0u8..3).prop_map(|channel| Step::Down { channel }),
@@ -49,6 +49,7 @@ fn settings() -> impl Strategy<Value = Settings> {
         0u32..4,
         any::<bool>(),
         prop::sample::select(vec![DeadLetterStrategy::AtMostOnce, DeadLetterStrategy::AtLeastOnce]),
+        prop::option::of((1u64..4, prop::option::of(1u64..60))),
     )
         .prop_map(
             |(
@@ -61,6 +62,7 @@ fn settings() -> impl Strategy<Value = Settings> {
                 limit,
                 sac,
                 strategy,
+                dedup,
             )| {
                 Settings {
                     max_priority,
@@ -72,6 +74,11 @@ fn settings() -> impl Strategy<Value = Settings> {
                     dead_letter_strategy: strategy,
                     delivery_limit: limit,
                     single_active_consumer: sac,
+                    deduplication: dedup.map(|(cache_size, cache_ttl_ms)| DedupSettings {
+                        header: DEFAULT_DEDUPLICATION_HEADER.into(),
+                        cache_size,
+                        cache_ttl_ms,
+                    }),
                 }
             },
         )
@@ -95,10 +102,10 @@ fn run_leader(settings: &Settings, steps: &[Step]) -> (QueueState, Vec<(u64, Com
     let mut all_effects = Vec::new();
     for (i, step) in steps.iter().enumerate() {
         let op = match step {
-            Step::Enqueue { priority, ttl_ms, size } => Op::Enqueue(Enqueue {
+            Step::Enqueue { priority, ttl_ms, size, key } => Op::Enqueue(Enqueue {
                 exchange: String::new(),
                 routing_key: "k".into(),
-                properties: properties(*priority, *ttl_ms),
+                properties: with_dedup_key(properties(*priority, *ttl_ms), *key),
                 body: Bytes::from(vec![7; *size]),
             }),
             Step::Checkout { consumer, prefetch, priority } => {
