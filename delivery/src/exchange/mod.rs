@@ -2,6 +2,7 @@
 
 pub mod delayed;
 mod headers_match;
+pub mod super_stream;
 mod topic_trie;
 
 pub use delayed::DelayedMessages;
@@ -156,6 +157,8 @@ enum Router {
 struct Bindings {
     all: Vec<Binding>,
     router: Router,
+    /// A super stream's partitions, in order (empty for other exchanges).
+    partitions: Vec<Destination>,
 }
 
 /// An exchange: its definition and its bindings.
@@ -164,6 +167,8 @@ pub struct Exchange {
     definition: ExchangeDefinition,
     bindings: RwLock<Bindings>,
     delayed: Option<Arc<DelayedMessages>>,
+    /// A direct exchange with `x-super-stream: true` (see [`super_stream`]).
+    super_stream: bool,
 }
 
 impl Exchange {
@@ -175,7 +180,10 @@ impl Exchange {
             ExchangeKind::Topic => Router::Topic(TopicTrie::default()),
             ExchangeKind::Headers => Router::Headers(Vec::new()),
         };
-        Exchange { definition, bindings: RwLock::new(Bindings { all: Vec::new(), router }), delayed: None }
+        let super_stream =
+            definition.kind == ExchangeKind::Direct && super_stream::is_super_stream(&definition.arguments);
+        let bindings = Bindings { all: Vec::new(), router, partitions: Vec::new() };
+        Exchange { definition, bindings: RwLock::new(bindings), delayed: None, super_stream }
     }
 
     /// A delayed exchange, holding its messages in `delayed`.
@@ -212,6 +220,9 @@ impl Exchange {
             Router::Headers(list) => list.push((HeadersMatcher::compile(&binding.arguments)?, destination)),
         }
         bindings.all.push(binding);
+        if self.super_stream {
+            bindings.partitions = super_stream::partitions_of(&bindings.all);
+        }
         Ok(true)
     }
 
@@ -227,8 +238,11 @@ impl Exchange {
             return false;
         };
         bindings.all.remove(position);
-        let Bindings { all, router } = &mut *bindings;
+        let Bindings { all, router, partitions } = &mut *bindings;
         Self::unindex(router, all, binding);
+        if self.super_stream {
+            *partitions = super_stream::partitions_of(all);
+        }
         true
     }
 
@@ -284,6 +298,13 @@ impl Exchange {
     /// Appends the destinations `message` is routed to (possibly with repeats).
     pub fn route(&self, message: &Message, out: &mut Vec<Destination>) {
         let bindings = self.bindings.read();
+        if self.super_stream && !bindings.partitions.is_empty() {
+            if let Some(key) = super_stream::partition_key(message.properties.headers()) {
+                let index = super_stream::partition_index(&key, bindings.partitions.len());
+                out.push(bindings.partitions[index].clone());
+                return;
+            }
+        }
         match &bindings.router {
             Router::Direct(map) => {
                 if let Some(list) = map.get(message.routing_key.as_str()) {

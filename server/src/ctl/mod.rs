@@ -9,7 +9,8 @@
 //! the file beats the environment, as for the broker's own settings.
 //!
 //! - `client`: the HTTP client and its errors; `output`: tables and JSON;
-//! - `lists`: the list verbs; `actions`: the others; `cluster`: the cluster verbs.
+//! - `lists`: the list verbs; `actions`: the others; `cluster`: the cluster verbs;
+//!   `super_streams`: `add_super_stream` and `delete_super_stream`.
 
 mod access;
 mod actions;
@@ -17,6 +18,7 @@ mod client;
 mod cluster;
 mod lists;
 mod output;
+mod super_streams;
 
 use clap::{Parser, Subcommand};
 use client::Client;
@@ -343,6 +345,35 @@ enum Verb {
         /// The node.
         node: String,
     },
+    /// Declares a super stream (a partitioned stream), as rabbitmq-streams does: a direct
+    /// exchange NAME with x-super-stream and streams NAME-0 .. NAME-(N-1) bound with keys 0 ..
+    /// N-1, or NAME-KEY bound with KEY for --routing-keys.
+    #[command(name = "add_super_stream")]
+    AddSuperStream {
+        /// The super stream.
+        name: String,
+        /// How many partitions [default: 3].
+        #[arg(long, conflicts_with = "routing_keys")]
+        partitions: Option<u32>,
+        /// The partitions' routing keys, comma-separated (a,b,c), instead of numbers.
+        #[arg(long, value_delimiter = ',')]
+        routing_keys: Option<Vec<String>>,
+        /// Each partition's x-max-age, e.g. 7D.
+        #[arg(long)]
+        max_age: Option<String>,
+        /// Each partition's x-max-length-bytes.
+        #[arg(long)]
+        max_length_bytes: Option<u64>,
+        /// Each partition's x-stream-max-segment-size-bytes.
+        #[arg(long)]
+        stream_max_segment_size_bytes: Option<u64>,
+    },
+    /// Deletes a super stream: its partitions and its exchange.
+    #[command(name = "delete_super_stream")]
+    DeleteSuperStream {
+        /// The super stream.
+        name: String,
+    },
     /// Makes this node, on its own so far and empty, a node of another node's cluster.
     #[command(name = "join_cluster")]
     JoinCluster {
@@ -356,6 +387,10 @@ enum Verb {
         node: String,
     },
 }
+
+/// Partitions of `add_super_stream` when neither --partitions nor --routing-keys is given
+/// (rabbitmq-streams' default).
+const DEFAULT_PARTITIONS: u32 = 3;
 
 /// A ctl run failed; the text says what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -454,6 +489,26 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
         }
         Verb::ExportDefinitions { file } => actions::export_definitions(client, file),
         Verb::ImportDefinitions { file } => actions::import_definitions(client, file),
+        Verb::AddSuperStream {
+            name,
+            partitions,
+            routing_keys,
+            max_age,
+            max_length_bytes,
+            stream_max_segment_size_bytes,
+        } => {
+            let partitions = match routing_keys {
+                Some(keys) => super_streams::Partitions::Keyed(keys.clone()),
+                None => super_streams::Partitions::Numbered(partitions.unwrap_or(DEFAULT_PARTITIONS)),
+            };
+            let arguments = super_streams::PartitionArguments {
+                max_age: max_age.clone(),
+                max_length_bytes: *max_length_bytes,
+                max_segment_size_bytes: *stream_max_segment_size_bytes,
+            };
+            super_streams::add_super_stream(client, vhost, name, &partitions, &arguments)
+        }
+        Verb::DeleteSuperStream { name } => super_streams::delete_super_stream(client, vhost, name),
         Verb::ClusterStatus => cluster::cluster_status(client),
         Verb::QuorumStatus { queue } => cluster::quorum_status(client, vhost, queue),
         Verb::AddMember { queue, node } => cluster::change_member(client, vhost, queue, node, true),

@@ -1,0 +1,119 @@
+//! The super stream verbs, rabbitmq-streams' `add_super_stream` and `delete_super_stream`:
+//! RabbitMQ's layout made through the management API, so that what either broker's tools
+//! create is the same thing. A super stream NAME is a direct exchange NAME with
+//! `x-super-stream: true` and one stream per partition bound to it, NAME-0 .. NAME-(N-1) with
+//! routing keys 0 .. N-1 (or NAME-KEY with routing key KEY for `--routing-keys`), each binding
+//! carrying its place in `x-stream-partition-order`.
+
+use super::client::{encode, Client};
+use super::output::say;
+use super::CtlError;
+use serde_json::{json, Map, Value};
+use warren_delivery::exchange::super_stream::{PARTITION_ORDER_ARGUMENT, SUPER_STREAM_ARGUMENT};
+
+/// Partitions of a super stream at most (each is a stream with its files).
+pub const MAX_PARTITIONS: usize = 1024;
+
+/// How a super stream's partitions are named and keyed.
+pub enum Partitions {
+    /// N partitions keyed 0 .. N-1.
+    Numbered(u32),
+    /// One partition per key.
+    Keyed(Vec<String>),
+}
+
+impl Partitions {
+    /// The routing keys, in partition order.
+    fn keys(&self) -> Result<Vec<String>, CtlError> {
+        let keys: Vec<String> = match self {
+            Partitions::Numbered(n) => (0..*n).map(|i| i.to_string()).collect(),
+            Partitions::Keyed(keys) => keys.clone(),
+        };
+        if keys.is_empty() || keys.len() > MAX_PARTITIONS {
+            return Err(CtlError(format!("a super stream has 1 to {MAX_PARTITIONS} partitions, not {}", keys.len())));
+        }
+        if let Some(empty) = keys.iter().position(String::is_empty) {
+            return Err(CtlError(format!("--routing-keys: key {} is empty", empty + 1)));
+        }
+        let mut sorted = keys.clone();
+        sorted.sort();
+        if let Some(pair) = sorted.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(CtlError(format!("--routing-keys: '{}' is given twice", pair[0])));
+        }
+        Ok(keys)
+    }
+}
+
+/// The stream arguments each partition is declared with (retention, segment size).
+pub struct PartitionArguments {
+    /// `x-max-age`, e.g. 7D.
+    pub max_age: Option<String>,
+    /// `x-max-length-bytes`.
+    pub max_length_bytes: Option<u64>,
+    /// `x-stream-max-segment-size-bytes`.
+    pub max_segment_size_bytes: Option<u64>,
+}
+
+impl PartitionArguments {
+    fn as_json(&self) -> Value {
+        let mut arguments = Map::new();
+        arguments.insert("x-queue-type".into(), json!("stream"));
+        if let Some(age) = &self.max_age {
+            arguments.insert("x-max-age".into(), json!(age));
+        }
+        if let Some(bytes) = self.max_length_bytes {
+            arguments.insert("x-max-length-bytes".into(), json!(bytes));
+        }
+        if let Some(bytes) = self.max_segment_size_bytes {
+            arguments.insert("x-stream-max-segment-size-bytes".into(), json!(bytes));
+        }
+        Value::Object(arguments)
+    }
+}
+
+/// `add_super_stream`: the exchange, then each partition and its binding.
+pub fn add_super_stream(
+    client: &Client,
+    vhost: &str,
+    name: &str,
+    partitions: &Partitions,
+    arguments: &PartitionArguments,
+) -> Result<(), CtlError> {
+    let keys = partitions.keys()?;
+    let exchange = json!({ "type": "direct", "durable": true, "arguments": { SUPER_STREAM_ARGUMENT: true } });
+    client.send("PUT", &format!("/api/exchanges/{}/{}", encode(vhost), encode(name)), &exchange)?;
+    let stream = json!({ "durable": true, "arguments": arguments.as_json() });
+    for (order, key) in keys.iter().enumerate() {
+        let partition = format!("{name}-{key}");
+        client.send("PUT", &format!("/api/queues/{}/{}", encode(vhost), encode(&partition)), &stream)?;
+        let path = format!("/api/bindings/{}/e/{}/q/{}", encode(vhost), encode(name), encode(&partition));
+        let binding = json!({ "routing_key": key, "arguments": { PARTITION_ORDER_ARGUMENT: order } });
+        client.send("POST", &path, &binding)?;
+    }
+    say(&format!("declared super stream '{name}' with {} partitions\n", keys.len()));
+    Ok(())
+}
+
+/// `delete_super_stream`: every partition (the streams bound with a partition order), then
+/// the exchange.
+pub fn delete_super_stream(client: &Client, vhost: &str, name: &str) -> Result<(), CtlError> {
+    let exchange_path = format!("/api/exchanges/{}/{}", encode(vhost), encode(name));
+    let exchange = client.get(&exchange_path)?;
+    if exchange["arguments"][SUPER_STREAM_ARGUMENT] != json!(true) {
+        return Err(CtlError(format!("'{name}' is an exchange but not a super stream")));
+    }
+    let bindings = client.get(&format!("{exchange_path}/bindings/source"))?;
+    let partitions: Vec<&str> = bindings
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b["destination_type"] == "queue" && !b["arguments"][PARTITION_ORDER_ARGUMENT].is_null())
+        .filter_map(|b| b["destination"].as_str())
+        .collect();
+    for partition in &partitions {
+        client.delete(&format!("/api/queues/{}/{}", encode(vhost), encode(partition)), &[])?;
+    }
+    client.delete(&exchange_path, &[])?;
+    say(&format!("deleted super stream '{name}' and its {} partitions\n", partitions.len()));
+    Ok(())
+}

@@ -1,0 +1,158 @@
+//! Super streams (partitioned streams) in RabbitMQ's layout, made with `warren ctl
+//! add_super_stream` and used with lapin: routing by routing key to the partition bound with
+//! it, and (the extension) by header `x-partition-key` to the partition the key hashes to as
+//! RabbitMQ's stream clients compute it, keeping each key's order.
+
+use futures_util::StreamExt;
+use lapin::options::*;
+use lapin::BasicProperties;
+use std::collections::BTreeMap;
+use warren_tests::*;
+
+fn ctl(broker: &warren_server::RunningBroker, args: &[&str]) -> (bool, String, String) {
+    let url = format!("http://{}", broker.http_addr.expect("management API"));
+    warren_tests::process::run_ctl(&url, args)
+}
+
+fn ok(broker: &warren_server::RunningBroker, args: &[&str]) -> String {
+    let (succeeded, out, err) = ctl(broker, args);
+    assert!(succeeded, "warren ctl {args:?} failed: {err}");
+    out
+}
+
+/// Each queue's message count, from `list_queues`.
+fn counts(broker: &warren_server::RunningBroker) -> BTreeMap<String, u64> {
+    let listed = ok(broker, &["list_queues", "name", "messages"]);
+    listed
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            Some((fields.next()?.to_string(), fields.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+async fn publish(ch: &lapin::Channel, exchange: &str, routing_key: &str, body: &[u8], key: Option<&str>) {
+    let mut properties = BasicProperties::default();
+    if let Some(key) = key {
+        properties = properties.with_headers(table(&[("x-partition-key", text(key))]));
+    }
+    let confirm = ch
+        .basic_publish(exchange.into(), routing_key.into(), BasicPublishOptions::default(), body, properties)
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+    assert!(confirm.is_ack(), "confirmed");
+}
+
+/// The bodies of a stream from its first offset, `count` of them.
+async fn read_stream(conn: &lapin::Connection, stream: &str, count: usize) -> Vec<String> {
+    let ch = conn.create_channel().await.expect("channel");
+    ch.basic_qos(100, BasicQosOptions::default()).await.expect("qos");
+    let arguments = table(&[("x-stream-offset", text("first"))]);
+    let mut consumer = ch
+        .basic_consume(stream.into(), "reader".into(), BasicConsumeOptions::default(), arguments)
+        .await
+        .expect("consume");
+    let mut bodies = Vec::new();
+    while bodies.len() < count {
+        let delivery = tokio::time::timeout(std::time::Duration::from_secs(5), consumer.next())
+            .await
+            .expect("a delivery within 5 s")
+            .expect("open")
+            .expect("delivery");
+        bodies.push(String::from_utf8_lossy(&delivery.data).into_owned());
+        delivery.ack(BasicAckOptions::default()).await.expect("ack");
+    }
+    bodies
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_super_stream_routes_by_routing_key_and_by_partition_key_hash() {
+    let broker = start_broker().await;
+    ok(&broker, &["add_super_stream", "orders", "--partitions", "3"]);
+    let bindings = ok(&broker, &["list_bindings", "source_name", "destination_name", "routing_key"]);
+    for i in 0..3 {
+        let expected = ["orders".to_string(), format!("orders-{i}"), i.to_string()];
+        assert!(
+            bindings.lines().any(|line| line.split_whitespace().eq(expected.iter().map(String::as_str))),
+            "{bindings}"
+        );
+    }
+
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    publish(&ch, "orders", "1", b"by routing key", None).await;
+    assert_eq!(counts(&broker).get("orders-1"), Some(&1), "routing key 1 goes to partition 1");
+
+    // Where Python's mmh3 (mmh3.hash(key, 104729, signed=False) % 3) sends these keys: the
+    // partition a RabbitMQ stream client would pick. The routing key is ignored then.
+    publish(&ch, "orders", "1", b"hello", Some("hello")).await;
+    publish(&ch, "orders", "1", b"customer-42", Some("customer-42")).await;
+    let after = counts(&broker);
+    assert_eq!((after["orders-0"], after["orders-1"], after["orders-2"]), (1, 1, 1), "{after:?}");
+
+    // Many keys: each lands where the hash says, in publish order within its key.
+    for i in 0..60 {
+        let key = format!("customer-{}", i % 7);
+        publish(&ch, "orders", "", format!("{key}/{i}").as_bytes(), Some(&key)).await;
+    }
+    let mut by_partition: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    for i in 0..60 {
+        let key = format!("customer-{}", i % 7);
+        let partition = warren_delivery::exchange::super_stream::partition_index(key.as_bytes(), 3);
+        by_partition.entry(partition).or_default().push(format!("{key}/{i}"));
+    }
+    let before = [vec!["hello"], vec!["by routing key"], vec!["customer-42"]];
+    for (partition, expected) in &by_partition {
+        let stream = format!("orders-{partition}");
+        let first = &before[*partition];
+        let read = read_stream(&conn, &stream, first.len() + expected.len()).await;
+        assert_eq!(&read[..first.len()], first.as_slice(), "{stream}");
+        assert_eq!(&read[first.len()..], expected.as_slice(), "{stream}: its keys' messages, in order");
+    }
+
+    // A fourth partition, bound with the next order, takes its share of keys from then on.
+    ok(&broker, &["declare_queue", "orders-3", "--type", "stream"]);
+    let order = r#"{"x-stream-partition-order": 3}"#;
+    ok(&broker, &["bind", "orders", "orders-3", "--routing-key", "3", "--arguments", order]);
+    let key = (0..)
+        .map(|i| format!("new-{i}"))
+        .find(|key| warren_delivery::exchange::super_stream::partition_index(key.as_bytes(), 4) == 3)
+        .expect("some key hashes to the fourth partition");
+    publish(&ch, "orders", "", b"to the new partition", Some(&key)).await;
+    assert_eq!(counts(&broker).get("orders-3"), Some(&1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_super_stream_takes_routing_keys_and_delete_super_stream_removes_it_all() {
+    let broker = start_broker().await;
+    ok(&broker, &["add_super_stream", "regions", "--routing-keys", "eu,us,apac", "--max-age", "7D"]);
+    let queues = ok(&broker, &["list_queues", "name", "type"]);
+    for name in ["regions-eu", "regions-us", "regions-apac"] {
+        assert!(queues.lines().any(|l| l.split_whitespace().eq([name, "stream"])), "{queues}");
+    }
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    publish(&ch, "regions", "us", b"to us", None).await;
+    assert_eq!(counts(&broker).get("regions-us"), Some(&1));
+    // Redeclaring a partition with other retention is refused: the arguments were applied.
+    let probe = conn.create_channel().await.expect("channel");
+    let other = table(&[("x-queue-type", text("stream")), ("x-max-age", text("1D"))]);
+    assert_code(probe.queue_declare("regions-eu".into(), durable(), other).await, 406, "x-max-age was 7D");
+
+    ok(&broker, &["delete_super_stream", "regions"]);
+    assert!(counts(&broker).is_empty(), "{:?}", counts(&broker));
+    assert!(!ok(&broker, &["list_exchanges"]).contains("regions"));
+
+    for (args, says) in [
+        (&["add_super_stream", "bad", "--partitions", "0"][..], "1 to 1024 partitions"),
+        (&["add_super_stream", "bad", "--routing-keys", "a,b,a"][..], "'a' is given twice"),
+        (&["delete_super_stream", "amq.direct"][..], "not a super stream"),
+    ] {
+        let (succeeded, _, err) = ctl(&broker, args);
+        assert!(!succeeded && err.contains(says), "{args:?}: {err}");
+    }
+}
