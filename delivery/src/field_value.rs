@@ -33,6 +33,24 @@ pub(crate) fn number_of(value: &AMQPValue) -> Option<f64> {
     })
 }
 
+/// A number's exact whole value: integers exactly whatever their width (where [`number_of`]
+/// rounds those beyond 2^53), floats only when whole.
+pub(crate) fn exact_whole_number_of(value: &AMQPValue) -> Option<i128> {
+    Some(match value {
+        AMQPValue::ShortShortInt(v) => i128::from(*v),
+        AMQPValue::ShortShortUInt(v) => i128::from(*v),
+        AMQPValue::ShortInt(v) => i128::from(*v),
+        AMQPValue::ShortUInt(v) => i128::from(*v),
+        AMQPValue::LongInt(v) => i128::from(*v),
+        AMQPValue::LongUInt(v) => i128::from(*v),
+        AMQPValue::LongLongInt(v) => i128::from(*v),
+        AMQPValue::Timestamp(v) => i128::from(*v),
+        AMQPValue::Float(v) if v.fract() == 0.0 && v.abs() < 1e18 => *v as i128,
+        AMQPValue::Double(v) if v.fract() == 0.0 && v.abs() < 1e18 => *v as i128,
+        _ => return None,
+    })
+}
+
 /// A number that is a whole number within `[min, max]`.
 pub(crate) fn whole_number_within(value: &AMQPValue, min: u64, max: u64) -> Option<u64> {
     number_of(value).filter(|n| n.fract() == 0.0 && *n >= min as f64 && *n <= max as f64).map(|n| n as u64)

@@ -229,12 +229,9 @@ pub const ARGUMENTS: &[QueueArgument] = &[
         parsed.delivery_limit = Some(whole_number(name, value, 0, u64::MAX)?);
         Ok(())
     }),
-    argument("x-single-active-consumer", QUEUES, |name, value, _, parsed| match value {
-        AMQPValue::Boolean(on) => {
-            parsed.single_active_consumer = *on;
-            Ok(())
-        }
-        _ => Err(invalid(name, "a boolean", value)),
+    argument("x-single-active-consumer", QUEUES, |name, value, _, parsed| {
+        parsed.single_active_consumer = boolean(name, value)?;
+        Ok(())
     }),
     argument("x-max-age", STREAM, |name, value, _, parsed| {
         let text = string_of(value).and_then(|t| std::str::from_utf8(t).ok());
@@ -261,12 +258,9 @@ pub const ARGUMENTS: &[QueueArgument] = &[
         Ok(())
     }),
     // Deduplication, an extension with the names of RabbitMQ's plugin and LavinMQ.
-    argument("x-message-deduplication", QUORUM, |name, value, _, parsed| match value {
-        AMQPValue::Boolean(on) => {
-            parsed.message_deduplication = *on;
-            Ok(())
-        }
-        _ => Err(invalid(name, "a boolean", value)),
+    argument("x-message-deduplication", QUORUM, |name, value, _, parsed| {
+        parsed.message_deduplication = boolean(name, value)?;
+        Ok(())
     }),
     argument("x-cache-size", QUORUM, |name, value, _, parsed| {
         parsed.cache_size = Some(whole_number(name, value, 1, MAX_DEDUP_CACHE_ENTRIES)?);
@@ -299,6 +293,13 @@ fn whole_number(name: &str, value: &AMQPValue, min: u64, max: u64) -> BrokerResu
             if max == u64::MAX { format!("an integer >= {min}") } else { format!("an integer from {min} to {max}") };
         invalid(name, &expected, value)
     })
+}
+
+fn boolean(name: &str, value: &AMQPValue) -> BrokerResult<bool> {
+    match value {
+        AMQPValue::Boolean(on) => Ok(*on),
+        _ => Err(invalid(name, "a boolean", value)),
+    }
 }
 
 fn text(name: &str, value: &AMQPValue) -> BrokerResult<String> {

@@ -9,7 +9,7 @@
 //! clock, never the replica's. Keys are kept as SHA-256 digests, so a key's length costs
 //! nothing.
 
-use crate::field_value::string_of;
+use crate::field_value::{exact_whole_number_of, string_of};
 use amq_protocol::types::AMQPValue;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -41,29 +41,12 @@ pub fn key_of(value: &AMQPValue) -> Option<DedupKey> {
     } else if let AMQPValue::ByteArray(bytes) = value {
         (b's', bytes.as_slice().to_vec())
     } else {
-        (b'n', whole_number_of(value)?.to_string().into_bytes())
+        (b'n', exact_whole_number_of(value)?.to_string().into_bytes())
     };
     let mut digest = Sha256::new();
     digest.update([kind]);
     digest.update(&bytes);
     Some(digest.finalize().into())
-}
-
-/// A number's exact whole value (integers exactly, whatever their width).
-fn whole_number_of(value: &AMQPValue) -> Option<i128> {
-    Some(match value {
-        AMQPValue::ShortShortInt(v) => i128::from(*v),
-        AMQPValue::ShortShortUInt(v) => i128::from(*v),
-        AMQPValue::ShortInt(v) => i128::from(*v),
-        AMQPValue::ShortUInt(v) => i128::from(*v),
-        AMQPValue::LongInt(v) => i128::from(*v),
-        AMQPValue::LongUInt(v) => i128::from(*v),
-        AMQPValue::LongLongInt(v) => i128::from(*v),
-        AMQPValue::Timestamp(v) => i128::from(*v),
-        AMQPValue::Float(v) if v.fract() == 0.0 && v.abs() < 1e18 => *v as i128,
-        AMQPValue::Double(v) if v.fract() == 0.0 && v.abs() < 1e18 => *v as i128,
-        _ => return None,
-    })
 }
 
 /// The keys seen within the window, each with the time it was first seen.
