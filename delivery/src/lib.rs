@@ -9,6 +9,7 @@ pub mod broker;
 pub mod client_text;
 pub mod connections;
 pub mod consumer;
+pub mod dedup_window;
 pub mod definitions;
 pub mod direct_reply_to;
 mod equivalence;

@@ -375,3 +375,49 @@ async fn deleting_a_stream_cancels_its_consumers_and_removes_it() {
     let (_c, mut consumer) = consume(&conn, "s.delete", 10, offset_arg(text("first"))).await;
     assert_eq!(take(&mut consumer, 1).await, vec![(0, "m7".to_string())]);
 }
+
+/// Publishes `body` with deduplication key `key` (header x-deduplication-header); true if
+/// the confirm is an ack.
+async fn publish_keyed(ch: &lapin::Channel, stream: &str, body: &str, key: &str) -> bool {
+    let properties = BasicProperties::default().with_headers(table(&[("x-deduplication-header", text(key))]));
+    let confirm = ch
+        .basic_publish("".into(), stream.into(), BasicPublishOptions::default(), body.as_bytes(), properties)
+        .await
+        .expect("publish");
+    confirm.await.expect("confirm").is_ack()
+}
+
+#[tokio::test]
+async fn a_deduplicating_stream_appends_each_key_once_and_remembers_its_keys_across_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = start_broker_in(dir.path()).await;
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    let dedup = [("x-message-deduplication", AMQPValue::Boolean(true)), ("x-cache-size", AMQPValue::LongInt(100))];
+    declare_stream(&ch, "s.dedup", &dedup).await;
+    for (body, key) in [("a1", "a"), ("b1", "b"), ("a2", "a"), ("c1", "c"), ("b2", "b")] {
+        assert!(publish_keyed(&ch, "s.dedup", body, key).await, "every publish is confirmed");
+    }
+    publish(&ch, "s.dedup", &numbered(0..2)).await;
+    let (_c, mut all) = consume(&conn, "s.dedup", 100, offset_arg(text("first"))).await;
+    let expected: Vec<(i64, String)> =
+        ["a1", "b1", "c1", "m0", "m1"].iter().enumerate().map(|(i, b)| (i as i64, b.to_string())).collect();
+    assert_eq!(take(&mut all, 5).await, expected, "each key once, offsets dense");
+    conn.close(200, "bye".into()).await.expect("close");
+    broker.shutdown().await;
+
+    // The window is replayed from the log: a retry after the restart is still dropped.
+    let broker = start_broker_in(dir.path()).await;
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    assert!(publish_keyed(&ch, "s.dedup", "a3", "a").await);
+    assert!(publish_keyed(&ch, "s.dedup", "d1", "d").await);
+    let (_c, mut all) = consume(&conn, "s.dedup", 100, offset_arg(text("first"))).await;
+    let taken = take(&mut all, 6).await;
+    assert_eq!(taken.last(), Some(&(5, "d1".to_string())), "only the new key was appended: {taken:?}");
+
+    let refused = channel(&conn).await;
+    let unbounded = stream_args(&[("x-message-deduplication", AMQPValue::Boolean(true))]);
+    assert_code(refused.queue_declare("s.unbounded".into(), durable(), unbounded).await, 406, "needs x-cache-size");
+    broker.shutdown().await;
+}

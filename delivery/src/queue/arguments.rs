@@ -9,6 +9,7 @@
 //! strict: a stream refuses (406) the arguments that only make sense for a queue whose
 //! messages leave, so that an application learns at declare time that they would not apply.
 
+use crate::dedup_window::{DedupSettings, DEFAULT_DEDUPLICATION_HEADER};
 use crate::error::{BrokerError, BrokerResult};
 use crate::field_value::{string_of, whole_number_within, Shown};
 use crate::stream::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
@@ -126,8 +127,8 @@ pub struct QueueArguments {
     pub quorum_initial_group_size: Option<u64>,
     /// `x-queue-leader-locator` (quorum queues).
     pub leader_locator: LeaderLocator,
-    /// `x-message-deduplication` (quorum queues, an extension): drop a message whose key was
-    /// seen within the window.
+    /// `x-message-deduplication` (quorum queues and streams, an extension): drop a message
+    /// whose key was seen within the window.
     pub message_deduplication: bool,
     /// `x-cache-size`: keys in the deduplication window (required with deduplication).
     pub cache_size: Option<u64>,
@@ -160,6 +161,8 @@ const ALL: &[QueueType] = &QueueType::ALL;
 /// Queues whose messages leave once settled.
 const QUEUES: &[QueueType] = &[QueueType::Classic, QueueType::Quorum];
 const QUORUM: &[QueueType] = &[QueueType::Quorum];
+/// Queues that deduplicate: their log or their replicated state holds the window.
+const DEDUPLICATING: &[QueueType] = &[QueueType::Quorum, QueueType::Stream];
 const STREAM: &[QueueType] = &[QueueType::Stream];
 
 const fn argument(name: &'static str, kinds: &'static [QueueType], parse: Parse) -> QueueArgument {
@@ -258,19 +261,19 @@ pub const ARGUMENTS: &[QueueArgument] = &[
         Ok(())
     }),
     // Deduplication, an extension with the names of RabbitMQ's plugin and LavinMQ.
-    argument("x-message-deduplication", QUORUM, |name, value, _, parsed| {
+    argument("x-message-deduplication", DEDUPLICATING, |name, value, _, parsed| {
         parsed.message_deduplication = boolean(name, value)?;
         Ok(())
     }),
-    argument("x-cache-size", QUORUM, |name, value, _, parsed| {
+    argument("x-cache-size", DEDUPLICATING, |name, value, _, parsed| {
         parsed.cache_size = Some(whole_number(name, value, 1, MAX_DEDUP_CACHE_ENTRIES)?);
         Ok(())
     }),
-    argument("x-cache-ttl", QUORUM, |name, value, _, parsed| {
+    argument("x-cache-ttl", DEDUPLICATING, |name, value, _, parsed| {
         parsed.cache_ttl_ms = Some(whole_number(name, value, 1, u64::MAX)?);
         Ok(())
     }),
-    argument("x-deduplication-header", QUORUM, |name, value, _, parsed| {
+    argument("x-deduplication-header", DEDUPLICATING, |name, value, _, parsed| {
         let header = text(name, value)?;
         if header.is_empty() || header.len() > MAX_HEADER_NAME_BYTES {
             return Err(invalid(name, "a header name of 1 to 255 bytes", value));
@@ -318,6 +321,18 @@ fn queue_type(arguments: &FieldTable) -> BrokerResult<QueueType> {
 }
 
 impl QueueArguments {
+    /// The deduplication window the arguments ask for, if any.
+    pub fn deduplication(&self) -> Option<DedupSettings> {
+        if !self.message_deduplication {
+            return None;
+        }
+        Some(DedupSettings {
+            header: self.deduplication_header.clone().unwrap_or_else(|| DEFAULT_DEDUPLICATION_HEADER.to_string()),
+            cache_size: self.cache_size?,
+            cache_ttl_ms: self.cache_ttl_ms,
+        })
+    }
+
     /// Parses the arguments of `queue.declare`: the kind first, then every argument in
     /// [`ARGUMENTS`] that the kind interprets; one it does not is ignored, or refused by a
     /// strict kind.

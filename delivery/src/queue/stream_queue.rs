@@ -10,7 +10,7 @@ use crate::message::Message;
 use crate::message_store::StoreError;
 use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
 use crate::session::Session;
-use crate::stream::{Stream, RETENTION_CHECK_INTERVAL_MS};
+use crate::stream::{Stream, StreamArguments, RETENTION_CHECK_INTERVAL_MS};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -31,7 +31,7 @@ pub(super) fn declare(
 ) -> BrokerResult<Arc<Queue>> {
     let storage = super::require_log_of_its_own(&definition, storage, "stream", "streams")?;
     let stream = storage
-        .create_stream(&definition.name, arguments.stream.clone())
+        .create_stream(&definition.name, stream_arguments(&arguments))
         .map_err(|e| internal_error("cannot create stream", e))?;
     Ok(build(definition, arguments, stream, context))
 }
@@ -44,9 +44,14 @@ pub(super) fn recover(
     context: QueueContext,
 ) -> BrokerResult<Arc<Queue>> {
     let stream = storage
-        .open_stream(&definition.name, arguments.stream.clone())
+        .open_stream(&definition.name, stream_arguments(&arguments))
         .map_err(|e| internal_error("cannot recover a stream", e))?;
     Ok(build(definition, arguments, stream, context))
+}
+
+/// What the stream itself obeys: retention and segments, and deduplication.
+fn stream_arguments(arguments: &QueueArguments) -> StreamArguments {
+    StreamArguments { deduplication: arguments.deduplication(), ..arguments.stream.clone() }
 }
 
 fn build(definition: QueueDefinition, arguments: QueueArguments, stream: Stream, context: QueueContext) -> Arc<Queue> {

@@ -7,8 +7,6 @@
 //! - `state`: [`QueueState`] and `apply`: ready set by priority then id, held messages per
 //!   consumer with delivery counts, TTL, length limits, delivery limit.
 //! - `consumers`: who gets the next message (priorities, round robin, single active).
-//! - `dedup_window`: [`DedupWindow`], the deduplication keys seen lately
-//!   (`x-message-deduplication`).
 //! - `effect`: [`Effect`]s (deliver, dead-letter, active consumer changes).
 //! - `settings`: the queue arguments the state obeys, from [`crate::queue::QueueArguments`].
 //! - `snapshot`: [`StateSnapshot`] (no bodies) and the checkpoints snapshots are taken from.
@@ -22,7 +20,6 @@
 
 mod command;
 mod consumers;
-mod dedup_window;
 mod effect;
 mod error;
 mod group;
@@ -41,7 +38,6 @@ pub use command::{
     entry_of, message_id, Command, CommandBatch, ConsumerId, ConsumerSpec, Dequeued, Enqueue, MessageId, Op, Response,
     MAX_OPS_PER_ENTRY,
 };
-pub use dedup_window::{key_of, DedupEntries, DedupKey, DedupSettings, DedupWindow, DEFAULT_DEDUPLICATION_HEADER};
 pub use effect::Effect;
 pub use error::QuorumError;
 pub use group::{GroupError, QuorumGroup, LOCAL_NODE_ID};

@@ -2,7 +2,7 @@
 //! [`QueueArguments`] (parsing stays in `queue::arguments`). They come with the queue's
 //! definition, not from the log, so every replica must be built with the same ones.
 
-use super::dedup_window::{DedupSettings, DEFAULT_DEDUPLICATION_HEADER};
+use crate::dedup_window::DedupSettings;
 pub use crate::queue::DeadLetterStrategy;
 use crate::queue::{Overflow, QueueArguments};
 
@@ -64,18 +64,7 @@ impl From<&QueueArguments> for Settings {
                 .delivery_limit
                 .map_or(DEFAULT_DELIVERY_LIMIT, |limit| u32::try_from(limit).unwrap_or(u32::MAX)),
             single_active_consumer: arguments.single_active_consumer,
-            deduplication: deduplication(arguments),
+            deduplication: arguments.deduplication(),
         }
     }
-}
-
-fn deduplication(arguments: &QueueArguments) -> Option<DedupSettings> {
-    if !arguments.message_deduplication {
-        return None;
-    }
-    Some(DedupSettings {
-        header: arguments.deduplication_header.clone().unwrap_or_else(|| DEFAULT_DEDUPLICATION_HEADER.to_string()),
-        cache_size: arguments.cache_size?,
-        cache_ttl_ms: arguments.cache_ttl_ms,
-    })
 }

@@ -14,11 +14,11 @@
 
 use super::command::MessageId;
 use super::consumers::{Consumer, ConsumerKey, Consumers, Counters};
-use super::dedup_window::DedupEntries;
 use super::error::QuorumError;
 use super::settings::Settings;
 use super::state::{MessageState, PendingDeadLetter, QueueState};
 use crate::consumer::TagFilter;
+use crate::dedup_window::DedupEntries;
 use bytes::Bytes;
 use openraft::{BasicNode, LogId, StoredMembership};
 use serde::{Deserialize, Serialize};

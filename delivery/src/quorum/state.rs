@@ -9,10 +9,10 @@
 
 use super::command::{entry_of, Command, ConsumerId, ConsumerSpec, Dequeued, Enqueue, MessageId, Op, Response};
 use super::consumers::{ConsumerKey, Consumers, Status};
-use super::dedup_window::{key_of, DedupEntries, DedupKey, DedupWindow};
 use super::effect::Effect;
 use super::settings::Settings;
 use crate::consumer::TagFilter;
+use crate::dedup_window::{key_in, DedupEntries, DedupKey, DedupWindow};
 use crate::properties::Properties;
 use crate::queue::dead_letter::DeathReason;
 use crate::queue::{MessageRef, Overflow, ReadyList};
@@ -156,8 +156,7 @@ impl QueueState {
     /// The deduplication key of a message with `properties`, if the queue deduplicates and
     /// the message has one (no header, or a value that is no key, means none).
     fn dedup_key(&self, properties: Option<&Properties>) -> Option<DedupKey> {
-        let settings = self.settings.deduplication.as_ref()?;
-        properties?.headers()?.inner().get(settings.header.as_str()).and_then(key_of)
+        key_in(properties?, self.settings.deduplication.as_ref()?)
     }
 
     /// Whether `extra` more messages of `size` bytes in all would pass a length limit. The

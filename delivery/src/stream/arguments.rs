@@ -2,6 +2,7 @@
 //! RabbitMQ's names and units. They are read, with every other queue argument, by
 //! `crate::queue::QueueArguments` (one table of arguments for every kind of queue).
 
+use crate::dedup_window::DedupSettings;
 use std::time::Duration;
 
 /// The smallest segment a stream may ask for: the storage engine's lower bound.
@@ -16,6 +17,9 @@ pub struct StreamArguments {
     pub max_length_bytes: Option<u64>,
     /// `x-stream-max-segment-size-bytes`: a new segment starts at this size.
     pub max_segment_size_bytes: Option<u64>,
+    /// `x-message-deduplication` with its window, if on (filled in from the queue's
+    /// arguments: [`crate::queue::QueueArguments::deduplication`]).
+    pub deduplication: Option<DedupSettings>,
 }
 
 /// An interval as RabbitMQ writes them, a whole number and a unit: `Y` (years), `M`

@@ -18,6 +18,7 @@
 mod arguments;
 mod consumer_groups;
 mod cursor;
+mod dedup;
 mod offset_spec;
 mod tag;
 
@@ -26,6 +27,7 @@ pub use consumer_groups::{GroupOffsets, MAX_GROUP_NAME_BYTES};
 pub use offset_spec::{OffsetSpec, OFFSET_ARGUMENT};
 
 use crate::consumer::{message_tag, Consumer};
+use crate::dedup_window::{key_in, DedupWindow};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::field_value::string_of;
 use crate::log_browser::{LogBrowser, TagHeaders};
@@ -58,6 +60,8 @@ fn internal(error: impl std::fmt::Display) -> BrokerError {
 struct StreamState {
     cursors: Vec<Cursor>,
     groups: GroupOffsets,
+    /// The deduplication keys appended lately (empty unless the stream deduplicates).
+    dedup: DedupWindow,
     scratch: Vec<u8>,
     deleted: bool,
 }
@@ -92,9 +96,13 @@ impl Stream {
         };
         let log = Log::open(dir.join(LOG_DIR), log_config).map_err(StoreError::from)?;
         let groups = GroupOffsets::open(&dir.join(GROUPS_DIR), config.flush_policy)?;
-        let state = StreamState { cursors: Vec::new(), groups, scratch: Vec::new(), deleted: false };
         let log = Arc::new(log);
         let browser = LogBrowser::new(Arc::clone(&log), dir.join(LOG_DIR), TagHeaders::Written);
+        let dedup = match &arguments.deduplication {
+            Some(settings) => dedup::replay(&browser, settings, now_ms())?,
+            None => DedupWindow::default(),
+        };
+        let state = StreamState { cursors: Vec::new(), groups, dedup, scratch: Vec::new(), deleted: false };
         Ok(Stream { dir: dir.to_path_buf(), log, arguments, state: Mutex::new(state), browser })
     }
 
@@ -138,12 +146,25 @@ impl Stream {
         if state.deleted {
             return Ok(Published::Stored(None));
         }
+        let now = now_ms();
+        let dedup = self.arguments.deduplication.as_ref();
+        let key = dedup.and_then(|settings| key_in(&message.properties, settings));
+        if let (Some(key), Some(settings)) = (&key, dedup) {
+            if state.dedup.contains(key, now, settings) {
+                // Dropped; its confirm waits for what is appended so far, the first copy included.
+                let newest = self.log.next_offset().checked_sub(1);
+                return Ok(Published::Stored(newest.map(|offset| DurableMark::new(&self.log, offset))));
+            }
+        }
         let (flags, tag_hash) = tag::header_fields(message_tag(message));
         let state = &mut *state;
         state.scratch.clear();
         message_codec::encode(message, &mut state.scratch);
-        let record = NewRecord { timestamp_ms: now_ms() as i64, tag_hash, flags, payload: &state.scratch };
+        let record = NewRecord { timestamp_ms: now as i64, tag_hash, flags, payload: &state.scratch };
         let offset = self.log.append(record).map_err(StoreError::from)?;
+        if let (Some(key), Some(settings)) = (key, dedup) {
+            state.dedup.insert(key, now, settings);
+        }
         for cursor in state.cursors.iter_mut() {
             if cursor.active && cursor.waits_at(offset) && cursor.consumer.has_credit() {
                 cursor.step_over(offset);

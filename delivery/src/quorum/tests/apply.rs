@@ -460,8 +460,8 @@ fn a_filtered_consumer_takes_only_the_tags_it_wants_and_a_snapshot_keeps_its_fil
 }
 
 fn deduplicating(cache_size: u64, cache_ttl_ms: Option<u64>) -> Settings {
-    let deduplication = crate::quorum::DedupSettings {
-        header: crate::quorum::DEFAULT_DEDUPLICATION_HEADER.into(),
+    let deduplication = crate::dedup_window::DedupSettings {
+        header: crate::dedup_window::DEFAULT_DEDUPLICATION_HEADER.into(),
         cache_size,
         cache_ttl_ms,
     };

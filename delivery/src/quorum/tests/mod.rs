@@ -32,7 +32,8 @@ pub(super) fn properties(priority: Option<u8>, expiration_ms: Option<u64>) -> By
 pub(super) fn with_dedup_key(properties: Bytes, key: Option<u8>) -> Bytes {
     let Some(key) = key else { return properties };
     let decoded = crate::properties::Properties::decode(properties).expect("test properties decode");
-    let keyed = decoded.with_long_long_header(super::DEFAULT_DEDUPLICATION_HEADER, i64::from(key)).expect("adds");
+    let keyed =
+        decoded.with_long_long_header(crate::dedup_window::DEFAULT_DEDUPLICATION_HEADER, i64::from(key)).expect("adds");
     keyed.raw().clone()
 }
 

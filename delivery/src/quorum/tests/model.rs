@@ -3,8 +3,9 @@
 //! and delivery counts follow a simple reference model.
 
 use super::*;
+use crate::dedup_window::{DedupSettings, DEFAULT_DEDUPLICATION_HEADER};
 use crate::queue::Overflow;
-use crate::quorum::{DeadLetterStrategy, DedupSettings, Dequeued, StateSnapshot, DEFAULT_DEDUPLICATION_HEADER};
+use crate::quorum::{DeadLetterStrategy, Dequeued, StateSnapshot};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use std::collections::BTreeMap;

@@ -1,15 +1,17 @@
-//! [`DedupWindow`]: the deduplication keys a quorum queue has seen lately
+//! [`DedupWindow`]: the deduplication keys a quorum queue or a stream has seen lately
 //! (`x-message-deduplication`, an extension with the names of RabbitMQ's deduplication plugin
-//! and of LavinMQ). It is part of the replicated state: every replica sees the same keys at
-//! the same command times, so a publish retried after a leader failover is recognised by the
-//! new leader.
+//! and of LavinMQ). A quorum queue's window is part of its replicated state: every replica
+//! sees the same keys at the same command times, so a publish retried after a leader failover
+//! is recognised by the new leader. A stream's is rebuilt from the tail of its log when it
+//! opens, so a restart keeps it.
 //!
 //! The window is bounded by `x-cache-size` keys (the oldest goes first) and, if set, by
-//! `x-cache-ttl`: a key is forgotten that long after it was first seen. Time is the command's
-//! clock, never the replica's. Keys are kept as SHA-256 digests, so a key's length costs
-//! nothing.
+//! `x-cache-ttl`: a key is forgotten that long after it was first seen. Time is the caller's
+//! clock (a command's, a record's), never read here. Keys are kept as SHA-256 digests, so a
+//! key's length costs nothing.
 
 use crate::field_value::{exact_whole_number_of, string_of};
+use crate::properties::Properties;
 use amq_protocol::types::AMQPValue;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -31,6 +33,12 @@ pub struct DedupSettings {
 
 /// A message's deduplication key: the digest of its header's value.
 pub type DedupKey = [u8; 32];
+
+/// The key of a message with `properties` under `settings`: its header's value's, if the
+/// header is there and its value is a key.
+pub fn key_in(properties: &Properties, settings: &DedupSettings) -> Option<DedupKey> {
+    properties.headers()?.inner().get(settings.header.as_str()).and_then(key_of)
+}
 
 /// The key of a header value: strings and byte arrays by their bytes, numbers by their whole
 /// value (1 and 1.0 are one key, as RabbitMQ compares values). Other values are no key: the
