@@ -16,6 +16,21 @@ use amq_protocol::types::AMQPValue;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Messages dropped as duplicates on this node since it started: by its streams, and by the
+/// quorum queues it proposed them to (the metrics' `warren_deduplicated_messages_total`).
+static DROPPED_TOTAL: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a message dropped as a duplicate.
+pub fn note_dropped() {
+    DROPPED_TOTAL.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Messages dropped as duplicates on this node since it started.
+pub fn dropped_total() -> u64 {
+    DROPPED_TOTAL.load(Ordering::Relaxed)
+}
 
 /// The header whose value is a message's key unless `x-deduplication-header` names another.
 pub const DEFAULT_DEDUPLICATION_HEADER: &str = "x-deduplication-header";

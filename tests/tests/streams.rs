@@ -387,7 +387,7 @@ async fn publish_keyed(ch: &lapin::Channel, stream: &str, body: &str, key: &str)
     confirm.await.expect("confirm").is_ack()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deduplicating_stream_appends_each_key_once_and_remembers_its_keys_across_a_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = start_broker_in(dir.path()).await;
@@ -403,6 +403,12 @@ async fn a_deduplicating_stream_appends_each_key_once_and_remembers_its_keys_acr
     let expected: Vec<(i64, String)> =
         ["a1", "b1", "c1", "m0", "m1"].iter().enumerate().map(|(i, b)| (i as i64, b.to_string())).collect();
     assert_eq!(take(&mut all, 5).await, expected, "each key once, offsets dense");
+    let metrics = warren_tests::http::Api::new(broker.http_addr.expect("management API")).get_text("/metrics");
+    let dropped = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("warren_deduplicated_messages_total "))
+        .and_then(|value| value.trim().parse::<f64>().ok());
+    assert!(dropped.is_some_and(|n| n >= 2.0), "the two duplicates are counted: {dropped:?}");
     conn.close(200, "bye".into()).await.expect("close");
     broker.shutdown().await;
 

@@ -202,6 +202,12 @@ fn node_figures(api: &Management, exposition: &mut Exposition) {
         disk as f64,
     );
     exposition.single(
+        "warren_deduplicated_messages_total",
+        Kind::Counter,
+        "Messages dropped by deduplication (their key was seen within the window), and confirmed",
+        warren_delivery::dedup_window::dropped_total() as f64,
+    );
+    exposition.single(
         "warren_delayed_messages",
         Kind::Gauge,
         "Messages delayed exchanges hold until they are due",

@@ -320,7 +320,12 @@ async fn report_in_order(
         for (outcome, response) in outcomes.into_iter().zip(responses) {
             match outcome {
                 Outcome::Ignored => {}
-                Outcome::Write(number) => writes.settled(number, response == Response::Rejected),
+                Outcome::Write(number) => {
+                    if response == Response::Duplicate {
+                        crate::dedup_window::note_dropped();
+                    }
+                    writes.settled(number, response == Response::Rejected)
+                }
                 Outcome::Answer(tx) => {
                     let _ = tx.send(Ok(response));
                 }

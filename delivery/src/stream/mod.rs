@@ -151,6 +151,7 @@ impl Stream {
         let key = dedup.and_then(|settings| key_in(&message.properties, settings));
         if let (Some(key), Some(settings)) = (&key, dedup) {
             if state.dedup.contains(key, now, settings) {
+                crate::dedup_window::note_dropped();
                 // Dropped; its confirm waits for what is appended so far, the first copy included.
                 let newest = self.log.next_offset().checked_sub(1);
                 return Ok(Published::Stored(newest.map(|offset| DurableMark::new(&self.log, offset))));
