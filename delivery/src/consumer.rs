@@ -25,7 +25,13 @@ pub struct Consumer {
     priority: i64,
     /// `x-stream-filter` and `x-stream-match-unfiltered`.
     filter: Option<TagFilter>,
+    /// For a consumer of a super stream: which partition this part of it reads (its
+    /// deliveries carry [`PARTITION_HEADER`]).
+    partition: Option<u32>,
 }
+
+/// The header a super stream consumer's deliveries carry: the partition's place (0 first).
+pub const PARTITION_HEADER: &str = "x-stream-partition";
 
 /// The header that carries a message's tag, as RabbitMQ's stream filtering names it.
 pub const TAG_HEADER: &str = "x-stream-filter-value";
@@ -143,7 +149,18 @@ impl Consumer {
             prefetch,
             unacked: AtomicU32::new(0),
             arguments: options.arguments,
+            partition: None,
         })
+    }
+
+    /// This consumer as the part of a super stream consumer that reads partition `index`.
+    pub(crate) fn in_partition(self, index: u32) -> Self {
+        Consumer { partition: Some(index), ..self }
+    }
+
+    /// The super stream partition it reads, if it is part of a super stream consumer.
+    pub fn partition(&self) -> Option<u32> {
+        self.partition
     }
 
     /// `x-priority` (0 by default).

@@ -262,6 +262,65 @@ impl Session {
         }
     }
 
+    /// Starts a consumer of a super stream: one consumer of each partition (in partition
+    /// order), all under `tag`. A tag already used on this channel is 530 NOT_ALLOWED; if a
+    /// partition refuses, the parts started are cancelled.
+    pub fn consume_partitions(
+        self: &Arc<Self>,
+        partitions: Vec<Arc<Queue>>,
+        tag: ShortString,
+        options: ConsumerOptions,
+    ) -> Reply<BrokerResult<Vec<Arc<Consumer>>>> {
+        let consumers = match self.new_partition_consumers(&partitions, tag.clone(), options) {
+            Ok(consumers) => consumers,
+            Err(error) => return Reply::Now(Err(error)),
+        };
+        let mut later = Vec::new();
+        for consumer in &consumers {
+            match consumer.queue().add_consumer(Arc::clone(consumer)) {
+                Reply::Now(Ok(())) => {}
+                Reply::Now(Err(error)) => {
+                    self.cancel(tag.as_str());
+                    return Reply::Now(Err(error));
+                }
+                Reply::Later(started) => later.push(started),
+            }
+        }
+        if later.is_empty() {
+            return Reply::Now(Ok(consumers));
+        }
+        let session = Arc::clone(self);
+        Reply::Later(Box::pin(async move {
+            for started in later {
+                if let Err(error) = started.await {
+                    session.cancel(tag.as_str());
+                    return Err(error);
+                }
+            }
+            Ok(consumers)
+        }))
+    }
+
+    fn new_partition_consumers(
+        self: &Arc<Self>,
+        partitions: &[Arc<Queue>],
+        tag: ShortString,
+        options: ConsumerOptions,
+    ) -> BrokerResult<Vec<Arc<Consumer>>> {
+        let mut state = self.state.lock();
+        if state.has_tag(tag.as_str()) {
+            return Err(reused_tag(tag.as_str()));
+        }
+        let prefetch = state.consumer_prefetch;
+        let mut consumers = Vec::with_capacity(partitions.len());
+        for (index, queue) in partitions.iter().enumerate() {
+            let consumer = Consumer::new(tag.clone(), Arc::clone(queue), Arc::clone(self), options.clone(), prefetch)?;
+            consumers.push(Arc::new(consumer.in_partition(index as u32)));
+        }
+        state.consumers.extend(consumers.iter().cloned());
+        Ok(consumers)
+    }
+
     /// A consumer of this channel, with a tag not used on it yet (530 NOT_ALLOWED otherwise).
     fn new_consumer(
         self: &Arc<Self>,
@@ -352,19 +411,22 @@ impl Session {
 
     /// `basic.cancel` from the client; returns whether the tag was known.
     pub fn cancel(&self, tag: &str) -> bool {
-        let consumer = {
+        let cancelled: Vec<Arc<Consumer>> = {
             let mut state = self.state.lock();
             if state.reply_consumer.as_ref().is_some_and(|reply| reply.tag.as_str() == tag) {
                 self.stop_replies(&mut state);
                 return true;
             }
-            let Some(index) = state.consumers.iter().position(|c| c.tag().as_str() == tag) else {
-                return false;
-            };
-            state.consumers.remove(index)
+            // A super stream consumer is one consumer per partition under one tag.
+            let (cancelled, kept) =
+                std::mem::take(&mut state.consumers).into_iter().partition(|c| c.tag().as_str() == tag);
+            state.consumers = kept;
+            cancelled
         };
-        self.detach(&consumer);
-        true
+        for consumer in &cancelled {
+            self.detach(consumer);
+        }
+        !cancelled.is_empty()
     }
 
     fn detach(&self, consumer: &Arc<Consumer>) {
@@ -384,7 +446,9 @@ impl Session {
             let mut state = self.state.lock();
             let before = state.consumers.len();
             state.consumers.retain(|c| !Arc::ptr_eq(c, consumer));
-            before != state.consumers.len() && !state.closed
+            // A super stream consumer goes on while one of its partitions remains.
+            let tag_gone = !state.consumers.iter().any(|c| c.tag() == consumer.tag());
+            before != state.consumers.len() && !state.closed && tag_gone
         };
         if removed {
             self.sink.consumer_cancelled(consumer.tag());
@@ -415,6 +479,10 @@ impl Session {
             state.unacked.push_back(entry);
         }
         queue.stats().delivered(consumer.no_ack(), redelivered);
+        let message = match consumer.partition() {
+            Some(partition) => with_partition_header(message, partition),
+            None => message,
+        };
         // Sent under the session lock so that tags reach the client in order.
         self.sink.deliver(Delivery { consumer: Arc::clone(consumer), delivery_tag, redelivered, message });
     }
@@ -564,4 +632,15 @@ fn group_by_queue(taken: Vec<Unacked>) -> Vec<SettledGroup> {
         }
     }
     groups
+}
+
+/// `message` with the super stream partition it came from in its headers.
+fn with_partition_header(message: Arc<Message>, partition: u32) -> Arc<Message> {
+    match message.properties.with_long_long_header(crate::consumer::PARTITION_HEADER, i64::from(partition)) {
+        Ok(properties) => Arc::new(Message { properties, ..Message::clone(&message) }),
+        Err(error) => {
+            tracing::warn!(partition, %error, "cannot add the partition header; delivering without it");
+            message
+        }
+    }
 }

@@ -156,3 +156,64 @@ async fn add_super_stream_takes_routing_keys_and_delete_super_stream_removes_it_
         assert!(!succeeded && err.contains(says), "{args:?}: {err}");
     }
 }
+
+fn long_header(delivery: &lapin::message::Delivery, name: &str) -> Option<i64> {
+    match delivery.properties.headers().as_ref()?.inner().get(name)? {
+        lapin::types::AMQPValue::LongLongInt(value) => Some(*value),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consuming_a_super_stream_reads_every_partition_under_one_tag() {
+    let broker = start_broker().await;
+    ok(&broker, &["add_super_stream", "events", "--partitions", "3"]);
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    for i in 0..30 {
+        let key = format!("user-{}", i % 5);
+        publish(&ch, "events", "", format!("{key}/{i}").as_bytes(), Some(&key)).await;
+    }
+
+    let consumer_ch = conn.create_channel().await.expect("channel");
+    consumer_ch.basic_qos(10, BasicQosOptions::default()).await.expect("qos");
+    let arguments = table(&[("x-stream-offset", text("first"))]);
+    let mut consumer = consumer_ch
+        .basic_consume("events".into(), "all".into(), BasicConsumeOptions::default(), arguments)
+        .await
+        .expect("consume a super stream by its name");
+    let mut by_partition: BTreeMap<i64, Vec<(i64, String)>> = BTreeMap::new();
+    for _ in 0..30 {
+        let delivery = tokio::time::timeout(std::time::Duration::from_secs(5), consumer.next())
+            .await
+            .expect("a delivery within 5 s")
+            .expect("open")
+            .expect("delivery");
+        let partition = long_header(&delivery, "x-stream-partition").expect("x-stream-partition");
+        let offset = long_header(&delivery, "x-stream-offset").expect("x-stream-offset");
+        by_partition.entry(partition).or_default().push((offset, String::from_utf8_lossy(&delivery.data).into()));
+        delivery.ack(BasicAckOptions::default()).await.expect("ack");
+    }
+    for (partition, read) in &by_partition {
+        let offsets: Vec<i64> = read.iter().map(|(offset, _)| *offset).collect();
+        assert_eq!(offsets, (0..read.len() as i64).collect::<Vec<_>>(), "partition {partition} from its first offset");
+        for (_, body) in read {
+            let key = body.split('/').next().expect("key");
+            let expected = warren_delivery::exchange::super_stream::partition_index(key.as_bytes(), 3);
+            assert_eq!(*partition, expected as i64, "{body} came from the partition its key hashes to");
+        }
+    }
+    assert_eq!(by_partition.values().map(Vec::len).sum::<usize>(), 30);
+
+    let listed = ok(&broker, &["list_consumers", "queue_name", "consumer_tag"]);
+    let parts = listed.lines().filter(|line| line.split_whitespace().nth(1) == Some("all")).count();
+    assert_eq!(parts, 3, "one consumer per partition under the tag: {listed}");
+
+    // One cancel ends every partition's part: nothing more arrives.
+    consumer_ch.basic_cancel("all".into(), BasicCancelOptions::default()).await.expect("cancel");
+    publish(&ch, "events", "", b"after the cancel", Some("user-1")).await;
+    let more = tokio::time::timeout(std::time::Duration::from_millis(300), consumer.next()).await;
+    assert!(!matches!(more, Ok(Some(Ok(_)))), "a delivery after the cancel: {more:?}");
+    let listed = ok(&broker, &["list_consumers", "queue_name", "consumer_tag"]);
+    assert!(!listed.lines().any(|line| line.split_whitespace().nth(1) == Some("all")), "{listed}");
+}

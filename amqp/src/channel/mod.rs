@@ -19,6 +19,7 @@ use std::sync::Arc;
 use warren_delivery::access::{Access, Resource};
 use warren_delivery::client_text;
 use warren_delivery::direct_reply_to::PSEUDO_QUEUE;
+use warren_delivery::exchange::Destination;
 use warren_delivery::{
     BrokerError, BrokerResult, ConnectionId, ConsumerOptions, GetResult, Message, Reply, ReplyCode, Session,
     VirtualHost,
@@ -233,11 +234,16 @@ impl Channel {
             }
             return Ok(());
         }
+        let consume_ok = (!consume.nowait)
+            .then(|| AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(basic::ConsumeOk { consumer_tag: tag.clone() })));
+        if let Some(partitions) = self.super_stream_partitions(ctx, &consume.queue)? {
+            let options =
+                ConsumerOptions { no_ack: consume.no_ack, exclusive: consume.exclusive, arguments: consume.arguments };
+            return self.consume_partitions(ctx, partitions, tag, options, consume_ok);
+        }
         let queue = self.usable_queue(ctx, &consume.queue)?;
         let options =
             ConsumerOptions { no_ack: consume.no_ack, exclusive: consume.exclusive, arguments: consume.arguments };
-        let consume_ok = (!consume.nowait)
-            .then(|| AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(basic::ConsumeOk { consumer_tag: tag.clone() })));
         match self.session.consume(Arc::clone(&queue), tag, options) {
             Reply::Now(consumer) => {
                 let consumer = consumer?;
@@ -258,6 +264,68 @@ impl Channel {
                         late_replies.send(Outbound::Method(channel, ok));
                     }
                     consumer.queue().start_deliveries(&consumer);
+                    Ok(Answer::Nothing)
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// The partitions of super stream `name`, when `name` is one and no queue has that name:
+    /// `basic.consume` on a super stream reads all its partitions (each needs read access).
+    fn super_stream_partitions(
+        &self,
+        ctx: &ConnectionContext,
+        name: &ShortString,
+    ) -> BrokerResult<Option<Vec<Arc<warren_delivery::Queue>>>> {
+        if name.as_str().is_empty() || ctx.vhost.queue(name.as_str()).is_ok() {
+            return Ok(None);
+        }
+        let Some(partitions) = ctx.vhost.exchange(name.as_str()).ok().and_then(|e| e.partitions()) else {
+            return Ok(None);
+        };
+        let mut queues = Vec::with_capacity(partitions.len());
+        for partition in partitions {
+            let Destination::Queue(queue) = partition else { continue };
+            ctx.check(Access::Read, Resource::Queue(&queue))?;
+            queues.push(self.usable_queue(ctx, &ShortString::from(queue.to_string()))?);
+        }
+        if queues.is_empty() {
+            return Err(BrokerError::not_found(format!("super stream '{name}' has no partitions")));
+        }
+        Ok(Some(queues))
+    }
+
+    /// `basic.consume` of a super stream: one consumer per partition under one tag; consume-ok
+    /// once every partition took its part.
+    fn consume_partitions(
+        &mut self,
+        ctx: &ConnectionContext,
+        partitions: Vec<Arc<warren_delivery::Queue>>,
+        tag: ShortString,
+        options: ConsumerOptions,
+        consume_ok: Option<AMQPClass>,
+    ) -> BrokerResult<()> {
+        match self.session.consume_partitions(partitions, tag, options) {
+            Reply::Now(consumers) => {
+                let consumers = consumers?;
+                if let Some(ok) = consume_ok {
+                    self.reply(ctx, ok);
+                }
+                for consumer in &consumers {
+                    consumer.queue().start_deliveries(consumer);
+                }
+            }
+            Reply::Later(started) => {
+                let (channel, late_replies) = (self.id, self.late_replies.clone());
+                self.pending = Some(PendingReply::new(channel, async move {
+                    let consumers = started.await?;
+                    if let Some(ok) = consume_ok {
+                        late_replies.send(Outbound::Method(channel, ok));
+                    }
+                    for consumer in &consumers {
+                        consumer.queue().start_deliveries(consumer);
+                    }
                     Ok(Answer::Nothing)
                 }));
             }

@@ -206,6 +206,11 @@ impl Exchange {
         &self.definition.name
     }
 
+    /// A super stream's partitions in order; `None` if it is not a super stream.
+    pub fn partitions(&self) -> Option<Vec<Destination>> {
+        self.super_stream.then(|| self.bindings.read().partitions.clone())
+    }
+
     /// Adds a binding; returns false if an identical one exists. Bad headers arguments are 406.
     pub fn bind(&self, binding: Binding) -> BrokerResult<bool> {
         let mut bindings = self.bindings.write();
