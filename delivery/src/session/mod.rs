@@ -9,6 +9,8 @@
 //! A session may also have one reply consumer (direct reply-to, see
 //! [`crate::direct_reply_to`]): replies published to its address are numbered and handed to
 //! the sink like deliveries, but come from no queue and need no ack.
+//!
+//! A consumer of a super stream is one consumer per partition under one tag (`partitions`).
 
 use crate::consumer::{Consumer, ConsumerOptions};
 use crate::direct_reply_to::ReplyAddress;
@@ -21,6 +23,9 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
+
+mod partitions;
+use partitions::with_partition_header;
 
 /// A channel's identity for queues that track channels themselves (quorum queues, whose
 /// replicated state names the channel holding each message): unique in this process, and
@@ -260,65 +265,6 @@ impl Session {
                 }))
             }
         }
-    }
-
-    /// Starts a consumer of a super stream: one consumer of each partition (in partition
-    /// order), all under `tag`. A tag already used on this channel is 530 NOT_ALLOWED; if a
-    /// partition refuses, the parts started are cancelled.
-    pub fn consume_partitions(
-        self: &Arc<Self>,
-        partitions: Vec<Arc<Queue>>,
-        tag: ShortString,
-        options: ConsumerOptions,
-    ) -> Reply<BrokerResult<Vec<Arc<Consumer>>>> {
-        let consumers = match self.new_partition_consumers(&partitions, tag.clone(), options) {
-            Ok(consumers) => consumers,
-            Err(error) => return Reply::Now(Err(error)),
-        };
-        let mut later = Vec::new();
-        for consumer in &consumers {
-            match consumer.queue().add_consumer(Arc::clone(consumer)) {
-                Reply::Now(Ok(())) => {}
-                Reply::Now(Err(error)) => {
-                    self.cancel(tag.as_str());
-                    return Reply::Now(Err(error));
-                }
-                Reply::Later(started) => later.push(started),
-            }
-        }
-        if later.is_empty() {
-            return Reply::Now(Ok(consumers));
-        }
-        let session = Arc::clone(self);
-        Reply::Later(Box::pin(async move {
-            for started in later {
-                if let Err(error) = started.await {
-                    session.cancel(tag.as_str());
-                    return Err(error);
-                }
-            }
-            Ok(consumers)
-        }))
-    }
-
-    fn new_partition_consumers(
-        self: &Arc<Self>,
-        partitions: &[Arc<Queue>],
-        tag: ShortString,
-        options: ConsumerOptions,
-    ) -> BrokerResult<Vec<Arc<Consumer>>> {
-        let mut state = self.state.lock();
-        if state.has_tag(tag.as_str()) {
-            return Err(reused_tag(tag.as_str()));
-        }
-        let prefetch = state.consumer_prefetch;
-        let mut consumers = Vec::with_capacity(partitions.len());
-        for (index, queue) in partitions.iter().enumerate() {
-            let consumer = Consumer::new(tag.clone(), Arc::clone(queue), Arc::clone(self), options.clone(), prefetch)?;
-            consumers.push(Arc::new(consumer.in_partition(index as u32)));
-        }
-        state.consumers.extend(consumers.iter().cloned());
-        Ok(consumers)
     }
 
     /// A consumer of this channel, with a tag not used on it yet (530 NOT_ALLOWED otherwise).
@@ -632,15 +578,4 @@ fn group_by_queue(taken: Vec<Unacked>) -> Vec<SettledGroup> {
         }
     }
     groups
-}
-
-/// `message` with the super stream partition it came from in its headers.
-fn with_partition_header(message: Arc<Message>, partition: u32) -> Arc<Message> {
-    match message.properties.with_long_long_header(crate::consumer::PARTITION_HEADER, i64::from(partition)) {
-        Ok(properties) => Arc::new(Message { properties, ..Message::clone(&message) }),
-        Err(error) => {
-            tracing::warn!(partition, %error, "cannot add the partition header; delivering without it");
-            message
-        }
-    }
 }
