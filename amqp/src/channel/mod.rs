@@ -21,7 +21,7 @@ use warren_delivery::client_text;
 use warren_delivery::direct_reply_to::PSEUDO_QUEUE;
 use warren_delivery::exchange::Destination;
 use warren_delivery::{
-    BrokerError, BrokerResult, ConnectionId, ConsumerOptions, GetResult, Message, Reply, ReplyCode, Session,
+    BrokerError, BrokerResult, ConnectionId, Consumer, ConsumerOptions, GetResult, Message, Reply, ReplyCode, Session,
     VirtualHost,
 };
 
@@ -236,22 +236,36 @@ impl Channel {
         }
         let consume_ok = (!consume.nowait)
             .then(|| AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(basic::ConsumeOk { consumer_tag: tag.clone() })));
-        if let Some(partitions) = self.super_stream_partitions(ctx, &consume.queue)? {
-            let options =
-                ConsumerOptions { no_ack: consume.no_ack, exclusive: consume.exclusive, arguments: consume.arguments };
-            return self.consume_partitions(ctx, partitions, tag, options, consume_ok);
-        }
-        let queue = self.usable_queue(ctx, &consume.queue)?;
         let options =
             ConsumerOptions { no_ack: consume.no_ack, exclusive: consume.exclusive, arguments: consume.arguments };
-        match self.session.consume(Arc::clone(&queue), tag, options) {
-            Reply::Now(consumer) => {
-                let consumer = consumer?;
+        let started = match self.super_stream_partitions(ctx, &consume.queue)? {
+            Some(partitions) => self.session.consume_partitions(partitions, tag, options),
+            None => {
+                let queue = self.usable_queue(ctx, &consume.queue)?;
+                self.session.consume(queue, tag, options).map(|started| started.map(|consumer| vec![consumer]))
+            }
+        };
+        self.start_consumers(ctx, started, consume_ok)
+    }
+
+    /// Sends consume-ok once the consumers started (a super stream's are one per partition),
+    /// then lets their deliveries start.
+    fn start_consumers(
+        &mut self,
+        ctx: &ConnectionContext,
+        started: Reply<BrokerResult<Vec<Arc<Consumer>>>>,
+        consume_ok: Option<AMQPClass>,
+    ) -> BrokerResult<()> {
+        match started {
+            Reply::Now(consumers) => {
+                let consumers = consumers?;
                 if let Some(ok) = consume_ok {
                     self.reply(ctx, ok);
                 }
                 // Only now, with consume-ok queued ahead of them, may deliveries start.
-                consumer.queue().start_deliveries(&consumer);
+                for consumer in &consumers {
+                    consumer.queue().start_deliveries(consumer);
+                }
             }
             // A queue of another node: consume-ok once its home took the consumer (a refusal
             // there closes this channel, as it would here). It goes out from the waiting reply
@@ -259,11 +273,13 @@ impl Channel {
             Reply::Later(started) => {
                 let (channel, late_replies) = (self.id, self.late_replies.clone());
                 self.pending = Some(PendingReply::new(channel, async move {
-                    let consumer = started.await?;
+                    let consumers = started.await?;
                     if let Some(ok) = consume_ok {
                         late_replies.send(Outbound::Method(channel, ok));
                     }
-                    consumer.queue().start_deliveries(&consumer);
+                    for consumer in &consumers {
+                        consumer.queue().start_deliveries(consumer);
+                    }
                     Ok(Answer::Nothing)
                 }));
             }
@@ -294,43 +310,6 @@ impl Channel {
             return Err(BrokerError::not_found(format!("super stream '{name}' has no partitions")));
         }
         Ok(Some(queues))
-    }
-
-    /// `basic.consume` of a super stream: one consumer per partition under one tag; consume-ok
-    /// once every partition took its part.
-    fn consume_partitions(
-        &mut self,
-        ctx: &ConnectionContext,
-        partitions: Vec<Arc<warren_delivery::Queue>>,
-        tag: ShortString,
-        options: ConsumerOptions,
-        consume_ok: Option<AMQPClass>,
-    ) -> BrokerResult<()> {
-        match self.session.consume_partitions(partitions, tag, options) {
-            Reply::Now(consumers) => {
-                let consumers = consumers?;
-                if let Some(ok) = consume_ok {
-                    self.reply(ctx, ok);
-                }
-                for consumer in &consumers {
-                    consumer.queue().start_deliveries(consumer);
-                }
-            }
-            Reply::Later(started) => {
-                let (channel, late_replies) = (self.id, self.late_replies.clone());
-                self.pending = Some(PendingReply::new(channel, async move {
-                    let consumers = started.await?;
-                    if let Some(ok) = consume_ok {
-                        late_replies.send(Outbound::Method(channel, ok));
-                    }
-                    for consumer in &consumers {
-                        consumer.queue().start_deliveries(consumer);
-                    }
-                    Ok(Answer::Nothing)
-                }));
-            }
-        }
-        Ok(())
     }
 
     fn get(&mut self, ctx: &ConnectionContext, get: basic::Get) -> BrokerResult<()> {

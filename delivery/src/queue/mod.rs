@@ -119,6 +119,14 @@ impl<T: Send + 'static> Reply<T> {
             Reply::Later(future) => future.await,
         }
     }
+
+    /// The answer turned by `f`, now or when it comes.
+    pub fn map<U: Send + 'static>(self, f: impl FnOnce(T) -> U + Send + 'static) -> Reply<U> {
+        match self {
+            Reply::Now(value) => Reply::Now(f(value)),
+            Reply::Later(future) => Reply::Later(Box::pin(async move { f(future.await) })),
+        }
+    }
 }
 
 /// The rules of a queue kind that keeps its messages in a log of its own (streams, quorum
