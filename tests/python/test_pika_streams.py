@@ -948,3 +948,42 @@ def test_retention_by_age_drops_old_segments_about_every_second(connection, name
     reader.wait_for(connection, 2)
     assert reader.offsets() == [199, 200]
     assert reader.bodies() == [body, b"later"]
+
+
+# --------------------------------------------------------------------------- super streams
+
+
+def declare_super_stream(channel, name, partitions):
+    """A super stream in RabbitMQ's layout, made with plain 0-9-1 methods as RabbitMQ's tools
+    make it: a direct exchange with x-super-stream, streams NAME-i bound with key i and
+    x-stream-partition-order i."""
+    channel.exchange_declare(exchange=name, exchange_type="direct", durable=True, arguments={"x-super-stream": True})
+    for i in range(partitions):
+        declare_stream(channel, f"{name}-{i}")
+        channel.queue_bind(
+            queue=f"{name}-{i}", exchange=name, routing_key=str(i), arguments={"x-stream-partition-order": i}
+        )
+
+
+def test_x_partition_key_goes_where_rabbitmq_stream_clients_hash_it(connection, names):
+    # mmh3 is an independent implementation of the hash RabbitMQ's stream clients route by:
+    # murmur3 32-bit, seed 104729, the unsigned value modulo the partitions.
+    import mmh3
+    channel = confirmed_channel(connection)
+    name = names("orders")
+    partitions = 4
+    declare_super_stream(channel, name, partitions)
+    expected = [0] * partitions
+    for i in range(200):
+        key = f"customer-{i % 37}"
+        channel.basic_publish(
+            exchange=name,
+            routing_key="ignored",
+            body=f"{key}/{i}".encode(),
+            properties=BasicProperties(headers={"x-partition-key": key}),
+        )
+        expected[mmh3.hash(key.encode(), 104729, signed=False) % partitions] += 1
+    assert [message_count(connection, f"{name}-{i}") for i in range(partitions)] == expected
+    # Without the header, the routing key picks the partition bound with it.
+    channel.basic_publish(exchange=name, routing_key="2", body=b"by key")
+    assert message_count(connection, f"{name}-2") == expected[2] + 1
