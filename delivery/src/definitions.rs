@@ -223,6 +223,27 @@ impl VhostStorage {
         Stream::open(&self.fresh_dir(QUEUES_DIR, name)?, &self.store_config, arguments)
     }
 
+    /// The directory of a stream (a stream is a queue: same directory).
+    pub fn stream_dir(&self, name: &str) -> PathBuf {
+        self.store_dir(QUEUES_DIR, name)
+    }
+
+    /// The directory of a new replicated stream, emptied of anything stale.
+    pub fn create_stream_dir(&self, name: &str) -> Result<PathBuf, StoreError> {
+        self.fresh_dir(QUEUES_DIR, name)
+    }
+
+    /// How queue logs are configured.
+    pub fn store_config(&self) -> &LogStoreConfig {
+        &self.store_config
+    }
+
+    /// The Raft log of a replicated stream: as the broker's queue logs (its entries are
+    /// publishes, as large as the stream's), purged behind the group's snapshots.
+    pub fn replicated_log_config(&self) -> LogConfig {
+        self.store_config.log_config()
+    }
+
     /// The directory of a quorum queue's Raft group (a quorum queue is a queue: same
     /// directory), and how its log is configured.
     pub fn quorum_queue(&self, name: &str) -> (PathBuf, LogConfig) {

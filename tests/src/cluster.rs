@@ -6,7 +6,7 @@
 use crate::fault_proxy::FaultProxy;
 use crate::process::WarrenProcess;
 use crate::{durable, table, text};
-use lapin::options::QueueDeclareOptions;
+use lapin::options::{ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use std::path::Path;
@@ -225,4 +225,71 @@ pub async fn wait_for_status(cluster: &Cluster, node: usize, queue: &str, what: 
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// What a publisher learned: the sequence numbers confirmed and those nacked or lost with
+/// their connection.
+#[derive(Debug, Default)]
+pub struct Published {
+    /// Confirmed (acked).
+    pub confirmed: Vec<u64>,
+    /// Nacked, or lost with the connection or a timeout.
+    pub unconfirmed: Vec<u64>,
+    /// The highest number published.
+    pub highest: u64,
+}
+
+/// How long the load's publisher waits for one confirm.
+pub const CONFIRM_WAIT: Duration = Duration::from_secs(15);
+
+/// Publishes numbered messages to `queue` in windows of `window`, with confirms, until `stop`
+/// says so; a failed publish (its node or leader gone) counts as unconfirmed.
+pub async fn publish_numbered(
+    conn: Connection,
+    queue: &str,
+    window: u64,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Published {
+    let mut published = Published::default();
+    let Ok(ch) = conn.create_channel().await else { return published };
+    if ch.confirm_select(ConfirmSelectOptions::default()).await.is_err() {
+        return published;
+    }
+    let mut next = 0u64;
+    while !*stop.borrow() {
+        let mut pending = Vec::new();
+        for _ in 0..window {
+            let sent = ch
+                .basic_publish(
+                    "".into(),
+                    queue.into(),
+                    Default::default(),
+                    &next.to_be_bytes(),
+                    BasicProperties::default(),
+                )
+                .await;
+            pending.push((next, sent));
+            published.highest = next;
+            next += 1;
+        }
+        for (number, sent) in pending {
+            let confirmed = match sent {
+                // A confirm that does not come (a group that could not form before its
+                // initializer died waits for it to return) counts as not confirmed.
+                Ok(confirm) => {
+                    tokio::time::timeout(CONFIRM_WAIT, confirm).await.is_ok_and(|c| c.is_ok_and(|c| c.is_ack()))
+                }
+                Err(_) => false,
+            };
+            if confirmed {
+                published.confirmed.push(number);
+            } else {
+                published.unconfirmed.push(number);
+            }
+        }
+        if published.unconfirmed.len() > 100_000 {
+            break;
+        }
+    }
+    published
 }

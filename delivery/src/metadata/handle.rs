@@ -56,12 +56,12 @@ impl Metadata {
     }
 
     /// Makes `op` in `vhost` on every node; returns this node's result once it is applied
-    /// here. A quorum queue's members are chosen here, the declaring node first.
+    /// here. A quorum queue's or a stream's members are chosen here, the declaring node first.
     pub async fn change(&self, vhost: &str, mut op: DefinitionOp) -> BrokerResult<MetaOutcome> {
         if let DefinitionOp::DeclareQueue { name, arguments, members, .. } = &mut op {
             let parsed = crate::queue::QueueArguments::parse(arguments)?;
-            if parsed.queue_type == crate::queue::QueueType::Quorum {
-                let size = parsed.quorum_initial_group_size;
+            if parsed.queue_type.is_replicated() {
+                let size = parsed.initial_group_size;
                 *members = Some(self.replication.initial_members(vhost, name, size, parsed.leader_locator));
             }
         }

@@ -10,7 +10,7 @@
 use super::command::{DefinitionOp, MetaCommand, MetaOutcome, MetaResult};
 use crate::broker::Broker;
 use crate::error::{BrokerError, ReplyCode};
-use crate::queue::{ConnectionId, QueueArguments, QueueDefinition, QueueType};
+use crate::queue::{ConnectionId, QueueArguments, QueueDefinition};
 use crate::quorum::Replication;
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
@@ -186,8 +186,9 @@ impl MetaStateMachine {
                     arguments: arguments.clone(),
                 };
                 let homes = match (QueueArguments::parse(arguments)?.queue_type, members) {
-                    (QueueType::Quorum, Some(members)) => members.ids_leader_first(),
-                    // Classic queues and streams live on the node they were declared on.
+                    (kind, Some(members)) if kind.is_replicated() => members.ids_leader_first(),
+                    // Classic queues (and streams declared before streams were replicated)
+                    // live on the node they were declared on.
                     _ => vec![command.origin],
                 };
                 if !homes.contains(&self.shared.node_id) {

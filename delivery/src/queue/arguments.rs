@@ -83,6 +83,12 @@ impl QueueType {
         }
     }
 
+    /// Whether a queue of this kind is replicated by a Raft group of its own in a cluster
+    /// (its members chosen at declare).
+    pub fn is_replicated(self) -> bool {
+        REPLICATED.contains(&self)
+    }
+
     /// Whether it refuses (rather than ignores) arguments that other kinds interpret.
     fn is_strict(self) -> bool {
         self == QueueType::Stream
@@ -123,9 +129,10 @@ pub struct QueueArguments {
     pub single_active_consumer: bool,
     /// `x-dead-letter-strategy` (quorum queues).
     pub dead_letter_strategy: DeadLetterStrategy,
-    /// `x-quorum-initial-group-size`: replicas of a new quorum queue (default: min(3, nodes)).
-    pub quorum_initial_group_size: Option<u64>,
-    /// `x-queue-leader-locator` (quorum queues).
+    /// Replicas of a new quorum queue (`x-quorum-initial-group-size`) or stream
+    /// (`x-initial-cluster-size`); default: min(3, nodes).
+    pub initial_group_size: Option<u64>,
+    /// `x-queue-leader-locator` (quorum queues and streams).
     pub leader_locator: LeaderLocator,
     /// `x-message-deduplication` (quorum queues and streams, an extension): drop a message
     /// whose key was seen within the window.
@@ -164,6 +171,8 @@ const QUORUM: &[QueueType] = &[QueueType::Quorum];
 /// Queues that deduplicate: their log or their replicated state holds the window.
 const DEDUPLICATING: &[QueueType] = &[QueueType::Quorum, QueueType::Stream];
 const STREAM: &[QueueType] = &[QueueType::Stream];
+/// Queues replicated by a Raft group of their own.
+const REPLICATED: &[QueueType] = &[QueueType::Quorum, QueueType::Stream];
 
 const fn argument(name: &'static str, kinds: &'static [QueueType], parse: Parse) -> QueueArgument {
     QueueArgument { name, kinds, compared_on_redeclare: true, parse }
@@ -249,10 +258,14 @@ pub const ARGUMENTS: &[QueueArgument] = &[
         Ok(())
     }),
     argument("x-quorum-initial-group-size", QUORUM, |name, value, _, parsed| {
-        parsed.quorum_initial_group_size = Some(whole_number(name, value, 1, u64::from(u8::MAX))?);
+        parsed.initial_group_size = Some(whole_number(name, value, 1, u64::from(u8::MAX))?);
         Ok(())
     }),
-    argument("x-queue-leader-locator", QUORUM, |name, value, _, parsed| {
+    argument("x-initial-cluster-size", STREAM, |name, value, _, parsed| {
+        parsed.initial_group_size = Some(whole_number(name, value, 1, u64::from(u8::MAX))?);
+        Ok(())
+    }),
+    argument("x-queue-leader-locator", REPLICATED, |name, value, _, parsed| {
         parsed.leader_locator = match text(name, value)?.as_str() {
             "client-local" => LeaderLocator::ClientLocal,
             "balanced" => LeaderLocator::Balanced,

@@ -26,7 +26,7 @@ use crate::message::Message;
 use crate::message_store::{DurableMark, StoreError};
 use crate::quorum::{
     entry_of, AppliedEffects, ConsumerId, ConsumerSpec, Effect, Enqueue, InitialMembers, MessageId, Op, QuorumGroup,
-    Response, Settings,
+    QuorumStateMachine, Response, Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES,
 };
 use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
 use crate::session::{Session, SessionId};
@@ -96,7 +96,7 @@ pub(super) fn declare(
     let storage = super::require_log_of_its_own(&definition, storage, "quorum queue", "quorum queues")?;
     let (dir, log_config) =
         storage.create_quorum_queue(&definition.name).map_err(|e| internal_error("cannot create quorum queue", e))?;
-    let size = arguments.quorum_initial_group_size;
+    let size = arguments.initial_group_size;
     let locator = arguments.leader_locator;
     let members = context.replication.initial_members(&context.vhost_name, &definition.name, size, locator);
     build(definition, arguments, &dir, log_config, context, Some(members))
@@ -130,8 +130,15 @@ fn build(
     let name = group_name(&context.vhost_name, &definition.name);
     let settings = Settings::from(&arguments);
     let replication = Arc::clone(&context.replication);
-    let group = QuorumGroup::open(&name, dir, log_config, settings, effects_tx, replication, members)
-        .map_err(|e| internal_error("cannot start the quorum queue's group", e))?;
+    let group = QuorumStateMachine::open(
+        crate::quorum::snapshot_path(dir),
+        settings,
+        DEFAULT_CHECKPOINT_INTERVAL_ENTRIES,
+        effects_tx,
+    )
+    .map_err(crate::quorum::GroupError::from)
+    .and_then(|machine| QuorumGroup::open(&name, dir, log_config, machine, replication, members))
+    .map_err(|e| internal_error("cannot start the quorum queue's group", e))?;
     let expires = arguments.expires_ms;
     let local = Local { last_used_ms: now_ms(), ..Local::default() };
     let inner = Arc::new(Inner {

@@ -1,5 +1,10 @@
 //! A queue that is a stream (`x-queue-type: stream`): the [`QueueKind`] over a [`Stream`],
 //! with its retention timer. What a stream does is in `crate::stream`.
+//!
+//! A stream lives on one node, or is replicated on several (`x-initial-cluster-size`, in a
+//! cluster): then its publishes go through its Raft group (a confirm waits for a majority to
+//! have it, fsynced), each replica's state machine appends them to its own log, and this
+//! node's consumers read this node's log as it grows. Everything else is the same.
 
 use super::kind::{Holder, QueueKind, QueueTimer};
 use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
@@ -7,18 +12,54 @@ use crate::consumer::Consumer;
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult};
 use crate::message::Message;
+use crate::message::WireMessage;
 use crate::message_store::StoreError;
+use crate::quorum::{InitialMembers, QuorumGroup};
 use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
 use crate::session::Session;
-use crate::stream::{Stream, StreamArguments, RETENTION_CHECK_INTERVAL_MS};
+use crate::stream::{ReplicatedOffsets, Stream, StreamArguments, StreamStateMachine, RETENTION_CHECK_INTERVAL_MS};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// A stream's queue kind.
 pub(crate) struct StreamQueue {
-    stream: Stream,
+    stream: Arc<Stream>,
+    appender: Box<dyn Appender>,
     scheduler: SchedulerHandle,
     deleted: AtomicBool,
+}
+
+/// How a stream takes publishes.
+trait Appender: Send + Sync {
+    /// Appends `message`, or proposes it; the confirm waits for the mark.
+    fn publish(&self, stream: &Stream, queue: &Arc<Queue>, message: &Arc<Message>) -> Result<Published, StoreError>;
+
+    /// The stream is closing or deleted: its group (if any) stops.
+    fn stop(&self) {}
+}
+
+/// A stream on this node alone appends to its log itself.
+struct LocalAppends;
+
+impl Appender for LocalAppends {
+    fn publish(&self, stream: &Stream, queue: &Arc<Queue>, message: &Arc<Message>) -> Result<Published, StoreError> {
+        stream.publish(queue, message)
+    }
+}
+
+/// A replicated stream proposes to its group.
+struct ReplicatedAppends {
+    group: Arc<QuorumGroup<StreamStateMachine>>,
+}
+
+impl Appender for ReplicatedAppends {
+    fn publish(&self, _: &Stream, _: &Arc<Queue>, message: &Arc<Message>) -> Result<Published, StoreError> {
+        Ok(Published::Stored(Some(self.group.enqueue(WireMessage::of(message)))))
+    }
+
+    fn stop(&self) {
+        self.group.close();
+    }
 }
 
 /// A new stream: durable, not exclusive, not auto-delete (406 otherwise, as in RabbitMQ), on a
@@ -30,10 +71,17 @@ pub(super) fn declare(
     context: QueueContext,
 ) -> BrokerResult<Arc<Queue>> {
     let storage = super::require_log_of_its_own(&definition, storage, "stream", "streams")?;
+    let size = arguments.initial_group_size;
+    let members =
+        context.replication.initial_members(&context.vhost_name, &definition.name, size, arguments.leader_locator);
+    if members.members.len() > 1 {
+        let dir = storage.create_stream_dir(&definition.name).map_err(|e| internal_error("cannot create stream", e))?;
+        return replicated(definition, arguments, storage, &dir, context, Some(members));
+    }
     let stream = storage
         .create_stream(&definition.name, stream_arguments(&arguments))
         .map_err(|e| internal_error("cannot create stream", e))?;
-    Ok(build(definition, arguments, stream, context))
+    Ok(build(definition, arguments, stream, Box::new(LocalAppends), context))
 }
 
 /// A stream reopened from its log at startup.
@@ -43,10 +91,58 @@ pub(super) fn recover(
     storage: &VhostStorage,
     context: QueueContext,
 ) -> BrokerResult<Arc<Queue>> {
+    let dir = storage.stream_dir(&definition.name);
+    if crate::quorum::holds_group(&dir) {
+        return replicated(definition, arguments, storage, &dir, context, None);
+    }
     let stream = storage
         .open_stream(&definition.name, stream_arguments(&arguments))
         .map_err(|e| internal_error("cannot recover a stream", e))?;
-    Ok(build(definition, arguments, stream, context))
+    Ok(build(definition, arguments, stream, Box::new(LocalAppends), context))
+}
+
+/// The name of a replicated stream's Raft group, unique in the cluster.
+fn group_name(vhost: &str, stream: &str) -> String {
+    format!("stream:{vhost}:{stream}")
+}
+
+/// This node's replica of a replicated stream kept in `dir`: its log, the state machine
+/// appending to it, the group (new if `members` are given), and the stream reading it.
+fn replicated(
+    definition: QueueDefinition,
+    arguments: QueueArguments,
+    storage: &VhostStorage,
+    dir: &std::path::Path,
+    context: QueueContext,
+    members: Option<InitialMembers>,
+) -> BrokerResult<Arc<Queue>> {
+    let failed = |e: &dyn std::fmt::Display| internal_error("cannot start the stream's replica", e);
+    let stream_arguments = stream_arguments(&arguments);
+    let log = Stream::open_log(dir, storage.store_config(), &stream_arguments).map_err(|e| failed(&e))?;
+    let name = group_name(&context.vhost_name, &definition.name);
+    let replication = Arc::clone(&context.replication);
+    let snapshot = crate::quorum::snapshot_path(dir);
+    let dedup = stream_arguments.deduplication.clone();
+    let machine = StreamStateMachine::open(&name, snapshot, Arc::clone(&log), dedup, Arc::clone(&replication))
+        .map_err(|e| failed(&e))?;
+    let log_config = storage.replicated_log_config();
+    let group =
+        QuorumGroup::open(&name, dir, log_config, machine.clone(), replication, members).map_err(|e| failed(&e))?;
+    let group = Arc::new(group);
+    let proposer = Arc::clone(&group);
+    let offsets = ReplicatedOffsets::new(machine.clone(), move |op| proposer.propose(op));
+    let stream = Stream::replica(dir, log, stream_arguments, Box::new(offsets));
+    let queue = build(definition, arguments, stream, Box::new(ReplicatedAppends { group }), context);
+    tokio::spawn(dispatch_as_applied(Arc::downgrade(&queue), machine.subscribe_appended()));
+    Ok(queue)
+}
+
+/// Feeds the stream's consumers on this node whenever applied entries extend its log.
+async fn dispatch_as_applied(queue: std::sync::Weak<Queue>, mut appended: tokio::sync::watch::Receiver<u64>) {
+    while appended.changed().await.is_ok() {
+        let Some(queue) = queue.upgrade() else { return };
+        queue.dispatch();
+    }
 }
 
 /// What the stream itself obeys: retention and segments, and deduplication.
@@ -54,10 +150,17 @@ fn stream_arguments(arguments: &QueueArguments) -> StreamArguments {
     StreamArguments { deduplication: arguments.deduplication(), ..arguments.stream.clone() }
 }
 
-fn build(definition: QueueDefinition, arguments: QueueArguments, stream: Stream, context: QueueContext) -> Arc<Queue> {
+fn build(
+    definition: QueueDefinition,
+    arguments: QueueArguments,
+    stream: Stream,
+    appender: Box<dyn Appender>,
+    context: QueueContext,
+) -> Arc<Queue> {
     let checks_age = stream.arguments().max_age.is_some();
     let scheduler = Arc::clone(&context.scheduler);
-    let kind = StreamQueue { stream, scheduler: context.scheduler, deleted: AtomicBool::new(false) };
+    let stream = Arc::new(stream);
+    let kind = StreamQueue { stream, appender, scheduler: context.scheduler, deleted: AtomicBool::new(false) };
     let queue = Queue::with_kind(definition, arguments, context.vhost, |_, _| Box::new(kind));
     if checks_age {
         schedule_retention_check(&scheduler, &queue);
@@ -87,7 +190,7 @@ impl StreamQueue {
 
 impl QueueKind for StreamQueue {
     fn publish(&self, queue: &Arc<Queue>, message: Arc<Message>) -> Result<Published, StoreError> {
-        self.stream.publish(queue, &message)
+        self.appender.publish(&self.stream, queue, &message)
     }
 
     fn dispatch(&self, queue: &Arc<Queue>) {
@@ -155,11 +258,13 @@ impl QueueKind for StreamQueue {
     }
 
     fn close(&self, _queue: &Arc<Queue>) {
+        self.appender.stop();
         self.stream.close();
     }
 
     fn mark_deleted(&self, _queue: &Arc<Queue>) -> (u32, Vec<Arc<Consumer>>) {
         self.deleted.store(true, Ordering::Release);
+        self.appender.stop();
         (self.message_count(), self.stream.destroy())
     }
 

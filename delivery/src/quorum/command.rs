@@ -75,7 +75,8 @@ pub type Enqueue = crate::message::WireMessage;
 /// One operation on the queue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Op {
-    /// Publish a message; its id is this entry's index.
+    /// Publish a message; its id is this entry's index (a replicated stream appends it at its
+    /// next offset).
     Enqueue(Enqueue),
     /// Attach a consumer, or change the spec of an attached one (its messages stay).
     Checkout {
@@ -148,6 +149,15 @@ pub enum Op {
         spec: ConsumerSpec,
         /// The tags it wants.
         filter: crate::consumer::TagFilter,
+    },
+    /// A replicated stream's consumer group `group` has settled everything below `offset`
+    /// (`x-consumer-group`): its members resume there, on whichever replica they read. A
+    /// quorum queue has no groups and ignores it.
+    CommitOffset {
+        /// The group's name.
+        group: String,
+        /// The group's committed offset: the first it has not settled.
+        offset: u64,
     },
 }
 

@@ -8,11 +8,10 @@
 //! await the [`Response`].
 
 use super::command::{entry_of, Enqueue, MessageId, Op, Response};
+use super::group_machine::ReplicatedMachine;
 use super::proposer::{fail, Outcome, Proposal, Proposer};
-use super::raft::{AppliedEffects, QuorumRaft, QuorumStateMachine};
+use super::raft::{QuorumRaft, QuorumStateMachine};
 use super::replication::{InitialMembers, Replication};
-use super::settings::Settings;
-use super::snapshot::DEFAULT_CHECKPOINT_INTERVAL_ENTRIES;
 use super::QuorumError;
 use crate::message::Message;
 use crate::message_store::{CommitTracker, DurableMark};
@@ -65,13 +64,14 @@ pub enum GroupError {
     MissingMessage(MessageId),
 }
 
-/// A running quorum queue group.
-pub struct QuorumGroup {
+/// A running group: a quorum queue's (the default), or a replicated stream's (`M` is
+/// [`crate::stream::StreamStateMachine`]).
+pub struct QuorumGroup<M: ReplicatedMachine = QuorumStateMachine> {
     dir: PathBuf,
     name: String,
     replication: Arc<dyn Replication>,
     log: RaftLog<QuorumRaft>,
-    machine: QuorumStateMachine,
+    machine: M,
     proposals: mpsc::UnboundedSender<Proposal>,
     writes: Arc<CommitTracker>,
     raft: watch::Receiver<Option<Raft<QuorumRaft>>>,
@@ -79,33 +79,40 @@ pub struct QuorumGroup {
     decoded: parking_lot::Mutex<VecDeque<(u64, DecodedEntry)>>,
 }
 
-impl std::fmt::Debug for QuorumGroup {
+impl<M: ReplicatedMachine> std::fmt::Debug for QuorumGroup<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QuorumGroup").field("dir", &self.dir).finish_non_exhaustive()
     }
 }
 
-impl QuorumGroup {
-    /// Opens this node's member of group `name`, kept in `dir`, for a queue obeying
-    /// `settings`, and starts it on `replication`'s network; a new group (`members` given)
-    /// is initialized by the member they name. Effects of entries applied from now on go to
-    /// `effects`; entries already in the log are replayed without effects.
+/// Where a group kept in `dir` keeps its state machine's snapshot.
+pub fn snapshot_path(dir: &Path) -> PathBuf {
+    dir.join(SNAPSHOT_FILE)
+}
+
+/// Whether `dir` holds a group's Raft log.
+pub fn holds_group(dir: &Path) -> bool {
+    dir.join(LOG_DIR).is_dir()
+}
+
+impl<M: ReplicatedMachine> QuorumGroup<M> {
+    /// Opens this node's member of group `name`, kept in `dir`, over `machine` (its snapshot
+    /// at [`snapshot_path`]), and starts it on `replication`'s network; a new group
+    /// (`members` given) is initialized by the member they name. Entries already in the log
+    /// are replayed as such (see [`ReplicatedMachine::replayed_through`]).
     pub fn open(
         name: &str,
         dir: &Path,
         log_config: LogConfig,
-        settings: Settings,
-        effects: mpsc::UnboundedSender<AppliedEffects>,
+        machine: M,
         replication: Arc<dyn Replication>,
         members: Option<InitialMembers>,
     ) -> Result<Self, GroupError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| GroupError::NoRuntime)?;
         let log = RaftLog::<QuorumRaft>::open(dir.join(LOG_DIR), log_config)?;
-        let machine =
-            QuorumStateMachine::open(dir.join(SNAPSHOT_FILE), settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES, effects)?;
         let stored_last = log.next_index().checked_sub(1).filter(|_| log.next_index() > log.first_stored_index());
         if let Some(last) = stored_last {
-            machine.skip_effects_through(last);
+            machine.replayed_through(last);
         }
         let (proposals, queued) = mpsc::unbounded_channel();
         let (raft_slot, raft) = watch::channel(None);
@@ -120,7 +127,7 @@ impl QuorumGroup {
     }
 
     /// The state machine, for counts and queries.
-    pub fn machine(&self) -> &QuorumStateMachine {
+    pub fn machine(&self) -> &M {
         &self.machine
     }
 
@@ -341,13 +348,13 @@ async fn elect_until_led(group: &str, raft: &Raft<QuorumRaft>) {
 async fn start_raft(
     group: String,
     log: RaftLog<QuorumRaft>,
-    machine: QuorumStateMachine,
+    machine: impl ReplicatedMachine,
     replication: Arc<dyn Replication>,
     members: Option<InitialMembers>,
 ) -> Result<Raft<QuorumRaft>, GroupError> {
     let mut reader = log.clone();
     let fresh = reader.get_log_state().await.map_err(|e| GroupError::Raft(e.to_string()))?.last_log_id.is_none();
-    let raft = replication.start_member(&group, log, machine).await.map_err(GroupError::Raft)?;
+    let raft = replication.start_member(&group, log, machine.into_group_machine()).await.map_err(GroupError::Raft)?;
     if let Some(members) = members.filter(|m| fresh && m.leader == replication.node_id()) {
         if let Err(error) = raft.initialize(members.members).await {
             tracing::warn!(%group, %error, "a new quorum queue's group was initialized already");

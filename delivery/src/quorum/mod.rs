@@ -11,7 +11,8 @@
 //! - `settings`: the queue arguments the state obeys, from [`crate::queue::QueueArguments`].
 //! - `snapshot`: [`StateSnapshot`] (no bodies) and the checkpoints snapshots are taken from.
 //! - `raft`: the type config [`QuorumRaft`] and [`QuorumStateMachine`].
-//! - `group`: [`QuorumGroup`], a queue's group running on this node.
+//! - `group`: [`QuorumGroup`], a queue's (or a replicated stream's) group running on this node.
+//! - `group_machine`: [`GroupMachine`], the state machine of either kind, as openraft runs it.
 //! - `proposer`: what feeds the group this node's commands, in order and batched.
 //! - `no_peers`: the network of a group with no other member.
 //! - `replication`: what a group needs from the cluster ([`Replication`]), and
@@ -23,6 +24,7 @@ mod consumers;
 mod effect;
 mod error;
 mod group;
+mod group_machine;
 mod no_peers;
 mod proposer;
 mod raft;
@@ -40,7 +42,8 @@ pub use command::{
 };
 pub use effect::Effect;
 pub use error::QuorumError;
-pub use group::{GroupError, QuorumGroup, LOCAL_NODE_ID};
+pub use group::{holds_group, snapshot_path, GroupError, QuorumGroup, LOCAL_NODE_ID};
+pub use group_machine::{GroupMachine, GroupSnapshotBuilder, ReplicatedMachine};
 pub use no_peers::NoPeers;
 pub use proposer::{tell_followers_the_commit, ENTRIES_IN_FLIGHT};
 pub use raft::{

@@ -6,9 +6,11 @@
 
 use super::command::{CommandBatch, Response};
 use super::group::LOCAL_NODE_ID;
+use super::group_machine::GroupMachine;
 use super::no_peers::NoPeers;
-use super::raft::{quorum_raft_config, QuorumRaft, QuorumStateMachine};
+use super::raft::QuorumRaft;
 use crate::queue::LeaderLocator;
+use crate::stream::StreamChunk;
 use openraft::{BasicNode, Raft};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -71,7 +73,7 @@ pub trait Replication: Send + Sync + std::fmt::Debug + 'static {
         &self,
         group: &str,
         log: RaftLog<QuorumRaft>,
-        machine: QuorumStateMachine,
+        machine: GroupMachine,
     ) -> ClusterFuture<Result<Raft<QuorumRaft>, String>>;
 
     /// The metadata group decided the members of quorum queue `queue` in `vhost`: the next
@@ -102,6 +104,20 @@ pub trait Replication: Send + Sync + std::fmt::Debug + 'static {
         group: &str,
         batch: CommandBatch,
     ) -> ClusterFuture<Result<Vec<Response>, ProposeError>>;
+    /// Reads the records of replicated stream `group` from offset `from` on, about
+    /// `max_bytes` of them, from its replica on node `node` (a replica catching up after a
+    /// snapshot asks another for what it lacks).
+    fn read_stream(
+        &self,
+        node: u64,
+        group: &str,
+        from: u64,
+        max_bytes: u32,
+    ) -> ClusterFuture<Result<StreamChunk, String>> {
+        let why = format!("cannot read {group} from node {node}: this node has no peers");
+        let _ = (from, max_bytes);
+        Box::pin(async move { Err(why) })
+    }
 }
 
 /// A broker on its own: every group has one member, this node.
@@ -131,10 +147,10 @@ impl Replication for SingleNode {
         &self,
         _group: &str,
         log: RaftLog<QuorumRaft>,
-        machine: QuorumStateMachine,
+        machine: GroupMachine,
     ) -> ClusterFuture<Result<Raft<QuorumRaft>, String>> {
         Box::pin(async move {
-            let config = quorum_raft_config(LOCAL_CLUSTER_NAME).map_err(|e| e.to_string())?;
+            let config = machine.raft_config(LOCAL_CLUSTER_NAME).map_err(|e| e.to_string())?;
             Raft::new(LOCAL_NODE_ID, Arc::new(config), NoPeers, log, machine).await.map_err(|e| e.to_string())
         })
     }

@@ -19,7 +19,21 @@ const COMPACT_AFTER_BYTES: u64 = 1024 * 1024;
 /// Longest group name (it is a consumer argument; RabbitMQ's names are short strings).
 pub const MAX_GROUP_NAME_BYTES: usize = 255;
 
-/// The committed offsets of a stream's consumer groups.
+/// Where a stream's consumer groups keep their committed offsets: beside the stream's log
+/// on this node ([`GroupOffsets`]), or in a replicated stream's Raft group
+/// (`super::replica::ReplicatedOffsets`).
+pub trait OffsetStore: Send {
+    /// The group's committed offset, if it ever committed one.
+    fn get(&self, group: &str) -> Option<u64>;
+
+    /// Records that `group` has acked everything below `offset`. Offsets only move forward.
+    fn commit(&mut self, group: &str, offset: u64) -> Result<(), StoreError>;
+
+    /// Makes every commit durable (the broker is stopping).
+    fn close(&self) -> Result<(), StoreError>;
+}
+
+/// The committed offsets of a stream's consumer groups, in a small log of their own.
 pub struct GroupOffsets {
     log: Log,
     committed: HashMap<String, u64>,
@@ -60,21 +74,6 @@ impl GroupOffsets {
         Ok(GroupOffsets { log, committed, compacted_bytes, scratch: Vec::new() })
     }
 
-    /// The group's committed offset, if it ever committed one.
-    pub fn get(&self, group: &str) -> Option<u64> {
-        self.committed.get(group).copied()
-    }
-
-    /// Records that `group` has acked everything below `offset`. Offsets only move forward.
-    pub fn commit(&mut self, group: &str, offset: u64) -> Result<(), StoreError> {
-        if self.committed.get(group).is_some_and(|c| *c >= offset) {
-            return Ok(());
-        }
-        self.committed.insert(group.to_string(), offset);
-        self.append(group, offset)?;
-        self.compact_if_large()
-    }
-
     fn append(&mut self, group: &str, offset: u64) -> Result<(), StoreError> {
         self.scratch.clear();
         self.scratch.extend_from_slice(&offset.to_be_bytes());
@@ -97,9 +96,23 @@ impl GroupOffsets {
         self.compacted_bytes = self.log.size_bytes();
         Ok(())
     }
+}
 
-    /// Makes every commit durable (the broker is stopping).
-    pub fn close(&self) -> Result<(), StoreError> {
+impl OffsetStore for GroupOffsets {
+    fn get(&self, group: &str) -> Option<u64> {
+        self.committed.get(group).copied()
+    }
+
+    fn commit(&mut self, group: &str, offset: u64) -> Result<(), StoreError> {
+        if self.committed.get(group).is_some_and(|c| *c >= offset) {
+            return Ok(());
+        }
+        self.committed.insert(group.to_string(), offset);
+        self.append(group, offset)?;
+        self.compact_if_large()
+    }
+
+    fn close(&self) -> Result<(), StoreError> {
         self.log.close().map_err(StoreError::from)
     }
 }

@@ -16,15 +16,21 @@
 //! reported here, once.
 
 mod arguments;
+mod catch_up;
 mod consumer_groups;
 mod cursor;
 mod dedup;
 mod offset_spec;
+mod replica;
 mod tag;
 
 pub use arguments::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
-pub use consumer_groups::{GroupOffsets, MAX_GROUP_NAME_BYTES};
+pub use catch_up::{read_chunk, StreamChunk, StreamRecord, CATCH_UP_CHUNK_BYTES};
+pub use consumer_groups::{GroupOffsets, OffsetStore, MAX_GROUP_NAME_BYTES};
 pub use offset_spec::{OffsetSpec, OFFSET_ARGUMENT};
+pub use replica::{
+    stream_raft_config, ReplicatedOffsets, StreamSnapshotBuilder, StreamStateMachine, MAX_CONSUMER_GROUPS,
+};
 
 use crate::consumer::{message_tag, Consumer};
 use crate::dedup_window::{key_in, DedupWindow};
@@ -59,7 +65,7 @@ fn internal(error: impl std::fmt::Display) -> BrokerError {
 
 struct StreamState {
     cursors: Vec<Cursor>,
-    groups: GroupOffsets,
+    groups: Box<dyn OffsetStore>,
     /// The deduplication keys appended lately (empty unless the stream deduplicates).
     dedup: DedupWindow,
     scratch: Vec<u8>,
@@ -84,8 +90,20 @@ impl std::fmt::Debug for Stream {
 }
 
 impl Stream {
-    /// Opens (or creates) the stream stored in `dir`.
+    /// Opens (or creates) the stream stored in `dir`, on this node alone.
     pub fn open(dir: &Path, config: &LogStoreConfig, arguments: StreamArguments) -> Result<Self, StoreError> {
+        let log = Self::open_log(dir, config, &arguments)?;
+        let groups = GroupOffsets::open(&dir.join(GROUPS_DIR), config.flush_policy)?;
+        let mut stream = Stream::assemble(dir, log, arguments, Box::new(groups));
+        if let Some(settings) = &stream.arguments.deduplication {
+            stream.state.get_mut().dedup = dedup::replay(&stream.browser, settings, now_ms())?;
+        }
+        Ok(stream)
+    }
+
+    /// The log of the stream stored in `dir` (created if new), segmented and retained as its
+    /// arguments say.
+    pub fn open_log(dir: &Path, config: &LogStoreConfig, arguments: &StreamArguments) -> Result<Arc<Log>, StoreError> {
         let log_config = LogConfig {
             flush_policy: config.flush_policy,
             segment_bytes: arguments.max_segment_size_bytes.unwrap_or(config.segment_bytes),
@@ -94,16 +112,21 @@ impl Stream {
             retention_age: arguments.max_age,
             ..LogConfig::default()
         };
-        let log = Log::open(dir.join(LOG_DIR), log_config).map_err(StoreError::from)?;
-        let groups = GroupOffsets::open(&dir.join(GROUPS_DIR), config.flush_policy)?;
-        let log = Arc::new(log);
+        Ok(Arc::new(Log::open(dir.join(LOG_DIR), log_config).map_err(StoreError::from)?))
+    }
+
+    /// A replica of a replicated stream over `log` (see [`Stream::open_log`]), which its
+    /// group's state machine appends to; `groups` keep their offsets in the group. Its
+    /// publishes go through the group, never through [`Stream::publish`].
+    pub fn replica(dir: &Path, log: Arc<Log>, arguments: StreamArguments, groups: Box<dyn OffsetStore>) -> Self {
+        Stream::assemble(dir, log, arguments, groups)
+    }
+
+    fn assemble(dir: &Path, log: Arc<Log>, arguments: StreamArguments, groups: Box<dyn OffsetStore>) -> Self {
         let browser = LogBrowser::new(Arc::clone(&log), dir.join(LOG_DIR), TagHeaders::Written);
-        let dedup = match &arguments.deduplication {
-            Some(settings) => dedup::replay(&browser, settings, now_ms())?,
-            None => DedupWindow::default(),
-        };
+        let dedup = DedupWindow::default();
         let state = StreamState { cursors: Vec::new(), groups, dedup, scratch: Vec::new(), deleted: false };
-        Ok(Stream { dir: dir.to_path_buf(), log, arguments, state: Mutex::new(state), browser })
+        Stream { dir: dir.to_path_buf(), log, arguments, state: Mutex::new(state), browser }
     }
 
     /// Its retention and segment arguments.
@@ -249,7 +272,7 @@ impl Stream {
         };
         let cursor = state.cursors.remove(index);
         if let (true, Some(group)) = (cursor.active, cursor.group.as_deref()) {
-            self.commit(&mut state.groups, group, cursor.committed());
+            self.commit(state.groups.as_mut(), group, cursor.committed());
             let resume = state.groups.get(group).unwrap_or_else(|| cursor.committed());
             if let Some(next) = state.cursors.iter_mut().find(|c| c.group.as_deref() == Some(group)) {
                 next.active = true;
@@ -271,7 +294,7 @@ impl Stream {
         if let Some(cursor) = found.filter(|c| c.active && !requeued) {
             cursor.settled(offsets);
             if let Some(group) = cursor.group.as_deref() {
-                self.commit(&mut state.groups, group, cursor.committed());
+                self.commit(state.groups.as_mut(), group, cursor.committed());
             }
         }
         for cursor in state.cursors.iter_mut().filter(|c| c.active) {
@@ -279,7 +302,7 @@ impl Stream {
         }
     }
 
-    fn commit(&self, groups: &mut GroupOffsets, group: &str, offset: u64) {
+    fn commit(&self, groups: &mut dyn OffsetStore, group: &str, offset: u64) {
         if let Err(error) = groups.commit(group, offset) {
             tracing::error!(dir = %self.dir.display(), group, %error, "cannot store a consumer group's offset");
         }

@@ -22,9 +22,13 @@ use tokio::sync::Semaphore;
 use warren_delivery::metadata::Metadata;
 use warren_delivery::quorum::QuorumRaft;
 use warren_delivery::remote::{Forwarded, Forwarder};
+use warren_delivery::stream::{StreamChunk, StreamStateMachine};
 
 /// Raft RPCs handled at once on this node, over all groups.
 pub const MAX_CONCURRENT_RAFT_RPCS: usize = 64;
+/// Payload bytes one answer to a catching-up replica carries at most (a peer asking for more
+/// gets this much), well within a frame.
+pub const MAX_STREAM_READ_BYTES: u32 = 4 << 20;
 
 /// This node's Raft group members, by group. Cheap to clone.
 #[derive(Clone)]
@@ -34,6 +38,8 @@ pub struct RaftRouter {
 
 struct Shared {
     groups: Mutex<HashMap<RaftGroupId, Raft<QuorumRaft>>>,
+    /// The replicated streams among the groups: their logs serve replicas catching up.
+    streams: Mutex<HashMap<RaftGroupId, StreamStateMachine>>,
     /// This node's metadata member; replaced when the node joins a cluster.
     metadata: Mutex<Option<Arc<Metadata>>>,
     /// Answers nodes asking to join the cluster.
@@ -55,6 +61,7 @@ impl RaftRouter {
         let in_flight = Arc::new(Semaphore::new(MAX_CONCURRENT_RAFT_RPCS));
         let shared = Shared {
             groups: Mutex::default(),
+            streams: Mutex::default(),
             metadata: Mutex::default(),
             joins: OnceLock::new(),
             forwarder: OnceLock::new(),
@@ -71,7 +78,21 @@ impl RaftRouter {
     /// Stops routing `group`'s RPCs (they are answered as for an unknown group); returns its
     /// member, if any.
     pub fn unregister(&self, group: &RaftGroupId) -> Option<Raft<QuorumRaft>> {
+        self.streams().remove(group);
         self.groups().remove(group)
+    }
+
+    /// Lets other replicas of replicated stream `group` read `machine`'s log to catch up.
+    pub fn register_stream(&self, group: RaftGroupId, machine: StreamStateMachine) {
+        self.streams().insert(group, machine);
+    }
+
+    /// This replica's records of stream `group` from `from` on (see
+    /// [`StreamStateMachine::read_chunk`]).
+    pub fn read_stream(&self, group: &RaftGroupId, from: u64, max_bytes: u32) -> Result<StreamChunk, String> {
+        let machine = self.streams().get(group).cloned();
+        let machine = machine.ok_or_else(|| format!("this node runs no replica of {group}"))?;
+        machine.read_chunk(from, max_bytes.min(MAX_STREAM_READ_BYTES)).map_err(|e| e.to_string())
     }
 
     /// Routes the metadata group's RPCs and proposals to this node's member (in place of
@@ -166,6 +187,9 @@ impl RaftRouter {
                 Some(desk) => desk.admit(node).await,
                 None => Err("this node does not take joining nodes yet".into()),
             }),
+            PeerRequest::ReadStream { group, from, max_bytes } => {
+                PeerResponse::StreamRead(self.read_stream(&group, from, max_bytes))
+            }
             // Forwarded operations are one-way, in order: as a request, one would be out of it.
             PeerRequest::Forwarded(_) => {
                 tracing::debug!("a forwarded operation sent as a request was ignored");
@@ -184,6 +208,10 @@ impl RaftRouter {
 
     fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<RaftGroupId, Raft<QuorumRaft>>> {
         self.shared.groups.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn streams(&self) -> std::sync::MutexGuard<'_, HashMap<RaftGroupId, StreamStateMachine>> {
+        self.shared.streams.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -18,13 +18,15 @@ use std::time::Duration;
 use warren_delivery::metadata::{MetaCommand, MetaForwarding};
 use warren_delivery::queue::LeaderLocator;
 use warren_delivery::quorum::{
-    quorum_raft_config, ClusterFuture, CommandBatch, InitialMembers, ProposeError, QuorumRaft, QuorumStateMachine,
-    Replication, Response,
+    ClusterFuture, CommandBatch, GroupMachine, InitialMembers, ProposeError, QuorumRaft, Replication, Response,
 };
+use warren_delivery::stream::StreamChunk;
 use warren_storage::raft::RaftLog;
 
 /// How long a proposal handed to another node's leader may take.
 const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a catching-up replica waits for another's records.
+const STREAM_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Replicas of a quorum queue when `x-quorum-initial-group-size` is not given, at most.
 const DEFAULT_GROUP_SIZE: usize = 3;
 
@@ -180,14 +182,18 @@ impl Replication for ClusterReplication {
         &self,
         group: &str,
         log: RaftLog<QuorumRaft>,
-        machine: QuorumStateMachine,
+        machine: GroupMachine,
     ) -> ClusterFuture<Result<Raft<QuorumRaft>, String>> {
         let (group, id) = (RaftGroupId::new(group), self.node_id());
         let network = GroupNetwork::new(self.transport.clone(), group.clone());
         let router = self.router.clone();
-        let config = quorum_raft_config(&self.cluster_name)
+        let config = machine
+            .raft_config(&self.cluster_name)
             .map_err(|e| e.to_string())
             .and_then(|c| fit_to_transport(&c).map_err(|e| e.to_string()));
+        if let Some(stream) = machine.as_stream() {
+            router.register_stream(group.clone(), stream.clone());
+        }
         Box::pin(async move {
             let raft = Raft::new(id, Arc::new(config?), network, log, machine).await.map_err(|e| e.to_string())?;
             router.register(group, raft.clone());
@@ -243,6 +249,23 @@ impl Replication for ClusterReplication {
             match answer.map_err(|e| ProposeError::Failed(e.to_string()))? {
                 PeerResponse::Proposed(result) => result.map_err(ProposeError::Failed),
                 other => Err(ProposeError::Failed(format!("unexpected answer to a proposal: {other:?}"))),
+            }
+        })
+    }
+    fn read_stream(
+        &self,
+        node: u64,
+        group: &str,
+        from: u64,
+        max_bytes: u32,
+    ) -> ClusterFuture<Result<StreamChunk, String>> {
+        let node = self.node_name_of(node);
+        let request = PeerRequest::ReadStream { group: RaftGroupId::new(group), from, max_bytes };
+        let transport = self.transport.clone();
+        Box::pin(async move {
+            match transport.request_within(&node?, request, STREAM_READ_TIMEOUT).await.map_err(|e| e.to_string())? {
+                PeerResponse::StreamRead(result) => result,
+                other => Err(format!("unexpected answer to a stream read: {other:?}")),
             }
         })
     }

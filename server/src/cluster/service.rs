@@ -19,6 +19,7 @@ use warren_delivery::client_text::sanitize;
 use warren_delivery::metadata::{MetaCommand, MetaRaft};
 use warren_delivery::quorum::{CommandBatch, Response};
 use warren_delivery::remote::Forwarded;
+use warren_delivery::stream::StreamChunk;
 
 /// A request or one-way message between nodes.
 #[derive(Debug, Serialize, Deserialize)]
@@ -61,6 +62,16 @@ pub enum PeerRequest {
         /// The joining node.
         node: PeerAddress,
     },
+    /// The records of replicated stream `group` from offset `from` on, about `max_bytes` of
+    /// them, for a replica catching up. Answered with [`PeerResponse::StreamRead`].
+    ReadStream {
+        /// The stream's group.
+        group: RaftGroupId,
+        /// The first offset wanted.
+        from: u64,
+        /// Payload bytes wanted, about.
+        max_bytes: u32,
+    },
 }
 
 /// An answer to a [`PeerRequest`].
@@ -79,6 +90,8 @@ pub enum PeerResponse {
     /// The answer to [`PeerRequest::Join`]: the other nodes of the cluster the joining node
     /// should know of (the answering node aside: the joining node dialled it), or why not.
     Joined(Result<Vec<PeerAddress>, String>),
+    /// The answer to [`PeerRequest::ReadStream`].
+    StreamRead(Result<StreamChunk, String>),
 }
 
 /// The transport as the broker uses it.

@@ -58,6 +58,8 @@ impl PartitionArguments {
     fn as_json(&self) -> Value {
         let mut arguments = Map::new();
         arguments.insert("x-queue-type".into(), json!("stream"));
+        // As rabbitmq-streams does by default: partition leaders spread over the nodes.
+        arguments.insert("x-queue-leader-locator".into(), json!("balanced"));
         if let Some(age) = &self.max_age {
             arguments.insert("x-max-age".into(), json!(age));
         }

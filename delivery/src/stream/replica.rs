@@ -1,0 +1,509 @@
+//! A replicated stream's state machine ([`StreamStateMachine`]): what the entries of its Raft
+//! group build on every replica. The stream's log (warren-storage segments, dense offsets)
+//! *is* the state: an applied publish is appended at the log's next offset, so offsets are
+//! the same on every replica and independent of Raft's indexes, which also count membership
+//! changes, blank entries and offset commits. Beside the log, replicated too: the consumer
+//! groups' committed offsets, the deduplication window and the stream's clock.
+//!
+//! openraft applies only committed entries, and only applied entries reach the log: a reader
+//! of any replica never sees an uncommitted record.
+//!
+//! Snapshots are small (the log's bounds, the groups, the window), taken after an fsync of
+//! the log, so that the Raft log can be purged up to them. A replica that installs one (it
+//! lagged behind the purged Raft log, or it is new) fetches the records it lacks from another
+//! replica, a chunk at a time (`super::catch_up`): no replica ever holds a stream in memory.
+//!
+//! After a restart openraft applies the Raft log again from the snapshot on. The records of
+//! those entries are in the stream's log already, up to its end: apply counts offsets from
+//! the snapshot's and appends only past the end.
+
+use super::catch_up::{self, StreamChunk};
+use super::tag;
+use crate::consumer::message_tag;
+use crate::dedup_window::{key_in, DedupEntries, DedupSettings, DedupWindow};
+use crate::message::WireMessage;
+use crate::message_store::codec as message_codec;
+use crate::quorum::{Op, QuorumError, QuorumRaft, Replication, Response};
+use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::{
+    BasicNode, Config, ConfigError, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotPolicy,
+    StorageError, StoredMembership,
+};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::watch;
+use warren_storage::{Log, NewRecord, SnapshotFile};
+
+/// Entries applied since the last snapshot before openraft takes a new one. A snapshot costs
+/// an fsync of the stream's log and a small file; it lets the Raft log (a second copy of
+/// every publish) be purged.
+const SNAPSHOT_LOGS_SINCE_LAST: u64 = 1024;
+/// Entries kept in the Raft log below a snapshot, so that a replica a little behind catches up
+/// from the log rather than through a snapshot and the records it lacks.
+const LOGS_KEPT_BELOW_SNAPSHOT: u64 = 512;
+/// Consumer groups a stream keeps offsets for at most: a commit for one more group is
+/// ignored (its members start from their `x-stream-offset`), so that clients cannot grow the
+/// replicated state without bound.
+pub const MAX_CONSUMER_GROUPS: usize = 10_000;
+/// The first byte of a snapshot file: its format version.
+const SNAPSHOT_FORMAT_VERSION: u8 = 1;
+
+/// openraft's configuration for a replicated stream's group: as a quorum queue's (heartbeats
+/// and elections driven by the cluster's failure detector), with snapshots rarer and some log
+/// kept below them.
+pub fn stream_raft_config(cluster_name: &str) -> Result<Config, Box<ConfigError>> {
+    let quorum = crate::quorum::quorum_raft_config(cluster_name)?;
+    Config {
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_LOGS_SINCE_LAST),
+        max_in_snapshot_log_to_keep: LOGS_KEPT_BELOW_SNAPSHOT,
+        ..quorum
+    }
+    .validate()
+    .map_err(Box::new)
+}
+
+/// What a snapshot holds besides openraft's metadata: the state at its entry, but the log's
+/// records, which stay in the log.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct StreamSnapshot {
+    /// The oldest offset the snapshotting replica held (retention removes older ones).
+    first_offset: u64,
+    /// The offset of the next publish after the snapshot's entry.
+    next_offset: u64,
+    /// The stream's clock: the newest proposing leader's time, in ms.
+    clock_ms: u64,
+    /// Committed offsets by consumer group.
+    groups: Vec<(String, u64)>,
+    /// The deduplication keys seen lately, oldest first.
+    dedup: DedupEntries,
+}
+
+/// A snapshot as kept in its file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedSnapshot {
+    meta: SnapshotMeta<u64, BasicNode>,
+    state: StreamSnapshot,
+}
+
+impl SavedSnapshot {
+    fn to_raft(&self) -> Result<Snapshot<QuorumRaft>, QuorumError> {
+        let data = postcard::to_allocvec(&self.state).map_err(QuorumError::Encode)?;
+        Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(Cursor::new(data)) })
+    }
+}
+
+/// The state the applied entries built, besides the log.
+struct Applied {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, BasicNode>,
+    /// The offset the next applied publish takes (behind the log's end while entries whose
+    /// records are in the log are applied again after a restart).
+    next_offset: u64,
+    clock_ms: u64,
+    groups: BTreeMap<String, u64>,
+    dedup: DedupWindow,
+    current: Option<SavedSnapshot>,
+}
+
+impl Applied {
+    fn restore(saved: Option<SavedSnapshot>) -> Self {
+        let state = saved.as_ref().map(|s| s.state.clone()).unwrap_or_default();
+        Applied {
+            last_applied: saved.as_ref().and_then(|s| s.meta.last_log_id),
+            membership: saved.as_ref().map(|s| s.meta.last_membership.clone()).unwrap_or_default(),
+            next_offset: state.next_offset,
+            clock_ms: state.clock_ms,
+            groups: state.groups.into_iter().collect(),
+            dedup: DedupWindow::restore(state.dedup),
+            current: saved,
+        }
+    }
+
+    fn snapshot(&self, first_offset: u64) -> StreamSnapshot {
+        StreamSnapshot {
+            first_offset,
+            next_offset: self.next_offset,
+            clock_ms: self.clock_ms,
+            groups: self.groups.iter().map(|(g, o)| (g.clone(), *o)).collect(),
+            dedup: self.dedup.entries(),
+        }
+    }
+
+    fn commit_offset(&mut self, group: String, offset: u64) {
+        if self.groups.len() >= MAX_CONSUMER_GROUPS && !self.groups.contains_key(&group) {
+            return;
+        }
+        let committed = self.groups.entry(group).or_insert(offset);
+        *committed = (*committed).max(offset);
+    }
+}
+
+struct Shared {
+    /// The group's name, to ask other replicas for records.
+    group: String,
+    log: Arc<Log>,
+    deduplication: Option<DedupSettings>,
+    applied: Mutex<Applied>,
+    /// The log's end after each applied entry: consumers wait on it.
+    appended: watch::Sender<u64>,
+    replication: Arc<dyn Replication>,
+    file: SnapshotFile,
+    /// Serializes snapshot file writes (a build and an install may race).
+    file_lock: tokio::sync::Mutex<()>,
+}
+
+/// A replicated stream's state machine for openraft (see the module documentation).
+#[derive(Clone)]
+pub struct StreamStateMachine {
+    shared: Arc<Shared>,
+}
+
+/// Builds a replicated stream's snapshots.
+pub struct StreamSnapshotBuilder {
+    machine: StreamStateMachine,
+}
+
+impl StreamStateMachine {
+    /// Opens the state machine of group `group` over the stream's `log`, its snapshot in
+    /// `snapshot_path` (none yet: a new replica), deduplicating by `deduplication`; a replica
+    /// catching up reads what it lacks through `replication`.
+    pub fn open(
+        group: &str,
+        snapshot_path: impl Into<PathBuf>,
+        log: Arc<Log>,
+        deduplication: Option<DedupSettings>,
+        replication: Arc<dyn Replication>,
+    ) -> Result<Self, QuorumError> {
+        let file = SnapshotFile::new(snapshot_path);
+        let saved = file.read()?.map(|bytes| decode_saved(&bytes)).transpose()?;
+        let (appended, _) = watch::channel(log.next_offset());
+        let shared = Shared {
+            group: group.to_string(),
+            log,
+            deduplication,
+            applied: Mutex::new(Applied::restore(saved)),
+            appended,
+            replication,
+            file,
+            file_lock: tokio::sync::Mutex::new(()),
+        };
+        Ok(StreamStateMachine { shared: Arc::new(shared) })
+    }
+
+    /// The last entry applied.
+    pub fn last_applied(&self) -> Option<LogId<u64>> {
+        self.shared.applied.lock().last_applied
+    }
+
+    /// The stream's log (every record in it is committed).
+    pub fn log(&self) -> &Arc<Log> {
+        &self.shared.log
+    }
+
+    /// The committed offset of consumer group `group`, as applied on this replica.
+    pub fn group_offset(&self, group: &str) -> Option<u64> {
+        self.shared.applied.lock().groups.get(group).copied()
+    }
+
+    /// The log's end, updated as entries are applied.
+    pub fn subscribe_appended(&self) -> watch::Receiver<u64> {
+        self.shared.appended.subscribe()
+    }
+
+    /// What this replica can give another catching up: its records from `from` (or from its
+    /// oldest, if retention removed `from`), about `max_bytes` of them.
+    pub fn read_chunk(&self, from: u64, max_bytes: u32) -> Result<StreamChunk, warren_storage::StorageError> {
+        catch_up::read_chunk(&self.shared.log, from, max_bytes)
+    }
+
+    fn apply_entry(
+        &self,
+        applied: &mut Applied,
+        log_id: LogId<u64>,
+        payload: EntryPayload<QuorumRaft>,
+    ) -> Result<Vec<Response>, warren_storage::StorageError> {
+        let responses = match payload {
+            EntryPayload::Blank => Vec::new(),
+            EntryPayload::Membership(membership) => {
+                applied.membership = StoredMembership::new(Some(log_id), membership);
+                Vec::new()
+            }
+            EntryPayload::Normal(batch) => {
+                applied.clock_ms = applied.clock_ms.max(batch.at_ms);
+                let mut appending = Appending::new(self.shared.log.next_offset());
+                let responses = batch.ops.into_iter().map(|op| self.apply_op(applied, op, &mut appending)).collect();
+                appending.write(&self.shared.log, applied.clock_ms)?;
+                responses
+            }
+        };
+        applied.last_applied = Some(log_id);
+        Ok(responses)
+    }
+
+    fn apply_op(&self, applied: &mut Applied, op: Op, appending: &mut Appending) -> Response {
+        match op {
+            Op::Enqueue(message) => self.append(applied, message, appending),
+            Op::CommitOffset { group, offset } => {
+                applied.commit_offset(group, offset);
+                Response::Done
+            }
+            // A stream keeps its messages: only retention removes them.
+            Op::Purge => Response::Purged(0),
+            // Consumers of a stream read by offset on their own node: nothing else is replicated.
+            _ => Response::Done,
+        }
+    }
+
+    /// Appends a publish at the next offset, unless its key is in the deduplication window.
+    fn append(&self, applied: &mut Applied, message: WireMessage, appending: &mut Appending) -> Response {
+        let Some(message) = message.into_message() else { return Response::Rejected };
+        let dedup = self.shared.deduplication.as_ref();
+        if let (Some(key), Some(settings)) = (dedup.and_then(|s| key_in(&message.properties, s)), dedup) {
+            if applied.dedup.contains(&key, applied.clock_ms, settings) {
+                crate::dedup_window::note_dropped();
+                return Response::Duplicate;
+            }
+            applied.dedup.insert(key, applied.clock_ms, settings);
+        }
+        let offset = applied.next_offset;
+        applied.next_offset += 1;
+        appending.push(offset, &message);
+        Response::Enqueued(offset)
+    }
+
+    /// Saves `saved` as the current snapshot unless a newer one is.
+    async fn save(&self, saved: SavedSnapshot) -> Result<(), QuorumError> {
+        let _writing = self.shared.file_lock.lock().await;
+        let index = |s: &SavedSnapshot| s.meta.last_log_id.map(|id| id.index);
+        let current = self.shared.applied.lock().current.as_ref().and_then(index);
+        if current.is_some() && current >= index(&saved) {
+            return Ok(());
+        }
+        let bytes = postcard::to_extend(&saved, vec![SNAPSHOT_FORMAT_VERSION]).map_err(QuorumError::Encode)?;
+        let file = self.shared.file.clone();
+        blocking(move || file.write(&bytes)).await?;
+        self.shared.applied.lock().current = Some(saved);
+        Ok(())
+    }
+
+    /// Makes the log durable up to its end (a snapshot is about to say it holds that much).
+    async fn flush_log(&self) -> Result<(), QuorumError> {
+        let log = Arc::clone(&self.shared.log);
+        blocking(move || log.flush()).await
+    }
+
+    async fn build(&self) -> Result<Snapshot<QuorumRaft>, QuorumError> {
+        let (meta, state) = {
+            let applied = self.shared.applied.lock();
+            let same = applied.current.as_ref().is_some_and(|c| c.meta.last_log_id == applied.last_applied);
+            if let (true, Some(current)) = (same, &applied.current) {
+                return current.to_raft();
+            }
+            let last_log_id = applied.last_applied;
+            let snapshot_id = last_log_id.map(|id| format!("{}-{}", id.leader_id, id.index)).unwrap_or_default();
+            let meta = SnapshotMeta { last_log_id, last_membership: applied.membership.clone(), snapshot_id };
+            (meta, applied.snapshot(self.shared.log.first_offset()))
+        };
+        // Records appended after the state was read are past its next offset: applying their
+        // entries again after a restart skips them.
+        self.flush_log().await?;
+        let saved = SavedSnapshot { meta, state };
+        self.save(saved.clone()).await?;
+        saved.to_raft()
+    }
+
+    async fn install(&self, meta: &SnapshotMeta<u64, BasicNode>, data: &[u8]) -> Result<(), QuorumError> {
+        let state: StreamSnapshot = decode_whole(data)?;
+        let sources = catch_up::sources(meta, self.shared.replication.node_id());
+        let fetch = |node: u64, from: u64, max_bytes: u32| {
+            self.shared.replication.read_stream(node, &self.shared.group, from, max_bytes)
+        };
+        let had = self.shared.log.next_offset();
+        catch_up::fill(&self.shared.log, state.first_offset, state.next_offset, &sources, fetch).await?;
+        if self.shared.log.next_offset() != had {
+            tracing::info!(
+                group = %self.shared.group,
+                from = had,
+                to = state.next_offset,
+                "stream replica caught up from another replica's log"
+            );
+        }
+        self.flush_log().await?;
+        let saved = SavedSnapshot { meta: meta.clone(), state };
+        self.save(saved.clone()).await?;
+        let mut applied = self.shared.applied.lock();
+        *applied = Applied::restore(Some(saved));
+        self.shared.appended.send_replace(self.shared.log.next_offset());
+        Ok(())
+    }
+}
+
+/// The records one entry appends, encoded, written to the log in one batch.
+struct Appending {
+    /// The log's end when the entry began: offsets below it are in the log already.
+    log_end: u64,
+    payloads: Vec<u8>,
+    records: Vec<(usize, u32, u8)>,
+}
+
+impl Appending {
+    fn new(log_end: u64) -> Self {
+        Appending { log_end, payloads: Vec::new(), records: Vec::new() }
+    }
+
+    fn push(&mut self, offset: u64, message: &crate::message::Message) {
+        if offset < self.log_end {
+            return;
+        }
+        let (flags, tag_hash) = tag::header_fields(message_tag(message));
+        message_codec::encode(message, &mut self.payloads);
+        self.records.push((self.payloads.len(), tag_hash, flags));
+    }
+
+    /// Appends the records at `clock_ms`. A log that cannot take them stops the group (a
+    /// replica with a hole in its log must not go on applying).
+    fn write(self, log: &Log, clock_ms: u64) -> Result<(), warren_storage::StorageError> {
+        if self.records.is_empty() {
+            return Ok(());
+        }
+        let mut start = 0;
+        let records: Vec<NewRecord<'_>> = self
+            .records
+            .iter()
+            .map(|&(end, tag_hash, flags)| {
+                let payload = &self.payloads[start..end];
+                start = end;
+                NewRecord { timestamp_ms: clock_ms as i64, tag_hash, flags, payload }
+            })
+            .collect();
+        log.append_batch(&records).map(|_| ())
+    }
+}
+
+fn decode_saved(bytes: &[u8]) -> Result<SavedSnapshot, QuorumError> {
+    match bytes.split_first() {
+        Some((&SNAPSHOT_FORMAT_VERSION, rest)) => decode_whole(rest),
+        Some((&version, _)) => Err(QuorumError::Version(version)),
+        None => Err(QuorumError::Trailing(0)),
+    }
+}
+
+fn decode_whole<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, QuorumError> {
+    match postcard::take_from_bytes(bytes) {
+        Ok((value, [])) => Ok(value),
+        Ok((_, trailing)) => Err(QuorumError::Trailing(trailing.len())),
+        Err(error) => Err(QuorumError::Decode(error)),
+    }
+}
+
+async fn blocking(
+    work: impl FnOnce() -> Result<(), warren_storage::StorageError> + Send + 'static,
+) -> Result<(), QuorumError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => Ok(done?),
+        Err(join) => Err(QuorumError::Storage(warren_storage::StorageError::Failed(join.to_string()))),
+    }
+}
+
+fn storage_error(meta: Option<&SnapshotMeta<u64, BasicNode>>, error: &QuorumError) -> StorageError<u64> {
+    StorageError::from(openraft::StorageIOError::write_snapshot(meta.map(SnapshotMeta::signature), error))
+}
+
+impl RaftSnapshotBuilder<QuorumRaft> for StreamSnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<QuorumRaft>, StorageError<u64>> {
+        self.machine.build().await.map_err(|e| storage_error(None, &e))
+    }
+}
+
+impl RaftStateMachine<QuorumRaft> for StreamStateMachine {
+    type SnapshotBuilder = StreamSnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), StorageError<u64>> {
+        let applied = self.shared.applied.lock();
+        Ok((applied.last_applied, applied.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Response>>, StorageError<u64>>
+    where
+        I: IntoIterator<Item = openraft::Entry<QuorumRaft>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut applied = self.shared.applied.lock();
+        let mut responses = Vec::new();
+        for entry in entries {
+            let log_id = entry.log_id;
+            let applied_entry = self.apply_entry(&mut applied, log_id, entry.payload);
+            responses.push(applied_entry.map_err(|e| StorageError::from(openraft::StorageIOError::apply(log_id, &e)))?);
+        }
+        drop(applied);
+        self.shared.appended.send_replace(self.shared.log.next_offset());
+        Ok(responses)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        StreamSnapshotBuilder { machine: self.clone() }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<u64>> {
+        self.install(meta, snapshot.get_ref()).await.map_err(|e| storage_error(Some(meta), &e))
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<QuorumRaft>>, StorageError<u64>> {
+        let current = self.shared.applied.lock().current.clone();
+        current.map(|c| c.to_raft()).transpose().map_err(|e| storage_error(None, &e))
+    }
+}
+
+/// A replicated stream's consumer-group offsets as its replica on this node uses them: read
+/// from the state machine, committed by proposing [`Op::CommitOffset`] to the group. Commits
+/// proposed here and not applied yet count too, so that a member taking over on this node
+/// resumes after them.
+pub struct ReplicatedOffsets {
+    machine: StreamStateMachine,
+    propose: Box<dyn Fn(Op) + Send + Sync>,
+    proposed: BTreeMap<String, u64>,
+}
+
+impl ReplicatedOffsets {
+    /// Offsets of `machine`'s stream, committed through `propose`.
+    pub fn new(machine: StreamStateMachine, propose: impl Fn(Op) + Send + Sync + 'static) -> Self {
+        ReplicatedOffsets { machine, propose: Box::new(propose), proposed: BTreeMap::new() }
+    }
+}
+
+impl super::OffsetStore for ReplicatedOffsets {
+    fn get(&self, group: &str) -> Option<u64> {
+        self.machine.group_offset(group).max(self.proposed.get(group).copied())
+    }
+
+    fn commit(&mut self, group: &str, offset: u64) -> Result<(), crate::message_store::StoreError> {
+        if self.get(group).is_some_and(|committed| committed >= offset) {
+            return Ok(());
+        }
+        if self.proposed.len() < MAX_CONSUMER_GROUPS || self.proposed.contains_key(group) {
+            self.proposed.insert(group.to_string(), offset);
+        }
+        (self.propose)(Op::CommitOffset { group: group.to_string(), offset });
+        Ok(())
+    }
+
+    /// Commits are in the group's log (or lost with an unconfirmed proposal, which only
+    /// means some deliveries come again).
+    fn close(&self) -> Result<(), crate::message_store::StoreError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,226 @@
+//! Replicated streams on three real `warren` processes: a stream declared in a cluster has a
+//! replica on each node; publishes are confirmed through its Raft group while its leader is
+//! killed and restarted; every replica then holds the same records at the same offsets, byte
+//! for byte; a consumer group's committed offset survives the leader's death.
+
+use lapin::options::*;
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::Connection;
+use std::time::{Duration, Instant};
+use warren_tests::cluster::*;
+use warren_tests::*;
+
+fn stream_args(extra: &[(&str, AMQPValue)]) -> FieldTable {
+    let mut entries = vec![("x-queue-type", text("stream"))];
+    entries.extend(extra.iter().cloned());
+    table(&entries)
+}
+
+/// A consumer of `stream` on `conn` from offset `from`, in consumer group `group` if given.
+async fn stream_consumer(conn: &Connection, stream: &str, from: i64, group: Option<&str>) -> lapin::Consumer {
+    let ch = conn.create_channel().await.expect("channel");
+    ch.basic_qos(500, BasicQosOptions::default()).await.expect("qos");
+    let mut args = vec![("x-stream-offset", AMQPValue::LongLongInt(from))];
+    if let Some(group) = group {
+        args.push(("x-consumer-group", text(group)));
+    }
+    ch.basic_consume(stream.into(), "reader".into(), Default::default(), table(&args)).await.expect("consume")
+}
+
+fn offset_of(delivery: &lapin::message::Delivery) -> u64 {
+    let headers = delivery.properties.headers().as_ref().expect("headers");
+    match headers.inner().get("x-stream-offset") {
+        Some(AMQPValue::LongLongInt(offset)) => *offset as u64,
+        other => panic!("no offset header: {other:?}"),
+    }
+}
+
+/// Reads `count` records from the start of `stream` through `conn`: (offset, body).
+async fn read_back(conn: &Connection, stream: &str, count: usize) -> Vec<(u64, Vec<u8>)> {
+    let mut consumer = stream_consumer(conn, stream, 0, None).await;
+    let mut records = Vec::with_capacity(count);
+    while records.len() < count {
+        let delivery = next_delivery(&mut consumer).await;
+        records.push((offset_of(&delivery), delivery.data.clone()));
+        delivery.ack(BasicAckOptions::default()).await.expect("ack");
+    }
+    records
+}
+
+/// Waits until node `node` reports `stream` holding at least `count` messages; returns them.
+async fn wait_for_count(cluster: &Cluster, node: usize, stream: &str, count: u32) -> u32 {
+    let conn = cluster.connect(node).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let held = passive_count(&conn, stream).await.unwrap_or(0);
+        if held >= count {
+            return held;
+        }
+        assert!(Instant::now() < deadline, "node {node} holds {held} of {count} records of {stream}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_stream_confirms_through_a_leader_kill_and_every_replica_reads_the_same_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    let ch = a.create_channel().await.expect("channel");
+    ch.queue_declare("s".into(), durable(), stream_args(&[])).await.expect("declare on a formed cluster");
+
+    // A publisher on B (a follower: its proposals go to A, which declared and leads).
+    let (stop, publishing) = tokio::sync::watch::channel(false);
+    let publisher = tokio::spawn(publish_numbered(cluster.connect(1).await, "s", 50, publishing));
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    cluster.nodes[0].take().expect("running").kill9();
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    stop.send_replace(true);
+    let published = publisher.await.expect("publisher");
+    let after_kill = published.confirmed.iter().filter(|n| **n > published.confirmed.len() as u64 / 2).count();
+    assert!(published.confirmed.len() > 100, "the load ran: {} confirmed", published.confirmed.len());
+    assert!(after_kill > 0, "publishes were confirmed after the leader died");
+
+    // The killed node comes back and catches up; then every replica has the same stream.
+    cluster.restart(0);
+    let confirmed = published.confirmed.len() as u32;
+    let held = wait_for_count(&cluster, 1, "s", confirmed).await;
+    for node in [0, 2] {
+        wait_for_count(&cluster, node, "s", held).await;
+    }
+    let mut copies = Vec::new();
+    for node in 0..3 {
+        let conn = cluster.connect(node).await;
+        copies.push(read_back(&conn, "s", held as usize).await);
+    }
+    let offsets: Vec<u64> = copies[0].iter().map(|(offset, _)| *offset).collect();
+    assert_eq!(offsets, (0..u64::from(held)).collect::<Vec<_>>(), "offsets are dense from 0");
+    assert!(
+        copies[1] == copies[0] && copies[2] == copies[0],
+        "every replica holds the same records at the same offsets"
+    );
+    let stored: std::collections::BTreeSet<u64> =
+        copies[0].iter().map(|(_, body)| u64::from_be_bytes(body.as_slice().try_into().expect("8 bytes"))).collect();
+    let lost: Vec<u64> = published.confirmed.iter().copied().filter(|n| !stored.contains(n)).collect();
+    if !lost.is_empty() {
+        dump_warnings(&cluster);
+    }
+    assert!(lost.is_empty(), "confirmed but not in the stream: {lost:?}");
+    assert!(stored.iter().all(|n| *n <= published.highest), "nothing invented");
+    eprintln!(
+        "replicated stream: {} confirmed, {} unconfirmed, {} stored on each of 3 replicas",
+        published.confirmed.len(),
+        published.unconfirmed.len(),
+        held
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_group_resumes_from_its_committed_offset_after_the_leader_dies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    let ch = a.create_channel().await.expect("channel");
+    ch.queue_declare("g".into(), durable(), stream_args(&[])).await.expect("declare on a formed cluster");
+    let publisher = confirm_channel(&a).await;
+    for n in 0..300u64 {
+        assert_eq!(publish_within(&publisher, "g", &n.to_be_bytes(), Duration::from_secs(10)).await, Some(true));
+    }
+
+    // A member of group G on B reads and acks the first 120, then leaves.
+    let b = cluster.connect(1).await;
+    let mut member = stream_consumer(&b, "g", 0, Some("G")).await;
+    for expected in 0..120u64 {
+        let delivery = next_delivery(&mut member).await;
+        assert_eq!(offset_of(&delivery), expected);
+        delivery.ack(BasicAckOptions::default()).await.expect("ack");
+    }
+    b.close(200, "done".into()).await.expect("close");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The leader (A) dies; a member of G on C starts where the group committed.
+    cluster.nodes[0].take().expect("running").kill9();
+    let c = cluster.connect(2).await;
+    let mut member = stream_consumer(&c, "g", 0, Some("G")).await;
+    let delivery = next_delivery(&mut member).await;
+    assert_eq!(offset_of(&delivery), 120, "resumed at the group's committed offset, on another node");
+    assert_eq!(delivery.data, 120u64.to_be_bytes());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_back_after_the_log_was_purged_catches_up_from_another_replicas_segments() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    let ch = a.create_channel().await.expect("channel");
+    ch.queue_declare("c".into(), durable(), stream_args(&[])).await.expect("declare on a formed cluster");
+    let c = cluster.connect(2).await;
+    assert_eq!(passive_count(&c, "c").await, Some(0), "C has its replica");
+    drop(c);
+    cluster.nodes[2].take().expect("running").kill9();
+
+    // One entry per publish (each waits for its confirm): snapshots are taken while C is
+    // away, and B, a follower, purges its Raft log behind them. (The leader keeps what a
+    // replica it still sends to needs.)
+    let publisher = confirm_channel(&a).await;
+    let count = 3_000u64;
+    for n in 0..count {
+        let body = format!("record {n:05} {}", "x".repeat((n % 97) as usize));
+        assert_eq!(publish_within(&publisher, "c", body.as_bytes(), Duration::from_secs(10)).await, Some(true));
+    }
+    let on_a = read_back(&a, "c", count as usize).await;
+    drop(a);
+    // A dies; C comes back: B leads, and has only a snapshot and the log after it to give.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    cluster.nodes[0].take().expect("running").kill9();
+    cluster.restart(2);
+    wait_for_count(&cluster, 2, "c", count as u32).await;
+    let on_c = read_back(&cluster.connect(2).await, "c", count as usize).await;
+    assert!(on_c == on_a, "C holds what A held, at the same offsets");
+    let log = cluster.nodes[2].as_ref().expect("running").log_lines().join("\n");
+    if std::env::var("WARREN_DUMP_DIR").is_ok() {
+        dump_warnings(&cluster);
+    }
+    assert!(log.contains("caught up from another replica"), "C installed a snapshot and fetched the records");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_replica_is_served_through_the_transport() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    let ch = a.create_channel().await.expect("channel");
+    let two = stream_args(&[("x-initial-cluster-size", AMQPValue::LongUInt(2))]);
+    ch.queue_declare("two".into(), durable(), two).await.expect("declare on a formed cluster");
+    // Replicas on A (the declaring node) and one other; whichever node has none forwards.
+    let mut without = None;
+    for node in 0..3 {
+        let dir = dir.path().join(NAMES[node]);
+        let has_replica = walk(&dir).iter().any(|p| p.ends_with("raft-log") && p.to_string_lossy().contains("two"));
+        if !has_replica {
+            without = Some(node);
+        }
+    }
+    let node = without.expect("one node has no replica");
+    let conn = cluster.connect(node).await;
+    let publisher = confirm_channel(&conn).await;
+    for n in 0..100u64 {
+        assert_eq!(publish_within(&publisher, "two", &n.to_be_bytes(), Duration::from_secs(10)).await, Some(true));
+    }
+    let records = read_back(&conn, "two", 100).await;
+    let bodies: Vec<Vec<u8>> = (0..100u64).map(|n| n.to_be_bytes().to_vec()).collect();
+    assert_eq!(records.iter().map(|(_, body)| body.clone()).collect::<Vec<_>>(), bodies);
+}
+
+/// Every path under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(walk(&path));
+        }
+        found.push(path);
+    }
+    found
+}
