@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Quorum queues on three nodes, Warren against RabbitMQ, on this machine.
+# Quorum queues (or, with --queue-type stream, replicated streams) on three nodes, Warren
+# against RabbitMQ, on this machine.
 #
 # Starts a three-node Warren cluster and a three-node RabbitMQ cluster (private nodes with
 # their own ports, Erlang cookie and epmd, joined with join_cluster), one cluster running at a
@@ -10,7 +11,13 @@
 # rounds. Then measures Warren's failover: kill -9 of the queue's leader under a publisher
 # with confirms, to the first confirm after it.
 #
-# Run as root from a checkout: bench/cluster.sh [--rounds N] [--duration SECS] [--no-build]
+# With --queue-type stream: a stream replicated on the three nodes, published with confirms for
+# the duration with no consumer (100 B, confirm window 1000), then read back from its first
+# offset by a consumer on the same node (prefetch 1000): the publish rate and the read-back
+# rate, both over AMQP 0-9-1 (RabbitMQ's stream protocol is not used).
+#
+# Run as root from a checkout:
+#   bench/cluster.sh [--rounds N] [--duration SECS] [--queue-type quorum|stream] [--no-build]
 # On 2 cores the client and the three brokers compete: read the spread, not one figure.
 set -euo pipefail
 
@@ -19,6 +26,7 @@ TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 ROUNDS=3
 DURATION=10
 BUILD=1
+QUEUE_TYPE=quorum
 START_TIMEOUT=120
 NODES=(a b c)
 
@@ -26,9 +34,10 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--rounds) ROUNDS=$2 && shift ;;
 	--duration) DURATION=$2 && shift ;;
+	--queue-type) QUEUE_TYPE=$2 && shift ;;
 	--no-build) BUILD=0 ;;
 	-h | --help)
-		sed -n '2,16p' "$0"
+		sed -n '2,24p' "$0"
 		exit 0
 		;;
 	*) echo "unknown option $1" >&2 && exit 2 ;;
@@ -194,7 +203,11 @@ trap 'stop_warren; stop_rabbitmq' EXIT
 
 # ---- rounds ------------------------------------------------------------------------------
 
-ARGS="--queue-type quorum --size 100 --persistent --confirm 1000 --prefetch 1000 --duration $DURATION"
+case $QUEUE_TYPE in
+quorum) ARGS="--queue-type quorum --size 100 --persistent --confirm 1000 --prefetch 1000 --duration $DURATION" ;;
+stream) ARGS="--queue-type stream --stream-offset first --backlog --size 100 --persistent --confirm 1000 --prefetch 1000 --duration $DURATION" ;;
+*) die "--queue-type is quorum or stream, not $QUEUE_TYPE" ;;
+esac
 RESULTS="$WORK/results.txt"
 : >"$RESULTS"
 run_round() {
@@ -214,12 +227,14 @@ run_round() {
 		--json 2>>"$WORK/logs/perf-$broker-$round.log") || log "warren-perf failed on $broker (see logs)"
 	after=$(cpu_ticks "${pids[@]}")
 	if [ "$broker" = warren ]; then stop_warren; else stop_rabbitmq; fi
-	local rate consumed
+	local rate consumed read
 	rate=$(echo "$summary" | sed -n 's/.*"publish_rate":\([0-9.]*\).*/\1/p')
 	consumed=$(echo "$summary" | sed -n 's/.*"consumed":\([0-9]*\).*/\1/p')
+	read=$(echo "$summary" | sed -n 's/.*"consume_rate":\([0-9.]*\).*/\1/p')
 	local cpu_us=$(((after - before) * 10000))
 	local per_message=$((consumed > 0 ? cpu_us / consumed : 0))
-	echo "$broker $round ${rate%.*} $consumed $per_message" | tee -a "$RESULTS" >&2
+	read=${read:-0}
+	echo "$broker $round ${rate%.*} $consumed $per_message ${read%.*}" | tee -a "$RESULTS" >&2
 }
 for round in $(seq 1 "$ROUNDS"); do
 	run_round warren "$round"
@@ -232,6 +247,22 @@ report() {
 	local broker=$1 column=$2
 	awk -v b="$broker" -v c="$column" '$1 == b {print $c}' "$RESULTS"
 }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
+if [ "$QUEUE_TYPE" = stream ]; then
+	echo
+	echo "### Replicated stream on three nodes (100 B, confirm window 1000, then read back with prefetch 1000, ${DURATION}s x $ROUNDS rounds)"
+	echo
+	echo "| metric | warren (median, spread) | rabbitmq (median, spread) | warren/rabbitmq |"
+	echo "|---|---:|---:|---:|"
+	wr=$(report warren 3 | median)
+	rr=$(report rabbitmq 3 | median)
+	wb=$(report warren 6 | median)
+	rb=$(report rabbitmq 6 | median)
+	echo "| publish with confirms (msg/s) | $wr ($(report warren 3 | spread)) | $rr ($(report rabbitmq 3 | spread)) | $(ratio "$wr" "$rr") |"
+	echo "| read-back from the first offset (msg/s) | $wb ($(report warren 6 | spread)) | $rb ($(report rabbitmq 6 | spread)) | $(ratio "$wb" "$rb") |"
+	echo "| messages read back per round (median) | $(report warren 4 | median) | $(report rabbitmq 4 | median) | |"
+	exit 0
+fi
 echo
 echo "### Quorum queue on three nodes (100 B, confirm window 1000, prefetch 1000, ${DURATION}s x $ROUNDS rounds)"
 echo

@@ -90,24 +90,6 @@ async fn consume_numbered(conn: Connection, queue: &str, stop: tokio::sync::watc
     }
 }
 
-/// Failover rounds run by the test: `WARREN_FAILOVER_ROUNDS` (the soak script sets many),
-/// from seed `WARREN_FAILOVER_SEED` on.
-fn failover_rounds() -> (u64, u64) {
-    let var = |name: &str, default: u64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
-    (var("WARREN_FAILOVER_SEED", 1), var("WARREN_FAILOVER_ROUNDS", 2))
-}
-
-/// A small deterministic generator (xorshift64*), so that a failing seed can be replayed.
-fn seeded(seed: u64) -> impl FnMut(u64) -> u64 {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    move |bound| {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        state.wrapping_mul(0x2545_F491_4F6C_DD1D) % bound.max(1)
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leader_mid_load_loses_no_confirmed_message() {
     let (first, rounds) = failover_rounds();
@@ -401,28 +383,6 @@ async fn a_follower_delivers_the_last_message_before_a_quiet_spell() {
 
 /// Publishes `body` to `queue` with deduplication key `key` until it is confirmed (through
 /// a failover a publish may be nacked or its confirm lost: a client retries it).
-async fn publish_keyed_until_confirmed(ch: &lapin::Channel, queue: &str, key: u64, cluster: &Cluster) {
-    let properties =
-        BasicProperties::default().with_headers(table(&[("x-deduplication-header", text(&format!("key-{key}")))]));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let body = key.to_be_bytes();
-    loop {
-        let sent = ch.basic_publish("".into(), queue.into(), Default::default(), &body, properties.clone());
-        if let Ok(sent) = sent.await {
-            if let Ok(Ok(confirm)) = tokio::time::timeout(Duration::from_secs(5), sent).await {
-                if confirm.is_ack() {
-                    return;
-                }
-            }
-        }
-        if Instant::now() > deadline {
-            dump_warnings(cluster);
-            panic!("message {key} was not confirmed");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deduplication_recognises_a_retry_after_the_leader_dies() {
     let dir = tempfile::tempdir().expect("tempdir");

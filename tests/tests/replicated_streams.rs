@@ -63,6 +63,19 @@ async fn wait_for_count(cluster: &Cluster, node: usize, stream: &str, count: u32
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replicated_stream_confirms_through_a_leader_kill_and_every_replica_reads_the_same_bytes() {
+    // `WARREN_FAILOVER_ROUNDS` (scripts/soak-cluster.sh) runs more, from `WARREN_FAILOVER_SEED`.
+    let (first, rounds) = failover_rounds();
+    for seed in first..first + rounds {
+        eprintln!("replicated stream failover, seed {seed} (replay: WARREN_FAILOVER_SEED={seed} WARREN_FAILOVER_ROUNDS=1)");
+        stream_failover_round(seed).await;
+    }
+}
+
+/// One round: a publisher on B, the leader (A) killed after a seeded delay, restarted after a
+/// seeded outage; then every replica is read back.
+async fn stream_failover_round(seed: u64) {
+    let mut random = seeded(seed);
+    let (kill_after_ms, outage_ms) = (1_000 + random(2_000), 2_000 + random(3_000));
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cluster = start_cluster(dir.path(), false).await;
     let a = cluster.connect(0).await;
@@ -72,9 +85,9 @@ async fn a_replicated_stream_confirms_through_a_leader_kill_and_every_replica_re
     // A publisher on B (a follower: its proposals go to A, which declared and leads).
     let (stop, publishing) = tokio::sync::watch::channel(false);
     let publisher = tokio::spawn(publish_numbered(cluster.connect(1).await, "s", 50, publishing));
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tokio::time::sleep(Duration::from_millis(kill_after_ms)).await;
     cluster.nodes[0].take().expect("running").kill9();
-    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    tokio::time::sleep(Duration::from_millis(outage_ms)).await;
     stop.send_replace(true);
     let published = publisher.await.expect("publisher");
     let after_kill = published.confirmed.iter().filter(|n| **n > published.confirmed.len() as u64 / 2).count();
@@ -223,4 +236,33 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         found.push(path);
     }
     found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deduplication_on_a_replicated_stream_recognises_a_retry_after_the_leader_dies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    let arguments = stream_args(&[
+        ("x-message-deduplication", AMQPValue::Boolean(true)),
+        ("x-cache-size", AMQPValue::LongLongInt(1000)),
+    ]);
+    let ch = a.create_channel().await.expect("channel");
+    ch.queue_declare("d".into(), durable(), arguments).await.expect("declare on a formed cluster");
+    let b = cluster.connect(1).await;
+    let publisher = confirm_channel(&b).await;
+    for key in 0..50 {
+        publish_keyed_until_confirmed(&publisher, "d", key, &cluster).await;
+    }
+    // A (the leader) dies; the publisher sends the 50 again, as one that lost its confirms
+    // would, and 10 new ones: the window is replicated state, so the new leader knows them.
+    cluster.nodes[0].take().expect("running").kill9();
+    for key in 0..60 {
+        publish_keyed_until_confirmed(&publisher, "d", key, &cluster).await;
+    }
+    wait_for_count(&cluster, 2, "d", 60).await;
+    let on_c = read_back(&cluster.connect(2).await, "d", 60).await;
+    let keys: Vec<u64> = on_c.iter().map(|(_, body)| u64::from_be_bytes(body.as_slice().try_into().expect("8"))).collect();
+    assert_eq!(keys, (0..60).collect::<Vec<u64>>(), "each key once, in publish order");
+    assert_eq!(passive_count(&cluster.connect(1).await, "d").await, Some(60), "and no more");
 }
