@@ -66,7 +66,9 @@ async fn a_replicated_stream_confirms_through_a_leader_kill_and_every_replica_re
     // `WARREN_FAILOVER_ROUNDS` (scripts/soak-cluster.sh) runs more, from `WARREN_FAILOVER_SEED`.
     let (first, rounds) = failover_rounds();
     for seed in first..first + rounds {
-        eprintln!("replicated stream failover, seed {seed} (replay: WARREN_FAILOVER_SEED={seed} WARREN_FAILOVER_ROUNDS=1)");
+        eprintln!(
+            "replicated stream failover, seed {seed} (replay: WARREN_FAILOVER_SEED={seed} WARREN_FAILOVER_ROUNDS=1)"
+        );
         stream_failover_round(seed).await;
     }
 }
@@ -262,7 +264,8 @@ async fn deduplication_on_a_replicated_stream_recognises_a_retry_after_the_leade
     }
     wait_for_count(&cluster, 2, "d", 60).await;
     let on_c = read_back(&cluster.connect(2).await, "d", 60).await;
-    let keys: Vec<u64> = on_c.iter().map(|(_, body)| u64::from_be_bytes(body.as_slice().try_into().expect("8"))).collect();
+    let keys: Vec<u64> =
+        on_c.iter().map(|(_, body)| u64::from_be_bytes(body.as_slice().try_into().expect("8"))).collect();
     assert_eq!(keys, (0..60).collect::<Vec<u64>>(), "each key once, in publish order");
     assert_eq!(passive_count(&cluster.connect(1).await, "d").await, Some(60), "and no more");
 }
