@@ -209,8 +209,8 @@ async fn a_node_without_a_replica_is_served_through_the_transport() {
     ch.queue_declare("two".into(), durable(), two).await.expect("declare on a formed cluster");
     // Replicas on A (the declaring node) and one other; whichever node has none forwards.
     let mut without = None;
-    for node in 0..3 {
-        let dir = dir.path().join(NAMES[node]);
+    for (node, name) in NAMES.iter().enumerate() {
+        let dir = dir.path().join(name);
         let has_replica = walk(&dir).iter().any(|p| p.ends_with("raft-log") && p.to_string_lossy().contains("two"));
         if !has_replica {
             without = Some(node);
