@@ -213,6 +213,16 @@ impl VhostStorage {
         self.create_store(DELAYED_DIR, exchange)
     }
 
+    /// The directory of a delayed exchange's held messages (or of its replicated group).
+    pub fn delayed_dir(&self, exchange: &str) -> PathBuf {
+        self.store_dir(DELAYED_DIR, exchange)
+    }
+
+    /// The directory of a new replicated delayed exchange's group, emptied of anything stale.
+    pub fn create_delayed_dir(&self, exchange: &str) -> Result<PathBuf, StoreError> {
+        self.fresh_dir(DELAYED_DIR, exchange)
+    }
+
     /// Opens a stream's log and consumer-group offsets (a stream is a queue: same directory).
     pub fn open_stream(&self, name: &str, arguments: StreamArguments) -> Result<Stream, StoreError> {
         Stream::open(&self.store_dir(QUEUES_DIR, name), &self.store_config, arguments)

@@ -213,6 +213,12 @@ fn node_figures(api: &Management, exposition: &mut Exposition) {
         "Messages delayed exchanges hold until they are due",
         delayed as f64,
     );
+    exposition.single(
+        "warren_delayed_refired_total",
+        Kind::Counter,
+        "Due messages of replicated delayed exchanges routed again by a new leader (each may have been routed twice)",
+        warren_delivery::exchange::replicated_delays::refired_total() as f64,
+    );
     exposition.histogram("warren_fsync_seconds", "How long fsyncs of the logs take", &FSYNC_LATENCY.snapshot());
     exposition.histogram(
         "warren_delayed_message_lateness_seconds",

@@ -23,9 +23,31 @@ const IN_MEMORY_KEY_BIT: u64 = 1 << 63;
 
 /// The delay a message asks for; absent, zero or negative means none.
 pub fn delay_of(message: &Message) -> Option<u64> {
-    let value = message.properties.headers()?.inner().get(DELAY_HEADER)?;
+    delay_in(&message.properties)
+}
+
+/// The delay a message with `properties` asks for (see [`delay_of`]).
+pub fn delay_in(properties: &crate::properties::Properties) -> Option<u64> {
+    let value = properties.headers()?.inner().get(DELAY_HEADER)?;
     let delay = number_of(value)?;
     (delay >= 1.0).then_some(delay as u64)
+}
+
+/// What holds a delayed exchange's messages until they are due: this node's stores
+/// ([`DelayedMessages`]) or, for a durable delayed exchange in a cluster, a replicated pending
+/// set (`super::replicated_delays::ReplicatedDelays`).
+pub trait HeldMessages: Send + Sync + std::fmt::Debug {
+    /// Holds `message` for `delay_ms`; returns what a confirm must wait for, if anything.
+    fn hold(&self, message: &Arc<Message>, delay_ms: u64) -> Result<Option<DurableMark>, StoreError>;
+
+    /// Messages held now (on this node's view).
+    fn pending(&self) -> u64;
+
+    /// Flushes what is stored (the broker is stopping).
+    fn close(&self);
+
+    /// The exchange was deleted: its held messages go with it.
+    fn destroy(&self);
 }
 
 struct Stores {
@@ -93,9 +115,12 @@ impl DelayedMessages {
         let target: Weak<dyn DelayedTarget> = Weak::clone(&self.me) as Weak<dyn DelayedTarget>;
         self.scheduler.schedule(at_ms, TimerEvent::Delayed { target, key, due_ms: at_ms });
     }
+}
 
-    /// Holds `message` for `delay_ms`; returns what a confirm must wait for, if on disk.
-    pub fn hold(&self, message: &Arc<Message>, delay_ms: u64) -> Result<Option<DurableMark>, StoreError> {
+impl HeldMessages for DelayedMessages {
+    /// Persistent messages of a durable exchange on disk (the confirm waits for the fsync),
+    /// others in memory.
+    fn hold(&self, message: &Arc<Message>, delay_ms: u64) -> Result<Option<DurableMark>, StoreError> {
         let mut stores = self.stores.lock();
         let persistent = message.properties.is_persistent() && stores.durable.is_some();
         let (appended, key_bit) = match (&mut stores.durable, persistent) {
@@ -107,14 +132,33 @@ impl DelayedMessages {
         Ok(appended.durable)
     }
 
-    /// Messages held now.
-    pub fn pending(&self) -> u64 {
+    fn pending(&self) -> u64 {
         self.pending.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    fn close(&self) {
+        if let Some(store) = &mut self.stores.lock().durable {
+            if let Err(error) = store.close() {
+                tracing::error!(exchange = self.exchange, %error, "cannot close the delayed-message store");
+            }
+        }
+    }
+
+    fn destroy(&self) {
+        self.pending.store(0, std::sync::atomic::Ordering::Relaxed);
+        let mut stores = self.stores.lock();
+        stores.memory = MemoryStore::default();
+        if let Some(store) = stores.durable.take() {
+            store.destroy();
+        }
+    }
+}
+
+impl DelayedMessages {
     /// Takes the messages `keys` out of the stores: one removal (one ack-log record) per store.
     fn take(&self, keys: &[u64]) -> Vec<Message> {
-        self.pending.fetch_sub((keys.len() as u64).min(self.pending()), std::sync::atomic::Ordering::Relaxed);
+        self.pending
+            .fetch_sub((keys.len() as u64).min(HeldMessages::pending(self)), std::sync::atomic::Ordering::Relaxed);
         let mut stores = self.stores.lock();
         let mut taken = Vec::with_capacity(keys.len());
         for in_memory in [true, false] {
@@ -137,25 +181,6 @@ impl DelayedMessages {
         }
         taken
     }
-
-    /// Flushes what is stored (the broker is stopping).
-    pub fn close(&self) {
-        if let Some(store) = &mut self.stores.lock().durable {
-            if let Err(error) = store.close() {
-                tracing::error!(exchange = self.exchange, %error, "cannot close the delayed-message store");
-            }
-        }
-    }
-
-    /// The exchange was deleted: its held messages go with it.
-    pub fn destroy(&self) {
-        self.pending.store(0, std::sync::atomic::Ordering::Relaxed);
-        let mut stores = self.stores.lock();
-        stores.memory = MemoryStore::default();
-        if let Some(store) = stores.durable.take() {
-            store.destroy();
-        }
-    }
 }
 
 impl DelayedTarget for DelayedMessages {
@@ -163,7 +188,8 @@ impl DelayedTarget for DelayedMessages {
         let messages = self.take(keys);
         if let Some(vhost) = self.vhost.upgrade() {
             for message in messages {
-                vhost.route_due(&self.exchange, message);
+                // Held on this node alone: fired once, as taken out of its store.
+                let _ = vhost.route_due(&self.exchange, message);
             }
         }
     }

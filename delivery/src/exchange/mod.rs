@@ -2,11 +2,13 @@
 
 pub mod delayed;
 mod headers_match;
+pub mod replicated_delays;
 pub mod super_stream;
 mod topic_trie;
 
-pub use delayed::DelayedMessages;
+pub use delayed::{DelayedMessages, HeldMessages};
 pub use headers_match::HeadersMatcher;
+pub use replicated_delays::ReplicatedDelays;
 pub use topic_trie::TopicTrie;
 
 use crate::error::{BrokerError, BrokerResult};
@@ -166,7 +168,7 @@ struct Bindings {
 pub struct Exchange {
     definition: ExchangeDefinition,
     bindings: RwLock<Bindings>,
-    delayed: Option<Arc<DelayedMessages>>,
+    delayed: Option<Arc<dyn HeldMessages>>,
     /// A direct exchange with `x-super-stream: true` (see [`super_stream`]).
     super_stream: bool,
 }
@@ -187,12 +189,12 @@ impl Exchange {
     }
 
     /// A delayed exchange, holding its messages in `delayed`.
-    pub fn with_delayed(definition: ExchangeDefinition, delayed: Arc<DelayedMessages>) -> Self {
+    pub fn with_delayed(definition: ExchangeDefinition, delayed: Arc<dyn HeldMessages>) -> Self {
         Exchange { delayed: Some(delayed), ..Self::new(definition) }
     }
 
     /// The messages it holds, for a delayed exchange.
-    pub fn delayed(&self) -> Option<&Arc<DelayedMessages>> {
+    pub fn delayed(&self) -> Option<&Arc<dyn HeldMessages>> {
         self.delayed.as_ref()
     }
 

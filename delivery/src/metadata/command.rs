@@ -119,6 +119,23 @@ pub enum DefinitionOp {
     /// A change of users, vhosts, permissions or vhost limits: every node applies it to its
     /// own access control (the command's vhost is unused).
     Access(crate::access::AccessChange),
+    /// `exchange.declare` of a durable `x-delayed-message` exchange in a cluster: its pending
+    /// set is replicated on `members`, chosen by the node the declare came from. (After the
+    /// other ops, so that logs written before it existed still decode.)
+    DeclareReplicatedExchange {
+        /// Name.
+        name: String,
+        /// Type name.
+        kind: String,
+        /// Auto-delete flag.
+        auto_delete: bool,
+        /// Internal flag.
+        internal: bool,
+        /// Arguments.
+        arguments: FieldTable,
+        /// Where its pending set is replicated.
+        members: InitialMembers,
+    },
 }
 
 /// A definition change in `vhost`, proposed by node `origin`.

@@ -65,12 +65,27 @@ impl Metadata {
                 *members = Some(self.replication.initial_members(vhost, name, size, parsed.leader_locator));
             }
         }
+        let op = self.replicated_if_delayed(vhost, op);
         let command = MetaCommand { origin: self.replication.node_id(), vhost: vhost.to_string(), op };
         let index = self.submit(command).await.map_err(unavailable)?;
         match self.machine.applied(index).await {
             Some(result) => result,
             None => Err(unavailable("its result here was lost")),
         }
+    }
+
+    /// A durable delayed exchange's declare, with the members its pending set is replicated
+    /// on, when there is more than one; any other op as it is.
+    fn replicated_if_delayed(&self, vhost: &str, op: DefinitionOp) -> DefinitionOp {
+        let DefinitionOp::DeclareExchange { name, kind, durable: true, auto_delete, internal, arguments } = op else {
+            return op;
+        };
+        let group = crate::exchange::replicated_delays::group_name(vhost, &name);
+        let members = self.replication.initial_members(vhost, &group, None, crate::queue::LeaderLocator::ClientLocal);
+        if kind != crate::exchange::DELAYED_TYPE || members.members.len() < 2 {
+            return DefinitionOp::DeclareExchange { name, kind, durable: true, auto_delete, internal, arguments };
+        }
+        DefinitionOp::DeclareReplicatedExchange { name, kind, auto_delete, internal, arguments, members }
     }
 
     /// Makes an access control change on every node; returns once it is applied here.

@@ -81,6 +81,7 @@ pub(super) fn apply_here(vhost: &VirtualHost, op: &DefinitionOp) -> Option<MetaR
         | DefinitionOp::DeleteMember { .. }
         | DefinitionOp::ForgetNode { .. }
         | DefinitionOp::AddNode { .. }
+        | DefinitionOp::DeclareReplicatedExchange { .. }
         | DefinitionOp::Access(_) => return None,
     };
     Some(outcome)

@@ -10,6 +10,7 @@
 use super::command::{DefinitionOp, MetaCommand, MetaOutcome, MetaResult};
 use crate::broker::Broker;
 use crate::error::{BrokerError, ReplyCode};
+use crate::exchange::ExchangeDefinition;
 use crate::queue::{ConnectionId, QueueArguments, QueueDefinition};
 use crate::quorum::Replication;
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
@@ -204,6 +205,11 @@ impl MetaStateMachine {
                     message_count: declared.message_count,
                     consumer_count: declared.consumer_count,
                 });
+            }
+            DefinitionOp::DeclareReplicatedExchange { name, kind, auto_delete, internal, arguments, members } => {
+                let definition =
+                    ExchangeDefinition::declared(name, kind, true, *auto_delete, *internal, arguments.clone())?;
+                vhost.declare_replicated_exchange(definition, members.clone())?;
             }
             DefinitionOp::AddMember { name, node, node_id, arguments } => {
                 self.add_member(&vhost, &command.vhost, name, node, *node_id, arguments)?;

@@ -14,12 +14,15 @@ use crate::error::{internal_error, BrokerError, BrokerResult};
 use crate::message::Message;
 use crate::message::WireMessage;
 use crate::message_store::StoreError;
-use crate::quorum::{InitialMembers, QuorumGroup};
+use crate::quorum::{InitialMembers, Op, QuorumGroup, Response};
 use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
 use crate::session::Session;
 use crate::stream::{ReplicatedOffsets, Stream, StreamArguments, StreamStateMachine, RETENTION_CHECK_INTERVAL_MS};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A stream's queue kind.
 pub(crate) struct StreamQueue {
@@ -36,6 +39,13 @@ trait Appender: Send + Sync {
 
     /// The stream is closing or deleted: its group (if any) stops.
     fn stop(&self) {}
+
+    /// What a new consumer waits for before its start is resolved: a replica to have applied
+    /// what the leader had committed (so that `x-stream-offset` and group offsets are
+    /// resolved against the whole stream, not a lagging copy); `None` to start at once.
+    fn caught_up(&self) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
+        None
+    }
 }
 
 /// A stream on this node alone appends to its log itself.
@@ -60,7 +70,22 @@ impl Appender for ReplicatedAppends {
     fn stop(&self) {
         self.group.close();
     }
+
+    fn caught_up(&self) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
+        let group = Arc::clone(&self.group);
+        Some(Box::pin(async move {
+            // Without a leader in time, the consumer starts on what this replica has.
+            if let Ok(Response::NextOffset(end)) = group.ask(Op::Sync).await {
+                if !group.machine().appended_up_to(end, Duration::from_millis(CATCH_UP_WAIT_MS)).await {
+                    tracing::warn!(end, "a stream replica is behind its leader; a consumer starts on what it has");
+                }
+            }
+        }))
+    }
 }
+
+/// How long a new consumer of a replicated stream waits for its node's replica to catch up.
+const CATCH_UP_WAIT_MS: u64 = 5_000;
 
 /// A new stream: durable, not exclusive, not auto-delete (406 otherwise, as in RabbitMQ), on a
 /// broker with a data directory (540 otherwise).
@@ -198,7 +223,16 @@ impl QueueKind for StreamQueue {
     }
 
     fn add_consumer(&self, _queue: &Arc<Queue>, consumer: Arc<Consumer>) -> Reply<BrokerResult<()>> {
-        Reply::Now(self.stream.add_consumer(consumer))
+        match self.appender.caught_up() {
+            None => Reply::Now(self.stream.add_consumer(consumer)),
+            Some(caught_up) => {
+                let stream = Arc::clone(&self.stream);
+                Reply::Later(Box::pin(async move {
+                    caught_up.await;
+                    stream.add_consumer(consumer)
+                }))
+            }
+        }
     }
 
     fn remove_consumer(&self, _queue: &Arc<Queue>, consumer: &Arc<Consumer>) -> bool {

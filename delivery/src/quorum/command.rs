@@ -159,6 +159,10 @@ pub enum Op {
         /// The group's committed offset: the first it has not settled.
         offset: u64,
     },
+    /// A read barrier: applied, it answers a replicated stream's next offset
+    /// ([`Response::NextOffset`]), so that a replica knows how far it must have applied to be
+    /// as new as the leader was. A quorum queue ignores it.
+    Sync,
 }
 
 /// A command: the leader's clock when it proposed it, and the operation.
@@ -226,4 +230,6 @@ pub enum Response {
     Dequeued(Option<Dequeued>),
     /// `queue.purge`: how many ready messages went.
     Purged(u64),
+    /// [`Op::Sync`] on a replicated stream: its next offset then.
+    NextOffset(u64),
 }

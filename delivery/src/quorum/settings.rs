@@ -33,6 +33,9 @@ pub struct Settings {
     pub single_active_consumer: bool,
     /// `x-message-deduplication` with its window, if on.
     pub deduplication: Option<DedupSettings>,
+    /// Whether a message's TTL is its `x-delay` header (none or under 1: due at once): the
+    /// pending set of a replicated delayed exchange, whose messages "expire" when they are due.
+    pub ttl_from_delay: bool,
 }
 
 impl Settings {
@@ -41,6 +44,21 @@ impl Settings {
         self.dead_letter
             && self.dead_letter_strategy == DeadLetterStrategy::AtLeastOnce
             && self.overflow == Overflow::RejectPublish
+    }
+}
+
+impl Settings {
+    /// The pending set of a replicated delayed exchange: each message is held for its
+    /// `x-delay`, then handed on at least once (dead-lettered, in the state's terms, and kept
+    /// until the exchange's routing confirmed it).
+    pub fn delayed_exchange() -> Self {
+        Settings {
+            dead_letter: true,
+            dead_letter_strategy: DeadLetterStrategy::AtLeastOnce,
+            overflow: Overflow::RejectPublish,
+            ttl_from_delay: true,
+            ..Settings::default()
+        }
     }
 }
 
@@ -65,6 +83,7 @@ impl From<&QueueArguments> for Settings {
                 .map_or(DEFAULT_DELIVERY_LIMIT, |limit| u32::try_from(limit).unwrap_or(u32::MAX)),
             single_active_consumer: arguments.single_active_consumer,
             deduplication: arguments.deduplication(),
+            ttl_from_delay: false,
         }
     }
 }

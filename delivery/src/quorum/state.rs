@@ -106,7 +106,7 @@ impl QueueState {
             Op::Discard { consumer, ids } => self.settle(consumer, ids, Some(DeathReason::Rejected), &mut effects),
             Op::DeadLettered { ids } => self.dead_lettered(ids),
             Op::Purge => Response::Purged(self.purge()),
-            Op::Expire | Op::CommitOffset { .. } => Response::Done,
+            Op::Expire | Op::CommitOffset { .. } | Op::Sync => Response::Done,
         };
         // Returned messages may be past their TTL; one of 0 (due now) still lets a message
         // through to a consumer ready for it at once, as in RabbitMQ.
@@ -134,10 +134,14 @@ impl QueueState {
             return Response::Rejected;
         }
         let priority = properties.as_ref().and_then(Properties::priority).unwrap_or(0);
-        let ttl_ms = [self.settings.message_ttl_ms, properties.as_ref().and_then(Properties::expiration_ms)]
-            .into_iter()
-            .flatten()
-            .min();
+        let ttl_ms = if self.settings.ttl_from_delay {
+            Some(properties.as_ref().and_then(crate::exchange::delayed::delay_in).unwrap_or(0))
+        } else {
+            [self.settings.message_ttl_ms, properties.as_ref().and_then(Properties::expiration_ms)]
+                .into_iter()
+                .flatten()
+                .min()
+        };
         let expires_at_ms = ttl_ms.map(|ttl| self.clock_ms.saturating_add(ttl));
         let state = MessageState { priority, size, delivery_count: 0, acquired: 0, expires_at_ms, holder: None };
         self.messages.insert(id, state);

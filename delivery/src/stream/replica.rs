@@ -214,6 +214,12 @@ impl StreamStateMachine {
         self.shared.appended.subscribe()
     }
 
+    /// Waits (at most `within`) until this replica's log reaches `end`; whether it did.
+    pub async fn appended_up_to(&self, end: u64, within: std::time::Duration) -> bool {
+        let mut appended = self.subscribe_appended();
+        tokio::time::timeout(within, appended.wait_for(|at| *at >= end)).await.is_ok_and(|r| r.is_ok())
+    }
+
     /// What this replica can give another catching up: its records from `from` (or from its
     /// oldest, if retention removed `from`), about `max_bytes` of them.
     pub fn read_chunk(&self, from: u64, max_bytes: u32) -> Result<StreamChunk, warren_storage::StorageError> {
@@ -253,6 +259,7 @@ impl StreamStateMachine {
             }
             // A stream keeps its messages: only retention removes them.
             Op::Purge => Response::Purged(0),
+            Op::Sync => Response::NextOffset(applied.next_offset),
             // Consumers of a stream read by offset on their own node: nothing else is replicated.
             _ => Response::Done,
         }

@@ -21,7 +21,7 @@ use crate::error::{internal_error, BrokerError, BrokerResult};
 use crate::exchange::{DelayedMessages, Destination, Exchange, ExchangeDefinition, ExchangeKind};
 use crate::message_store::MessageStore;
 use crate::queue::{self, ConnectionId, Queue, QueueContext, QueueDefinition};
-use crate::quorum::{Replication, SingleNode};
+use crate::quorum::{InitialMembers, Replication, SingleNode};
 use crate::remote::{Forwarder, NoForwarding};
 use crate::scheduler::SchedulerHandle;
 use amq_protocol::types::FieldTable;
@@ -235,6 +235,24 @@ impl VirtualHost {
     /// default exchange is 403; so is a new name with the reserved `amq.` prefix (an existing
     /// `amq.` exchange is only checked for equivalence, as in RabbitMQ).
     pub fn declare_exchange(&self, definition: ExchangeDefinition) -> BrokerResult<()> {
+        self.declare_exchange_with(definition, None)
+    }
+
+    /// `exchange.declare` of a durable delayed exchange in a cluster, its pending set
+    /// replicated on `members` (chosen by the node the declare came from).
+    pub fn declare_replicated_exchange(
+        &self,
+        definition: ExchangeDefinition,
+        members: InitialMembers,
+    ) -> BrokerResult<()> {
+        self.declare_exchange_with(definition, Some(members))
+    }
+
+    fn declare_exchange_with(
+        &self,
+        definition: ExchangeDefinition,
+        members: Option<InitialMembers>,
+    ) -> BrokerResult<()> {
         refuse_default_exchange(&definition.name)?;
         let durable = definition.durable;
         {
@@ -245,7 +263,7 @@ impl VirtualHost {
                 return equivalence::check_exchange(existing.definition(), &definition, &self.name);
             }
             refuse_reserved_name("exchange", &definition.name)?;
-            let exchange = self.new_exchange(definition)?;
+            let exchange = self.new_exchange(definition, members)?;
             exchanges.insert(exchange.name().to_string(), Arc::new(exchange));
         }
         if durable {
@@ -261,9 +279,14 @@ impl VirtualHost {
         self.exchange(name)
     }
 
-    fn new_exchange(&self, definition: ExchangeDefinition) -> BrokerResult<Exchange> {
+    fn new_exchange(&self, definition: ExchangeDefinition, members: Option<InitialMembers>) -> BrokerResult<Exchange> {
         if !definition.delayed {
             return Ok(Exchange::new(definition));
+        }
+        if let (Some(storage), Some(members)) = (&self.storage, members) {
+            let dir = storage.create_delayed_dir(&definition.name).map_err(|e| internal_error("cannot create", e))?;
+            let delayed = self.replicated_delays(&definition.name, storage, &dir, Some(members))?;
+            return Ok(Exchange::with_delayed(definition, delayed));
         }
         let store = match (&self.storage, definition.durable) {
             (Some(storage), true) => {
@@ -274,6 +297,29 @@ impl VirtualHost {
         };
         let delayed = DelayedMessages::new(&definition.name, Weak::clone(&self.me), Arc::clone(&self.scheduler), store);
         Ok(Exchange::with_delayed(definition, delayed))
+    }
+
+    /// This node's member of the replicated pending set of delayed exchange `exchange`, kept
+    /// in `dir` (a new group if `members` are given).
+    pub(crate) fn replicated_delays(
+        &self,
+        exchange: &str,
+        storage: &VhostStorage,
+        dir: &std::path::Path,
+        members: Option<InitialMembers>,
+    ) -> BrokerResult<Arc<dyn crate::exchange::HeldMessages>> {
+        let delays = crate::exchange::ReplicatedDelays::open(
+            exchange,
+            &self.name,
+            Weak::clone(&self.me),
+            Arc::clone(&self.scheduler),
+            dir,
+            storage.replicated_log_config(),
+            Arc::clone(&self.replication),
+            members,
+        )
+        .map_err(|e| internal_error("cannot start the delayed exchange's group", e))?;
+        Ok(delays)
     }
 
     /// `exchange.delete`. Deleting an exchange that does not exist succeeds, as in RabbitMQ;

@@ -56,7 +56,11 @@ impl VirtualHost {
             .map_err(|e| internal_error("cannot set aside definitions that cannot be read", e))?;
 
         for definition in exchanges {
-            let exchange = if definition.delayed {
+            let replicated = storage.delayed_dir(&definition.name);
+            let exchange = if definition.delayed && crate::quorum::holds_group(&replicated) {
+                let delayed = self.replicated_delays(&definition.name, storage, &replicated, None)?;
+                Exchange::with_delayed(definition, delayed)
+            } else if definition.delayed {
                 let store = storage.open_delayed(&definition.name).map_err(|e| internal_error("cannot recover", e))?;
                 let (me, scheduler) = (Weak::clone(&self.me), Arc::clone(&self.scheduler));
                 let delayed = DelayedMessages::recover(&definition.name, me, scheduler, store)

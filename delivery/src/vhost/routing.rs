@@ -46,16 +46,23 @@ impl VirtualHost {
         Ok(deliver_to(&queues, &message))
     }
 
-    /// A delayed message fell due: it is routed now by its exchange's bindings.
-    pub(crate) fn route_due(&self, exchange: &str, message: Message) {
+    /// A delayed message fell due: it is routed now by its exchange's bindings. The disk
+    /// writes its targets make, to wait for before it counts as handed on; `None` if a target
+    /// failed to store it.
+    pub(crate) fn route_due(&self, exchange: &str, message: Message) -> Option<Vec<crate::message_store::DurableMark>> {
         match self.route(exchange, &message) {
             Ok(queues) => {
                 let outcome = deliver_to(&queues, &Arc::new(message));
                 if let Some(error) = outcome.failure {
                     tracing::error!(exchange, %error, "cannot store a delayed message that fell due");
+                    return None;
                 }
+                Some(outcome.marks)
             }
-            Err(error) => tracing::warn!(exchange, %error, "delayed message dropped: its exchange is gone"),
+            Err(error) => {
+                tracing::warn!(exchange, %error, "delayed message dropped: its exchange is gone");
+                Some(Vec::new())
+            }
         }
     }
 

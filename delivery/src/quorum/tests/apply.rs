@@ -515,3 +515,40 @@ fn a_message_refused_for_overflow_leaves_its_key_free() {
     q.run(Op::Purge);
     assert!(matches!(q.run(keyed("sent again", 2)).0, Response::Enqueued(_)));
 }
+
+/// An Enqueue of `body` with header `x-delay: delay_ms`.
+fn delayed(body: &str, delay_ms: i64) -> Op {
+    let Op::Enqueue(mut message) = enqueue(body, None, None) else { unreachable!("an enqueue") };
+    let decoded = crate::properties::Properties::decode(message.properties).expect("test properties decode");
+    let with_delay = decoded.with_long_long_header(crate::exchange::delayed::DELAY_HEADER, delay_ms).expect("adds");
+    message.properties = with_delay.raw().clone();
+    Op::Enqueue(message)
+}
+
+#[test]
+fn a_delayed_exchanges_pending_set_hands_each_message_on_at_its_delay_and_keeps_it_until_recorded() {
+    let mut q = Harness::new(Settings::delayed_exchange());
+    let start = q.now_ms;
+    let ids: Vec<MessageId> = [300, 100, 0, 200]
+        .into_iter()
+        .map(|delay| {
+            let id = q.next_id();
+            q.run(delayed(&format!("after {delay}"), delay));
+            id
+        })
+        .collect();
+    // No delay (0) is due at once, as an exchange routes it.
+    assert_eq!(q.state.dead_lettering(), vec![(ids[2], DeathReason::Expired)]);
+    assert_eq!(q.state.next_expiry_ms(), Some(start + 100));
+    q.now_ms = start + 99;
+    assert!(q.run(Op::Expire).1.is_empty(), "nothing before its time");
+    q.now_ms = start + 200;
+    let (_, effects) = q.run(Op::Expire);
+    let handed_on = [ids[1], ids[3]].map(|id| Effect::DeadLetter { id, reason: DeathReason::Expired, confirm: true });
+    assert_eq!(effects, handed_on.to_vec(), "in due order, at least once");
+    // Handed on, not yet recorded: a new leader would hand them on again.
+    assert_eq!(q.state.dead_lettering().len(), 3);
+    q.run(Op::DeadLettered { ids: vec![ids[1], ids[2], ids[3]] });
+    assert!(q.state.dead_lettering().is_empty());
+    assert_eq!(q.state.next_expiry_ms(), Some(start + 300), "the last one still held");
+}

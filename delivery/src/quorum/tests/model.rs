@@ -75,6 +75,7 @@ fn settings() -> impl Strategy<Value = Settings> {
                     dead_letter_strategy: strategy,
                     delivery_limit: limit,
                     single_active_consumer: sac,
+                    ttl_from_delay: false,
                     deduplication: dedup.map(|(cache_size, cache_ttl_ms)| DedupSettings {
                         header: DEFAULT_DEDUPLICATION_HEADER.into(),
                         cache_size,
