@@ -6,6 +6,7 @@
 pub mod cluster;
 pub mod fault_proxy;
 pub mod http;
+pub mod partition_group;
 pub mod process;
 pub mod raw_client;
 

@@ -269,3 +269,62 @@ async fn deduplication_on_a_replicated_stream_recognises_a_retry_after_the_leade
     assert_eq!(keys, (0..60).collect::<Vec<u64>>(), "each key once, in publish order");
     assert_eq!(passive_count(&cluster.connect(1).await, "d").await, Some(60), "and no more");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_group_across_nodes_survives_a_member_nodes_death_and_takes_a_new_member() {
+    use warren_tests::partition_group::*;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start_cluster(dir.path(), false).await;
+    // Wait for the cluster to form before the partitions are declared.
+    let a = cluster.connect(0).await;
+    let probe = a.create_channel().await.expect("channel");
+    probe.queue_declare("formed".into(), durable(), stream_args(&[])).await.expect("declare on a formed cluster");
+    ctl(&cluster, 0, &["add_super_stream", "orders", "--partitions", "6"]);
+
+    // One member on each node.
+    let record: Record = Default::default();
+    let mut stops = Vec::new();
+    let mut members = Vec::new();
+    for member in 0..3 {
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let conn = cluster.connect(member).await;
+        members.push(tokio::spawn(run_member(conn, member, "orders", "g", record.clone(), stopping)));
+        stops.push(stop);
+    }
+    let publisher_ch = confirm_channel(&a).await;
+    let publisher = tokio::spawn(async move { publish_keyed(&publisher_ch, "orders", 1_500).await });
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    // C dies, and its member with it; a new member joins on B.
+    let killed_at = Instant::now();
+    cluster.nodes[2].take().expect("running").kill9();
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    members.push(tokio::spawn(run_member(cluster.connect(1).await, 3, "orders", "g", record.clone(), stopping)));
+    stops.push(stop);
+    let published = publisher.await.expect("publisher");
+    if !wait_for_all(&record, published.len(), Duration::from_secs(60)).await {
+        dump_warnings(&cluster);
+        panic!("not every message was consumed");
+    }
+    let partition_of = |key: &str| warren_delivery::exchange::super_stream::partition_index(key.as_bytes(), 6) as i64;
+    let recorded = record.lock().expect("record").clone();
+    let report = check(&recorded, &published, partition_of);
+    // How long the dead member's partitions waited for another member.
+    let orphaned: std::collections::BTreeSet<i64> =
+        recorded.iter().filter(|c| c.member == 2 && c.at < killed_at).map(|c| c.partition).collect();
+    let resumed = orphaned
+        .iter()
+        .filter_map(|p| recorded.iter().find(|c| c.partition == *p && c.member != 2 && c.at > killed_at))
+        .map(|c| c.at.duration_since(killed_at))
+        .max();
+    eprintln!(
+        "group of 3 on 6 partitions across 3 nodes, a member's node killed, one member added: {report:?}; \
+         the dead member's partitions {orphaned:?} read again after {resumed:?}"
+    );
+    for stop in stops {
+        stop.send_replace(true);
+    }
+    for member in members {
+        let _ = member.await;
+    }
+}

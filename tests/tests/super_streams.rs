@@ -217,3 +217,79 @@ async fn consuming_a_super_stream_reads_every_partition_under_one_tag() {
     let listed = ok(&broker, &["list_consumers", "queue_name", "consumer_tag"]);
     assert!(!listed.lines().any(|line| line.split_whitespace().nth(1) == Some("all")), "{listed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_group_shares_the_partitions_and_rebalances_when_members_come_and_go() {
+    use warren_tests::partition_group::*;
+    let broker = start_broker().await;
+    ok(&broker, &["add_super_stream", "orders", "--partitions", "6"]);
+    let record: Record = Default::default();
+    let mut stops = Vec::new();
+    let mut members = Vec::new();
+    for member in 0..3 {
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let conn = connect(&broker).await;
+        members.push(tokio::spawn(run_member(conn, member, "orders", "g", record.clone(), stopping)));
+        stops.push(stop);
+    }
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    let publisher = tokio::spawn(async move { publish_keyed(&ch, "orders", 1_500).await });
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    // Member 1 dies mid-stream (its connection closes with deliveries unacked); member 3 joins.
+    stops[1].send_replace(true);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let conn = connect(&broker).await;
+    members.push(tokio::spawn(run_member(conn, 3, "orders", "g", record.clone(), stopping)));
+    stops.push(stop);
+    let published = publisher.await.expect("publisher");
+    assert!(wait_for_all(&record, published.len(), std::time::Duration::from_secs(30)).await, "all consumed");
+    let partition_of = |key: &str| warren_delivery::exchange::super_stream::partition_index(key.as_bytes(), 6) as i64;
+    let recorded = record.lock().expect("record").clone();
+    let report = check(&recorded, &published, partition_of);
+    let readers: std::collections::BTreeSet<usize> = recorded.iter().map(|c| c.member).collect();
+    assert!(readers.contains(&0) && readers.contains(&2) && readers.contains(&3), "the members shared: {readers:?}");
+    eprintln!("group of 3 on 6 partitions, one died, one joined: {report:?}");
+    for stop in stops {
+        stop.send_replace(true);
+    }
+    for member in members {
+        member.await.expect("member");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_kills_a_rebalance_hands_over_without_a_message_processed_twice() {
+    use warren_tests::partition_group::*;
+    let broker = start_broker().await;
+    ok(&broker, &["add_super_stream", "calm", "--partitions", "6"]);
+    let record: Record = Default::default();
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let first = tokio::spawn(run_member(connect(&broker).await, 0, "calm", "g", record.clone(), stopping.clone()));
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    let publisher = tokio::spawn(async move { publish_keyed(&ch, "calm", 1_000).await });
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    // Two members join while the first is reading every partition: half move, handed over
+    // once what is in flight is settled.
+    let second = tokio::spawn(run_member(connect(&broker).await, 1, "calm", "g", record.clone(), stopping.clone()));
+    let third = tokio::spawn(run_member(connect(&broker).await, 2, "calm", "g", record.clone(), stopping));
+    let published = publisher.await.expect("publisher");
+    assert!(wait_for_all(&record, published.len(), std::time::Duration::from_secs(30)).await, "all consumed");
+    let partition_of = |key: &str| warren_delivery::exchange::super_stream::partition_index(key.as_bytes(), 6) as i64;
+    let recorded = record.lock().expect("record").clone();
+    let report = check(&recorded, &published, partition_of);
+    assert_eq!(report.twice, 0, "no message processed twice without a kill: {report:?}");
+    assert!(report.moves >= 4, "partitions moved to the new members: {report:?}");
+    // In the end each member reads two partitions, each partition one member.
+    let last_reader: BTreeMap<i64, usize> = recorded.iter().map(|c| (c.partition, c.member)).collect();
+    let mut shares: BTreeMap<usize, usize> = BTreeMap::new();
+    for member in last_reader.values() {
+        *shares.entry(*member).or_default() += 1;
+    }
+    assert_eq!(shares, BTreeMap::from([(0, 2), (1, 2), (2, 2)]), "two partitions each: {last_reader:?}");
+    stop.send_replace(true);
+    for member in [first, second, third] {
+        member.await.expect("member");
+    }
+}

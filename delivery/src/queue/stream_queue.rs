@@ -17,7 +17,10 @@ use crate::message_store::StoreError;
 use crate::quorum::{InitialMembers, Op, QuorumGroup, Response};
 use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
 use crate::session::Session;
-use crate::stream::{ReplicatedOffsets, Stream, StreamArguments, StreamStateMachine, RETENTION_CHECK_INTERVAL_MS};
+use crate::stream::{
+    GroupCoordination, GroupOp, ReplicatedOffsets, Stream, StreamArguments, StreamStateMachine,
+    RETENTION_CHECK_INTERVAL_MS,
+};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -156,10 +159,64 @@ fn replicated(
     let group = Arc::new(group);
     let proposer = Arc::clone(&group);
     let offsets = ReplicatedOffsets::new(machine.clone(), move |op| proposer.propose(op));
-    let stream = Stream::replica(dir, log, stream_arguments, Box::new(offsets));
+    let coordinator = Arc::clone(&group);
+    let coordination =
+        GroupCoordination::replicated(group.node_id(), machine.partition_groups(), move |op| coordinator.propose(op));
+    // A restart closed this node's channels: its members of the super stream's groups left.
+    if machine.partition_groups().borrow().nodes().contains(&group.node_id()) {
+        coordination.change(GroupOp::Down { node: group.node_id() });
+    }
+    tokio::spawn(drop_members_of_down_nodes(Arc::downgrade(&group), coordination.subscribe()));
+    let stream = Stream::replica(dir, log, stream_arguments, Box::new(offsets), coordination);
     let queue = build(definition, arguments, stream, Box::new(ReplicatedAppends { group }), context);
     tokio::spawn(dispatch_as_applied(Arc::downgrade(&queue), machine.subscribe_appended()));
     Ok(queue)
+}
+
+/// How long a node with members in the super stream's consumer groups may be unreachable
+/// before the leader declares them gone (their partitions go to the others). Short: a member
+/// dropped while alive joins again when its node is back.
+const MEMBER_NODE_GRACE_MS: u64 = 1_000;
+/// How often the leader looks at those nodes while any has members.
+const MEMBER_NODE_CHECK_MS: u64 = 250;
+
+/// On the leader of the group of a super stream's first partition: the members of a node
+/// unreachable for [`MEMBER_NODE_GRACE_MS`] leave the consumer groups.
+async fn drop_members_of_down_nodes(
+    group: std::sync::Weak<QuorumGroup<StreamStateMachine>>,
+    mut groups: tokio::sync::watch::Receiver<Arc<crate::stream::PartitionGroups>>,
+) {
+    let mut down_since: std::collections::HashMap<u64, tokio::time::Instant> = Default::default();
+    loop {
+        let nodes = groups.borrow_and_update().nodes();
+        if nodes.is_empty() {
+            down_since.clear();
+            if groups.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let Some(current) = group.upgrade() else { return };
+        let now = tokio::time::Instant::now();
+        down_since.retain(|node, _| nodes.contains(node));
+        for node in nodes {
+            if !current.is_leader() || current.is_node_up(node) {
+                down_since.remove(&node);
+                continue;
+            }
+            let since = *down_since.entry(node).or_insert(now);
+            if now.duration_since(since) >= Duration::from_millis(MEMBER_NODE_GRACE_MS) {
+                tracing::warn!(node, "a node with consumer group members is unreachable: its members leave");
+                current.propose(Op::Group(GroupOp::Down { node }));
+                down_since.remove(&node);
+            }
+        }
+        drop(current);
+        tokio::select! {
+            changed = groups.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(Duration::from_millis(MEMBER_NODE_CHECK_MS)) => {}
+        }
+    }
 }
 
 /// Feeds the stream's consumers on this node whenever applied entries extend its log.

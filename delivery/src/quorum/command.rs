@@ -163,6 +163,9 @@ pub enum Op {
     /// ([`Response::NextOffset`]), so that a replica knows how far it must have applied to be
     /// as new as the leader was. A quorum queue ignores it.
     Sync,
+    /// A change to the consumer groups of the super stream whose first partition this
+    /// replicated stream is. A quorum queue ignores it.
+    Group(crate::stream::GroupOp),
 }
 
 /// A command: the leader's clock when it proposed it, and the operation.

@@ -106,7 +106,7 @@ impl QueueState {
             Op::Discard { consumer, ids } => self.settle(consumer, ids, Some(DeathReason::Rejected), &mut effects),
             Op::DeadLettered { ids } => self.dead_lettered(ids),
             Op::Purge => Response::Purged(self.purge()),
-            Op::Expire | Op::CommitOffset { .. } | Op::Sync => Response::Done,
+            Op::Expire | Op::CommitOffset { .. } | Op::Sync | Op::Group(_) => Response::Done,
         };
         // Returned messages may be past their TTL; one of 0 (due now) still lets a message
         // through to a consumer ready for it at once, as in RabbitMQ.

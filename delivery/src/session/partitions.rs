@@ -1,14 +1,21 @@
 //! A consumer of a super stream: one consumer per partition under one tag, started
 //! together (and cancelled together, by [`Session::cancel`]); each part's deliveries carry
-//! the partition they came from.
+//! the partition they came from. In a consumer group (`x-consumer-group`), the parts read
+//! only the partitions the group gives the consumer (`crate::stream::PartitionGroups`, kept by
+//! the first partition), and a partition taken away is handed over once what is in flight on
+//! it is settled, or after [`HANDOVER_TIMEOUT_MS`].
 
 use super::{reused_tag, Session};
 use crate::consumer::{Consumer, ConsumerOptions, PARTITION_HEADER};
-use crate::error::BrokerResult;
+use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
 use crate::queue::{Queue, Reply};
+use crate::quorum::ConsumerId;
+use crate::stream::{GroupOp, PartitionGroups};
 use amq_protocol::types::ShortString;
+use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 impl Session {
     /// Starts a consumer of a super stream: one consumer of each partition (in partition
@@ -24,6 +31,21 @@ impl Session {
             Ok(consumers) => consumers,
             Err(error) => return Reply::Now(Err(error)),
         };
+        let group = match consumers.first().map(|c| crate::stream::group_of(c)).transpose() {
+            Ok(group) => group.flatten(),
+            Err(error) => {
+                self.cancel(tag.as_str());
+                return Reply::Now(Err(error));
+            }
+        };
+        if group.is_some() && partitions.first().and_then(|p| p.stream()).is_none() {
+            self.cancel(tag.as_str());
+            return Reply::Now(Err(BrokerError::new(
+                ReplyCode::NotImplemented,
+                "a consumer group of a super stream is kept by its first partition: consume through a node that \
+                 holds a replica of it",
+            )));
+        }
         let mut later = Vec::new();
         for consumer in &consumers {
             match consumer.queue().add_consumer(Arc::clone(consumer)) {
@@ -36,6 +58,9 @@ impl Session {
             }
         }
         if later.is_empty() {
+            if let Some(group) = group {
+                join_group(group, &consumers);
+            }
             return Reply::Now(Ok(consumers));
         }
         let session = Arc::clone(self);
@@ -45,6 +70,9 @@ impl Session {
                     session.cancel(tag.as_str());
                     return Err(error);
                 }
+            }
+            if let Some(group) = group {
+                join_group(group, &consumers);
             }
             Ok(consumers)
         }))
@@ -79,5 +107,99 @@ pub(super) fn with_partition_header(message: Arc<Message>, partition: u32) -> Ar
             tracing::warn!(partition, %error, "cannot add the partition header; delivering without it");
             message
         }
+    }
+}
+
+/// How long a member giving a partition up waits for its deliveries in flight to be settled;
+/// then they are returned (the next owner reads them again).
+pub const HANDOVER_TIMEOUT_MS: u64 = 30_000;
+/// How often a member giving a partition up looks at its deliveries in flight.
+const HANDOVER_POLL_MS: u64 = 10;
+
+/// `parts` (one per partition, in order) join consumer group `group` of their super stream,
+/// kept by the first partition; a task then follows the group's assignment for them.
+fn join_group(group: String, parts: &[Arc<Consumer>]) {
+    let Some(first) = parts.first() else { return };
+    let Some(stream) = first.queue().stream() else { return };
+    let coordination = stream.coordination();
+    let member = coordination.member(first);
+    let view = coordination.subscribe();
+    coordination.change(join_op(&group, &member, parts));
+    tokio::spawn(follow_assignment(group, member, parts.to_vec(), view));
+}
+
+fn join_op(group: &str, member: &ConsumerId, parts: &[Arc<Consumer>]) -> GroupOp {
+    GroupOp::Join { group: group.to_string(), member: member.clone(), partitions: parts.len() as u32 }
+}
+
+/// Makes `parts` read the partitions the group gives `member` and give up those it takes
+/// away, until the member has left the group. A member the group dropped while it is still
+/// attached (its node was unreachable for a while) joins again.
+async fn follow_assignment(
+    group: String,
+    member: ConsumerId,
+    parts: Vec<Arc<Consumer>>,
+    mut view: tokio::sync::watch::Receiver<Arc<PartitionGroups>>,
+) {
+    let releasing = Arc::new(parking_lot::Mutex::new(HashSet::new()));
+    let mut joined = false;
+    loop {
+        let groups = Arc::clone(&view.borrow_and_update());
+        let in_group = groups.members(&group).contains(&member);
+        if joined && !in_group {
+            let Some(first) = parts[0].queue().stream() else { return };
+            if !first.is_attached(&parts[0]) {
+                return;
+            }
+            tracing::info!(group, "a consumer group dropped a member that is still attached: it joins again");
+            first.coordination().change(join_op(&group, &member, &parts));
+            joined = false;
+        }
+        joined |= in_group;
+        for (place, part) in parts.iter().enumerate() {
+            let partition = place as u32;
+            let owns = groups.owner(&group, partition) == Some(&member);
+            let keeps = groups.target(&group, partition) == Some(&member);
+            let Some(stream) = part.queue().stream() else { continue };
+            if owns && keeps {
+                if stream.take_partition(part, groups.released_at(&group, partition)) {
+                    part.queue().dispatch();
+                }
+            } else if owns && releasing.lock().insert(partition) {
+                let handover = Handover { group: group.clone(), member: member.clone(), partition };
+                tokio::spawn(handover.run(Arc::clone(&parts[0]), Arc::clone(part), Arc::clone(&releasing)));
+            } else if !owns {
+                stream.release_partition(part);
+            }
+        }
+        if view.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A partition moving from a member to another.
+struct Handover {
+    group: String,
+    member: ConsumerId,
+    partition: u32,
+}
+
+impl Handover {
+    /// Stops delivering `part`'s partition, waits for what is in flight to be settled (at most
+    /// [`HANDOVER_TIMEOUT_MS`]), commits, and tells the group (through `first`, the part of
+    /// the first partition) where the next owner starts.
+    async fn run(self, first: Arc<Consumer>, part: Arc<Consumer>, releasing: Arc<parking_lot::Mutex<HashSet<u32>>>) {
+        let queue = part.queue();
+        let Some(stream) = queue.stream() else { return };
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(HANDOVER_TIMEOUT_MS);
+        while stream.pause_partition(&part) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(HANDOVER_POLL_MS)).await;
+        }
+        let Handover { group, member, partition } = self;
+        if let (Some(offset), Some(coordinator)) = (stream.release_partition(&part), first.queue().stream()) {
+            coordinator.coordination().change(GroupOp::Released { group, partition, member, offset });
+        }
+        releasing.lock().remove(&partition);
     }
 }

@@ -52,6 +52,11 @@ pub(crate) struct Cursor {
     pub(crate) group: Option<String>,
     /// Whether it receives messages (in a group, only one consumer at a time does).
     pub(crate) active: bool,
+    /// Whether the super stream's consumer group decides `active` (see
+    /// `super::partition_groups`), rather than this stream.
+    pub(crate) assigned: bool,
+    /// Whether deliveries are held back while its partition is handed over (settles still count).
+    pub(crate) paused: bool,
     /// Offsets delivered and not yet settled (kept for groups only).
     outstanding: BTreeSet<u64>,
 }
@@ -59,7 +64,22 @@ pub(crate) struct Cursor {
 impl Cursor {
     pub(crate) fn new(consumer: Arc<Consumer>, start: u64, group: Option<String>, active: bool) -> Self {
         let filter = consumer.filter().map(HeaderFilter::new);
-        Cursor { consumer, next: start, buffer: VecDeque::new(), filter, group, active, outstanding: BTreeSet::new() }
+        Cursor {
+            consumer,
+            next: start,
+            buffer: VecDeque::new(),
+            filter,
+            group,
+            active,
+            assigned: false,
+            paused: false,
+            outstanding: BTreeSet::new(),
+        }
+    }
+
+    /// Whether it is delivered to now.
+    pub(crate) fn delivering(&self) -> bool {
+        self.active && !self.paused
     }
 
     /// Whether nothing is buffered and the next record to read is `offset`.

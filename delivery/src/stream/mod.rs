@@ -21,6 +21,7 @@ mod consumer_groups;
 mod cursor;
 mod dedup;
 mod offset_spec;
+mod partition_groups;
 mod replica;
 mod tag;
 
@@ -28,6 +29,7 @@ pub use arguments::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
 pub use catch_up::{read_chunk, StreamChunk, StreamRecord, CATCH_UP_CHUNK_BYTES};
 pub use consumer_groups::{GroupOffsets, OffsetStore, MAX_GROUP_NAME_BYTES};
 pub use offset_spec::{OffsetSpec, OFFSET_ARGUMENT};
+pub use partition_groups::{GroupCoordination, GroupOp, PartitionGroups, MAX_GROUP_MEMBERS, MAX_GROUP_PARTITIONS};
 pub use replica::{
     stream_raft_config, ReplicatedOffsets, StreamSnapshotBuilder, StreamStateMachine, MAX_CONSUMER_GROUPS,
 };
@@ -81,6 +83,8 @@ pub struct Stream {
     /// Reads without a consumer; it also decodes for the consumers (and reports, once, the
     /// records that do not decode).
     browser: LogBrowser,
+    /// The consumer groups of the super stream this stream is the first partition of.
+    coordination: GroupCoordination,
 }
 
 impl std::fmt::Debug for Stream {
@@ -94,7 +98,7 @@ impl Stream {
     pub fn open(dir: &Path, config: &LogStoreConfig, arguments: StreamArguments) -> Result<Self, StoreError> {
         let log = Self::open_log(dir, config, &arguments)?;
         let groups = GroupOffsets::open(&dir.join(GROUPS_DIR), config.flush_policy)?;
-        let mut stream = Stream::assemble(dir, log, arguments, Box::new(groups));
+        let mut stream = Stream::assemble(dir, log, arguments, Box::new(groups), GroupCoordination::local());
         if let Some(settings) = &stream.arguments.deduplication {
             stream.state.get_mut().dedup = dedup::replay(&stream.browser, settings, now_ms())?;
         }
@@ -118,15 +122,32 @@ impl Stream {
     /// A replica of a replicated stream over `log` (see [`Stream::open_log`]), which its
     /// group's state machine appends to; `groups` keep their offsets in the group. Its
     /// publishes go through the group, never through [`Stream::publish`].
-    pub fn replica(dir: &Path, log: Arc<Log>, arguments: StreamArguments, groups: Box<dyn OffsetStore>) -> Self {
-        Stream::assemble(dir, log, arguments, groups)
+    pub fn replica(
+        dir: &Path,
+        log: Arc<Log>,
+        arguments: StreamArguments,
+        groups: Box<dyn OffsetStore>,
+        coordination: GroupCoordination,
+    ) -> Self {
+        Stream::assemble(dir, log, arguments, groups, coordination)
     }
 
-    fn assemble(dir: &Path, log: Arc<Log>, arguments: StreamArguments, groups: Box<dyn OffsetStore>) -> Self {
+    fn assemble(
+        dir: &Path,
+        log: Arc<Log>,
+        arguments: StreamArguments,
+        groups: Box<dyn OffsetStore>,
+        coordination: GroupCoordination,
+    ) -> Self {
         let browser = LogBrowser::new(Arc::clone(&log), dir.join(LOG_DIR), TagHeaders::Written);
         let dedup = DedupWindow::default();
         let state = StreamState { cursors: Vec::new(), groups, dedup, scratch: Vec::new(), deleted: false };
-        Stream { dir: dir.to_path_buf(), log, arguments, state: Mutex::new(state), browser }
+        Stream { dir: dir.to_path_buf(), log, arguments, state: Mutex::new(state), browser, coordination }
+    }
+
+    /// The consumer groups of the super stream this stream is the first partition of.
+    pub fn coordination(&self) -> &GroupCoordination {
+        &self.coordination
     }
 
     /// Its retention and segment arguments.
@@ -190,7 +211,7 @@ impl Stream {
             state.dedup.insert(key, now, settings);
         }
         for cursor in state.cursors.iter_mut() {
-            if cursor.active && cursor.waits_at(offset) && cursor.consumer.has_credit() {
+            if cursor.delivering() && cursor.waits_at(offset) && cursor.consumer.has_credit() {
                 cursor.step_over(offset);
                 if cursor.consumer.wants(message) {
                     deliver(cursor, queue, offset, Message::clone(message));
@@ -203,7 +224,7 @@ impl Stream {
     /// Delivers to every active consumer what its credit allows, reading from the log.
     pub fn dispatch(&self, queue: &Arc<Queue>) {
         let mut state = self.state.lock();
-        for cursor in state.cursors.iter_mut().filter(|c| c.active) {
+        for cursor in state.cursors.iter_mut().filter(|c| c.delivering()) {
             self.feed(cursor, queue);
         }
     }
@@ -245,7 +266,10 @@ impl Stream {
         }
         let arguments = consumer.arguments().inner();
         let spec = OffsetSpec::parse(arguments.get(OFFSET_ARGUMENT))?;
-        let group = parse_group(arguments.get(GROUP_ARGUMENT))?;
+        let group = group_of(&consumer)?;
+        // A part of a super stream consumer in a group reads when the group gives it the
+        // partition (`partition_groups`).
+        let assigned = group.is_some() && consumer.partition().is_some();
         let mut state = self.state.lock();
         if state.deleted {
             return Err(BrokerError::not_found("the stream was deleted"));
@@ -256,9 +280,65 @@ impl Stream {
             Some(offset) => offset.clamp(first, next),
             None => spec.resolve(&self.log).map_err(internal)?,
         };
-        let active = group.is_none() || !state.cursors.iter().any(|c| c.group == group);
-        state.cursors.push(Cursor::new(consumer, start, group, active));
+        let active = !assigned && (group.is_none() || !state.cursors.iter().any(|c| !c.assigned && c.group == group));
+        let mut cursor = Cursor::new(consumer, start, group, active);
+        cursor.assigned = assigned;
+        state.cursors.push(cursor);
         Ok(())
+    }
+
+    /// A super stream's group gives this partition to `consumer` (one of its parts): it reads
+    /// from the group's committed offset, or from where the last owner released it if that is
+    /// later (without either, from where its `x-stream-offset` put it). False if it is gone.
+    pub fn take_partition(&self, consumer: &Arc<Consumer>, released_at: Option<u64>) -> bool {
+        let mut state = self.state.lock();
+        let state = &mut *state;
+        let Some(cursor) = state.cursors.iter_mut().find(|c| Arc::ptr_eq(&c.consumer, consumer)) else { return false };
+        if cursor.active {
+            return true;
+        }
+        let committed = cursor.group.as_deref().and_then(|g| state.groups.get(g));
+        if let Some(start) = committed.max(released_at) {
+            let (first, next) = self.browser.bounds();
+            cursor.seek(start.max(first).min(next.max(start)));
+        }
+        cursor.active = true;
+        cursor.paused = false;
+        true
+    }
+
+    /// Whether `consumer` is attached (not cancelled, its channel open).
+    pub fn is_attached(&self, consumer: &Arc<Consumer>) -> bool {
+        self.state.lock().cursors.iter().any(|c| Arc::ptr_eq(&c.consumer, consumer))
+    }
+
+    /// The partition moves from `consumer`: nothing more is delivered to it; its deliveries
+    /// in flight still count when settled. Returns how many it has in flight.
+    pub fn pause_partition(&self, consumer: &Arc<Consumer>) -> u32 {
+        let mut state = self.state.lock();
+        if let Some(cursor) = state.cursors.iter_mut().find(|c| Arc::ptr_eq(&c.consumer, consumer)) {
+            cursor.paused = true;
+        }
+        consumer.unacked()
+    }
+
+    /// `consumer` gives the partition up: what it settled is committed, what it did not is
+    /// for the next owner to read again (a settle after this counts for nothing). Returns
+    /// where the next owner starts.
+    pub fn release_partition(&self, consumer: &Arc<Consumer>) -> Option<u64> {
+        let mut state = self.state.lock();
+        let state = &mut *state;
+        let cursor = state.cursors.iter_mut().find(|c| Arc::ptr_eq(&c.consumer, consumer))?;
+        if !cursor.active {
+            return None;
+        }
+        let committed = cursor.committed();
+        if let Some(group) = cursor.group.as_deref() {
+            self.commit(state.groups.as_mut(), group, committed);
+        }
+        cursor.active = false;
+        cursor.paused = false;
+        Some(committed)
     }
 
     /// Detaches a consumer; returns true if none is left. When the active consumer of a
@@ -271,10 +351,19 @@ impl Stream {
             return state.cursors.is_empty();
         };
         let cursor = state.cursors.remove(index);
-        if let (true, Some(group)) = (cursor.active, cursor.group.as_deref()) {
+        if let (true, Some(group)) = (cursor.assigned, cursor.group.as_deref()) {
+            if cursor.active {
+                self.commit(state.groups.as_mut(), group, cursor.committed());
+            }
+            // The first partition keeps the super stream's groups: the member leaves them.
+            if consumer.partition() == Some(0) {
+                let member = self.coordination.member(consumer);
+                self.coordination.change(GroupOp::Leave { group: group.to_string(), member });
+            }
+        } else if let (true, Some(group)) = (cursor.active, cursor.group.as_deref()) {
             self.commit(state.groups.as_mut(), group, cursor.committed());
             let resume = state.groups.get(group).unwrap_or_else(|| cursor.committed());
-            if let Some(next) = state.cursors.iter_mut().find(|c| c.group.as_deref() == Some(group)) {
+            if let Some(next) = state.cursors.iter_mut().find(|c| !c.assigned && c.group.as_deref() == Some(group)) {
                 next.active = true;
                 next.seek(resume);
             }
@@ -297,7 +386,7 @@ impl Stream {
                 self.commit(state.groups.as_mut(), group, cursor.committed());
             }
         }
-        for cursor in state.cursors.iter_mut().filter(|c| c.active) {
+        for cursor in state.cursors.iter_mut().filter(|c| c.delivering()) {
             self.feed(cursor, queue);
         }
     }
@@ -353,6 +442,12 @@ fn deliver(cursor: &mut Cursor, queue: &Arc<Queue>, offset: u64, mut message: Me
     cursor.delivered(offset);
     let consumer = Arc::clone(&cursor.consumer);
     consumer.session().push(&consumer, queue, MessageRef::new(offset, offset, false, 0), false, Arc::new(message));
+}
+
+/// The consumer group `consumer` asks to be in (`x-consumer-group`), if any; 406 for a name
+/// that is not one.
+pub(crate) fn group_of(consumer: &Consumer) -> BrokerResult<Option<String>> {
+    parse_group(consumer.arguments().inner().get(GROUP_ARGUMENT))
 }
 
 fn parse_group(value: Option<&amq_protocol::types::AMQPValue>) -> BrokerResult<Option<String>> {

@@ -19,6 +19,7 @@
 
 use super::catch_up::{self, StreamChunk};
 use super::tag;
+use super::PartitionGroups;
 use crate::consumer::message_tag;
 use crate::dedup_window::{key_in, DedupEntries, DedupSettings, DedupWindow};
 use crate::message::WireMessage;
@@ -80,6 +81,8 @@ struct StreamSnapshot {
     groups: Vec<(String, u64)>,
     /// The deduplication keys seen lately, oldest first.
     dedup: DedupEntries,
+    /// The consumer groups of the super stream this stream is the first partition of.
+    partition_groups: PartitionGroups,
 }
 
 /// A snapshot as kept in its file.
@@ -106,6 +109,7 @@ struct Applied {
     clock_ms: u64,
     groups: BTreeMap<String, u64>,
     dedup: DedupWindow,
+    partition_groups: PartitionGroups,
     current: Option<SavedSnapshot>,
 }
 
@@ -119,6 +123,7 @@ impl Applied {
             clock_ms: state.clock_ms,
             groups: state.groups.into_iter().collect(),
             dedup: DedupWindow::restore(state.dedup),
+            partition_groups: state.partition_groups,
             current: saved,
         }
     }
@@ -130,6 +135,7 @@ impl Applied {
             clock_ms: self.clock_ms,
             groups: self.groups.iter().map(|(g, o)| (g.clone(), *o)).collect(),
             dedup: self.dedup.entries(),
+            partition_groups: self.partition_groups.clone(),
         }
     }
 
@@ -150,6 +156,8 @@ struct Shared {
     applied: Mutex<Applied>,
     /// The log's end after each applied entry: consumers wait on it.
     appended: watch::Sender<u64>,
+    /// The super stream's consumer groups after each change (see [`PartitionGroups`]).
+    partition_groups: watch::Sender<Arc<PartitionGroups>>,
     replication: Arc<dyn Replication>,
     file: SnapshotFile,
     /// Serializes snapshot file writes (a build and an install may race).
@@ -181,12 +189,15 @@ impl StreamStateMachine {
         let file = SnapshotFile::new(snapshot_path);
         let saved = file.read()?.map(|bytes| decode_saved(&bytes)).transpose()?;
         let (appended, _) = watch::channel(log.next_offset());
+        let applied = Applied::restore(saved);
+        let (partition_groups, _) = watch::channel(Arc::new(applied.partition_groups.clone()));
         let shared = Shared {
             group: group.to_string(),
             log,
             deduplication,
-            applied: Mutex::new(Applied::restore(saved)),
+            applied: Mutex::new(applied),
             appended,
+            partition_groups,
             replication,
             file,
             file_lock: tokio::sync::Mutex::new(()),
@@ -212,6 +223,11 @@ impl StreamStateMachine {
     /// The log's end, updated as entries are applied.
     pub fn subscribe_appended(&self) -> watch::Receiver<u64> {
         self.shared.appended.subscribe()
+    }
+
+    /// What a replica's stream watches its super stream's consumer groups on.
+    pub fn partition_groups(&self) -> watch::Sender<Arc<PartitionGroups>> {
+        self.shared.partition_groups.clone()
     }
 
     /// Waits (at most `within`) until this replica's log reaches `end`; whether it did.
@@ -260,6 +276,11 @@ impl StreamStateMachine {
             // A stream keeps its messages: only retention removes them.
             Op::Purge => Response::Purged(0),
             Op::Sync => Response::NextOffset(applied.next_offset),
+            Op::Group(op) => {
+                applied.partition_groups.apply(&op);
+                self.shared.partition_groups.send_replace(Arc::new(applied.partition_groups.clone()));
+                Response::Done
+            }
             // Consumers of a stream read by offset on their own node: nothing else is replicated.
             _ => Response::Done,
         }
@@ -345,6 +366,7 @@ impl StreamStateMachine {
         let mut applied = self.shared.applied.lock();
         *applied = Applied::restore(Some(saved));
         self.shared.appended.send_replace(self.shared.log.next_offset());
+        self.shared.partition_groups.send_replace(Arc::new(applied.partition_groups.clone()));
         Ok(())
     }
 }
