@@ -16,8 +16,14 @@
 # offset by a consumer on the same node (prefetch 1000): the publish rate and the read-back
 # rate, both over AMQP 0-9-1 (RabbitMQ's stream protocol is not used).
 #
+# With --queue-type super-stream (Warren only: RabbitMQ 3.10 has no super streams): a super
+# stream of 6 partitions on the three nodes, a consumer group of 3 members (one per node)
+# reading it, 300,000 keyed 100 B messages published with confirms, and one member killed
+# half-way (warren-group-bench): publish and group consume rates, messages processed twice,
+# and the rebalance time (the member's death to its partitions' first delivery to another).
+#
 # Run as root from a checkout:
-#   bench/cluster.sh [--rounds N] [--duration SECS] [--queue-type quorum|stream] [--no-build]
+#   bench/cluster.sh [--rounds N] [--duration SECS] [--queue-type quorum|stream|super-stream] [--no-build]
 # On 2 cores the client and the three brokers compete: read the spread, not one figure.
 set -euo pipefail
 
@@ -37,7 +43,7 @@ while [ $# -gt 0 ]; do
 	--queue-type) QUEUE_TYPE=$2 && shift ;;
 	--no-build) BUILD=0 ;;
 	-h | --help)
-		sed -n '2,24p' "$0"
+		sed -n '2,30p' "$0"
 		exit 0
 		;;
 	*) echo "unknown option $1" >&2 && exit 2 ;;
@@ -57,9 +63,9 @@ mkdir -p "$WORK/logs" "$WORK/bin"
 
 if [ "$BUILD" = 1 ]; then
 	log "building warren and warren-perf (release)"
-	(cd "$ROOT" && cargo build --release -p warren-server -p warren-tests --bin warren --bin warren-perf)
+	(cd "$ROOT" && cargo build --release -p warren-server -p warren-tests --bin warren --bin warren-perf --bin warren-group-bench)
 fi
-cp "$TARGET_DIR/release/warren" "$TARGET_DIR/release/warren-perf" "$WORK/bin/"
+cp "$TARGET_DIR/release/warren" "$TARGET_DIR/release/warren-perf" "$TARGET_DIR/release/warren-group-bench" "$WORK/bin/"
 if ! [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
 	log "installing rabbitmq-server from the Debian packages"
 	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y rabbitmq-server
@@ -202,6 +208,30 @@ for n in "${NODES[@]}"; do rabbit_setup "$n"; done
 trap 'stop_warren; stop_rabbitmq' EXIT
 
 # ---- rounds ------------------------------------------------------------------------------
+
+if [ "$QUEUE_TYPE" = super-stream ]; then
+	: >"$WORK/group.txt"
+	for round in $(seq 1 "$ROUNDS"); do
+		start_warren
+		uris="amqp://guest:guest@127.0.0.1:${W_AMQP[a]}/%2f,amqp://guest:guest@127.0.0.1:${W_AMQP[b]}/%2f"
+		uris="$uris,amqp://guest:guest@127.0.0.1:${W_AMQP[c]}/%2f"
+		"$WORK/bin/warren-group-bench" --uri "$uris" 2>>"$WORK/logs/group-$round.log" | tee -a "$WORK/group.txt" >&2 ||
+			log "warren-group-bench failed (see $WORK/logs)"
+		stop_warren
+	done
+	field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" "$WORK/group.txt"; }
+	median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : int((a[NR/2]+a[NR/2+1])/2))}'; }
+	spread() { sort -n | awk 'NR==1 {min=$1} {max=$1} END {print min "-" max}'; }
+	echo
+	echo "### Super stream of 6 partitions, a group of 3 members, one killed half-way ($ROUNDS rounds)"
+	echo
+	echo "| metric | median | spread |"
+	echo "|---|---:|---:|"
+	for f in publish_rate consume_rate rebalance_ms processed_twice; do
+		echo "| $f | $(field $f | median) | $(field $f | spread) |"
+	done
+	exit 0
+fi
 
 case $QUEUE_TYPE in
 quorum) ARGS="--queue-type quorum --size 100 --persistent --confirm 1000 --prefetch 1000 --duration $DURATION" ;;

@@ -293,3 +293,44 @@ async fn without_kills_a_rebalance_hands_over_without_a_message_processed_twice(
         member.await.expect("member");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_moves_after_the_rebalance_timeout_when_its_member_does_not_settle() {
+    let broker = start_broker().await;
+    ok(&broker, &["add_super_stream", "slow", "--partitions", "2"]);
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    for i in 0..20 {
+        let key = format!("k{i}");
+        publish(&ch, "slow", "", format!("{key}/{i}").as_bytes(), Some(&key)).await;
+    }
+    let group = |timeout: lapin::types::AMQPValue| {
+        table(&[("x-stream-offset", text("first")), ("x-consumer-group", text("g")), ("x-rebalance-timeout", timeout)])
+    };
+    let refused = conn.create_channel().await.expect("channel");
+    refused.basic_qos(10, BasicQosOptions::default()).await.expect("qos");
+    let bad = refused.basic_consume("slow".into(), "bad".into(), BasicConsumeOptions::default(), group(text("soon")));
+    assert_code(bad.await, 406, "x-rebalance-timeout must be milliseconds");
+
+    // A takes both partitions and never settles what it gets.
+    let holder = conn.create_channel().await.expect("channel");
+    holder.basic_qos(100, BasicQosOptions::default()).await.expect("qos");
+    let ms = |n: i64| lapin::types::AMQPValue::LongLongInt(n);
+    let mut a = holder.basic_consume("slow".into(), "a".into(), Default::default(), group(ms(500))).await.expect("a");
+    let mut held = 0;
+    while tokio::time::timeout(std::time::Duration::from_millis(500), a.next()).await.is_ok_and(|d| d.is_some()) {
+        held += 1;
+    }
+    assert_eq!(held, 20, "A reads both partitions");
+    // B joins: one partition moves to it once A's rebalance timeout passes, and B reads that
+    // partition from the group's committed offset: A's unsettled deliveries come again.
+    let joined = std::time::Instant::now();
+    let taker = conn.create_channel().await.expect("channel");
+    taker.basic_qos(100, BasicQosOptions::default()).await.expect("qos");
+    let mut b = taker.basic_consume("slow".into(), "b".into(), Default::default(), group(ms(500))).await.expect("b");
+    let first = tokio::time::timeout(std::time::Duration::from_secs(5), b.next()).await.expect("B gets a partition");
+    let waited = joined.elapsed();
+    let first = first.expect("open").expect("delivery");
+    assert!(waited >= std::time::Duration::from_millis(450), "handed over after the timeout, not before: {waited:?}");
+    assert_eq!(long_header(&first, "x-stream-offset"), Some(0), "from the committed offset: nothing was settled");
+}

@@ -51,6 +51,7 @@ pub use raft::{
 };
 pub use replication::{ClusterFuture, InitialMembers, ProposeError, Replication, SingleNode};
 pub use settings::{DeadLetterStrategy, Settings, DEFAULT_DELIVERY_LIMIT};
+pub(crate) use snapshot::{decode_versioned, decode_whole};
 pub use snapshot::{
     Checkpoint, Checkpoints, StateSnapshot, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES, MAX_PENDING_CHECKPOINTS,
     SNAPSHOT_FORMAT_VERSION,

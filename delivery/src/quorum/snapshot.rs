@@ -166,7 +166,7 @@ impl StateSnapshot {
 pub const SAVED_SNAPSHOT_FORMAT_VERSION: u8 = 2;
 
 /// Decodes version byte `version` then a whole postcard value.
-pub(super) fn decode_versioned<T: for<'de> Deserialize<'de>>(bytes: &[u8], version: u8) -> Result<T, QuorumError> {
+pub(crate) fn decode_versioned<T: for<'de> Deserialize<'de>>(bytes: &[u8], version: u8) -> Result<T, QuorumError> {
     match bytes.split_first() {
         Some((&found, rest)) if found == version => decode_whole(rest),
         Some((&version, _)) => Err(QuorumError::Version(version)),
@@ -175,7 +175,7 @@ pub(super) fn decode_versioned<T: for<'de> Deserialize<'de>>(bytes: &[u8], versi
 }
 
 /// Decodes a whole postcard value: bytes left over are an error.
-fn decode_whole<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, QuorumError> {
+pub(crate) fn decode_whole<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, QuorumError> {
     match postcard::take_from_bytes(bytes) {
         Ok((value, [])) => Ok(value),
         Ok((_, trailing)) => Err(QuorumError::Trailing(trailing.len())),

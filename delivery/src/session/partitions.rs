@@ -3,7 +3,7 @@
 //! the partition they came from. In a consumer group (`x-consumer-group`), the parts read
 //! only the partitions the group gives the consumer (`crate::stream::PartitionGroups`, kept by
 //! the first partition), and a partition taken away is handed over once what is in flight on
-//! it is settled, or after [`HANDOVER_TIMEOUT_MS`].
+//! it is settled, or after the rebalance timeout ([`REBALANCE_TIMEOUT_ARGUMENT`]).
 
 use super::{reused_tag, Session};
 use crate::consumer::{Consumer, ConsumerOptions, PARTITION_HEADER};
@@ -38,6 +38,13 @@ impl Session {
                 return Reply::Now(Err(error));
             }
         };
+        let rebalance_timeout_ms = match consumers.first().map(|c| rebalance_timeout_ms(c)).transpose() {
+            Ok(timeout) => timeout.flatten().unwrap_or(DEFAULT_REBALANCE_TIMEOUT_MS),
+            Err(error) => {
+                self.cancel(tag.as_str());
+                return Reply::Now(Err(error));
+            }
+        };
         if group.is_some() && partitions.first().and_then(|p| p.stream()).is_none() {
             self.cancel(tag.as_str());
             return Reply::Now(Err(BrokerError::new(
@@ -59,7 +66,7 @@ impl Session {
         }
         if later.is_empty() {
             if let Some(group) = group {
-                join_group(group, &consumers);
+                join_group(group, &consumers, rebalance_timeout_ms);
             }
             return Reply::Now(Ok(consumers));
         }
@@ -72,7 +79,7 @@ impl Session {
                 }
             }
             if let Some(group) = group {
-                join_group(group, &consumers);
+                join_group(group, &consumers, rebalance_timeout_ms);
             }
             Ok(consumers)
         }))
@@ -110,22 +117,39 @@ pub(super) fn with_partition_header(message: Arc<Message>, partition: u32) -> Ar
     }
 }
 
-/// How long a member giving a partition up waits for its deliveries in flight to be settled;
-/// then they are returned (the next owner reads them again).
-pub const HANDOVER_TIMEOUT_MS: u64 = 30_000;
+/// The consumer argument saying how long (ms) a member giving a partition up may take to
+/// settle its deliveries in flight on it; then they are returned (the next owner reads them
+/// again). Kafka's name for the same bound.
+pub const REBALANCE_TIMEOUT_ARGUMENT: &str = "x-rebalance-timeout";
+/// The rebalance timeout when the consumer does not give one, ms.
+pub const DEFAULT_REBALANCE_TIMEOUT_MS: u64 = 30_000;
+/// The longest rebalance timeout a consumer may ask for, ms (an hour).
+pub const MAX_REBALANCE_TIMEOUT_MS: u64 = 3_600_000;
+
+/// `consumer`'s rebalance timeout, if it gives one; 406 for a value that is not one.
+fn rebalance_timeout_ms(consumer: &Consumer) -> BrokerResult<Option<u64>> {
+    let Some(value) = consumer.arguments().inner().get(REBALANCE_TIMEOUT_ARGUMENT) else { return Ok(None) };
+    match crate::field_value::whole_number_within(value, 0, MAX_REBALANCE_TIMEOUT_MS) {
+        Some(ms) => Ok(Some(ms)),
+        None => Err(BrokerError::precondition_failed(format!(
+            "invalid consumer arg '{REBALANCE_TIMEOUT_ARGUMENT}': expected milliseconds from 0 to \
+             {MAX_REBALANCE_TIMEOUT_MS}, got {value:?}"
+        ))),
+    }
+}
 /// How often a member giving a partition up looks at its deliveries in flight.
 const HANDOVER_POLL_MS: u64 = 10;
 
 /// `parts` (one per partition, in order) join consumer group `group` of their super stream,
 /// kept by the first partition; a task then follows the group's assignment for them.
-fn join_group(group: String, parts: &[Arc<Consumer>]) {
+fn join_group(group: String, parts: &[Arc<Consumer>], rebalance_timeout_ms: u64) {
     let Some(first) = parts.first() else { return };
     let Some(stream) = first.queue().stream() else { return };
     let coordination = stream.coordination();
     let member = coordination.member(first);
     let view = coordination.subscribe();
     coordination.change(join_op(&group, &member, parts));
-    tokio::spawn(follow_assignment(group, member, parts.to_vec(), view));
+    tokio::spawn(follow_assignment(group, member, parts.to_vec(), view, rebalance_timeout_ms));
 }
 
 fn join_op(group: &str, member: &ConsumerId, parts: &[Arc<Consumer>]) -> GroupOp {
@@ -140,6 +164,7 @@ async fn follow_assignment(
     member: ConsumerId,
     parts: Vec<Arc<Consumer>>,
     mut view: tokio::sync::watch::Receiver<Arc<PartitionGroups>>,
+    rebalance_timeout_ms: u64,
 ) {
     let releasing = Arc::new(parking_lot::Mutex::new(HashSet::new()));
     let mut joined = false;
@@ -166,7 +191,12 @@ async fn follow_assignment(
                     part.queue().dispatch();
                 }
             } else if owns && releasing.lock().insert(partition) {
-                let handover = Handover { group: group.clone(), member: member.clone(), partition };
+                let handover = Handover {
+                    group: group.clone(),
+                    member: member.clone(),
+                    partition,
+                    timeout_ms: rebalance_timeout_ms,
+                };
                 tokio::spawn(handover.run(Arc::clone(&parts[0]), Arc::clone(part), Arc::clone(&releasing)));
             } else if !owns {
                 stream.release_partition(part);
@@ -183,20 +213,22 @@ struct Handover {
     group: String,
     member: ConsumerId,
     partition: u32,
+    /// How long what is in flight may take to be settled.
+    timeout_ms: u64,
 }
 
 impl Handover {
     /// Stops delivering `part`'s partition, waits for what is in flight to be settled (at most
-    /// [`HANDOVER_TIMEOUT_MS`]), commits, and tells the group (through `first`, the part of
-    /// the first partition) where the next owner starts.
+    /// the rebalance timeout), commits, and tells the group (through `first`, the part of the
+    /// first partition) where the next owner starts.
     async fn run(self, first: Arc<Consumer>, part: Arc<Consumer>, releasing: Arc<parking_lot::Mutex<HashSet<u32>>>) {
         let queue = part.queue();
         let Some(stream) = queue.stream() else { return };
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(HANDOVER_TIMEOUT_MS);
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(self.timeout_ms);
         while stream.pause_partition(&part) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(HANDOVER_POLL_MS)).await;
         }
-        let Handover { group, member, partition } = self;
+        let Handover { group, member, partition, .. } = self;
         if let (Some(offset), Some(coordinator)) = (stream.release_partition(&part), first.queue().stream()) {
             coordinator.coordination().change(GroupOp::Released { group, partition, member, offset });
         }

@@ -24,7 +24,7 @@ use crate::consumer::message_tag;
 use crate::dedup_window::{key_in, DedupEntries, DedupSettings, DedupWindow};
 use crate::message::WireMessage;
 use crate::message_store::codec as message_codec;
-use crate::quorum::{Op, QuorumError, QuorumRaft, Replication, Response};
+use crate::quorum::{decode_versioned, decode_whole, Op, QuorumError, QuorumRaft, Replication, Response};
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
     BasicNode, Config, ConfigError, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotPolicy,
@@ -187,7 +187,7 @@ impl StreamStateMachine {
         replication: Arc<dyn Replication>,
     ) -> Result<Self, QuorumError> {
         let file = SnapshotFile::new(snapshot_path);
-        let saved = file.read()?.map(|bytes| decode_saved(&bytes)).transpose()?;
+        let saved = file.read()?.map(|bytes| decode_versioned(&bytes, SNAPSHOT_FORMAT_VERSION)).transpose()?;
         let (appended, _) = watch::channel(log.next_offset());
         let applied = Applied::restore(saved);
         let (partition_groups, _) = watch::channel(Arc::new(applied.partition_groups.clone()));
@@ -410,22 +410,6 @@ impl Appending {
             })
             .collect();
         log.append_batch(&records).map(|_| ())
-    }
-}
-
-fn decode_saved(bytes: &[u8]) -> Result<SavedSnapshot, QuorumError> {
-    match bytes.split_first() {
-        Some((&SNAPSHOT_FORMAT_VERSION, rest)) => decode_whole(rest),
-        Some((&version, _)) => Err(QuorumError::Version(version)),
-        None => Err(QuorumError::Trailing(0)),
-    }
-}
-
-fn decode_whole<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, QuorumError> {
-    match postcard::take_from_bytes(bytes) {
-        Ok((value, [])) => Ok(value),
-        Ok((_, trailing)) => Err(QuorumError::Trailing(trailing.len())),
-        Err(error) => Err(QuorumError::Decode(error)),
     }
 }
 
