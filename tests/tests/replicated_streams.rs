@@ -328,3 +328,31 @@ async fn a_consumer_group_across_nodes_survives_a_member_nodes_death_and_takes_a
         let _ = member.await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_applies_on_every_replica() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    let arguments = stream_args(&[
+        ("x-max-length-bytes", AMQPValue::LongLongInt(20_000)),
+        ("x-stream-max-segment-size-bytes", AMQPValue::LongLongInt(4_096)),
+    ]);
+    let ch = a.create_channel().await.expect("channel");
+    ch.queue_declare("kept".into(), durable(), arguments).await.expect("declare on a formed cluster");
+    let publisher = confirm_channel(&a).await;
+    for n in 0..400u64 {
+        let body = [n.to_be_bytes().as_slice(), &[b'x'; 200]].concat();
+        assert_eq!(publish_within(&publisher, "kept", &body, Duration::from_secs(10)).await, Some(true));
+    }
+    // Every replica deleted its oldest segments: its first offset is past 0, and it holds
+    // about what x-max-length-bytes allows, ending at the same last offset.
+    for node in 0..3 {
+        let conn = cluster.connect(node).await;
+        let held = wait_for_count(&cluster, node, "kept", 1).await;
+        assert!(held < 200, "node {node} keeps {held} of 400 records");
+        let mut consumer = stream_consumer(&conn, "kept", 0, None).await;
+        let first = next_delivery(&mut consumer).await;
+        assert!(offset_of(&first) >= 200, "node {node} starts at {}", offset_of(&first));
+    }
+}
