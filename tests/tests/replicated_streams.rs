@@ -27,6 +27,9 @@ async fn stream_consumer(conn: &Connection, stream: &str, from: i64, group: Opti
     ch.basic_consume(stream.into(), "reader".into(), Default::default(), table(&args)).await.expect("consume")
 }
 
+/// Records read by a consumer as they come: (offset, body).
+type Records = std::sync::Arc<std::sync::Mutex<Vec<(u64, Vec<u8>)>>>;
+
 fn offset_of(delivery: &lapin::message::Delivery) -> u64 {
     let headers = delivery.properties.headers().as_ref().expect("headers");
     match headers.inner().get("x-stream-offset") {
@@ -84,9 +87,21 @@ async fn stream_failover_round(seed: u64) {
     let ch = a.create_channel().await.expect("channel");
     ch.queue_declare("s".into(), durable(), stream_args(&[])).await.expect("declare on a formed cluster");
 
-    // A publisher on B (a follower: its proposals go to A, which declared and leads).
+    // A publisher on B (a follower: its proposals go to A, which declared and leads), and a
+    // consumer on C reading as the stream grows, through the kill.
     let (stop, publishing) = tokio::sync::watch::channel(false);
     let publisher = tokio::spawn(publish_numbered(cluster.connect(1).await, "s", 50, publishing));
+    let reader_conn = cluster.connect(2).await;
+    let mut reader = stream_consumer(&reader_conn, "s", 0, None).await;
+    let live_read: Records = Default::default();
+    let into = std::sync::Arc::clone(&live_read);
+    let live = tokio::spawn(async move {
+        use futures_util::StreamExt;
+        while let Some(Ok(delivery)) = reader.next().await {
+            into.lock().expect("read").push((offset_of(&delivery), delivery.data.clone()));
+            let _ = delivery.ack(BasicAckOptions::default()).await;
+        }
+    });
     tokio::time::sleep(Duration::from_millis(kill_after_ms)).await;
     cluster.nodes[0].take().expect("running").kill9();
     tokio::time::sleep(Duration::from_millis(outage_ms)).await;
@@ -122,6 +137,18 @@ async fn stream_failover_round(seed: u64) {
     }
     assert!(lost.is_empty(), "confirmed but not in the stream: {lost:?}");
     assert!(stored.iter().all(|n| *n <= published.highest), "nothing invented");
+    // The consumer on C read on through the leader's death: everything, in offset order.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while live_read.lock().expect("read").len() < held as usize && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    live.abort();
+    drop(reader_conn);
+    let read = live_read.lock().expect("read").clone();
+    assert!(
+        read.len() >= held as usize && read[..held as usize] == copies[2][..],
+        "C's consumer read it all, in order"
+    );
     eprintln!(
         "replicated stream: {} confirmed, {} unconfirmed, {} stored on each of 3 replicas",
         published.confirmed.len(),
