@@ -209,6 +209,9 @@ trap 'stop_warren; stop_rabbitmq' EXIT
 
 # ---- rounds ------------------------------------------------------------------------------
 
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : int((a[NR/2]+a[NR/2+1])/2))}'; }
+spread() { sort -n | awk 'NR==1 {min=$1} {max=$1} END {print min "-" max}'; }
+
 if [ "$QUEUE_TYPE" = super-stream ]; then
 	: >"$WORK/group.txt"
 	for round in $(seq 1 "$ROUNDS"); do
@@ -220,8 +223,6 @@ if [ "$QUEUE_TYPE" = super-stream ]; then
 		stop_warren
 	done
 	field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" "$WORK/group.txt"; }
-	median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : int((a[NR/2]+a[NR/2+1])/2))}'; }
-	spread() { sort -n | awk 'NR==1 {min=$1} {max=$1} END {print min "-" max}'; }
 	echo
 	echo "### Super stream of 6 partitions, a group of 3 members, one killed half-way ($ROUNDS rounds)"
 	echo
@@ -271,8 +272,6 @@ for round in $(seq 1 "$ROUNDS"); do
 	run_round rabbitmq "$round"
 done
 
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : int((a[NR/2]+a[NR/2+1])/2))}'; }
-spread() { sort -n | awk 'NR==1 {min=$1} {max=$1} END {print min "-" max}'; }
 report() {
 	local broker=$1 column=$2
 	awk -v b="$broker" -v c="$column" '$1 == b {print $c}' "$RESULTS"
@@ -302,8 +301,8 @@ wr=$(report warren 3 | median)
 rr=$(report rabbitmq 3 | median)
 wc=$(report warren 5 | median)
 rc=$(report rabbitmq 5 | median)
-echo "| publish = consume rate (msg/s) | $wr ($(report warren 3 | spread)) | $rr ($(report rabbitmq 3 | spread)) | $(awk -v a="$wr" -v b="$rr" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}') |"
-echo "| broker CPU per message, 3 nodes (µs) | $wc ($(report warren 5 | spread)) | $rc ($(report rabbitmq 5 | spread)) | $(awk -v a="$wc" -v b="$rc" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}') |"
+echo "| publish = consume rate (msg/s) | $wr ($(report warren 3 | spread)) | $rr ($(report rabbitmq 3 | spread)) | $(ratio "$wr" "$rr") |"
+echo "| broker CPU per message, 3 nodes (µs) | $wc ($(report warren 5 | spread)) | $rc ($(report rabbitmq 5 | spread)) | $(ratio "$wc" "$rc") |"
 
 # ---- Warren failover --------------------------------------------------------------------
 

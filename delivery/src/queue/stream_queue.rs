@@ -167,7 +167,7 @@ fn replicated(
         coordination.change(GroupOp::Down { node: group.node_id() });
     }
     tokio::spawn(drop_members_of_down_nodes(Arc::downgrade(&group), coordination.subscribe()));
-    let stream = Stream::replica(dir, log, stream_arguments, Box::new(offsets), coordination);
+    let stream = Stream::from_parts(dir, log, stream_arguments, Box::new(offsets), coordination);
     let queue = build(definition, arguments, stream, Box::new(ReplicatedAppends { group }), context);
     tokio::spawn(dispatch_as_applied(Arc::downgrade(&queue), machine.subscribe_appended()));
     Ok(queue)

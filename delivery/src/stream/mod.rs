@@ -98,7 +98,7 @@ impl Stream {
     pub fn open(dir: &Path, config: &LogStoreConfig, arguments: StreamArguments) -> Result<Self, StoreError> {
         let log = Self::open_log(dir, config, &arguments)?;
         let groups = GroupOffsets::open(&dir.join(GROUPS_DIR), config.flush_policy)?;
-        let mut stream = Stream::assemble(dir, log, arguments, Box::new(groups), GroupCoordination::local());
+        let mut stream = Stream::from_parts(dir, log, arguments, Box::new(groups), GroupCoordination::local());
         if let Some(settings) = &stream.arguments.deduplication {
             stream.state.get_mut().dedup = dedup::replay(&stream.browser, settings, now_ms())?;
         }
@@ -119,20 +119,11 @@ impl Stream {
         Ok(Arc::new(Log::open(dir.join(LOG_DIR), log_config).map_err(StoreError::from)?))
     }
 
-    /// A replica of a replicated stream over `log` (see [`Stream::open_log`]), which its
-    /// group's state machine appends to; `groups` keep their offsets in the group. Its
-    /// publishes go through the group, never through [`Stream::publish`].
-    pub fn replica(
-        dir: &Path,
-        log: Arc<Log>,
-        arguments: StreamArguments,
-        groups: Box<dyn OffsetStore>,
-        coordination: GroupCoordination,
-    ) -> Self {
-        Stream::assemble(dir, log, arguments, groups, coordination)
-    }
-
-    fn assemble(
+    /// A stream over `log` (see [`Stream::open_log`]), its groups' offsets in `groups` and its
+    /// super stream groups in `coordination`: [`Stream::open`] builds one for a stream on this
+    /// node; a replicated stream's replica is built from its group's parts (its state machine
+    /// appends to `log`, and its publishes go through the group, never [`Stream::publish`]).
+    pub fn from_parts(
         dir: &Path,
         log: Arc<Log>,
         arguments: StreamArguments,
