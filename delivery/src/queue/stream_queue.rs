@@ -153,6 +153,7 @@ fn replicated(
     let dedup = stream_arguments.deduplication.clone();
     let machine = StreamStateMachine::open(&name, snapshot, Arc::clone(&log), dedup, Arc::clone(&replication))
         .map_err(|e| failed(&e))?;
+    let recovering = members.is_none();
     let log_config = storage.replicated_log_config();
     let group =
         QuorumGroup::open(&name, dir, log_config, machine.clone(), replication, members).map_err(|e| failed(&e))?;
@@ -162,8 +163,10 @@ fn replicated(
     let coordinator = Arc::clone(&group);
     let coordination =
         GroupCoordination::replicated(group.node_id(), machine.partition_groups(), move |op| coordinator.propose(op));
-    // A restart closed this node's channels: its members of the super stream's groups left.
-    if machine.partition_groups().borrow().nodes().contains(&group.node_id()) {
+    // A restart closed this node's channels: its members of the super stream's groups left
+    // (also those only in the log after the snapshot). Proposed before anything a client of
+    // this node can propose, so no new member is dropped.
+    if recovering {
         coordination.change(GroupOp::Down { node: group.node_id() });
     }
     tokio::spawn(drop_members_of_down_nodes(Arc::downgrade(&group), coordination.subscribe()));
