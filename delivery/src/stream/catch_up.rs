@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use warren_storage::{Log, NewRecord, StorageError};
 
 /// Payload bytes asked for per request, about (one record larger than that comes alone).
-pub const CATCH_UP_CHUNK_BYTES: u32 = 1 << 20;
+pub(super) const CATCH_UP_CHUNK_BYTES: u32 = 1 << 20;
 /// Records one answer carries at most.
 const CHUNK_RECORDS: usize = 4096;
 
@@ -39,7 +39,7 @@ pub struct StreamChunk {
 
 /// What `log` gives a replica that asked for records from `from` on (from its oldest record,
 /// if retention removed `from`).
-pub fn read_chunk(log: &Log, from: u64, max_bytes: u32) -> Result<StreamChunk, StorageError> {
+pub(super) fn read_chunk(log: &Log, from: u64, max_bytes: u32) -> Result<StreamChunk, StorageError> {
     let first = from.max(log.first_offset());
     if first >= log.next_offset() {
         return Ok(StreamChunk { first, records: Vec::new() });

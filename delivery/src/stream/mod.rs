@@ -26,7 +26,7 @@ mod replica;
 mod tag;
 
 pub use arguments::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
-pub use catch_up::{read_chunk, StreamChunk, StreamRecord, CATCH_UP_CHUNK_BYTES};
+pub use catch_up::{StreamChunk, StreamRecord};
 pub use consumer_groups::{GroupOffsets, OffsetStore, MAX_GROUP_NAME_BYTES};
 pub use offset_spec::{OffsetSpec, OFFSET_ARGUMENT};
 pub use partition_groups::{GroupCoordination, GroupOp, PartitionGroups, MAX_GROUP_MEMBERS, MAX_GROUP_PARTITIONS};
