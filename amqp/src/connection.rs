@@ -88,6 +88,19 @@ pub struct Connection {
     certificate_login: Option<String>,
 }
 
+/// Who is at the other end of a connection.
+#[derive(Debug)]
+pub struct Client {
+    /// Its address.
+    pub peer: SocketAddr,
+    /// The broker's address it connected to.
+    pub local: SocketAddr,
+    /// Whether it connected over TLS.
+    pub tls: bool,
+    /// The user its TLS client certificate names, if it gave one.
+    pub certificate_login: Option<String>,
+}
+
 fn short(s: String) -> ShortString {
     let mut s = s;
     if s.len() > 255 {
@@ -106,12 +119,11 @@ fn reply_text(error: &BrokerError) -> ShortString {
 
 impl Connection {
     /// A connection that has received a valid protocol header; queues `connection.start`.
-    /// `certificate_login` is the user its TLS client certificate names, if any: then SASL
-    /// EXTERNAL is offered too.
+    /// If the client's TLS certificate names a user, SASL EXTERNAL is offered too.
     pub fn new(
         broker: Arc<Broker>,
         config: Arc<ProtocolConfig>,
-        (peer, local, certificate_login): (SocketAddr, SocketAddr, Option<String>),
+        client: Client,
         outbox: Outbox,
         frame_max: Arc<AtomicU32>,
     ) -> Self {
@@ -122,7 +134,8 @@ impl Connection {
             heartbeat_secs: config.heartbeat_secs,
         };
         let id = broker.next_connection_id();
-        let registered = broker.connections().open(id, peer, local);
+        let Client { peer, local, tls, certificate_login } = client;
+        let registered = broker.connections().open(id, (peer, local), tls);
         let connection = Connection {
             id,
             broker,

@@ -1,7 +1,7 @@
 //! The AMQP listener: accepts sockets and runs each connection's read loop.
 
 use crate::config::ProtocolConfig;
-use crate::connection::{Connection, Phase};
+use crate::connection::{Client, Connection, Phase};
 use crate::frame::PROTOCOL_HEADER;
 use crate::outbox::{run_writer, Outbox};
 use crate::pending_reply::PendingReply;
@@ -133,7 +133,7 @@ pub async fn serve(
 ) {
     let local = stream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let (reader, writer) = stream.into_split();
-    let client = Client { peer, local, certificate_login: None };
+    let client = Client { peer, local, tls: false, certificate_login: None };
     serve_halves(reader, writer, client, broker, config, shutdown).await;
 }
 
@@ -164,16 +164,8 @@ pub async fn serve_tls(
     let certificate = stream.get_ref().1.peer_certificates().and_then(|chain| chain.first());
     let certificate_login = certificate.and_then(|der| crate::tls::certificate_login(der.as_ref(), tls.login_from));
     let (reader, writer) = tokio::io::split(stream);
-    let client = Client { peer, local, certificate_login };
+    let client = Client { peer, local, tls: true, certificate_login };
     serve_halves(reader, writer, client, broker, config, shutdown).await;
-}
-
-/// Who is at the other end of a connection.
-struct Client {
-    peer: SocketAddr,
-    local: SocketAddr,
-    /// The user its TLS client certificate names, if it gave one.
-    certificate_login: Option<String>,
 }
 
 async fn serve_halves<R, W>(
@@ -187,7 +179,7 @@ async fn serve_halves<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let Client { peer, local, certificate_login } = client;
+    let peer = client.peer;
     let mut buf = BytesMut::with_capacity(PROTOCOL_HEADER.len());
     let header = timeout(config.handshake_timeout, async {
         while buf.len() < PROTOCOL_HEADER.len() {
@@ -212,13 +204,7 @@ async fn serve_halves<R, W>(
 
     let (outbox, rx) = Outbox::new();
     let frame_max = Arc::new(AtomicU32::new(config.frame_max));
-    let mut connection = Connection::new(
-        broker,
-        Arc::clone(&config),
-        (peer, local, certificate_login),
-        outbox.clone(),
-        Arc::clone(&frame_max),
-    );
+    let mut connection = Connection::new(broker, Arc::clone(&config), client, outbox.clone(), Arc::clone(&frame_max));
     let traffic = Arc::clone(connection.info());
     let writer_task = tokio::spawn(run_writer(writer, rx, frame_max, traffic));
     let ending = read_loop(&mut connection, &outbox, &mut reader, &mut buf, &config, &mut shutdown).await;

@@ -49,6 +49,8 @@ pub struct ConnectionInfo {
     pub local: SocketAddr,
     /// When it connected (ms since the Unix epoch).
     pub connected_at_ms: u64,
+    /// Whether it came over TLS (AMQPS).
+    pub tls: bool,
     handshake: Mutex<Handshake>,
     channels: Mutex<BTreeMap<u16, Arc<Session>>>,
     received_bytes: AtomicU64,
@@ -152,14 +154,15 @@ impl Drop for Registered {
 }
 
 impl Connections {
-    /// Registers connection `id` from `peer` to `local`, connected now.
-    pub fn open(self: &Arc<Self>, id: ConnectionId, peer: SocketAddr, local: SocketAddr) -> Registered {
+    /// Registers connection `id` from `peer` to `local` (over TLS if `tls`), connected now.
+    pub fn open(self: &Arc<Self>, id: ConnectionId, (peer, local): (SocketAddr, SocketAddr), tls: bool) -> Registered {
         let info = Arc::new(ConnectionInfo {
             id,
             name: format!("{peer} -> {local}"),
             peer,
             local,
             connected_at_ms: crate::scheduler::now_ms(),
+            tls,
             handshake: Mutex::new(Handshake::default()),
             channels: Mutex::new(BTreeMap::new()),
             received_bytes: AtomicU64::new(0),
@@ -194,7 +197,7 @@ mod tests {
     fn a_connection_is_listed_until_its_handle_goes() {
         let registry = Arc::new(Connections::default());
         let (peer, local) = ("127.0.0.1:50000".parse().unwrap(), "127.0.0.1:5672".parse().unwrap());
-        let registered = registry.open(ConnectionId(7), peer, local);
+        let registered = registry.open(ConnectionId(7), (peer, local), false);
         assert_eq!(registered.info().name, "127.0.0.1:50000 -> 127.0.0.1:5672");
         registered.info().logged_in("guest", "PLAIN", vec![("product".into(), "pika".into())]);
         let found = registry.named("127.0.0.1:50000 -> 127.0.0.1:5672").expect("listed");

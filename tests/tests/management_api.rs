@@ -152,6 +152,7 @@ async fn connections_channels_and_consumers_are_listed_and_a_connection_is_close
     let connections = api.get("/api/connections").body;
     let connection = &connections[0];
     assert_eq!((connection["user"].as_str(), connection["vhost"].as_str()), (Some("guest"), Some("/")));
+    assert_eq!(connection["ssl"], false, "a plain TCP connection");
     assert_eq!(connection["client_properties"]["connection_name"], "billing-worker");
     assert_eq!(connection["channels"], 1);
     let name = connection["name"].as_str().expect("name").to_string();

@@ -58,7 +58,7 @@ fn connection_json(api: &Management, info: &ConnectionInfo) -> Value {
         "recv_oct": received,
         "send_oct": sent,
         "client_properties": properties,
-        "ssl": false,
+        "ssl": info.tls,
     })
 }
 
