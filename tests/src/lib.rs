@@ -13,30 +13,64 @@ pub mod raw_client;
 use std::net::SocketAddr;
 use warren_server::{Config, RunningBroker};
 
+/// A broker a test started, in-process. It derefs to the [`RunningBroker`]; the data
+/// directory [`start_broker`] made for it is removed when it goes (one a test gave stays).
+pub struct TestBroker {
+    running: RunningBroker,
+    /// Dropped after `running`: the broker's files go once it has stopped with them.
+    _data_dir: Option<tempfile::TempDir>,
+}
+
+impl TestBroker {
+    /// Closes every connection and stops the broker (see [`RunningBroker::shutdown`]).
+    pub async fn shutdown(self) {
+        self.running.shutdown().await;
+    }
+}
+
+impl std::ops::Deref for TestBroker {
+    type Target = RunningBroker;
+    fn deref(&self) -> &RunningBroker {
+        &self.running
+    }
+}
+
+impl std::ops::DerefMut for TestBroker {
+    fn deref_mut(&mut self) -> &mut RunningBroker {
+        &mut self.running
+    }
+}
+
 /// A broker on 127.0.0.1 with an ephemeral port and a fresh data directory.
-pub async fn start_broker() -> RunningBroker {
+pub async fn start_broker() -> TestBroker {
     start_broker_with(|_| {}).await
 }
 
 /// Like [`start_broker`], with settings adjusted by `adjust`.
-pub async fn start_broker_with(adjust: impl FnOnce(&mut Config)) -> RunningBroker {
-    let data_dir = std::env::temp_dir().join(format!("warren-test-{}-{}", std::process::id(), next_id()));
+pub async fn start_broker_with(adjust: impl FnOnce(&mut Config)) -> TestBroker {
+    // A random name, never reused: a directory named after the process id alone can be an
+    // earlier run's, left behind, once process ids wrap.
+    let fresh = match tempfile::Builder::new().prefix("warren-test-").tempdir() {
+        Ok(dir) => dir,
+        Err(error) => panic!("no data directory for the test broker: {error}"),
+    };
     let mut config = Config {
         amqp_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         http_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
-        data_dir,
+        data_dir: fresh.path().to_path_buf(),
         ..Config::default()
     };
     adjust(&mut config);
+    let fresh_in_use = config.data_dir == fresh.path();
     match warren_server::start(config).await {
-        Ok(running) => running,
+        Ok(running) => TestBroker { running, _data_dir: fresh_in_use.then_some(fresh) },
         Err(error) => panic!("test broker did not start: {error}"),
     }
 }
 
 /// A broker whose data directory is `dir`: start it again on the same directory to test
 /// what survives a restart.
-pub async fn start_broker_in(dir: &std::path::Path) -> RunningBroker {
+pub async fn start_broker_in(dir: &std::path::Path) -> TestBroker {
     let dir = dir.to_path_buf();
     start_broker_with(move |c| c.data_dir = dir).await
 }
@@ -44,12 +78,6 @@ pub async fn start_broker_in(dir: &std::path::Path) -> RunningBroker {
 /// `queue.declare` options of a durable queue.
 pub fn durable() -> lapin::options::QueueDeclareOptions {
     lapin::options::QueueDeclareOptions { durable: true, ..Default::default() }
-}
-
-fn next_id() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The AMQP URI of a running test broker.

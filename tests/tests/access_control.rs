@@ -11,26 +11,26 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties, ExchangeKind};
 use serde_json::json;
 use std::time::{Duration, Instant};
-use warren_server::RunningBroker;
 use warren_tests::http::Api;
 use warren_tests::raw_client::RawClient;
+use warren_tests::TestBroker;
 use warren_tests::{assert_code, channel, confirm_channel, connect, start_broker, start_broker_in, table, text};
 
 const ACCESS_REFUSED: u16 = 403;
 const NOT_ALLOWED: u16 = 530;
 
-fn api(broker: &RunningBroker) -> Api {
+fn api(broker: &TestBroker) -> Api {
     Api::new(broker.http_addr.expect("management API"))
 }
 
-fn ctl(broker: &RunningBroker, args: &[&str]) -> String {
+fn ctl(broker: &TestBroker, args: &[&str]) -> String {
     let url = format!("http://{}", broker.http_addr.expect("management API"));
     let (ok, out, err) = warren_tests::process::run_ctl(&url, args);
     assert!(ok, "warren ctl {args:?} failed: {err}");
     out
 }
 
-async fn connect_as(broker: &RunningBroker, user: &str, password: &str, vhost: &str) -> lapin::Result<Connection> {
+async fn connect_as(broker: &TestBroker, user: &str, password: &str, vhost: &str) -> lapin::Result<Connection> {
     let vhost: String = vhost.bytes().map(|b| format!("%{b:02x}")).collect();
     let uri = format!("amqp://{user}:{password}@{}/{vhost}", broker.amqp_addr);
     Connection::connect(&uri, ConnectionProperties::default()).await
@@ -42,7 +42,7 @@ fn declare_options() -> QueueDeclareOptions {
 
 /// alice may configure and read `alice.*`, write `alice.*` and the default exchange; guest
 /// made `bob.q` and `bob.x`, which alice may not touch.
-async fn alice_and_bob(broker: &RunningBroker) -> Connection {
+async fn alice_and_bob(broker: &TestBroker) -> Connection {
     let api = api(broker);
     assert_eq!(api.put("/api/users/alice", json!({"password": "wonderland", "tags": ""})).status, 201);
     let permissions = json!({"configure": "^alice\\.", "write": "^(alice\\.|amq\\.default$)", "read": "^alice\\."});

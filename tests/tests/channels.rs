@@ -20,7 +20,7 @@ fn declare_passive(name: &str) -> AMQPClass {
 }
 
 /// Another connection still works end to end.
-async fn broker_still_serves(broker: &warren_server::RunningBroker) {
+async fn broker_still_serves(broker: &warren_tests::TestBroker) {
     let conn = connect(broker).await;
     let ch = channel(&conn).await;
     ch.queue_declare("still-alive".into(), QueueDeclareOptions::default(), lapin::types::FieldTable::default())

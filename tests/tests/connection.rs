@@ -17,7 +17,7 @@ fn start_ok(mechanism: &str, response: &[u8]) -> AMQPClass {
     }))
 }
 
-async fn raw_after_start(broker: &warren_server::RunningBroker) -> (RawClient, connection::Start) {
+async fn raw_after_start(broker: &warren_tests::TestBroker) -> (RawClient, connection::Start) {
     let mut client = RawClient::connect(broker.amqp_addr).await;
     client.send(PROTOCOL_HEADER).await;
     match client.expect_method().await {

@@ -9,7 +9,7 @@ use serde_json::Value;
 use warren_tests::*;
 
 /// Runs `warren ctl` against `broker`: (succeeded, stdout, stderr).
-fn ctl(broker: &warren_server::RunningBroker, args: &[&str]) -> (bool, String, String) {
+fn ctl(broker: &warren_tests::TestBroker, args: &[&str]) -> (bool, String, String) {
     let url = format!("http://{}", broker.http_addr.expect("management API"));
     ctl_at(&url, args)
 }
@@ -18,7 +18,7 @@ fn ctl_at(url: &str, args: &[&str]) -> (bool, String, String) {
     warren_tests::process::run_ctl(url, args)
 }
 
-fn ok(broker: &warren_server::RunningBroker, args: &[&str]) -> String {
+fn ok(broker: &warren_tests::TestBroker, args: &[&str]) -> String {
     let (succeeded, out, err) = ctl(broker, args);
     assert!(succeeded, "warren ctl {args:?} failed: {err}");
     out

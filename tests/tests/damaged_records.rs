@@ -116,7 +116,7 @@ async fn damaged_queue(
     arguments: &FieldTable,
     count: u64,
     (log_dir, field): (&str, Field),
-) -> (u64, warren_server::RunningBroker) {
+) -> (u64, warren_tests::TestBroker) {
     let broker = start_broker_in(dir).await;
     let conn = connect(&broker).await;
     assert_eq!(declare(&conn, queue, arguments.clone()).await, 0);

@@ -73,7 +73,7 @@ async fn reply(responder: &lapin::Channel, address: &str, body: &[u8], mandatory
 /// requester's is `requester_connection`, the other `_responder_connection`); otherwise both
 /// channels share `requester_connection`.
 struct Rpc {
-    broker: warren_server::RunningBroker,
+    broker: warren_tests::TestBroker,
     requester_connection: lapin::Connection,
     _responder_connection: Option<lapin::Connection>,
     requester: lapin::Channel,

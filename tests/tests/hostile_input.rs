@@ -75,7 +75,7 @@ async fn publish_with_headers(client: &mut RawClient, channel: u16, queue: &str,
 }
 
 /// A new client still gets through: the broker is up.
-async fn assert_alive(broker: &warren_server::RunningBroker) {
+async fn assert_alive(broker: &warren_tests::TestBroker) {
     let connection = connect(broker).await;
     let channel = channel(&connection).await;
     channel.queue_declare("".into(), QueueDeclareOptions::default(), FieldTable::default()).await.expect("declare");

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use warren_tests::http::Api;
 use warren_tests::*;
 
-fn api_of(broker: &warren_server::RunningBroker) -> Api {
+fn api_of(broker: &warren_tests::TestBroker) -> Api {
     Api::new(broker.http_addr.expect("the management API runs"))
 }
 

@@ -5,12 +5,12 @@
 
 use serde_json::Value;
 use std::process::Command;
-use warren_server::RunningBroker;
+use warren_tests::TestBroker;
 use warren_tests::{amqp_uri, start_broker};
 
 /// Runs warren-perf with `arguments` (separated by spaces) against `broker`; returns its JSON
 /// summary, failing the test if it exits with an error or lost messages.
-async fn perf(broker: &RunningBroker, arguments: &str) -> Value {
+async fn perf(broker: &TestBroker, arguments: &str) -> Value {
     let mut command = Command::new(env!("CARGO_BIN_EXE_warren-perf"));
     command.arg("--uri").arg(amqp_uri(broker)).args(["--json", "--interval", "0", "--grace-secs", "5"]);
     command.args(arguments.split_whitespace());

@@ -18,7 +18,7 @@ use warren_tests::*;
 
 /// Where a test's broker runs: in this process, or a cluster of processes.
 enum Target {
-    Local(warren_server::RunningBroker),
+    Local(warren_tests::TestBroker),
     /// The cluster, and the directory its data lives in (removed when dropped).
     Cluster {
         cluster: warren_tests::cluster::Cluster,

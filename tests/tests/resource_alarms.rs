@@ -12,7 +12,7 @@ use warren_tests::http::Api;
 use warren_tests::{confirm_channel, connect, next_delivery, start_broker_with};
 
 /// Runs `warren ctl` against `broker`: (succeeded, stdout, stderr).
-fn ctl(broker: &warren_server::RunningBroker, args: &[&str]) -> (bool, String, String) {
+fn ctl(broker: &warren_tests::TestBroker, args: &[&str]) -> (bool, String, String) {
     let url = format!("http://{}", broker.http_addr.expect("management API"));
     warren_tests::process::run_ctl(&url, args)
 }

@@ -9,19 +9,19 @@ use lapin::BasicProperties;
 use std::collections::BTreeMap;
 use warren_tests::*;
 
-fn ctl(broker: &warren_server::RunningBroker, args: &[&str]) -> (bool, String, String) {
+fn ctl(broker: &warren_tests::TestBroker, args: &[&str]) -> (bool, String, String) {
     let url = format!("http://{}", broker.http_addr.expect("management API"));
     warren_tests::process::run_ctl(&url, args)
 }
 
-fn ok(broker: &warren_server::RunningBroker, args: &[&str]) -> String {
+fn ok(broker: &warren_tests::TestBroker, args: &[&str]) -> String {
     let (succeeded, out, err) = ctl(broker, args);
     assert!(succeeded, "warren ctl {args:?} failed: {err}");
     out
 }
 
 /// Each queue's message count, from `list_queues`.
-fn counts(broker: &warren_server::RunningBroker) -> BTreeMap<String, u64> {
+fn counts(broker: &warren_tests::TestBroker) -> BTreeMap<String, u64> {
     let listed = ok(broker, &["list_queues", "name", "messages"]);
     listed
         .lines()

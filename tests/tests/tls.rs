@@ -15,9 +15,9 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren_server::tls::CertLoginFrom;
 use warren_server::tls::TlsSettings;
-use warren_server::RunningBroker;
 use warren_tests::http::Api;
 use warren_tests::start_broker_with;
+use warren_tests::TestBroker;
 
 /// A CA, a server certificate for localhost and 127.0.0.1 (PEM files in a directory), and
 /// client certificates issued on demand.
@@ -77,7 +77,7 @@ impl Pki {
     }
 }
 
-async fn tls_broker(settings: TlsSettings) -> RunningBroker {
+async fn tls_broker(settings: TlsSettings) -> TestBroker {
     start_broker_with(move |config| {
         config.amqps_listen = Some(([127, 0, 0, 1], 0).into());
         config.https_listen = Some(([127, 0, 0, 1], 0).into());
@@ -89,7 +89,7 @@ async fn tls_broker(settings: TlsSettings) -> RunningBroker {
 /// Connects lapin over TLS to `broker` with `query` (`?auth_mechanism=external`), trusting
 /// the test CA, presenting `client` if given.
 async fn connect_tls(
-    broker: &RunningBroker,
+    broker: &TestBroker,
     pki: &Pki,
     credentials: &str,
     query: &str,
@@ -116,7 +116,7 @@ async fn round_trip(connection: &Connection) {
     assert_eq!(got.expect("get").expect("a message").data, b"over tls");
 }
 
-fn api(broker: &RunningBroker) -> Api {
+fn api(broker: &TestBroker) -> Api {
     Api::new(broker.http_addr.expect("management API"))
 }
 
