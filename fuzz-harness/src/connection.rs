@@ -5,11 +5,10 @@ use amq_protocol::frame::{gen_frame, AMQPFrame, WriteContext};
 use amq_protocol::protocol::{connection, AMQPClass};
 use amq_protocol::types::{FieldTable, LongString};
 use bytes::BytesMut;
-use std::net::SocketAddr;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
-use warren_amqp::connection::Connection;
+use warren_amqp::connection::{Client, Connection};
 use warren_amqp::outbox::Outbox;
 use warren_amqp::ProtocolConfig;
 use warren_delivery::Broker;
@@ -50,10 +49,14 @@ pub fn run(data: &[u8]) {
     // the outbox, which would stop processing).
     let (outbox, answers) = Outbox::new();
     drop(answers);
-    let peer: SocketAddr = ([127, 0, 0, 1], 40_000).into();
-    let local: SocketAddr = ([127, 0, 0, 1], 5672).into();
+    let client = Client {
+        peer: ([127, 0, 0, 1], 40_000).into(),
+        local: ([127, 0, 0, 1], 5672).into(),
+        tls: false,
+        certificate_login: None,
+    };
     let config = Arc::new(ProtocolConfig::default());
-    let mut connection = Connection::new(broker, config, (peer, local, None), outbox, Arc::new(AtomicU32::new(0)));
+    let mut connection = Connection::new(broker, config, client, outbox, Arc::new(AtomicU32::new(0)));
     let mut buf = BytesMut::from(&handshake()[..]);
     buf.extend_from_slice(data);
     connection.process(&mut buf);
