@@ -111,12 +111,21 @@ pub fn reply_code(error: &lapin::Error) -> Option<u16> {
 
 /// Takes the next delivery from a consumer within a few seconds.
 pub async fn next_delivery(consumer: &mut lapin::Consumer) -> lapin::message::Delivery {
+    next_delivery_within(consumer, std::time::Duration::from_secs(5)).await
+}
+
+/// Takes the next delivery from a consumer within `within` (longer than
+/// [`next_delivery`]'s where a failover comes first).
+pub async fn next_delivery_within(
+    consumer: &mut lapin::Consumer,
+    within: std::time::Duration,
+) -> lapin::message::Delivery {
     use futures_util::StreamExt;
-    match tokio::time::timeout(std::time::Duration::from_secs(5), consumer.next()).await {
+    match tokio::time::timeout(within, consumer.next()).await {
         Ok(Some(Ok(delivery))) => delivery,
         Ok(Some(Err(error))) => panic!("consumer failed: {error}"),
         Ok(None) => panic!("consumer ended"),
-        Err(_) => panic!("no delivery within 5 s"),
+        Err(_) => panic!("no delivery within {within:?}"),
     }
 }
 

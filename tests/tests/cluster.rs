@@ -63,6 +63,30 @@ async fn declare_on_a_publish_on_b_consume_on_c() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declare_is_answered_once_every_reachable_node_has_applied_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    let ch = a.create_channel().await.expect("channel");
+    declare_when_formed(&ch, "formed").await;
+    let c = cluster.connect(2).await;
+    let c_node = cluster.nodes[2].as_ref().expect("running");
+    for round in 0..10 {
+        // C stops for a moment (too short to count as down): without the wait, A's -ok would
+        // come before C has the queue, and C would answer its client's passive declare with
+        // 404 when it resumes, if that came in first.
+        c_node.signal("STOP");
+        let declared = ch.queue_declare(format!("q{round}").as_str().into(), durable(), FieldTable::default());
+        let (declared, ()) = tokio::join!(declared, async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            c_node.signal("CONT");
+        });
+        declared.expect("declare");
+        assert_eq!(passive_count(&c, &format!("q{round}")).await, Some(0), "C has q{round} once A answered");
+    }
+}
+
 /// What the checker has received so far: (number, redelivered), in order.
 type Seen = std::sync::Arc<std::sync::Mutex<Vec<(u64, bool)>>>;
 

@@ -1,7 +1,11 @@
 //! [`Metadata`]: how a node changes definitions through the metadata group. The change is
 //! proposed to the leader (this node's member, or another node's through
-//! [`MetaForwarding`]); once it is committed and applied here, the caller gets this node's
-//! own result, so that whatever the client does next on this node sees the change.
+//! [`MetaForwarding`]); once it is committed and applied here, and applied on every other
+//! node that is reachable (or [`PEERS_APPLY_WAIT_MS`] have passed), the caller gets this
+//! node's own result. So whatever the client does next, on this node or through a connection
+//! to another, sees the change: a queue declared through one node can be published to
+//! through the next at once, as with RabbitMQ, whose definitions are changed on every node
+//! before the `-ok`.
 
 use super::command::{DefinitionOp, MetaCommand, MetaOutcome};
 use super::machine::{MetaRaft, MetaStateMachine};
@@ -13,11 +17,19 @@ use std::time::Duration;
 
 /// How long a change waits for the metadata group to have a leader.
 const LEADER_WAIT_MS: u64 = 5_000;
+/// How long a change waits, at most, for the other reachable nodes to apply it before it is
+/// answered anyway: a node that slow (catching up after a restart, say) learns it later, as
+/// an unreachable one does.
+pub const PEERS_APPLY_WAIT_MS: u64 = 2_000;
 
-/// Hands a command to the metadata group's leader on another node.
+/// What the metadata group needs of the other nodes.
 pub trait MetaForwarding: Send + Sync + std::fmt::Debug + 'static {
     /// Submits `command` to node `leader`'s member; returns the log index it was committed at.
     fn propose_to(&self, leader: u64, command: MetaCommand) -> ClusterFuture<Result<u64, String>>;
+
+    /// Resolves once every other node reachable now has applied the entry at `index`, or
+    /// answered that it could not within `within`, or `within` has passed.
+    fn applied_on_peers(&self, index: u64, within: Duration) -> ClusterFuture<()>;
 }
 
 /// This node's side of the metadata group.
@@ -55,6 +67,11 @@ impl Metadata {
         &self.raft
     }
 
+    /// This node's state machine.
+    pub fn machine(&self) -> &MetaStateMachine {
+        &self.machine
+    }
+
     /// Makes `op` in `vhost` on every node; returns this node's result once it is applied
     /// here. A quorum queue's or a stream's members are chosen here, the declaring node first.
     pub async fn change(&self, vhost: &str, mut op: DefinitionOp) -> BrokerResult<MetaOutcome> {
@@ -68,10 +85,12 @@ impl Metadata {
         let op = self.replicated_if_delayed(vhost, op);
         let command = MetaCommand { origin: self.replication.node_id(), vhost: vhost.to_string(), op };
         let index = self.submit(command).await.map_err(unavailable)?;
-        match self.machine.applied(index).await {
+        let result = match self.machine.applied(index).await {
             Some(result) => result,
             None => Err(unavailable("its result here was lost")),
-        }
+        };
+        self.forwarding.applied_on_peers(index, Duration::from_millis(PEERS_APPLY_WAIT_MS)).await;
+        result
     }
 
     /// A durable delayed exchange's declare, with the members its pending set is replicated

@@ -159,6 +159,12 @@ impl MetaStateMachine {
         self.shared.results.lock().remove(&index)
     }
 
+    /// Waits at most `within` until the entry at `index` is applied here; whether it is.
+    pub async fn applied_within(&self, index: u64, within: std::time::Duration) -> bool {
+        let mut applied = self.shared.applied_index.subscribe();
+        tokio::time::timeout(within, applied.wait_for(|at| *at >= index)).await.is_ok_and(|r| r.is_ok())
+    }
+
     fn save(&self) -> Result<(), warren_storage::StorageError> {
         let applied = self.shared.applied.lock().clone();
         let mut bytes = vec![APPLIED_FORMAT_VERSION];

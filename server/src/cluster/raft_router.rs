@@ -18,6 +18,7 @@ use super::service::{PeerRequest, PeerResponse};
 use openraft::Raft;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 use tokio::sync::Semaphore;
 use warren_delivery::metadata::Metadata;
 use warren_delivery::quorum::QuorumRaft;
@@ -26,6 +27,8 @@ use warren_delivery::stream::{StreamChunk, StreamStateMachine};
 
 /// Raft RPCs handled at once on this node, over all groups.
 pub const MAX_CONCURRENT_RAFT_RPCS: usize = 64;
+/// The longest a peer may have this node wait for a metadata entry to be applied.
+const MAX_META_APPLIED_WAIT_MS: u64 = 10_000;
 /// Payload bytes one answer to a catching-up replica carries at most (a peer asking for more
 /// gets this much), well within a frame.
 pub const MAX_STREAM_READ_BYTES: u32 = 4 << 20;
@@ -145,8 +148,14 @@ impl RaftRouter {
     /// Handles `request` from node `from` on its own task and answers through `responder`;
     /// waits first while [`MAX_CONCURRENT_RAFT_RPCS`] are being handled.
     pub async fn dispatch(&self, from: String, request: PeerRequest, responder: Responder<PeerResponse>) {
-        let Ok(permit) = Arc::clone(&self.shared.in_flight).acquire_owned().await else {
-            return; // Never closed; the requester times out if it were.
+        // A wait for the metadata to be applied takes no permit: it lasts while this node
+        // catches up, through the very RPCs the permits are for.
+        let permit = match request {
+            PeerRequest::MetaApplied { .. } => None,
+            _ => match Arc::clone(&self.shared.in_flight).acquire_owned().await {
+                Ok(permit) => Some(permit),
+                Err(_) => return, // Never closed; the requester times out if it were.
+            },
         };
         let router = self.clone();
         tokio::spawn(async move {
@@ -183,6 +192,13 @@ impl RaftRouter {
                 Some(metadata) => metadata.submit(command).await,
                 None => Err("this node's metadata member is not running yet".into()),
             }),
+            PeerRequest::MetaApplied { index, within_ms } => {
+                let within = Duration::from_millis(within_ms.min(MAX_META_APPLIED_WAIT_MS));
+                PeerResponse::MetaApplied(match self.metadata() {
+                    Some(metadata) => metadata.machine().applied_within(index, within).await,
+                    None => false,
+                })
+            }
             PeerRequest::Join { node } => PeerResponse::Joined(match self.shared.joins.get() {
                 Some(desk) => desk.admit(node).await,
                 None => Err("this node does not take joining nodes yet".into()),

@@ -346,4 +346,22 @@ impl MetaForwarding for ClusterReplication {
             }
         })
     }
+
+    fn applied_on_peers(&self, index: u64, within: Duration) -> ClusterFuture<()> {
+        let transport = self.transport.clone();
+        let within_ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
+        Box::pin(async move {
+            let asks = transport.connected_peers().into_iter().map(|peer| {
+                let transport = transport.clone();
+                async move {
+                    let request = PeerRequest::MetaApplied { index, within_ms };
+                    let answer = transport.request_within(&peer, request, within).await;
+                    if !matches!(answer, Ok(PeerResponse::MetaApplied(true))) {
+                        tracing::debug!(%peer, index, "a peer has not applied a definition change yet; answered anyway");
+                    }
+                }
+            });
+            futures_util::future::join_all(asks).await;
+        })
+    }
 }

@@ -54,6 +54,14 @@ pub enum PeerRequest {
         /// The change.
         command: MetaCommand,
     },
+    /// Answer once this node's metadata member has applied the entry at `index`, or after
+    /// `within_ms` (capped) with what it has. Answered with [`PeerResponse::MetaApplied`].
+    MetaApplied {
+        /// The entry's log index.
+        index: u64,
+        /// How long to wait for it, in ms.
+        within_ms: u64,
+    },
     /// A client operation on a queue of another node, or what comes back of one (one-way).
     Forwarded(Forwarded),
     /// `join_cluster`: node `node` (its name and where to dial it) asks to become a member.
@@ -87,6 +95,8 @@ pub enum PeerResponse {
     /// The answer to [`PeerRequest::ProposeMeta`]: the log index the change was committed
     /// at, or why it was not.
     MetaProposed(Result<u64, String>),
+    /// The answer to [`PeerRequest::MetaApplied`]: whether the entry is applied.
+    MetaApplied(bool),
     /// The answer to [`PeerRequest::Join`]: the other nodes of the cluster the joining node
     /// should know of (the answering node aside: the joining node dialled it), or why not.
     Joined(Result<Vec<PeerAddress>, String>),
