@@ -115,9 +115,10 @@ async fn a_super_stream_routes_by_routing_key_and_by_partition_key_hash() {
     }
 
     // A fourth partition, bound with the next order, takes its share of keys from then on.
-    ok(&broker, &["declare_queue", "orders-3", "--type", "stream"]);
-    let order = r#"{"x-stream-partition-order": 3}"#;
-    ok(&broker, &["bind", "orders", "orders-3", "--routing-key", "3", "--arguments", order]);
+    ok(&broker, &["add_partitions", "orders"]);
+    let bindings = ok(&broker, &["list_bindings", "source_name", "destination_name", "routing_key", "arguments"]);
+    let added = bindings.lines().find(|l| l.split_whitespace().take(3).eq(["orders", "orders-3", "3"]));
+    assert!(added.is_some_and(|l| l.contains(r#""x-stream-partition-order":3"#)), "{bindings}");
     let key = (0..)
         .map(|i| format!("new-{i}"))
         .find(|key| warren_delivery::exchange::super_stream::partition_index(key.as_bytes(), 4) == 3)
@@ -143,6 +144,16 @@ async fn add_super_stream_takes_routing_keys_and_delete_super_stream_removes_it_
     let other = table(&[("x-queue-type", text("stream")), ("x-max-age", text("1D"))]);
     assert_code(probe.queue_declare("regions-eu".into(), durable(), other).await, 406, "x-max-age was 7D");
 
+    // A partition added later takes the others' arguments; a key already bound is refused.
+    ok(&broker, &["add_partitions", "regions", "--routing-keys", "latam"]);
+    publish(&ch, "regions", "latam", b"to latam", None).await;
+    assert_eq!(counts(&broker).get("regions-latam"), Some(&1));
+    let probe = conn.create_channel().await.expect("channel");
+    let other = table(&[("x-queue-type", text("stream")), ("x-max-age", text("1D"))]);
+    assert_code(probe.queue_declare("regions-latam".into(), durable(), other).await, 406, "x-max-age is 7D");
+    let (succeeded, _, err) = ctl(&broker, &["add_partitions", "regions", "--routing-keys", "us"]);
+    assert!(!succeeded && err.contains("already has a partition with routing key 'us'"), "{err}");
+
     ok(&broker, &["delete_super_stream", "regions"]);
     assert!(counts(&broker).is_empty(), "{:?}", counts(&broker));
     assert!(!ok(&broker, &["list_exchanges"]).contains("regions"));
@@ -151,6 +162,7 @@ async fn add_super_stream_takes_routing_keys_and_delete_super_stream_removes_it_
         (&["add_super_stream", "bad", "--partitions", "0"][..], "1 to 1024 partitions"),
         (&["add_super_stream", "bad", "--routing-keys", "a,b,a"][..], "'a' is given twice"),
         (&["delete_super_stream", "amq.direct"][..], "not a super stream"),
+        (&["add_partitions", "amq.direct"][..], "not a super stream"),
     ] {
         let (succeeded, _, err) = ctl(&broker, args);
         assert!(!succeeded && err.contains(says), "{args:?}: {err}");

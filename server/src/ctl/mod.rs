@@ -10,7 +10,7 @@
 //!
 //! - `client`: the HTTP client and its errors; `output`: tables and JSON;
 //! - `lists`: the list verbs; `actions`: the others; `cluster`: the cluster verbs;
-//!   `super_streams`: `add_super_stream` and `delete_super_stream`.
+//!   `super_streams`: `add_super_stream`, `add_partitions` and `delete_super_stream`.
 
 mod access;
 mod actions;
@@ -368,6 +368,20 @@ enum Verb {
         #[arg(long)]
         stream_max_segment_size_bytes: Option<u64>,
     },
+    /// Adds partitions to a super stream, bound after its last, with its first partition's
+    /// arguments. Keys are hashed over the new number of partitions from then on (new
+    /// messages only).
+    #[command(name = "add_partitions")]
+    AddPartitions {
+        /// The super stream.
+        name: String,
+        /// How many partitions to add, numbered after the existing ones [default: 1].
+        #[arg(long, conflicts_with = "routing_keys")]
+        partitions: Option<u32>,
+        /// The new partitions' routing keys, comma-separated, instead of numbers.
+        #[arg(long, value_delimiter = ',')]
+        routing_keys: Option<Vec<String>>,
+    },
     /// Deletes a super stream: its partitions and its exchange.
     #[command(name = "delete_super_stream")]
     DeleteSuperStream {
@@ -497,16 +511,17 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
             max_length_bytes,
             stream_max_segment_size_bytes,
         } => {
-            let partitions = match routing_keys {
-                Some(keys) => super_streams::Partitions::Keyed(keys.clone()),
-                None => super_streams::Partitions::Numbered(partitions.unwrap_or(DEFAULT_PARTITIONS)),
-            };
+            let partitions = super_streams::Partitions::given(routing_keys, *partitions, DEFAULT_PARTITIONS);
             let arguments = super_streams::PartitionArguments {
                 max_age: max_age.clone(),
                 max_length_bytes: *max_length_bytes,
                 max_segment_size_bytes: *stream_max_segment_size_bytes,
             };
             super_streams::add_super_stream(client, vhost, name, &partitions, &arguments)
+        }
+        Verb::AddPartitions { name, partitions, routing_keys } => {
+            let partitions = super_streams::Partitions::given(routing_keys, *partitions, 1);
+            super_streams::add_partitions(client, vhost, name, &partitions)
         }
         Verb::DeleteSuperStream { name } => super_streams::delete_super_stream(client, vhost, name),
         Verb::ClusterStatus => cluster::cluster_status(client),
