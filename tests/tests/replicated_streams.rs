@@ -239,15 +239,7 @@ async fn a_node_without_a_replica_is_served_through_the_transport() {
     let two = stream_args(&[("x-initial-cluster-size", AMQPValue::LongUInt(2))]);
     ch.queue_declare("two".into(), durable(), two).await.expect("declare on a formed cluster");
     // Replicas on A (the declaring node) and one other; whichever node has none forwards.
-    let mut without = None;
-    for (node, name) in NAMES.iter().enumerate() {
-        let dir = dir.path().join(name);
-        let has_replica = walk(&dir).iter().any(|p| p.ends_with("raft-log") && p.to_string_lossy().contains("two"));
-        if !has_replica {
-            without = Some(node);
-        }
-    }
-    let node = without.expect("one node has no replica");
+    let node = node_without_replica(&cluster, "two");
     let conn = cluster.connect(node).await;
     let publisher = confirm_channel(&conn).await;
     for n in 0..100u64 {
@@ -258,17 +250,16 @@ async fn a_node_without_a_replica_is_served_through_the_transport() {
     assert_eq!(records.iter().map(|(_, body)| body.clone()).collect::<Vec<_>>(), bodies);
 }
 
-/// Every path under `dir`.
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(walk(&path));
-        }
-        found.push(path);
-    }
-    found
+/// The node that holds no replica of `stream` (it lists it as a stand-in, state "remote").
+fn node_without_replica(cluster: &Cluster, stream: &str) -> usize {
+    let without: Vec<usize> = (0..NAMES.len())
+        .filter(|node| {
+            let listed = ctl(cluster, *node, &["list_queues", "name", "state"]);
+            listed.lines().any(|line| line.split_whitespace().eq([stream, "remote"]))
+        })
+        .collect();
+    assert_eq!(without.len(), 1, "one node of three has no replica of {stream}: {without:?}");
+    without[0]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -386,4 +377,39 @@ async fn retention_applies_on_every_replica() {
         let first = next_delivery(&mut consumer).await;
         assert!(offset_of(&first) >= 200, "node {node} starts at {}", offset_of(&first));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_member_needs_a_replica_of_every_partition_on_its_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    let ch = a.create_channel().await.expect("channel");
+    // A super stream made with plain methods: partition 0 on every node, partition 1 on two.
+    ch.queue_declare("parts-0".into(), durable(), stream_args(&[])).await.expect("declare on a formed cluster");
+    let two = stream_args(&[("x-initial-cluster-size", AMQPValue::LongUInt(2))]);
+    ch.queue_declare("parts-1".into(), durable(), two).await.expect("declare");
+    let super_stream = table(&[("x-super-stream", AMQPValue::Boolean(true))]);
+    let options = ExchangeDeclareOptions { durable: true, ..Default::default() };
+    ch.exchange_declare("parts".into(), lapin::ExchangeKind::Direct, options, super_stream).await.expect("exchange");
+    for p in 0..2i64 {
+        let order = table(&[("x-stream-partition-order", AMQPValue::LongLongInt(p))]);
+        let queue = format!("parts-{p}");
+        ch.queue_bind(queue.as_str().into(), "parts".into(), p.to_string().as_str().into(), Default::default(), order)
+            .await
+            .expect("bind");
+    }
+    let without = node_without_replica(&cluster, "parts-1");
+    let conn = cluster.connect(without).await;
+    let member = conn.create_channel().await.expect("channel");
+    member.basic_qos(10, BasicQosOptions::default()).await.expect("qos");
+    let group = table(&[("x-consumer-group", text("g"))]);
+    let refused = member.basic_consume("parts".into(), "m".into(), Default::default(), group).await;
+    assert_code(refused, 540, "a member needs every partition's replica on its node");
+    // (540 is a connection error.) Without a group, the node reads the partition it lacks
+    // through the transport.
+    let conn = cluster.connect(without).await;
+    let reader = conn.create_channel().await.expect("channel");
+    reader.basic_qos(10, BasicQosOptions::default()).await.expect("qos");
+    reader.basic_consume("parts".into(), "r".into(), Default::default(), FieldTable::default()).await.expect("consume");
 }

@@ -5,9 +5,9 @@
 //! message "expires" at its `x-delay` after the leader's clock when it was proposed, and an
 //! expired message is dead-lettered at least once, that is, kept until it is recorded as
 //! handed on. Only the group's leader fires: a timer proposes [`Op::Expire`] once the earliest
-//! message is due (the state expires nothing before its time: the command carries the
-//! proposer's clock), and for each message the state then hands on, the leader routes it by
-//! the exchange's bindings, waits for its targets to have it, and proposes
+//! message is due (the state expires nothing before its time: a command carries the leader's
+//! clock, stamped when it is written), and for each message the state then hands on, the
+//! leader routes it by the exchange's bindings, waits for its targets to have it, and proposes
 //! [`Op::DeadLettered`]. A leader that dies between routing a message and recording it leaves
 //! it pending: the next leader routes it again. So a message is never fired early and never
 //! lost, and may be routed twice across a failover; such second routings are counted
@@ -153,8 +153,10 @@ impl ReplicatedDelays {
         tokio::spawn(route_until_taken(Arc::downgrade(self), id));
     }
 
-    /// The message `id`, routed once; `true` once its targets have it (or it cannot be read:
-    /// it is then dropped, and logged).
+    /// The message `id`, routed once; `true` once its targets have it, or refused it (a
+    /// queue at its length limit with `reject-publish`, as a publish is refused: routing it
+    /// again would only copy it again to the targets that took it), or it cannot be read (it
+    /// is then dropped, and logged).
     async fn route_once(&self, id: MessageId) -> bool {
         let message = match self.group.message(id) {
             Ok(message) => Message::clone(&message),
@@ -167,7 +169,7 @@ impl ReplicatedDelays {
         let Some(marks) = vhost.route_due(&self.exchange, message) else { return false };
         let mut taken = true;
         for mark in &marks {
-            taken &= mark.wait().await.is_ok();
+            taken &= matches!(mark.wait().await, Ok(()) | Err(StoreError::Refused));
         }
         taken
     }

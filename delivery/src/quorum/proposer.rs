@@ -179,10 +179,15 @@ impl Proposer {
                 continue;
             }
             let (ops, outcomes, failures) = next_batch(&mut waiting);
-            let retry = ops.iter().zip(&outcomes).map(|(op, outcome)| retried(op, outcome)).collect();
+            let retry: Vec<Option<Op>> = ops.iter().zip(&outcomes).map(|(op, outcome)| retried(op, outcome)).collect();
             let batch = CommandBatch { at_ms: now_ms(), ops };
             let Some(applied) = self.submit(&raft, batch).await else {
-                fail_all(outcomes, &self.writes, "the quorum queue's group has no leader");
+                // No leader in time: what may go again waits for one, in front of the rest.
+                let again =
+                    again_or_fail(outcomes, retry, failures, &self.writes, "the quorum queue's group has no leader");
+                for proposal in again.into_iter().rev() {
+                    waiting.push_front(proposal);
+                }
                 continue;
             };
             let remote = applied.1;
@@ -278,6 +283,28 @@ fn fail_all(outcomes: Vec<Outcome>, writes: &CommitTracker, why: &str) {
     }
 }
 
+/// The ops of a batch that was not applied which go again (see [`retried`]), unless they
+/// failed too often; the others fail with `why`.
+fn again_or_fail(
+    outcomes: Vec<Outcome>,
+    retry: Vec<Option<Op>>,
+    failures: Vec<u32>,
+    writes: &CommitTracker,
+    why: &str,
+) -> Vec<Proposal> {
+    let mut again = Vec::new();
+    for ((outcome, op), failures) in outcomes.into_iter().zip(retry).zip(failures) {
+        match op {
+            Some(op) if failures < MAX_PROPOSAL_FAILURES => {
+                again.push(Proposal { op, outcome, failures: failures + 1 })
+            }
+            Some(op) => tracing::warn!(?op, why, "a quorum queue command is given up"),
+            None => fail(outcome, writes, why),
+        }
+    }
+    again
+}
+
 async fn report_in_order(
     mut submitted: mpsc::UnboundedReceiver<Submitted>,
     writes: Arc<CommitTracker>,
@@ -301,16 +328,7 @@ async fn report_in_order(
             }
             Err(ProposeError::Failed(error)) => {
                 tracing::debug!(%error, "a quorum queue batch failed; its acks and the like are proposed again");
-                let mut again = Vec::new();
-                for ((outcome, op), failures) in outcomes.into_iter().zip(retry).zip(failures) {
-                    match op {
-                        Some(op) if failures < MAX_PROPOSAL_FAILURES => {
-                            again.push(Proposal { op, outcome, failures: failures + 1 })
-                        }
-                        Some(op) => tracing::warn!(?op, %error, "a quorum queue command is given up"),
-                        None => fail(outcome, &writes, &error),
-                    }
-                }
+                let again = again_or_fail(outcomes, retry, failures, &writes, &error);
                 // Sent before the slot is released, so the proposer sees them before it
                 // forms its next batch.
                 let _ = retries.send(again);

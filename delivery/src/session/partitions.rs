@@ -11,7 +11,7 @@ use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
 use crate::queue::{Queue, Reply};
 use crate::quorum::ConsumerId;
-use crate::stream::{GroupOp, PartitionGroups};
+use crate::stream::{GroupOp, PartitionGroups, MAX_GROUP_MEMBERS};
 use amq_protocol::types::ShortString;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -45,13 +45,19 @@ impl Session {
                 return Reply::Now(Err(error));
             }
         };
-        if group.is_some() && partitions.first().and_then(|p| p.stream()).is_none() {
+        if group.is_some() && partitions.iter().any(|p| p.stream().is_none()) {
+            // The group's assignment is followed on the member's node, by each partition's
+            // replica there (a forwarded consumer would read outside it).
             self.cancel(tag.as_str());
             return Reply::Now(Err(BrokerError::new(
                 ReplyCode::NotImplemented,
-                "a consumer group of a super stream is kept by its first partition: consume through a node that \
-                 holds a replica of it",
+                "a member of a super stream's consumer group reads every partition's replica on its node: consume \
+                 through a node that holds a replica of each partition",
             )));
+        }
+        if let Err(error) = group.as_deref().map(|g| room_in_group(&partitions, g)).transpose() {
+            self.cancel(tag.as_str());
+            return Reply::Now(Err(error));
         }
         let mut later = Vec::new();
         for consumer in &consumers {
@@ -106,6 +112,19 @@ impl Session {
     }
 }
 
+/// 406 if consumer group `group` of the super stream of `partitions` has as many members as a
+/// group may (its `Join` would be ignored, and the consumer would read nothing).
+fn room_in_group(partitions: &[Arc<Queue>], group: &str) -> BrokerResult<()> {
+    let Some(first) = partitions.first().and_then(|p| p.stream()) else { return Ok(()) };
+    let members = first.coordination().subscribe().borrow().members(group).len();
+    if members < MAX_GROUP_MEMBERS {
+        return Ok(());
+    }
+    Err(BrokerError::precondition_failed(format!(
+        "consumer group '{group}' has {members} members, the most a group may have ({MAX_GROUP_MEMBERS})"
+    )))
+}
+
 /// `message` with the super stream partition it came from in its headers.
 pub(super) fn with_partition_header(message: Arc<Message>, partition: u32) -> Arc<Message> {
     match message.properties.with_long_long_header(PARTITION_HEADER, i64::from(partition)) {
@@ -157,8 +176,8 @@ fn join_op(group: &str, member: &ConsumerId, parts: &[Arc<Consumer>]) -> GroupOp
 }
 
 /// Makes `parts` read the partitions the group gives `member` and give up those it takes
-/// away, until the member has left the group. A member the group dropped while it is still
-/// attached (its node was unreachable for a while) joins again.
+/// away, until the consumer is cancelled (or its channel closed). A member the group dropped
+/// while it is still attached (its node was unreachable for a while) joins again.
 async fn follow_assignment(
     group: String,
     member: ConsumerId,
@@ -169,13 +188,13 @@ async fn follow_assignment(
     let releasing = Arc::new(parking_lot::Mutex::new(HashSet::new()));
     let mut joined = false;
     loop {
+        let Some(first) = parts[0].queue().stream() else { return };
+        if !first.is_attached(&parts[0]) {
+            return;
+        }
         let groups = Arc::clone(&view.borrow_and_update());
         let in_group = groups.members(&group).contains(&member);
         if joined && !in_group {
-            let Some(first) = parts[0].queue().stream() else { return };
-            if !first.is_attached(&parts[0]) {
-                return;
-            }
             tracing::info!(group, "a consumer group dropped a member that is still attached: it joins again");
             first.coordination().change(join_op(&group, &member, &parts));
             joined = false;
@@ -220,7 +239,8 @@ struct Handover {
 impl Handover {
     /// Stops delivering `part`'s partition, waits for what is in flight to be settled (at most
     /// the rebalance timeout), commits, and tells the group (through `first`, the part of the
-    /// first partition) where the next owner starts.
+    /// first partition) where the next owner starts: always, also when the part never read
+    /// the partition (it owned it before it could start), so that the next owner gets it.
     async fn run(self, first: Arc<Consumer>, part: Arc<Consumer>, releasing: Arc<parking_lot::Mutex<HashSet<u32>>>) {
         let queue = part.queue();
         let Some(stream) = queue.stream() else { return };
@@ -229,7 +249,8 @@ impl Handover {
             tokio::time::sleep(Duration::from_millis(HANDOVER_POLL_MS)).await;
         }
         let Handover { group, member, partition, .. } = self;
-        if let (Some(offset), Some(coordinator)) = (stream.release_partition(&part), first.queue().stream()) {
+        let offset = stream.release_partition(&part);
+        if let Some(coordinator) = first.queue().stream() {
             coordinator.coordination().change(GroupOp::Released { group, partition, member, offset });
         }
         releasing.lock().remove(&partition);

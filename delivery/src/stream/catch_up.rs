@@ -14,6 +14,10 @@ use warren_storage::{Log, NewRecord, StorageError};
 pub(super) const CATCH_UP_CHUNK_BYTES: u32 = 1 << 20;
 /// Records one answer carries at most.
 const CHUNK_RECORDS: usize = 4096;
+/// Times every replica is asked in turn before the catch-up fails (and the group with it).
+const CATCH_UP_ROUNDS: u32 = 10;
+/// The pause between two rounds: the replicas asked may be restarting or catching up too.
+const CATCH_UP_ROUND_PAUSE_MS: u64 = 1_000;
 
 /// One record as it is in a replica's log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,13 +82,18 @@ where
     if log.next_offset() < first_offset {
         log.restart_at(first_offset)?;
     }
-    let mut source = 0;
+    let (mut source, mut round) = (0, 1);
     while log.next_offset() < next_offset {
         let Some(&node) = sources.get(source) else {
-            return Err(QuorumError::Storage(StorageError::Failed(format!(
-                "no replica could give records {}..{next_offset}",
-                log.next_offset()
-            ))));
+            if round >= CATCH_UP_ROUNDS || sources.is_empty() {
+                return Err(QuorumError::Storage(StorageError::Failed(format!(
+                    "no replica could give records {}..{next_offset}",
+                    log.next_offset()
+                ))));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(CATCH_UP_ROUND_PAUSE_MS)).await;
+            (source, round) = (0, round + 1);
+            continue;
         };
         match fetch(node, log.next_offset(), CATCH_UP_CHUNK_BYTES).await {
             Ok(chunk) if !chunk.records.is_empty() => append_chunk(log, chunk, next_offset)?,
@@ -102,11 +111,16 @@ where
 /// starting past the end (retention removed the records between on the replica asked)
 /// restarts the log at its first record.
 fn append_chunk(log: &Log, chunk: StreamChunk, next_offset: u64) -> Result<(), QuorumError> {
+    if chunk.first >= next_offset {
+        // Retention on the replica asked went past everything wanted: none of it is kept.
+        log.restart_at(next_offset)?;
+        return Ok(());
+    }
     if chunk.first > log.next_offset() {
         log.restart_at(chunk.first)?;
     }
-    let skip = (log.next_offset() - chunk.first) as usize;
-    let wanted = (next_offset - log.next_offset()) as usize;
+    let skip = usize::try_from(log.next_offset().saturating_sub(chunk.first)).unwrap_or(usize::MAX);
+    let wanted = usize::try_from(next_offset.saturating_sub(log.next_offset())).unwrap_or(usize::MAX);
     let records: Vec<NewRecord<'_>> = chunk
         .records
         .iter()
@@ -179,14 +193,49 @@ mod tests {
         assert_eq!(&record.payload[..], &4_321u64.to_be_bytes());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn no_replica_with_the_records_is_an_error_not_a_hole() {
         let dir = tempfile::tempdir().expect("dir");
         let lagging = log_with(dir.path(), 10);
+        let asked = std::sync::atomic::AtomicU32::new(0);
         let fetch = |_node: u64, _from: u64, _max: u32| -> ClusterFuture<Result<StreamChunk, String>> {
+            asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Box::pin(async { Err("down".to_string()) })
         };
         assert!(fill(&lagging, 0, 20, &[2, 3], fetch).await.is_err());
         assert_eq!(lagging.next_offset(), 10);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 2 * CATCH_UP_ROUNDS, "each, every round");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replica_that_fails_at_first_is_asked_again_in_the_next_round() {
+        let dirs = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+        let source = Arc::new(log_with(dirs.0.path(), 100));
+        let lagging = log_with(dirs.1.path(), 0);
+        let asked = std::sync::atomic::AtomicU32::new(0);
+        let fetch = |_node: u64, from: u64, max: u32| -> ClusterFuture<Result<StreamChunk, String>> {
+            // The only other replica restarts: its first two answers are errors.
+            let answer = match asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) {
+                0 | 1 => Err("restarting".to_string()),
+                _ => read_chunk(&source, from, max).map_err(|e| e.to_string()),
+            };
+            Box::pin(async move { answer })
+        };
+        fill(&lagging, 0, 100, &[2], fetch).await.expect("filled in the third round");
+        assert_eq!(lagging.next_offset(), 100);
+    }
+
+    #[tokio::test]
+    async fn retention_past_every_wanted_record_starts_the_log_at_the_snapshots_end() {
+        let dirs = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+        let source = Arc::new(log_with(dirs.0.path(), 500));
+        let lagging = log_with(dirs.1.path(), 10);
+        let fetch = |_node: u64, from: u64, max: u32| -> ClusterFuture<Result<StreamChunk, String>> {
+            // The source kept 400.. only, past the snapshot's next offset (300).
+            let answer = read_chunk(&source, from.max(400), max).map_err(|e| e.to_string());
+            Box::pin(async move { answer })
+        };
+        fill(&lagging, 200, 300, &[2], fetch).await.expect("filled");
+        assert_eq!((lagging.first_offset(), lagging.next_offset()), (300, 300), "nothing kept, offsets go on");
     }
 }

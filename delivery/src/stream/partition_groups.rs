@@ -13,18 +13,24 @@
 //! in-flight deliveries settled, or a timeout passed: see the session's part): no partition is
 //! read by two members at once. A member that leaves (cancel, channel or connection closed) or
 //! whose node is down owns nothing from then on.
+//!
+//! Each member reads the partitions the super stream had when it joined: a partition added
+//! later is given only to members that joined since (the others have no consumer for it),
+//! even beyond their share when none within it can take it.
 
 use crate::consumer::Consumer;
 use crate::quorum::{ConsumerId, Op};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tokio::sync::watch;
 
 /// Partitions a group may have: as many as a super stream may ([`crate::exchange::super_stream`]).
 pub const MAX_GROUP_PARTITIONS: u32 = 1024;
-/// Members one group may have (a member is one consumer of the super stream).
-pub const MAX_GROUP_MEMBERS: usize = 10_000;
+/// Members one group may have (a member is one consumer of the super stream). As many as
+/// there may be partitions: members beyond the partitions read nothing, and every member
+/// costs each change of the group.
+pub const MAX_GROUP_MEMBERS: usize = MAX_GROUP_PARTITIONS as usize;
 
 /// A change to the groups of a super stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,8 +59,9 @@ pub enum GroupOp {
         partition: u32,
         /// The owner until now.
         member: ConsumerId,
-        /// Where the next owner starts: the first offset the old one had not settled.
-        offset: u64,
+        /// Where the next owner starts: the first offset the old one had not settled; `None`
+        /// if it never read the partition (the next owner starts where the group committed).
+        offset: Option<u64>,
     },
     /// Node `node` is gone (or restarted): its members left every group.
     Down {
@@ -68,6 +75,9 @@ pub enum GroupOp {
 struct PartitionGroup {
     /// In the order they joined.
     members: Vec<ConsumerId>,
+    /// The partitions each member (in the same order) can read: those the super stream had
+    /// when it joined.
+    reaches: Vec<u32>,
     /// Who should read each partition.
     targets: Vec<Option<ConsumerId>>,
     /// Who may read each partition now.
@@ -93,7 +103,7 @@ impl PartitionGroups {
                 let place = *partition as usize;
                 if g.owners.get(place).is_some_and(|owner| owner.as_ref() == Some(member)) {
                     g.owners[place] = None;
-                    g.released_at[place] = Some(*offset);
+                    g.released_at[place] = *offset;
                 }
             }),
             GroupOp::Down { node } => {
@@ -110,6 +120,7 @@ impl PartitionGroups {
         let entry = self.groups.entry(group.to_string()).or_default();
         if !entry.members.contains(member) && entry.members.len() < MAX_GROUP_MEMBERS {
             entry.members.push(member.clone());
+            entry.reaches.push(partitions as u32);
         }
         if entry.targets.len() < partitions {
             entry.targets.resize(partitions, None);
@@ -158,6 +169,9 @@ impl PartitionGroups {
 impl PartitionGroup {
     /// Removes the members `leaving` picks: they own and are targeted by nothing.
     fn remove(&mut self, leaving: impl Fn(&ConsumerId) -> bool) {
+        let kept: Vec<bool> = self.members.iter().map(|m| !leaving(m)).collect();
+        let mut kept_reaches = kept.iter();
+        self.reaches.retain(|_| kept_reaches.next().copied().unwrap_or(false));
         self.members.retain(|m| !leaving(m));
         for slot in self.targets.iter_mut().chain(self.owners.iter_mut()) {
             if slot.as_ref().is_some_and(&leaving) {
@@ -167,6 +181,7 @@ impl PartitionGroup {
     }
 
     /// Sticky targets within each member's share, then owners for the partitions nobody owns.
+    /// A member is given only partitions it reaches.
     fn rebalance(&mut self) {
         let (partitions, members) = (self.targets.len(), self.members.len());
         if members == 0 {
@@ -174,17 +189,24 @@ impl PartitionGroup {
             return;
         }
         let share = |place: usize| partitions / members + usize::from(place < partitions % members);
+        let reaches = &self.reaches;
+        let reach = |place: usize, partition: usize| reaches.get(place).is_some_and(|r| partition < *r as usize);
+        let places: HashMap<&ConsumerId, usize> = self.members.iter().enumerate().map(|(p, m)| (m, p)).collect();
         let mut counts = vec![0usize; members];
-        let place_of = |members: &[ConsumerId], m: &ConsumerId| members.iter().position(|x| x == m);
-        for target in self.targets.iter_mut() {
-            let kept = target.as_ref().and_then(|m| place_of(&self.members, m)).filter(|&p| counts[p] < share(p));
+        for (partition, target) in self.targets.iter_mut().enumerate() {
+            let kept = target
+                .as_ref()
+                .and_then(|m| places.get(m).copied())
+                .filter(|&p| counts[p] < share(p) && reach(p, partition));
             match kept {
                 Some(place) => counts[place] += 1,
                 None => *target = None,
             }
         }
-        for target in self.targets.iter_mut().filter(|t| t.is_none()) {
-            if let Some(place) = (0..members).find(|&p| counts[p] < share(p)) {
+        for (partition, target) in self.targets.iter_mut().enumerate().filter(|(_, t)| t.is_none()) {
+            let within_share = (0..members).find(|&p| counts[p] < share(p) && reach(p, partition));
+            let least_loaded = || (0..members).filter(|&p| reach(p, partition)).min_by_key(|&p| counts[p]);
+            if let Some(place) = within_share.or_else(least_loaded) {
                 counts[place] += 1;
                 *target = Some(self.members[place].clone());
             }
@@ -266,7 +288,12 @@ mod tests {
         for p in 0..6 {
             if let Some(owner) = groups.owner("g", p).cloned() {
                 if groups.target("g", p) != Some(&owner) {
-                    groups.apply(&GroupOp::Released { group: "g".into(), partition: p, member: owner, offset: 7 });
+                    groups.apply(&GroupOp::Released {
+                        group: "g".into(),
+                        partition: p,
+                        member: owner,
+                        offset: Some(7),
+                    });
                 }
             }
         }
@@ -303,6 +330,37 @@ mod tests {
         assert!((0..6).all(|p| groups.owner("g", p) == Some(&member(1))));
         groups.apply(&GroupOp::Leave { group: "g".into(), member: member(1) });
         assert_eq!(groups, PartitionGroups::default());
+    }
+
+    #[test]
+    fn a_partition_added_later_goes_only_to_members_that_joined_since() {
+        let mut groups = PartitionGroups::default();
+        let (a, b, c) = (member(1), member(2), member(3));
+        let join_with = |groups: &mut PartitionGroups, m: &ConsumerId, partitions| {
+            groups.apply(&GroupOp::Join { group: "g".into(), member: m.clone(), partitions });
+            release_all(groups);
+        };
+        join_with(&mut groups, &a, 3);
+        // Three partitions were added: B consumes all six, A has no consumer for 3..6.
+        join_with(&mut groups, &b, 6);
+        let readers = |groups: &PartitionGroups| (0..6).map(|p| groups.owner("g", p).cloned()).collect::<Vec<_>>();
+        assert_eq!(readers(&groups)[3..], [Some(b.clone()), Some(b.clone()), Some(b.clone())]);
+        assert!(readers(&groups)[..3].iter().all(|r| r.as_ref() == Some(&a)));
+        // B leaves: the new partitions wait for a member that can read them, not for A.
+        groups.apply(&GroupOp::Leave { group: "g".into(), member: b.clone() });
+        assert_eq!(readers(&groups), [Some(a.clone()), Some(a.clone()), Some(a.clone()), None, None, None]);
+        join_with(&mut groups, &c, 6);
+        assert!(readers(&groups)[3..].iter().all(|r| r.as_ref() == Some(&c)), "{:?}", readers(&groups));
+    }
+
+    #[test]
+    fn a_release_by_a_member_that_never_read_moves_the_partition_without_an_offset() {
+        let mut groups = PartitionGroups::default();
+        join(&mut groups, 1);
+        join(&mut groups, 2);
+        groups.apply(&GroupOp::Released { group: "g".into(), partition: 4, member: member(1), offset: None });
+        assert_eq!(groups.owner("g", 4), Some(&member(2)));
+        assert_eq!(groups.released_at("g", 4), None, "the next owner starts where the group committed");
     }
 
     proptest! {

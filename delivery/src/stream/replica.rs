@@ -110,6 +110,8 @@ struct Applied {
     groups: BTreeMap<String, u64>,
     dedup: DedupWindow,
     partition_groups: PartitionGroups,
+    /// Whether entries applied since the groups were last published changed them.
+    partition_groups_changed: bool,
     current: Option<SavedSnapshot>,
 }
 
@@ -124,6 +126,7 @@ impl Applied {
             groups: state.groups.into_iter().collect(),
             dedup: DedupWindow::restore(state.dedup),
             partition_groups: state.partition_groups,
+            partition_groups_changed: false,
             current: saved,
         }
     }
@@ -278,7 +281,7 @@ impl StreamStateMachine {
             Op::Sync => Response::NextOffset(applied.next_offset),
             Op::Group(op) => {
                 applied.partition_groups.apply(&op);
-                self.shared.partition_groups.send_replace(Arc::new(applied.partition_groups.clone()));
+                applied.partition_groups_changed = true;
                 Response::Done
             }
             // Consumers of a stream read by offset on their own node: nothing else is replicated.
@@ -375,19 +378,22 @@ impl StreamStateMachine {
 struct Appending {
     /// The log's end when the entry began: offsets below it are in the log already.
     log_end: u64,
+    /// The offset of the first record to write, which must be the log's end.
+    first: Option<u64>,
     payloads: Vec<u8>,
     records: Vec<(usize, u32, u8)>,
 }
 
 impl Appending {
     fn new(log_end: u64) -> Self {
-        Appending { log_end, payloads: Vec::new(), records: Vec::new() }
+        Appending { log_end, first: None, payloads: Vec::new(), records: Vec::new() }
     }
 
     fn push(&mut self, offset: u64, message: &crate::message::Message) {
         if offset < self.log_end {
             return;
         }
+        self.first.get_or_insert(offset);
         let (flags, tag_hash) = tag::header_fields(message_tag(message));
         message_codec::encode(message, &mut self.payloads);
         self.records.push((self.payloads.len(), tag_hash, flags));
@@ -396,8 +402,14 @@ impl Appending {
     /// Appends the records at `clock_ms`. A log that cannot take them stops the group (a
     /// replica with a hole in its log must not go on applying).
     fn write(self, log: &Log, clock_ms: u64) -> Result<(), warren_storage::StorageError> {
-        if self.records.is_empty() {
-            return Ok(());
+        let Some(first) = self.first else { return Ok(()) };
+        if first != self.log_end {
+            // The log lost records the state counts (a power loss under `--fsync never`):
+            // appending would shift every later offset away from the other replicas'.
+            return Err(warren_storage::StorageError::Failed(format!(
+                "the stream's log ends at offset {} but its next record is offset {first}: records are missing",
+                self.log_end
+            )));
         }
         let mut start = 0;
         let records: Vec<NewRecord<'_>> = self
@@ -453,6 +465,10 @@ impl RaftStateMachine<QuorumRaft> for StreamStateMachine {
             let log_id = entry.log_id;
             let applied_entry = self.apply_entry(&mut applied, log_id, entry.payload);
             responses.push(applied_entry.map_err(|e| StorageError::from(openraft::StorageIOError::apply(log_id, &e)))?);
+        }
+        // Published once per batch: a group of many members is cloned once, not per change.
+        if std::mem::take(&mut applied.partition_groups_changed) {
+            self.shared.partition_groups.send_replace(Arc::new(applied.partition_groups.clone()));
         }
         drop(applied);
         self.shared.appended.send_replace(self.shared.log.next_offset());

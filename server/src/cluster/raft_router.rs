@@ -21,8 +21,9 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use warren_delivery::metadata::Metadata;
-use warren_delivery::quorum::QuorumRaft;
+use warren_delivery::quorum::{CommandBatch, QuorumRaft};
 use warren_delivery::remote::{Forwarded, Forwarder};
+use warren_delivery::scheduler::now_ms;
 use warren_delivery::stream::{StreamChunk, StreamStateMachine};
 
 /// Raft RPCs handled at once on this node, over all groups.
@@ -179,7 +180,9 @@ impl RaftRouter {
                 PeerResponse::Raft(Box::new(reply))
             }
             PeerRequest::Propose { group, batch } => PeerResponse::Proposed(match self.get(&group) {
-                Some(raft) => match raft.client_write(batch).await {
+                // Commands run on the leader's clock (TTLs, delays, stream timestamps), not on
+                // the clock of the node that forwarded them, which may be ahead.
+                Some(raft) => match raft.client_write(CommandBatch { at_ms: now_ms(), ..batch }).await {
                     Ok(written) => {
                         warren_delivery::quorum::tell_followers_the_commit(&raft).await;
                         Ok(written.data)
