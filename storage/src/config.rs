@@ -32,6 +32,24 @@ pub enum FlushPolicy {
     /// Never fsync; the durable offset follows the appended offset at once and the OS
     /// writes pages back when it likes.
     Never,
+    /// fsync only when asked ([`crate::Log::flush`]), and each segment as it is sealed (so a
+    /// crash leaves no hole before the tail); otherwise as `Never`. For a log whose records
+    /// are kept durably elsewhere until it is flushed: a replicated stream's, whose Raft log
+    /// holds them until a snapshot has flushed the stream's log.
+    OnFlush,
+}
+
+impl FlushPolicy {
+    /// Whether appends are fsynced as the log grows (and the durable offset is a promise).
+    pub fn fsyncs_appends(self) -> bool {
+        matches!(self, FlushPolicy::Always | FlushPolicy::Batch)
+    }
+
+    /// Whether sealed segments, truncations, directory changes and asked-for flushes are
+    /// fsynced.
+    pub fn fsyncs_structure(self) -> bool {
+        self != FlushPolicy::Never
+    }
 }
 
 /// Configuration of one log.

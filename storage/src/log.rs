@@ -172,7 +172,7 @@ impl Log {
         let sh = &self.shared;
         match sh.config.flush_policy {
             FlushPolicy::Always => return sh.flush_now(true),
-            FlushPolicy::Never => sh.durability.publish_if_watched(end),
+            FlushPolicy::Never | FlushPolicy::OnFlush => sh.durability.publish_if_watched(end),
             FlushPolicy::Batch => {}
         }
         let urgent = pending_bytes >= sh.config.flush_bytes;
@@ -209,7 +209,7 @@ impl Log {
         active.seal()?;
         let base = active.next_offset;
         let file = active.log_file();
-        if sh.config.flush_policy != FlushPolicy::Never {
+        if sh.config.flush_policy.fsyncs_structure() {
             // The sealed segment must be whole on disk before a newer one exists, or a
             // crash would leave a torn segment in the middle of the log.
             if let Some(f) = &file {
@@ -217,7 +217,7 @@ impl Log {
             }
         }
         st.segments.push_back(Segment::create(&sh.dir, base, &sh.config)?);
-        if sh.config.flush_policy != FlushPolicy::Never {
+        if sh.config.flush_policy.fsyncs_structure() {
             sync_dir(&sh.dir)?;
         }
         self.apply_retention_locked(st, crate::retention::now_ms())?;
@@ -227,7 +227,7 @@ impl Log {
     /// Writes out buffered appends and fsyncs them now (unless the policy is `never`),
     /// then publishes the durable offset.
     pub fn flush(&self) -> Result<()> {
-        let fsync = self.shared.config.flush_policy != FlushPolicy::Never;
+        let fsync = self.shared.config.flush_policy.fsyncs_structure();
         self.shared.flush_now(fsync)
     }
 
@@ -250,7 +250,7 @@ impl Log {
 
     /// Exclusive end of the durable prefix: every offset below it is durable.
     pub fn durable_offset(&self) -> u64 {
-        if self.shared.config.flush_policy == FlushPolicy::Never {
+        if !self.shared.config.flush_policy.fsyncs_appends() {
             return self.next_offset();
         }
         self.shared.durability.current()
@@ -259,7 +259,7 @@ impl Log {
     /// A watch of [`Log::durable_offset`], updated by every group commit.
     pub fn subscribe_durable(&self) -> watch::Receiver<u64> {
         let rx = self.shared.durability.subscribe();
-        if self.shared.config.flush_policy == FlushPolicy::Never {
+        if !self.shared.config.flush_policy.fsyncs_appends() {
             // Appends publish only while watched; catch up now that someone is.
             self.shared.durability.publish(self.next_offset());
         }
@@ -269,7 +269,7 @@ impl Log {
     /// Resolves once the record at `offset` is durable; errors if the log fails or
     /// closes first.
     pub async fn wait_durable(&self, offset: u64) -> Result<()> {
-        if self.shared.config.flush_policy == FlushPolicy::Never && offset < self.next_offset() {
+        if !self.shared.config.flush_policy.fsyncs_appends() && offset < self.next_offset() {
             return Ok(());
         }
         self.shared.durability.wait(offset).await
@@ -285,7 +285,7 @@ impl Log {
     /// `end` should be at most [`Log::next_offset`]. If the log is truncated or restarted
     /// below `end` before then, the callback is due once the records below the cut are.
     pub fn when_durable(&self, end: u64, callback: impl FnOnce(Result<()>) + Send + 'static) {
-        if self.shared.config.flush_policy == FlushPolicy::Never {
+        if !self.shared.config.flush_policy.fsyncs_appends() {
             callback(self.shared.durability.check());
             return;
         }
@@ -385,7 +385,7 @@ impl Shared {
 
 impl FlushTarget for Shared {
     fn flush_due(&self) {
-        let fsync = self.config.flush_policy != FlushPolicy::Never;
+        let fsync = self.config.flush_policy.fsyncs_appends();
         // Errors are recorded in `durability` and reported to writers and waiters.
         let _ = self.flush_now(fsync);
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use tracing::debug;
 
-use crate::config::{FlushPolicy, LogConfig};
+use crate::config::LogConfig;
 use crate::error::{IoContext, Result};
 use crate::file_cache;
 use crate::record::{self, NewRecord};
@@ -333,7 +333,7 @@ impl Segment {
     /// Readies the segment to take appends.
     fn activate(&mut self, config: &LogConfig) {
         self.sealed = false;
-        self.early_writeback = config.flush_policy != FlushPolicy::Never;
+        self.early_writeback = config.flush_policy.fsyncs_appends();
         self.writeback_from = self.written;
     }
 

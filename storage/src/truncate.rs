@@ -5,7 +5,6 @@
 //! Also restarting: removing every record and continuing at any offset, as Raft needs
 //! when a follower installs a snapshot past the end of its log.
 
-use crate::config::FlushPolicy;
 use crate::error::{Result, StorageError};
 use crate::log::{sync_dir, unlock_and_close_deleted, Log, State};
 use crate::recovery;
@@ -50,7 +49,7 @@ impl Log {
         let base = seg.base;
         if let Some(files) = seg.files() {
             files.log.set_len(pos)?;
-            if sh.config.flush_policy != FlushPolicy::Never {
+            if sh.config.flush_policy.fsyncs_structure() {
                 files.log.sync()?;
             }
         }
@@ -59,7 +58,7 @@ impl Log {
         st.unsynced.clear();
         st.pending_bytes = 0;
         st.epoch += 1;
-        if sh.config.flush_policy != FlushPolicy::Never {
+        if sh.config.flush_policy.fsyncs_structure() {
             sync_dir(&sh.dir)?;
         }
         // Everything below the cut is durable: its segment was just fsynced, and older
@@ -101,7 +100,7 @@ impl Log {
             if st.next_offset() > offset {
                 return self.truncate_locked(st, offset);
             }
-            if sh.config.flush_policy != FlushPolicy::Never {
+            if sh.config.flush_policy.fsyncs_structure() {
                 sync_dir(&sh.dir)?;
             }
             sh.durability.reset_to(offset);
@@ -115,7 +114,7 @@ impl Log {
         st.graveyard.bury(&sh.dir, old)?;
         st.pending_bytes = 0;
         st.epoch += 1;
-        if sh.config.flush_policy != FlushPolicy::Never {
+        if sh.config.flush_policy.fsyncs_structure() {
             sync_dir(&sh.dir)?;
         }
         sh.durability.reset_to(offset);

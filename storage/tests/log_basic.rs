@@ -352,8 +352,9 @@ fn when_durable_calls_back_after_the_group_commit() {
 }
 
 #[tokio::test]
-async fn always_and_never_policies() {
-    for policy in [FlushPolicy::Always, FlushPolicy::Never] {
+async fn always_never_and_on_flush_policies() {
+    // Under `on-flush` nothing waits for an fsync: the log's records are durable elsewhere.
+    for policy in [FlushPolicy::Always, FlushPolicy::Never, FlushPolicy::OnFlush] {
         let dir = tempfile::tempdir().unwrap();
         let config = LogConfig { flush_policy: policy, ..LogConfig::default() };
         let log = open(dir.path(), config);
@@ -401,4 +402,19 @@ fn concurrent_reader_sees_appends() {
     };
     append_n(&log, 0, 2000);
     reader.join().unwrap();
+}
+
+#[test]
+fn an_on_flush_log_rolls_flushes_and_reopens_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { flush_policy: FlushPolicy::OnFlush, segment_bytes: 4096, ..LogConfig::default() };
+    let log = open(dir.path(), config.clone());
+    append_n(&log, 0, 500);
+    log.flush().unwrap();
+    assert!(log.segment_count() > 1, "rolled (each sealed segment is fsynced)");
+    log.close().unwrap();
+    drop(log);
+    let log = open(dir.path(), config);
+    assert_eq!((log.first_offset(), log.next_offset()), (0, 500));
+    assert_eq!(log.read(0, 500, usize::MAX).unwrap().len(), 500);
 }

@@ -13,7 +13,7 @@ use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult};
 use crate::message::Message;
 use crate::message::WireMessage;
-use crate::message_store::StoreError;
+use crate::message_store::{LogStoreConfig, StoreError};
 use crate::quorum::{InitialMembers, Op, QuorumGroup, Response};
 use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
 use crate::session::Session;
@@ -26,6 +26,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use warren_storage::FlushPolicy;
 
 /// A stream's queue kind.
 pub(crate) struct StreamQueue {
@@ -146,7 +147,12 @@ fn replicated(
 ) -> BrokerResult<Arc<Queue>> {
     let failed = |e: &dyn std::fmt::Display| internal_error("cannot start the stream's replica", e);
     let stream_arguments = stream_arguments(&arguments);
-    let log = Stream::open_log(dir, storage.store_config(), &stream_arguments).map_err(|e| failed(&e))?;
+    // The group's Raft log keeps each publish durably until a snapshot, which flushes the
+    // stream's log first: fsyncing the stream's log as it grows too would write it twice.
+    let store = storage.store_config();
+    let flush_policy = if store.flush_policy.fsyncs_structure() { FlushPolicy::OnFlush } else { FlushPolicy::Never };
+    let config = LogStoreConfig { flush_policy, ..store.clone() };
+    let log = Stream::open_log(dir, &config, &stream_arguments).map_err(|e| failed(&e))?;
     let name = group_name(&context.vhost_name, &definition.name);
     let replication = Arc::clone(&context.replication);
     let snapshot = crate::quorum::snapshot_path(dir);
