@@ -261,7 +261,9 @@ async fn read_loop(
         let blocked = connection.follow_alarms(*alarms.borrow_and_update());
         // Nothing more is read while a reply is pending: the frames behind it wait their turn.
         let paused = connection.outbox_full() || pending.is_some();
-        paused_since = if paused { Some(paused_since.unwrap_or_else(Instant::now)) } else { None };
+        // Only a client that does not read what it was sent is timed out while nothing is read.
+        let client_stalled = connection.outbox_full();
+        paused_since = if client_stalled { Some(paused_since.unwrap_or_else(Instant::now)) } else { None };
         if buf.capacity() - buf.len() < frame_header_room() && !paused {
             buf.reserve(read_chunk);
         }
@@ -297,9 +299,10 @@ async fn read_loop(
             },
             Ok(()) = alarms.changed() => {}
             _ = ticker.tick() => {
-                if blocked {
+                if blocked || (pending.is_some() && !client_stalled) {
                     // As RabbitMQ, a blocked client is not timed out for the heartbeats it
-                    // sent that the broker has not read.
+                    // sent that the broker has not read; nor is one waiting for a reply (a
+                    // consume waiting for a replica to catch up, say).
                     last_received = Instant::now();
                 }
                 let phase = connection.phase();
@@ -325,11 +328,11 @@ async fn read_loop(
                     }
                 }
                 if heartbeat_secs > 0 && phase == Phase::Open {
-                    // A paused connection reads nothing; the client is gone if it has not
-                    // drained anything (heartbeats included) for as long.
+                    // A client that reads nothing is not read either; it is gone if it has
+                    // not drained anything (heartbeats included) for as long.
                     let heard = paused_since.unwrap_or(last_received);
                     if heard.elapsed() > Duration::from_secs(2 * u64::from(heartbeat_secs)) {
-                        tracing::info!(paused, "missed heartbeats from client; closing");
+                        tracing::info!(client_stalled, "missed heartbeats from client; closing");
                         return Ending::Gone;
                     }
                     connection.send_heartbeat();

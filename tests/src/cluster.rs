@@ -25,6 +25,10 @@ pub struct Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A failing test: what the nodes said (all of it under WARREN_DUMP_DIR).
+            dump_logs(self);
+        }
         for node in self.nodes.iter_mut().filter_map(Option::take) {
             node.kill9();
         }
@@ -157,8 +161,20 @@ pub async fn passive_count(conn: &Connection, name: &str) -> Option<u32> {
     ch.queue_declare(name.into(), passive, FieldTable::default()).await.ok().map(|q| q.message_count())
 }
 
-/// Prints the warnings and errors every node logged (for a failing test).
+/// Prints the warnings and errors every node logged (for a failing test), and how each node
+/// sees queue "q"'s group.
 pub fn dump_warnings(cluster: &Cluster) {
+    dump_logs(cluster);
+    // How each running node sees queue "q"'s group, for the diagnosis.
+    for i in (0..cluster.nodes.len()).filter(|i| cluster.nodes[*i].is_some()) {
+        let status = tokio::task::block_in_place(|| try_ctl(cluster, i, &["quorum_status", "q"]));
+        eprintln!("node {i} quorum_status q: {status:?}");
+    }
+}
+
+/// Prints the warnings and errors every running node logged; `WARREN_DUMP_DIR=dir` keeps each
+/// node's whole log there.
+fn dump_logs(cluster: &Cluster) {
     for (i, node) in cluster.nodes.iter().enumerate() {
         let lines = node.as_ref().map(|n| n.log_lines()).unwrap_or_default();
         // `WARREN_DUMP_DIR=dir` keeps each node's whole log for a diagnosis.
@@ -170,11 +186,6 @@ pub fn dump_warnings(cluster: &Cluster) {
                 eprintln!("node {i}: {line}");
             }
         }
-    }
-    // How each running node sees queue "q"'s group, for the diagnosis.
-    for i in (0..cluster.nodes.len()).filter(|i| cluster.nodes[*i].is_some()) {
-        let status = tokio::task::block_in_place(|| try_ctl(cluster, i, &["quorum_status", "q"]));
-        eprintln!("node {i} quorum_status q: {status:?}");
     }
 }
 

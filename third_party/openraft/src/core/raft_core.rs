@@ -661,6 +661,28 @@ where
         self.engine.snapshot_handler().trigger_snapshot();
     }
 
+    /// Answers clients waiting for entries that will not be applied here with ForwardToLeader.
+    fn forward_to_leader(&self, removed: BTreeMap<u64, ResponderOf<C>>) {
+        if removed.is_empty() {
+            return;
+        }
+        let leader_id = self.current_leader();
+        let leader_node = self.get_leader_node(leader_id.clone());
+
+        // False positive lint warning(`non-binding `let` on a future`): https://github.com/rust-lang/rust-clippy/issues/9932
+        #[allow(clippy::let_underscore_future)]
+        let _ = C::spawn(async move {
+            for (log_index, tx) in removed.into_iter() {
+                tx.send(Err(ClientWriteError::ForwardToLeader(ForwardToLeader {
+                    leader_id: leader_id.clone(),
+                    leader_node: leader_node.clone(),
+                })));
+
+                tracing::debug!("sent ForwardToLeader for log_index: {}", log_index,);
+            }
+        });
+    }
+
     /// Return the current leader node ID based on the committed vote.
     ///
     /// In Openraft a leader does not have to be a voter: leadership is determined solely by a
@@ -1658,6 +1680,14 @@ where
             }
             Command::PurgeLog { upto } => {
                 self.log_store.purge(upto.clone()).await?;
+
+                // Warren: entries are purged once applied, when their clients were answered,
+                // or when a snapshot was installed over them: then they were never applied
+                // here, and their clients (a deposed leader's, say) would wait for ever.
+                let kept = self.client_resp_channels.split_off(&(upto.index + 1));
+                let removed = std::mem::replace(&mut self.client_resp_channels, kept);
+                self.forward_to_leader(removed);
+
                 self.engine.state.io_state_mut().update_purged(Some(upto));
             }
             Command::DeleteConflictLog { since } => {
@@ -1665,23 +1695,7 @@ where
 
                 // Inform clients waiting for logs to be applied.
                 let removed = self.client_resp_channels.split_off(&since.index);
-                if !removed.is_empty() {
-                    let leader_id = self.current_leader();
-                    let leader_node = self.get_leader_node(leader_id.clone());
-
-                    // False positive lint warning(`non-binding `let` on a future`): https://github.com/rust-lang/rust-clippy/issues/9932
-                    #[allow(clippy::let_underscore_future)]
-                    let _ = C::spawn(async move {
-                        for (log_index, tx) in removed.into_iter() {
-                            tx.send(Err(ClientWriteError::ForwardToLeader(ForwardToLeader {
-                                leader_id: leader_id.clone(),
-                                leader_node: leader_node.clone(),
-                            })));
-
-                            tracing::debug!("sent ForwardToLeader for log_index: {}", log_index,);
-                        }
-                    });
-                }
+                self.forward_to_leader(removed);
             }
             Command::SendVote { vote_req } => {
                 self.spawn_parallel_vote_requests(&vote_req).await;
