@@ -12,10 +12,14 @@
 //! it pending: the next leader routes it again. So a message is never fired early and never
 //! lost, and may be routed twice across a failover; such second routings are counted
 //! ([`refired_total`], the metric `warren_delayed_refired_total`).
+//!
+//! A new leader routes nothing before it has caught up with the definitions
+//! ([`DefinitionsFence`]).
 
 use super::delayed::HeldMessages;
 use crate::message::{Message, WireMessage};
 use crate::message_store::{DurableMark, StoreError};
+use crate::metadata::DefinitionsFence;
 use crate::quorum::{
     AppliedEffects, Effect, GroupError, InitialMembers, MessageId, Op, QuorumGroup, QuorumStateMachine, Replication,
     Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES,
@@ -59,6 +63,8 @@ pub struct ReplicatedDelays {
     timer_ms: Mutex<Option<u64>>,
     /// Messages this node is routing now (one leader routes each once).
     firing: Mutex<HashSet<MessageId>>,
+    /// Passed once per term before this node routes as the leader.
+    fence: DefinitionsFence,
     deleted: AtomicBool,
     me: Weak<ReplicatedDelays>,
 }
@@ -106,6 +112,7 @@ impl ReplicatedDelays {
             group,
             timer_ms: Mutex::new(None),
             firing: Mutex::new(HashSet::new()),
+            fence: DefinitionsFence::default(),
             deleted: AtomicBool::new(false),
             me: Weak::clone(me),
         });
@@ -166,6 +173,9 @@ impl ReplicatedDelays {
             }
         };
         let Some(vhost) = self.vhost.upgrade() else { return false };
+        if !self.fence.pass(self.group.leader_term(), &vhost).await {
+            return false;
+        }
         let Some(marks) = vhost.route_due(&self.exchange, message) else { return false };
         let mut taken = true;
         for mark in &marks {

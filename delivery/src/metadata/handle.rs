@@ -30,6 +30,9 @@ pub trait MetaForwarding: Send + Sync + std::fmt::Debug + 'static {
     /// Resolves once every other node reachable now has applied the entry at `index`, or
     /// answered that it could not within `within`, or `within` has passed.
     fn applied_on_peers(&self, index: u64, within: Duration) -> ClusterFuture<()>;
+
+    /// Node `leader`'s read index ([`Metadata::leader_read_index`]).
+    fn read_index_of(&self, leader: u64) -> ClusterFuture<Result<u64, String>>;
 }
 
 /// This node's side of the metadata group.
@@ -138,23 +141,56 @@ impl Metadata {
     /// Submits `command` to the leader (this node's member, or through forwarding); returns
     /// the log index it was committed at. What a forwarded proposal runs on the leader.
     pub async fn submit(&self, command: MetaCommand) -> Result<u64, String> {
-        let me = self.replication.node_id();
-        let mut leader = self.raft.metrics().borrow().current_leader;
-        if leader.is_none() {
-            let wait = self.raft.wait(Some(Duration::from_millis(LEADER_WAIT_MS)));
-            leader = wait
-                .metrics(|m| m.current_leader.is_some(), "a leader")
-                .await
-                .map_err(|e| e.to_string())?
-                .current_leader;
+        let leader = self.leader().await?;
+        if leader == self.replication.node_id() {
+            let written = self.raft.client_write(command).await.map_err(|e| e.to_string())?;
+            Ok(written.log_id.index)
+        } else {
+            self.forwarding.propose_to(leader, command).await
         }
-        match leader {
-            Some(leader) if leader == me => {
-                let written = self.raft.client_write(command).await.map_err(|e| e.to_string())?;
-                Ok(written.log_id.index)
+    }
+
+    /// Waits at most `within` until this node has applied every change the group committed
+    /// before the call; whether it has. What a node acting on definitions it may have missed
+    /// (a new leader of a group routing by bindings declared through another node) awaits
+    /// first: a `-ok` waits for the other nodes only for [`PEERS_APPLY_WAIT_MS`].
+    pub async fn caught_up(&self, within: Duration) -> bool {
+        let index = match tokio::time::timeout(within, self.read_index()).await {
+            Ok(Ok(index)) => index,
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "the metadata group's read index is unknown");
+                return false;
             }
-            Some(leader) => self.forwarding.propose_to(leader, command).await,
-            None => Err("no leader".into()),
+            Err(_) => return false,
+        };
+        self.machine.applied_within(index, within).await
+    }
+
+    /// The log index up to which every change committed before the call lies, as the leader
+    /// (this node's member, or another node's through forwarding) confirms it.
+    async fn read_index(&self) -> Result<u64, String> {
+        let leader = self.leader().await?;
+        if leader == self.replication.node_id() {
+            self.leader_read_index().await
+        } else {
+            self.forwarding.read_index_of(leader).await
         }
+    }
+
+    /// On the leader: its read index, once a quorum has confirmed it still leads (so no
+    /// other leader can have committed past it). An error on a node that does not lead.
+    pub async fn leader_read_index(&self) -> Result<u64, String> {
+        let (read, _applied) = self.raft.get_read_log_id().await.map_err(|e| e.to_string())?;
+        Ok(read.map_or(0, |id| id.index))
+    }
+
+    /// The group's leader, once it has one (waits [`LEADER_WAIT_MS`] at most).
+    async fn leader(&self) -> Result<u64, String> {
+        if let Some(leader) = self.raft.metrics().borrow().current_leader {
+            return Ok(leader);
+        }
+        let wait = self.raft.wait(Some(Duration::from_millis(LEADER_WAIT_MS)));
+        let metrics = wait.metrics(|m| m.current_leader.is_some(), "a leader").await.map_err(|e| e.to_string())?;
+        metrics.current_leader.ok_or_else(|| "no leader".to_string())
     }
 }

@@ -7,16 +7,20 @@
 //! - `machine`: the type config [`MetaRaft`] and [`MetaStateMachine`], which applies each
 //!   command to this node's virtual hosts as a channel would.
 //! - `handle`: [`Metadata`], how a channel proposes a definition change and waits for it.
+//! - `fence`: [`DefinitionsFence`], what a group's new leader passes before it routes by
+//!   this node's definitions.
 //!
 //! Every node applies every command; classic queues and streams live on the node they were
 //! declared on (commands about them only act there), quorum queues on their members.
 
 mod command;
+mod fence;
 mod handle;
 mod local;
 mod machine;
 
 pub use command::{DefinitionOp, MetaCommand, MetaOutcome, MetaResult};
+pub use fence::DefinitionsFence;
 pub use handle::{MetaForwarding, Metadata};
 pub use local::{change, delete_queue};
 pub use machine::{MetaRaft, MetaStateMachine};

@@ -65,6 +65,8 @@ struct Inner {
     /// an entry applied); an idle queue's housekeeping sleeps until then, so that a thousand
     /// idle queues do not wake a thousand times a second.
     housekeeping_wanted: Arc<tokio::sync::Notify>,
+    /// Passed once per term before this node dead-letters at least once as the leader.
+    fence: crate::metadata::DefinitionsFence,
 }
 
 /// What this node knows that the replicated state does not: where deliveries go.
@@ -146,6 +148,7 @@ fn build(
         local: Mutex::new(local),
         scheduler: Arc::clone(&context.scheduler),
         housekeeping_wanted: Arc::new(tokio::sync::Notify::new()),
+        fence: crate::metadata::DefinitionsFence::default(),
     });
     let kind = QuorumQueue { inner: Arc::clone(&inner) };
     let queue = Queue::with_kind(definition, arguments, context.vhost, |_, _| Box::new(kind));
@@ -242,7 +245,8 @@ async fn take_over(queue: Weak<Queue>, inner: Weak<Inner>) {
 }
 
 /// At-least-once dead-lettering: publishes the message to the dead-letter exchange until
-/// its targets have it (confirmed), then tells the group it may go.
+/// its targets have it (confirmed), then tells the group it may go. A new leader first
+/// catches up with the definitions ([`crate::metadata::DefinitionsFence`]).
 async fn dead_letter_at_least_once(queue: Weak<Queue>, inner: Weak<Inner>, id: MessageId, reason: DeathReason) {
     loop {
         let marks = {
@@ -250,7 +254,11 @@ async fn dead_letter_at_least_once(queue: Weak<Queue>, inner: Weak<Inner>, id: M
             if inner.local.lock().deleted || !inner.group.is_leader() {
                 return;
             }
-            inner.publish_dead_letter(&queue, id, reason)
+            let Some(vhost) = queue.vhost.upgrade() else { return };
+            match inner.fence.pass(inner.group.leader_term(), &vhost).await {
+                true => inner.publish_dead_letter(&queue, id, reason),
+                false => None,
+            }
         };
         if let Some(marks) = marks {
             let mut confirmed = true;

@@ -177,6 +177,14 @@ impl<M: ReplicatedMachine> QuorumGroup<M> {
         self.raft.borrow().as_ref().is_some_and(|raft| raft.metrics().borrow().state == ServerState::Leader)
     }
 
+    /// The term of this node's leadership, if it leads.
+    pub fn leader_term(&self) -> Option<u64> {
+        let raft = self.raft.borrow();
+        let metrics = raft.as_ref()?.metrics();
+        let metrics = metrics.borrow();
+        (metrics.state == ServerState::Leader).then_some(metrics.current_term)
+    }
+
     /// This node's member, once it runs (an error if it could not start).
     pub async fn running(&self) -> Result<Raft<QuorumRaft>, GroupError> {
         let mut slot = self.raft.clone();

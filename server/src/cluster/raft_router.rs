@@ -202,6 +202,10 @@ impl RaftRouter {
                     None => false,
                 })
             }
+            PeerRequest::MetaReadIndex => PeerResponse::MetaReadIndex(match self.metadata() {
+                Some(metadata) => metadata.leader_read_index().await,
+                None => Err("this node's metadata member is not running yet".into()),
+            }),
             PeerRequest::Join { node } => PeerResponse::Joined(match self.shared.joins.get() {
                 Some(desk) => desk.admit(node).await,
                 None => Err("this node does not take joining nodes yet".into()),

@@ -364,4 +364,16 @@ impl MetaForwarding for ClusterReplication {
             futures_util::future::join_all(asks).await;
         })
     }
+
+    fn read_index_of(&self, leader: u64) -> ClusterFuture<Result<u64, String>> {
+        let node = self.node_name_of(leader);
+        let transport = self.transport.clone();
+        Box::pin(async move {
+            let request = PeerRequest::MetaReadIndex;
+            match transport.request_within(&node?, request, PROPOSAL_TIMEOUT).await.map_err(|e| e.to_string())? {
+                PeerResponse::MetaReadIndex(result) => result,
+                other => Err(format!("unexpected answer to a read index request: {other:?}")),
+            }
+        })
+    }
 }

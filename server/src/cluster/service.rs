@@ -62,6 +62,9 @@ pub enum PeerRequest {
         /// How long to wait for it, in ms.
         within_ms: u64,
     },
+    /// The metadata group's read index, from its leader: the log index up to which every
+    /// change committed before the request lies. Answered with [`PeerResponse::MetaReadIndex`].
+    MetaReadIndex,
     /// A client operation on a queue of another node, or what comes back of one (one-way).
     Forwarded(Forwarded),
     /// `join_cluster`: node `node` (its name and where to dial it) asks to become a member.
@@ -97,6 +100,9 @@ pub enum PeerResponse {
     MetaProposed(Result<u64, String>),
     /// The answer to [`PeerRequest::MetaApplied`]: whether the entry is applied.
     MetaApplied(bool),
+    /// The answer to [`PeerRequest::MetaReadIndex`]: the index, or why this node cannot say
+    /// (it does not lead).
+    MetaReadIndex(Result<u64, String>),
     /// The answer to [`PeerRequest::Join`]: the other nodes of the cluster the joining node
     /// should know of (the answering node aside: the joining node dialled it), or why not.
     Joined(Result<Vec<PeerAddress>, String>),

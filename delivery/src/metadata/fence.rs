@@ -1,0 +1,48 @@
+//! [`DefinitionsFence`]: what a group's new leader passes before it routes by this node's
+//! copy of the definitions.
+//!
+//! A leader that fires delayed messages, or dead-letters at least once, routes by the
+//! bindings this node has applied, and a node may lag behind the metadata group: a `-ok`
+//! waits for the other nodes only [`super::handle::PEERS_APPLY_WAIT_MS`], and a node that was
+//! unreachable or restarting learns later. Routed by stale bindings, a message would go
+//! where a binding since deleted sent it, miss a queue bound since, or be dropped for an
+//! exchange this node has not learnt yet. So once per term, before its first routing, the
+//! leader waits until it has applied every definition change committed before then.
+
+use crate::vhost::VirtualHost;
+use std::time::Duration;
+
+/// How long a leader waits to catch up with the definitions before it reports that it has
+/// not (its caller tries again later).
+const DEFINITIONS_WAIT_MS: u64 = 5_000;
+
+/// Remembers the leader term in which this node caught up with the definitions.
+#[derive(Debug, Default)]
+pub struct DefinitionsFence {
+    /// The term of the leadership that passed; concurrent routings wait on one catch-up.
+    passed_in_term: tokio::sync::Mutex<Option<u64>>,
+}
+
+impl DefinitionsFence {
+    /// Whether the routing of a leader in term `term` (`None`: this node does not lead) may
+    /// go on by `vhost`'s definitions: they hold every change committed before the term's
+    /// first routing. Always so on a node outside a cluster.
+    pub async fn pass(&self, term: Option<u64>, vhost: &VirtualHost) -> bool {
+        let Some(term) = term else { return false };
+        let mut passed_in_term = self.passed_in_term.lock().await;
+        if *passed_in_term == Some(term) {
+            return true;
+        }
+        let caught_up = match vhost.metadata() {
+            Some(metadata) => metadata.caught_up(Duration::from_millis(DEFINITIONS_WAIT_MS)).await,
+            None => true,
+        };
+        if caught_up {
+            tracing::debug!(vhost = vhost.name(), term, "a new leader caught up with the definitions");
+            *passed_in_term = Some(term);
+        } else {
+            tracing::warn!(vhost = vhost.name(), term, "a new leader's definitions may lag: its routing waits");
+        }
+        caught_up
+    }
+}
