@@ -257,6 +257,18 @@ async fn users_made_with_ctl_survive_a_restart_and_deleted_ones_cannot_log_in() 
         401,
         "only administrators change vhosts"
     );
+    let monitoring = api(&broker).as_user(Some(("dave", "second")));
+    let node = json!({"node": "warren@elsewhere"});
+    let cluster_changes = [
+        monitoring.post("/api/queues/quorum/%2F/q/replicas/add", node.clone()),
+        monitoring.post("/api/queues/quorum/replicas/on/warren@elsewhere/grow", node.clone()),
+        monitoring.delete("/api/queues/quorum/replicas/on/warren@elsewhere/shrink"),
+        monitoring.post("/api/cluster/join", node),
+        monitoring.delete("/api/nodes/warren@elsewhere"),
+    ];
+    for answer in cluster_changes {
+        assert_eq!(answer.status, 401, "only administrators change the cluster: {:?}", answer.body);
+    }
     ctl(&broker, &["clear_password", "dave"]);
     assert_code(connect_as(&broker, "dave", "second", "/").await, ACCESS_REFUSED, "no password any more");
     assert!(ctl(&broker, &["list_users"]).contains("monitoring"), "clear_password keeps the tags");

@@ -413,3 +413,98 @@ async fn a_group_member_needs_a_replica_of_every_partition_on_its_node() {
     reader.basic_qos(10, BasicQosOptions::default()).await.expect("qos");
     reader.basic_consume("parts".into(), "r".into(), Default::default(), FieldTable::default()).await.expect("consume");
 }
+
+/// Waits until `node` lists `stream` in `state` ("running": a replica; "remote": a stand-in).
+async fn wait_for_state(cluster: &Cluster, node: usize, stream: &str, state: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = ctl(cluster, node, &["list_queues", "name", "state"]);
+        if listed.lines().any(|line| line.split_whitespace().eq([stream, state])) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "node {node} never listed {stream} {state}: {listed}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `stream_status`'s members, once it knows a writer: (role, node).
+async fn stream_status(cluster: &Cluster, node: usize, stream: &str) -> Vec<(String, String)> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = ctl(cluster, node, &["stream_status", stream]);
+        let roles = status.lines().filter_map(|line| line.split_once(": "));
+        let members: Vec<(String, String)> = roles
+            .filter(|(role, _)| ["writer", "replica"].contains(role))
+            .map(|(role, node)| (role.into(), node.into()))
+            .collect();
+        if members.iter().any(|(role, node)| role == "writer" && node != "(none known)") {
+            return members;
+        }
+        assert!(Instant::now() < deadline, "no writer known on node {node}: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_replica_and_delete_replica_move_a_stream_between_nodes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    let ch = a.create_channel().await.expect("channel");
+    let two = stream_args(&[("x-initial-cluster-size", AMQPValue::LongUInt(2))]);
+    ch.queue_declare("moved".into(), durable(), two).await.expect("declare on a formed cluster");
+    let new = node_without_replica(&cluster, "moved");
+    assert_eq!(stream_status(&cluster, 0, "moved").await.len(), 2, "two replicas to begin with");
+
+    // One entry per publish: the group snapshots (every 1,024 entries) and purges its log
+    // behind, so the new replica catches up from a snapshot and another replica's segments.
+    let publisher = confirm_channel(&a).await;
+    let count = 2_500u64;
+    for n in 0..count {
+        let body = format!("record {n:05} {}", "y".repeat((n % 89) as usize));
+        assert_eq!(publish_within(&publisher, "moved", body.as_bytes(), Duration::from_secs(10)).await, Some(true));
+    }
+    let on_a = read_back(&a, "moved", count as usize).await;
+
+    ctl(&cluster, 0, &["add_replica", "moved", NAMES[new]]);
+    wait_for_state(&cluster, new, "moved", "running").await;
+    wait_for_count(&cluster, new, "moved", count as u32).await;
+    let on_new = read_back(&cluster.connect(new).await, "moved", count as usize).await;
+    assert!(on_new == on_a, "the new replica holds what A holds, at the same offsets");
+    let log = cluster.nodes[new].as_ref().expect("running").log_lines().join("\n");
+    assert!(log.contains("caught up from another replica"), "it installed a snapshot and fetched the records");
+    let members = stream_status(&cluster, new, "moved").await;
+    assert_eq!(members.len(), 3, "{members:?}");
+    assert!(members.iter().any(|(_, node)| node == NAMES[new]), "{members:?}");
+
+    // A's replica leaves (the writer hands over if it led): A forwards from then on.
+    ctl(&cluster, new, &["delete_replica", "moved", NAMES[0]]);
+    wait_for_state(&cluster, 0, "moved", "remote").await;
+    let members = stream_status(&cluster, new, "moved").await;
+    assert_eq!(members.len(), 2, "{members:?}");
+    assert!(members.iter().all(|(_, node)| node != NAMES[0]), "{members:?}");
+    let publisher = confirm_channel(&cluster.connect(0).await).await;
+    for n in count..count + 100 {
+        let body = format!("record {n:05} after");
+        assert_eq!(publish_within(&publisher, "moved", body.as_bytes(), Duration::from_secs(10)).await, Some(true));
+    }
+    let all = read_back(&cluster.connect(new).await, "moved", count as usize + 100).await;
+    assert!(all[..count as usize] == on_a[..], "the first records are unchanged");
+    assert!(all.iter().enumerate().all(|(i, (offset, _))| *offset == i as u64), "offsets stay dense");
+    // A remembers across a restart that it only forwards.
+    cluster.nodes[0].take().expect("running").kill9();
+    cluster.restart(0);
+    wait_for_state(&cluster, 0, "moved", "remote").await;
+    let through_a = read_back(&cluster.connect(0).await, "moved", count as usize + 100).await;
+    assert!(through_a == all, "A, restarted, reads the stream through the transport");
+
+    // The verbs name what they act on.
+    let missing = try_ctl(&cluster, 0, &["stream_status", "amq.rabbitmq.none"]);
+    assert!(missing.is_err(), "no such stream: {missing:?}");
+    let ch = cluster.connect(0).await.create_channel().await.expect("channel");
+    ch.queue_declare("classic".into(), durable(), FieldTable::default()).await.expect("a classic queue");
+    let refused = try_ctl(&cluster, 0, &["add_replica", "classic", NAMES[1]]).expect_err("a classic queue");
+    assert!(refused.contains("not a quorum queue or a replicated stream"), "{refused}");
+    let refused = try_ctl(&cluster, 0, &["stream_status", "classic"]).expect_err("a classic queue");
+    assert!(refused.contains("'classic' is not a stream"), "{refused}");
+}

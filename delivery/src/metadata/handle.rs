@@ -119,8 +119,9 @@ impl Metadata {
     /// the queue: its definition goes to the new member).
     pub async fn add_member(&self, vhost: &crate::vhost::VirtualHost, queue: &str, node: &str) -> BrokerResult<()> {
         let local = vhost.queue(queue)?;
-        if local.quorum_group().is_none() {
-            return Err(BrokerError::precondition_failed(format!("queue '{queue}' is not a quorum queue")));
+        if local.replicas().is_none() {
+            let text = format!("queue '{queue}' is not a quorum queue or a replicated stream on this node");
+            return Err(BrokerError::precondition_failed(text));
         }
         let op = DefinitionOp::AddMember {
             name: queue.to_string(),

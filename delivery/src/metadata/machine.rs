@@ -253,8 +253,7 @@ impl MetaStateMachine {
         let me = self.shared.node_id;
         let stand_in = vhost.queue(name).map(|queue| queue.homes().is_some());
         if node_id == me && !matches!(stand_in, Ok(false)) {
-            let joining = crate::quorum::InitialMembers { leader: u64::MAX, members: BTreeMap::new() };
-            self.shared.replication.plan_members(vhost_name, name, joining);
+            self.shared.replication.plan_members(vhost_name, name, crate::quorum::InitialMembers::joining());
             let definition = QueueDefinition {
                 name: name.to_string(),
                 durable: true,
@@ -268,13 +267,13 @@ impl MetaStateMachine {
             }
         }
         let Ok(queue) = vhost.queue(name) else { return Ok(()) };
-        if queue.quorum_group().is_some_and(|group| group.is_leader()) {
+        if queue.replicas().is_some_and(|group| group.is_leader()) {
             let (queue, node) = (Arc::clone(&queue), openraft::BasicNode::new(node));
             tokio::spawn(async move {
-                if let Some(group) = queue.quorum_group() {
+                if let Some(group) = queue.replicas() {
                     match group.add_member(node_id, node).await {
-                        Ok(()) => tracing::info!(queue = queue.name(), node_id, "quorum queue member added"),
-                        Err(error) => tracing::warn!(queue = queue.name(), %error, "cannot add a quorum queue member"),
+                        Ok(()) => tracing::info!(queue = queue.name(), node_id, "replica added"),
+                        Err(error) => tracing::warn!(queue = queue.name(), %error, "cannot add a replica"),
                     }
                 }
             });
@@ -286,13 +285,13 @@ impl MetaStateMachine {
     /// out of the group.
     fn delete_member(&self, vhost: &Arc<crate::vhost::VirtualHost>, name: &str, node_id: u64) {
         let Ok(queue) = vhost.queue(name) else { return };
-        let Some(group) = queue.quorum_group() else { return };
+        let Some(group) = queue.replicas() else { return };
         if group.is_leader() {
             let queue = Arc::clone(&queue);
             tokio::spawn(async move {
-                if let Some(group) = queue.quorum_group() {
+                if let Some(group) = queue.replicas() {
                     if let Err(error) = group.remove_member(node_id).await {
-                        tracing::warn!(queue = queue.name(), %error, "cannot remove a quorum queue member");
+                        tracing::warn!(queue = queue.name(), %error, "cannot remove a replica");
                     }
                 }
             });
@@ -337,12 +336,12 @@ const MEMBER_REMOVAL_WAIT_MS: u64 = 30_000;
 /// as a member; a stand-in forwarding to the remaining members takes its place.
 async fn drop_replica_when_out(vhost: Arc<crate::vhost::VirtualHost>, queue: Arc<crate::queue::Queue>, me: u64) {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(MEMBER_REMOVAL_WAIT_MS);
-    while queue.quorum_group().is_some_and(|g| g.members().iter().any(|(id, _)| *id == me))
+    while queue.replicas().is_some_and(|g| g.members().iter().any(|(id, _)| *id == me))
         && tokio::time::Instant::now() < deadline
     {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let members = queue.quorum_group().map(|g| g.members()).unwrap_or_default();
+    let members = queue.replicas().map(|g| g.members()).unwrap_or_default();
     let homes = members.into_iter().map(|(id, _)| id).filter(|id| *id != me).collect();
     vhost.replace_with_stand_in(&queue, homes);
 }

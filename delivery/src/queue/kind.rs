@@ -99,8 +99,9 @@ pub(crate) trait QueueKind: Send + Sync {
     fn browser(&self) -> Option<LogBrowser> {
         self.as_stream().map(|stream| stream.browser().clone())
     }
-    /// This node's member of the Raft group, if this kind is a quorum queue.
-    fn as_quorum(&self) -> Option<&crate::quorum::QuorumGroup> {
+    /// This node's member of the queue's Raft group, if it is replicated here (a quorum
+    /// queue, or a stream in a cluster).
+    fn replicas(&self) -> Option<&dyn crate::quorum::Membership> {
         None
     }
     /// The nodes the queue lives on, if this is a stand-in for a queue of other nodes.

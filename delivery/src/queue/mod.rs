@@ -376,9 +376,10 @@ impl Queue {
         self.kind.browser()
     }
 
-    /// This node's member of the queue's Raft group, if it is a quorum queue.
-    pub fn quorum_group(&self) -> Option<&crate::quorum::QuorumGroup> {
-        self.kind.as_quorum()
+    /// This node's member of the queue's Raft group, if it is replicated here (a quorum
+    /// queue, or a stream in a cluster).
+    pub fn replicas(&self) -> Option<&dyn crate::quorum::Membership> {
+        self.kind.replicas()
     }
 
     /// The nodes the queue lives on, if this node only forwards to it (`crate::remote`).

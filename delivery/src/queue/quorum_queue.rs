@@ -602,7 +602,7 @@ impl QueueKind for QuorumQueue {
         self.inner.group.destroy();
         (count, consumers)
     }
-    fn as_quorum(&self) -> Option<&QuorumGroup> {
+    fn replicas(&self) -> Option<&dyn crate::quorum::Membership> {
         Some(&self.inner.group)
     }
 }

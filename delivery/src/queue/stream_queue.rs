@@ -50,6 +50,11 @@ trait Appender: Send + Sync {
     fn caught_up(&self) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
         None
     }
+
+    /// This node's member of the stream's group, if it is replicated.
+    fn replicas(&self) -> Option<&dyn crate::quorum::Membership> {
+        None
+    }
 }
 
 /// A stream on this node alone appends to its log itself.
@@ -73,6 +78,10 @@ impl Appender for ReplicatedAppends {
 
     fn stop(&self) {
         self.group.close();
+    }
+
+    fn replicas(&self) -> Option<&dyn crate::quorum::Membership> {
+        Some(&*self.group)
     }
 
     fn caught_up(&self) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
@@ -103,7 +112,9 @@ pub(super) fn declare(
     let size = arguments.initial_group_size;
     let members =
         context.replication.initial_members(&context.vhost_name, &definition.name, size, arguments.leader_locator);
-    if members.members.len() > 1 {
+    // One member is a stream on this node alone; a node joining a replicated stream's group
+    // (`add_replica`) starts a replica.
+    if members.members.len() > 1 || members.is_joining() {
         let dir = storage.create_stream_dir(&definition.name).map_err(|e| internal_error("cannot create stream", e))?;
         return replicated(definition, arguments, storage, &dir, context, Some(members));
     }
@@ -366,6 +377,10 @@ impl QueueKind for StreamQueue {
         self.deleted.store(true, Ordering::Release);
         self.appender.stop();
         (self.message_count(), self.stream.destroy())
+    }
+
+    fn replicas(&self) -> Option<&dyn crate::quorum::Membership> {
+        self.appender.replicas()
     }
 
     fn as_stream(&self) -> Option<&Stream> {

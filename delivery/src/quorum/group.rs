@@ -20,6 +20,7 @@ use openraft::{BasicNode, EntryPayload, Raft, ServerState};
 use std::collections::{BTreeSet, VecDeque};
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -77,6 +78,49 @@ pub struct QuorumGroup<M: ReplicatedMachine = QuorumStateMachine> {
     raft: watch::Receiver<Option<Raft<QuorumRaft>>>,
     /// The entries read last, by index, newest last.
     decoded: parking_lot::Mutex<VecDeque<(u64, DecodedEntry)>>,
+}
+
+/// A group's membership, whatever its state machine (a quorum queue's or a stream's): what
+/// the cluster tools act on (`add_member` and `add_replica`, `quorum_status` and
+/// `stream_status`, `grow`, `shrink`, `forget_cluster_node`).
+pub trait Membership: Send + Sync {
+    /// The voting members now, by Raft id, with their nodes, as this node knows them.
+    fn members(&self) -> Vec<(u64, BasicNode)>;
+    /// The leader this node knows of, by Raft id.
+    fn leader(&self) -> Option<u64>;
+    /// Whether this node leads the group.
+    fn is_leader(&self) -> bool;
+    /// Adds node `id` (`node`) to the voters, once it has caught up. Call on the leader.
+    fn add_member(&self, id: u64, node: BasicNode)
+        -> Pin<Box<dyn Future<Output = Result<(), GroupError>> + Send + '_>>;
+    /// Removes node `id` from the voters. Call on the leader.
+    fn remove_member(&self, id: u64) -> Pin<Box<dyn Future<Output = Result<(), GroupError>> + Send + '_>>;
+}
+
+impl<M: ReplicatedMachine> Membership for QuorumGroup<M> {
+    fn members(&self) -> Vec<(u64, BasicNode)> {
+        QuorumGroup::members(self)
+    }
+
+    fn leader(&self) -> Option<u64> {
+        QuorumGroup::leader(self)
+    }
+
+    fn is_leader(&self) -> bool {
+        QuorumGroup::is_leader(self)
+    }
+
+    fn add_member(
+        &self,
+        id: u64,
+        node: BasicNode,
+    ) -> Pin<Box<dyn Future<Output = Result<(), GroupError>> + Send + '_>> {
+        Box::pin(QuorumGroup::add_member(self, id, node))
+    }
+
+    fn remove_member(&self, id: u64) -> Pin<Box<dyn Future<Output = Result<(), GroupError>> + Send + '_>> {
+        Box::pin(QuorumGroup::remove_member(self, id))
+    }
 }
 
 impl<M: ReplicatedMachine> std::fmt::Debug for QuorumGroup<M> {

@@ -42,7 +42,7 @@ pub use command::{
 };
 pub use effect::Effect;
 pub use error::QuorumError;
-pub use group::{holds_group, snapshot_path, GroupError, QuorumGroup, LOCAL_NODE_ID};
+pub use group::{holds_group, snapshot_path, GroupError, Membership, QuorumGroup, LOCAL_NODE_ID};
 pub use group_machine::{GroupMachine, GroupSnapshotBuilder, ReplicatedMachine};
 pub use no_peers::NoPeers;
 pub use proposer::{tell_followers_the_commit, ENTRIES_IN_FLIGHT};

@@ -21,6 +21,9 @@ use warren_storage::raft::RaftLog;
 /// A future that the cluster layer returns.
 pub type ClusterFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
+/// The initializing member named when none is: no node has this id.
+const JOINING_LEADER: u64 = u64::MAX;
+
 /// Who a new group's members are, and which of them initializes it (and so leads first).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct InitialMembers {
@@ -31,6 +34,17 @@ pub struct InitialMembers {
 }
 
 impl InitialMembers {
+    /// A node joining a running group (`add_member`): it initializes nothing, and waits for
+    /// the group's leader to add it.
+    pub fn joining() -> Self {
+        InitialMembers { leader: JOINING_LEADER, members: BTreeMap::new() }
+    }
+
+    /// Whether these are [`InitialMembers::joining`]'s.
+    pub fn is_joining(&self) -> bool {
+        self.leader == JOINING_LEADER && self.members.is_empty()
+    }
+
     /// The members' ids, the first leader first.
     pub fn ids_leader_first(&self) -> Vec<u64> {
         let others = self.members.keys().copied().filter(|id| *id != self.leader);

@@ -1,5 +1,6 @@
-//! The cluster verbs of rabbitmqctl and rabbitmq-queues: `cluster_status`, `join_cluster`,
-//! `forget_cluster_node`, `quorum_status`, `add_member`, `delete_member`, `grow`, `shrink`.
+//! The cluster verbs of rabbitmqctl, rabbitmq-queues and rabbitmq-streams: `cluster_status`,
+//! `join_cluster`, `forget_cluster_node`, `quorum_status`, `add_member`, `delete_member`,
+//! `grow`, `shrink`, `stream_status`, `add_replica`, `delete_replica`.
 
 use super::client::{encode, Client};
 use super::output::say;
@@ -16,24 +17,75 @@ pub fn cluster_status(client: &Client) -> Result<(), CtlError> {
     Ok(())
 }
 
-/// `quorum_status QUEUE`: its leader, members and messages.
-pub fn quorum_status(client: &Client, vhost: &str, queue: &str) -> Result<(), CtlError> {
+/// The kind of replicated queue a verb is about: the words it prints (the API route is the
+/// same for both).
+#[derive(Debug, Clone, Copy)]
+pub enum Replicated {
+    /// rabbitmq-queues' verbs: a leader and members.
+    QuorumQueue,
+    /// rabbitmq-streams' verbs: a writer and replicas.
+    Stream,
+}
+
+impl Replicated {
+    fn noun(self) -> &'static str {
+        match self {
+            Replicated::QuorumQueue => "quorum queue",
+            Replicated::Stream => "stream",
+        }
+    }
+
+    /// What the leader and the members are called, and whether the leader is listed among
+    /// the members too (rabbitmq-queues lists every member; rabbitmq-streams gives each node
+    /// one role).
+    fn roles(self) -> (&'static str, &'static str, bool) {
+        match self {
+            Replicated::QuorumQueue => ("leader", "member", true),
+            Replicated::Stream => ("writer", "replica", false),
+        }
+    }
+
+    fn queue_type(self) -> &'static str {
+        match self {
+            Replicated::QuorumQueue => "quorum",
+            Replicated::Stream => "stream",
+        }
+    }
+}
+
+/// `quorum_status QUEUE` / `stream_status STREAM`: its leader (writer), the other members
+/// (replicas), and its messages.
+pub fn replica_status(client: &Client, vhost: &str, queue: &str, kind: Replicated) -> Result<(), CtlError> {
     let info = client.get(&format!("/api/queues/{}/{}", encode(vhost), encode(queue)))?;
-    say(&format!("leader: {}\n", info["leader"].as_str().unwrap_or("(none known)")));
-    for member in info["members"].as_array().into_iter().flatten() {
-        say(&format!("member: {}\n", member.as_str().unwrap_or("?")));
+    if info["type"].as_str() != Some(kind.queue_type()) {
+        return Err(CtlError(format!("'{queue}' is not a {}", kind.noun())));
+    }
+    let (leader_role, member_role, leader_is_member) = kind.roles();
+    let leader = info["leader"].as_str();
+    say(&format!("{leader_role}: {}\n", leader.unwrap_or("(none known)")));
+    let members = info["members"].as_array().into_iter().flatten().filter_map(|member| member.as_str());
+    for member in members.filter(|member| leader_is_member || Some(*member) != leader) {
+        say(&format!("{member_role}: {member}\n"));
     }
     say(&format!("messages: {}\n", info["messages"]));
     Ok(())
 }
 
-/// `add_member QUEUE NODE` / `delete_member QUEUE NODE`.
-pub fn change_member(client: &Client, vhost: &str, queue: &str, node: &str, add: bool) -> Result<(), CtlError> {
+/// `add_member QUEUE NODE` / `delete_member QUEUE NODE`, `add_replica STREAM NODE` /
+/// `delete_replica STREAM NODE`.
+pub fn change_member(
+    client: &Client,
+    vhost: &str,
+    queue: &str,
+    node: &str,
+    kind: Replicated,
+    add: bool,
+) -> Result<(), CtlError> {
     let action = if add { "add" } else { "delete" };
     let path = format!("/api/queues/quorum/{}/{}/replicas/{action}", encode(vhost), encode(queue));
     client.send("POST", &path, &json!({ "node": node }))?;
     let doing = if add { "adding" } else { "removing" };
-    say(&format!("{doing} {node} {} quorum queue '{queue}'\n", if add { "to" } else { "from" }));
+    say(&format!("{doing} {node} {} {} '{queue}'\n", if add { "to" } else { "from" }, kind.noun()));
     Ok(())
 }
 

@@ -22,6 +22,7 @@ mod super_streams;
 
 use clap::{Parser, Subcommand};
 use client::Client;
+use cluster::Replicated;
 use output::{say, Format};
 use serde::Deserialize;
 
@@ -332,6 +333,30 @@ enum Verb {
         /// The node.
         node: String,
     },
+    /// A replicated stream's replicas: the writer (its group's leader) and the others
+    /// (rabbitmq-streams' verb).
+    #[command(name = "stream_status")]
+    StreamStatus {
+        /// The stream.
+        stream: String,
+    },
+    /// Adds a replica of a stream on a node; it catches up from the others, then counts in
+    /// the majority that confirms a publish (rabbitmq-streams' verb).
+    #[command(name = "add_replica")]
+    AddReplica {
+        /// The stream.
+        stream: String,
+        /// The node (its name, e.g. warren@b).
+        node: String,
+    },
+    /// Removes a stream's replica from a node (rabbitmq-streams' verb).
+    #[command(name = "delete_replica")]
+    DeleteReplica {
+        /// The stream.
+        stream: String,
+        /// The node.
+        node: String,
+    },
     /// Adds a replica on a node to every quorum queue without one there.
     Grow {
         /// The node.
@@ -525,9 +550,20 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
         }
         Verb::DeleteSuperStream { name } => super_streams::delete_super_stream(client, vhost, name),
         Verb::ClusterStatus => cluster::cluster_status(client),
-        Verb::QuorumStatus { queue } => cluster::quorum_status(client, vhost, queue),
-        Verb::AddMember { queue, node } => cluster::change_member(client, vhost, queue, node, true),
-        Verb::DeleteMember { queue, node } => cluster::change_member(client, vhost, queue, node, false),
+        Verb::QuorumStatus { queue } => cluster::replica_status(client, vhost, queue, Replicated::QuorumQueue),
+        Verb::AddMember { queue, node } => {
+            cluster::change_member(client, vhost, queue, node, Replicated::QuorumQueue, true)
+        }
+        Verb::DeleteMember { queue, node } => {
+            cluster::change_member(client, vhost, queue, node, Replicated::QuorumQueue, false)
+        }
+        Verb::StreamStatus { stream } => cluster::replica_status(client, vhost, stream, Replicated::Stream),
+        Verb::AddReplica { stream, node } => {
+            cluster::change_member(client, vhost, stream, node, Replicated::Stream, true)
+        }
+        Verb::DeleteReplica { stream, node } => {
+            cluster::change_member(client, vhost, stream, node, Replicated::Stream, false)
+        }
         Verb::Grow { node, .. } => cluster::grow(client, node),
         Verb::Shrink { node } => cluster::shrink(client, node),
         Verb::JoinCluster { node } => cluster::join_cluster(client, node),

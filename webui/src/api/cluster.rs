@@ -1,6 +1,6 @@
-//! The cluster's nodes and quorum queues' replicas: what `warren ctl`'s cluster verbs speak
-//! (`cluster_status`, `join_cluster`, `forget_cluster_node`, `add_member`, `delete_member`,
-//! `grow`, `shrink`).
+//! The cluster's nodes, and the replicas of quorum queues and streams: what `warren ctl`'s
+//! cluster verbs speak (`cluster_status`, `join_cluster`, `forget_cluster_node`, `add_member`
+//! and `add_replica`, `delete_member` and `delete_replica`, `grow`, `shrink`).
 
 use super::Management;
 use crate::auth::Authenticated;
@@ -12,6 +12,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
+use warren_delivery::queue::QueueType;
 use warren_delivery::quorum::ClusterFuture;
 use warren_delivery::{Queue, VirtualHost};
 
@@ -122,13 +123,18 @@ async fn change_replicas(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// The quorum queues this node has, with their vhosts, for which `wanted` holds of whether
-/// `node` is one of their members.
-fn quorum_queues(api: &Management, node: &str, wanted: bool) -> Vec<(Arc<VirtualHost>, Arc<Queue>)> {
+/// The replicated queues of `kinds` this node has, with their vhosts, for which `wanted`
+/// holds of whether `node` is one of their members.
+fn replicated_queues(
+    api: &Management,
+    kinds: &[QueueType],
+    node: &str,
+    wanted: bool,
+) -> Vec<(Arc<VirtualHost>, Arc<Queue>)> {
     let mut found = Vec::new();
     for vhost in api.broker().vhosts() {
-        for queue in vhost.queues() {
-            let member = queue.quorum_group().map(|group| group.members().iter().any(|(_, n)| n.addr == node));
+        for queue in vhost.queues().into_iter().filter(|queue| kinds.contains(&queue.arguments().queue_type)) {
+            let member = queue.replicas().map(|group| group.members().iter().any(|(_, n)| n.addr == node));
             if member == Some(wanted) {
                 found.push((Arc::clone(&vhost), queue));
             }
@@ -139,11 +145,12 @@ fn quorum_queues(api: &Management, node: &str, wanted: bool) -> Vec<(Arc<Virtual
 
 /// rabbitmq-queues `grow NODE all`: every quorum queue here without a replica on `node` gets one.
 async fn grow(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path(node): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    for (vhost, queue) in quorum_queues(&api, &node, false) {
+    who.require_administrator()?;
+    for (vhost, queue) in replicated_queues(&api, &[QueueType::Quorum], &node, false) {
         let metadata = vhost.metadata().ok_or_else(not_clustered)?;
         metadata.add_member(&vhost, queue.name(), &node).await?;
     }
@@ -152,11 +159,12 @@ async fn grow(
 
 /// rabbitmq-queues `shrink NODE`: every quorum queue here with a replica on `node` loses it.
 async fn shrink(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Path(node): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    for (vhost, queue) in quorum_queues(&api, &node, true) {
+    who.require_administrator()?;
+    for (vhost, queue) in replicated_queues(&api, &[QueueType::Quorum], &node, true) {
         let metadata = vhost.metadata().ok_or_else(not_clustered)?;
         metadata.delete_member(vhost.name(), queue.name(), &node).await?;
     }
@@ -164,13 +172,14 @@ async fn shrink(
 }
 
 /// rabbitmqctl `forget_cluster_node NODE` (a Warren extension of the API: RabbitMQ has no
-/// route for it): `node`, stopped, leaves the cluster. Its quorum queue members are removed
-/// first (as `shrink`), then the metadata group stops counting it.
+/// route for it): `node`, stopped, leaves the cluster. Its replicas of quorum queues and
+/// streams are removed first (as `shrink` does), then the metadata group stops counting it.
 async fn forget_node(
     who: Authenticated,
     State(api): State<Management>,
     Path(node): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    who.require_administrator()?;
     let bad_request = |text: String| ApiError::new(StatusCode::BAD_REQUEST, text);
     if node == api.cluster.local_node() {
         return Err(bad_request(format!("{node} cannot forget itself: run forget_cluster_node on another node")));
@@ -182,11 +191,10 @@ async fn forget_node(
     if api.cluster.nodes().iter().any(|n| n.name == node && n.running) {
         return Err(bad_request(format!("{node} is running: stop it first, then forget it")));
     }
-    for (vhost, queue) in quorum_queues(&api, &node, true) {
+    for (vhost, queue) in replicated_queues(&api, &[QueueType::Quorum, QueueType::Stream], &node, true) {
         let metadata = vhost.metadata().ok_or_else(not_clustered)?;
         metadata.delete_member(vhost.name(), queue.name(), &node).await?;
     }
-    who.require_administrator()?;
     // Any vhost's handle reaches the metadata group; the change is not about one.
     let vhost = api.broker().vhosts().into_iter().next().ok_or_else(not_clustered)?;
     let metadata = vhost.metadata().ok_or_else(not_clustered)?;
@@ -198,15 +206,16 @@ async fn forget_node(
 /// node joins the cluster of the node named in the body (`{"node": "name@host:port"}`, its
 /// inter-node address). Answers the cluster's nodes once this one votes in its metadata group.
 async fn join_cluster(
-    _: Authenticated,
+    who: Authenticated,
     State(api): State<Management>,
     Json(request): Json<NodeRequest>,
 ) -> Result<Json<Vec<String>>, ApiError> {
+    who.require_administrator()?;
     let joined = api.cluster.join_cluster(&request.node).await;
     let nodes = joined.map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, why))?;
     Ok(Json(nodes))
 }
 
 fn not_clustered() -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, "this node is not in a cluster: a quorum queue's replicas are its own node")
+    ApiError::new(StatusCode::BAD_REQUEST, "this node is not in a cluster: a queue's only replica is on its own node")
 }

@@ -30,11 +30,7 @@ pub(super) fn routes() -> Router<Management> {
 
 /// The queue's kind as RabbitMQ names it.
 fn kind(queue: &Queue) -> &'static str {
-    match (queue.quorum_group(), queue.stream()) {
-        (Some(_), _) => "quorum",
-        (None, Some(_)) => "stream",
-        (None, None) => "classic",
-    }
+    queue.arguments().queue_type.name()
 }
 
 /// A queue as RabbitMQ's API shows it.
@@ -58,7 +54,7 @@ pub(crate) fn queue_json(api: &Management, vhost: &str, queue: &Queue) -> Value 
         "consumers": queue.consumer_count(),
         "message_stats": message_stats(&sampled),
     });
-    if let Some(group) = queue.quorum_group() {
+    if let Some(group) = queue.replicas() {
         let members = group.members();
         let leader = group.leader().and_then(|id| members.iter().find(|(m, _)| *m == id)).map(|(_, n)| n.addr.clone());
         item["leader"] = json!(leader);
