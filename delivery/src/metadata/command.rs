@@ -53,9 +53,9 @@ pub enum DefinitionOp {
         /// Only if it has no messages.
         if_empty: bool,
     },
-    /// A quorum queue gains a member on node `node` (its Raft id `node_id`): that node
-    /// creates its replica (with the queue's definition, carried here), and the group's
-    /// leader adds it (`warren ctl add_member`).
+    /// A quorum queue or a replicated stream gains a member on node `node` (its Raft id
+    /// `node_id`): that node creates its replica (with the queue's definition, carried here),
+    /// and the group's leader adds it (`warren ctl add_member`, `add_replica`).
     AddMember {
         /// The queue.
         name: String,
@@ -66,16 +66,17 @@ pub enum DefinitionOp {
         /// The queue's arguments (the new member has no copy of its definition yet).
         arguments: FieldTable,
     },
-    /// A quorum queue loses its member on node `node_id`: the leader removes it from the
-    /// group, and that node drops its replica once it is out (`warren ctl delete_member`).
+    /// A quorum queue or a replicated stream loses its member on node `node_id`: the leader
+    /// removes it from the group, and that node drops its replica once it is out (`warren
+    /// ctl delete_member`, `delete_replica`).
     DeleteMember {
         /// The queue.
         name: String,
         /// The member's Raft id.
         node_id: u64,
     },
-    /// `warren ctl forget_cluster_node`: node `node_id` (stopped, its quorum queue members
-    /// removed first) leaves the cluster: every node stops counting it, and the metadata
+    /// `warren ctl forget_cluster_node`: node `node_id` (stopped, its quorum queue and stream
+    /// members removed first) leaves the cluster: every node stops counting it, and the metadata
     /// group's leader removes it from the group.
     ForgetNode {
         /// The node's Raft id.

@@ -115,7 +115,7 @@ impl Metadata {
         self.change("", DefinitionOp::Access(change)).await.map(|_| ())
     }
 
-    /// Adds a member on node `node` to quorum queue `queue` of `vhost` (this node must have
+    /// Adds a member on node `node` to quorum queue or replicated stream `queue` of `vhost` (this node must have
     /// the queue: its definition goes to the new member).
     pub async fn add_member(&self, vhost: &crate::vhost::VirtualHost, queue: &str, node: &str) -> BrokerResult<()> {
         let local = vhost.queue(queue)?;
@@ -132,7 +132,7 @@ impl Metadata {
         self.change(vhost.name(), op).await.map(|_| ())
     }
 
-    /// Removes quorum queue `queue`'s member on node `node`.
+    /// Removes quorum queue or replicated stream `queue`'s member on node `node`.
     pub async fn delete_member(&self, vhost: &str, queue: &str, node: &str) -> BrokerResult<()> {
         let op =
             DefinitionOp::DeleteMember { name: queue.to_string(), node_id: crate::node::NodeId::of(node).raft_id() };

@@ -524,9 +524,9 @@ impl VirtualHost {
         count
     }
 
-    /// This node stops being a home of `queue` (a quorum queue's member was removed): a
-    /// stand-in forwarding to `homes` takes its place, its files are deleted, its bindings
-    /// stay; the queue itself lives on in its group.
+    /// This node stops being a home of `queue` (its member of the queue's group was
+    /// removed): a stand-in forwarding to `homes` takes its place, its files are deleted, its
+    /// bindings stay; the queue itself lives on in its group.
     pub fn replace_with_stand_in(&self, queue: &Arc<Queue>, homes: Vec<u64>) {
         let context = self.queue_context();
         self.swap_queue(queue.name(), |old| {
@@ -536,7 +536,8 @@ impl VirtualHost {
     }
 
     /// This node becomes a home of a queue it forwarded to (a new member of a quorum
-    /// queue's group): the queue itself takes the stand-in's place; its bindings stay.
+    /// queue's or a stream's group): the queue itself takes the stand-in's place; its
+    /// bindings stay.
     pub fn replace_stand_in(&self, definition: QueueDefinition) -> BrokerResult<()> {
         let name = definition.name.clone();
         let (storage, context) = (self.storage.as_ref(), self.queue_context());
