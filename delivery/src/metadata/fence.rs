@@ -10,17 +10,28 @@
 //! leader waits until it has applied every definition change committed before then.
 
 use crate::vhost::VirtualHost;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a leader waits to catch up with the definitions before it reports that it has
 /// not (its caller tries again later).
 const DEFINITIONS_WAIT_MS: u64 = 5_000;
+/// After a failed catch-up, how long routings are refused without asking again: so that a
+/// thousand pending messages ask the metadata group (and log) once, not a thousand times.
+const RETRY_AFTER_FAILURE_MS: u64 = 1_000;
 
 /// Remembers the leader term in which this node caught up with the definitions.
 #[derive(Debug, Default)]
 pub struct DefinitionsFence {
-    /// The term of the leadership that passed; concurrent routings wait on one catch-up.
-    passed_in_term: tokio::sync::Mutex<Option<u64>>,
+    /// Concurrent routings wait on one catch-up.
+    state: tokio::sync::Mutex<FenceState>,
+}
+
+#[derive(Debug, Default)]
+struct FenceState {
+    /// The term of the leadership that passed.
+    passed_in_term: Option<u64>,
+    /// When the last catch-up failed.
+    failed_at: Option<Instant>,
 }
 
 impl DefinitionsFence {
@@ -29,9 +40,13 @@ impl DefinitionsFence {
     /// first routing. Always so on a node outside a cluster.
     pub async fn pass(&self, term: Option<u64>, vhost: &VirtualHost) -> bool {
         let Some(term) = term else { return false };
-        let mut passed_in_term = self.passed_in_term.lock().await;
-        if *passed_in_term == Some(term) {
+        let mut state = self.state.lock().await;
+        if state.passed_in_term == Some(term) {
             return true;
+        }
+        let retry_after = Duration::from_millis(RETRY_AFTER_FAILURE_MS);
+        if state.failed_at.is_some_and(|at| at.elapsed() < retry_after) {
+            return false;
         }
         let caught_up = match vhost.metadata() {
             Some(metadata) => metadata.caught_up(Duration::from_millis(DEFINITIONS_WAIT_MS)).await,
@@ -39,9 +54,10 @@ impl DefinitionsFence {
         };
         if caught_up {
             tracing::debug!(vhost = vhost.name(), term, "a new leader caught up with the definitions");
-            *passed_in_term = Some(term);
+            *state = FenceState { passed_in_term: Some(term), failed_at: None };
         } else {
             tracing::warn!(vhost = vhost.name(), term, "a new leader's definitions may lag: its routing waits");
+            state.failed_at = Some(Instant::now());
         }
         caught_up
     }
