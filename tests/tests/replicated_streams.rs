@@ -250,14 +250,16 @@ async fn a_node_without_a_replica_is_served_through_the_transport() {
     assert_eq!(records.iter().map(|(_, body)| body.clone()).collect::<Vec<_>>(), bodies);
 }
 
-/// The node that holds no replica of `stream` (it lists it as a stand-in, state "remote").
+/// Whether node `node` lists `stream` in `state` ("running": a replica; "remote": a stand-in).
+fn listed_in_state(cluster: &Cluster, node: usize, stream: &str, state: &str) -> bool {
+    let listed = ctl(cluster, node, &["list_queues", "name", "state"]);
+    listed.lines().any(|line| line.split_whitespace().eq([stream, state]))
+}
+
+/// The node that holds no replica of `stream` (it lists it as a stand-in).
 fn node_without_replica(cluster: &Cluster, stream: &str) -> usize {
-    let without: Vec<usize> = (0..NAMES.len())
-        .filter(|node| {
-            let listed = ctl(cluster, *node, &["list_queues", "name", "state"]);
-            listed.lines().any(|line| line.split_whitespace().eq([stream, "remote"]))
-        })
-        .collect();
+    let without: Vec<usize> =
+        (0..NAMES.len()).filter(|node| listed_in_state(cluster, *node, stream, "remote")).collect();
     assert_eq!(without.len(), 1, "one node of three has no replica of {stream}: {without:?}");
     without[0]
 }
@@ -414,15 +416,11 @@ async fn a_group_member_needs_a_replica_of_every_partition_on_its_node() {
     reader.basic_consume("parts".into(), "r".into(), Default::default(), FieldTable::default()).await.expect("consume");
 }
 
-/// Waits until `node` lists `stream` in `state` ("running": a replica; "remote": a stand-in).
+/// Waits until `node` lists `stream` in `state` (see [`listed_in_state`]).
 async fn wait_for_state(cluster: &Cluster, node: usize, stream: &str, state: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let listed = ctl(cluster, node, &["list_queues", "name", "state"]);
-        if listed.lines().any(|line| line.split_whitespace().eq([stream, state])) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "node {node} never listed {stream} {state}: {listed}");
+    while !listed_in_state(cluster, node, stream, state) {
+        assert!(Instant::now() < deadline, "node {node} never listed {stream} {state}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
