@@ -6,6 +6,7 @@ use super::client::{encode, Client};
 use super::output::say;
 use super::CtlError;
 use serde_json::json;
+use warren_delivery::queue::QueueType;
 
 /// `cluster_status`: the nodes, running or down.
 pub fn cluster_status(client: &Client) -> Result<(), CtlError> {
@@ -45,10 +46,10 @@ impl Replicated {
         }
     }
 
-    fn queue_type(self) -> &'static str {
+    fn queue_type(self) -> QueueType {
         match self {
-            Replicated::QuorumQueue => "quorum",
-            Replicated::Stream => "stream",
+            Replicated::QuorumQueue => QueueType::Quorum,
+            Replicated::Stream => QueueType::Stream,
         }
     }
 }
@@ -57,7 +58,7 @@ impl Replicated {
 /// (replicas), and its messages.
 pub fn replica_status(client: &Client, vhost: &str, queue: &str, kind: Replicated) -> Result<(), CtlError> {
     let info = client.get(&format!("/api/queues/{}/{}", encode(vhost), encode(queue)))?;
-    if info["type"].as_str() != Some(kind.queue_type()) {
+    if info["type"].as_str() != Some(kind.queue_type().name()) {
         return Err(CtlError(format!("'{queue}' is not a {}", kind.noun())));
     }
     let (leader_role, member_role, leader_is_member) = kind.roles();
