@@ -47,6 +47,10 @@ async fn a_stopped_node_is_forgotten() {
     let a = cluster.connect(0).await;
     declare_when_formed(&a.create_channel().await.expect("channel"), "kept").await;
     wait_for_status(&cluster, 0, "kept", "three members", |s| s.contains("member: warren@c")).await;
+    let stream = table(&[("x-queue-type", text("stream"))]);
+    a.create_channel().await.expect("channel").queue_declare("log".into(), durable(), stream).await.expect("stream");
+    let stream_status = |cluster: &Cluster| tokio::task::block_in_place(|| ctl(cluster, 0, &["stream_status", "log"]));
+    assert!(stream_status(&cluster).contains("warren@c"), "{}", stream_status(&cluster));
 
     let refused = tokio::task::block_in_place(|| try_ctl(&cluster, 0, &["forget_cluster_node", "warren@c"]));
     assert!(refused.is_err_and(|e| e.contains("running")), "a running node is not forgotten");
@@ -61,6 +65,11 @@ async fn a_stopped_node_is_forgotten() {
     tokio::task::block_in_place(|| ctl(&cluster, 0, &["forget_cluster_node", "warren@c"]));
 
     wait_for_status(&cluster, 0, "kept", "C's replica removed", |s| !s.contains("member: warren@c")).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stream_status(&cluster).contains("warren@c") {
+        assert!(Instant::now() < deadline, "C's stream replica removed: {}", stream_status(&cluster));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     for node in [0, 1] {
         let status = tokio::task::block_in_place(|| ctl(&cluster, node, &["cluster_status"]));
         assert!(!status.contains("warren@c"), "C is no longer a node of the cluster: {status}");
@@ -73,7 +82,7 @@ async fn a_stopped_node_is_forgotten() {
         s.contains("member: warren@a") && s.contains("member: warren@b") && !s.contains("warren@c")
     })
     .await;
-    for queue in ["kept", "new"] {
+    for queue in ["kept", "new", "log"] {
         assert_eq!(publish_within(&ch, queue, b"after", Duration::from_secs(5)).await, Some(true), "{queue}");
     }
 }
