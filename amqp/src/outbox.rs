@@ -116,11 +116,16 @@ impl Outbox {
     /// Whether the client is this far behind: [`OUTBOX_HIGH_WATER_BYTES`] queued and not yet
     /// written. Finding it full arms [`Outbox::drained`].
     pub fn is_full(&self) -> bool {
-        let full = self.load.queued_bytes.load(Ordering::Acquire) >= OUTBOX_HIGH_WATER_BYTES;
-        if full {
-            self.load.full_seen.store(true, Ordering::Release);
+        if self.load.queued_bytes.load(Ordering::SeqCst) < OUTBOX_HIGH_WATER_BYTES {
+            return false;
         }
-        full
+        self.load.full_seen.store(true, Ordering::SeqCst);
+        // The writer may have drained it between the load and the store, found `full_seen`
+        // unset and woken nobody: then nothing would resume the deliveries held back. Read
+        // after the store (all four accesses sequentially consistent), the load is either
+        // still high, and the writer, which has yet to drain it, will see `full_seen`; or it
+        // is not, and the outbox is not full.
+        self.load.queued_bytes.load(Ordering::SeqCst) >= OUTBOX_HIGH_WATER_BYTES
     }
 
     /// Completes once a full outbox has drained under [`OUTBOX_LOW_WATER_BYTES`] (at once if
@@ -271,8 +276,8 @@ pub async fn run_writer<W: AsyncWrite + Unpin>(
             tracing::debug!(%error, "write failed; closing connection");
             break;
         }
-        let left = load.queued_bytes.fetch_sub(weight, Ordering::AcqRel) - weight;
-        if left < OUTBOX_LOW_WATER_BYTES && load.full_seen.swap(false, Ordering::AcqRel) {
+        let left = load.queued_bytes.fetch_sub(weight, Ordering::SeqCst) - weight;
+        if left < OUTBOX_LOW_WATER_BYTES && load.full_seen.swap(false, Ordering::SeqCst) {
             load.drained.notify_one();
         }
         if !busy && batch.capacity() > IDLE_BUFFER_KEEP_BYTES && rx.is_empty() {
