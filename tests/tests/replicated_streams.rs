@@ -538,4 +538,6 @@ async fn add_replica_and_delete_replica_move_a_stream_between_nodes() {
     assert!(refused.contains("not a quorum queue or a replicated stream"), "{refused}");
     let refused = try_ctl(&cluster, 0, &["stream_status", "classic"]).expect_err("a classic queue");
     assert!(refused.contains("'classic' is not a stream"), "{refused}");
+    let refused = try_ctl(&cluster, 0, &["add_replica", "moved", "warren@nowhere"]).expect_err("an unknown node");
+    assert!(refused.contains("warren@nowhere is not a node of this cluster"), "{refused}");
 }

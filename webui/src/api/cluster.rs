@@ -116,6 +116,7 @@ async fn change_replicas(
     who.require_administrator()?;
     let host = api.vhost(who, vhost)?;
     let metadata = host.metadata().ok_or_else(not_clustered)?;
+    known_node(api, node)?;
     match change {
         ReplicaChange::Add => metadata.add_member(&host, queue, node).await?,
         ReplicaChange::Delete => metadata.delete_member(vhost, queue, node).await?,
@@ -150,6 +151,7 @@ async fn grow(
     Path(node): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     who.require_administrator()?;
+    known_node(&api, &node)?;
     for (vhost, queue) in replicated_queues(&api, &[QueueType::Quorum], &node, false) {
         let metadata = vhost.metadata().ok_or_else(not_clustered)?;
         metadata.add_member(&vhost, queue.name(), &node).await?;
@@ -184,10 +186,7 @@ async fn forget_node(
     if node == api.cluster.local_node() {
         return Err(bad_request(format!("{node} cannot forget itself: run forget_cluster_node on another node")));
     }
-    let node_id = api
-        .cluster
-        .node_id(&node)
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("{node} is not a node of this cluster")))?;
+    let node_id = known_node(&api, &node)?;
     if api.cluster.nodes().iter().any(|n| n.name == node && n.running) {
         return Err(bad_request(format!("{node} is running: stop it first, then forget it")));
     }
@@ -214,6 +213,13 @@ async fn join_cluster(
     let joined = api.cluster.join_cluster(&request.node).await;
     let nodes = joined.map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, why))?;
     Ok(Json(nodes))
+}
+
+/// Node `node`'s Raft id; 404 if it is not a node of this cluster (a replica there would be
+/// a member that never answers).
+fn known_node(api: &Management, node: &str) -> Result<u64, ApiError> {
+    let unknown = || ApiError::new(StatusCode::NOT_FOUND, format!("{node} is not a node of this cluster"));
+    api.cluster.node_id(node).ok_or_else(unknown)
 }
 
 fn not_clustered() -> ApiError {
