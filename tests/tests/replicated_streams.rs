@@ -289,12 +289,19 @@ fn listed_in_state(cluster: &Cluster, node: usize, stream: &str, state: &str) ->
     listed.lines().any(|line| line.split_whitespace().eq([stream, state]))
 }
 
-/// The node that holds no replica of `stream` (it lists it as a stand-in).
+/// The node that holds no replica of `stream` (it lists it as a stand-in), once one does: a
+/// declare's `-ok` waits for the other nodes a while only, and a loaded node may be later.
 fn node_without_replica(cluster: &Cluster, stream: &str) -> usize {
-    let without: Vec<usize> =
-        (0..NAMES.len()).filter(|node| listed_in_state(cluster, *node, stream, "remote")).collect();
-    assert_eq!(without.len(), 1, "one node of three has no replica of {stream}: {without:?}");
-    without[0]
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let without: Vec<usize> =
+            (0..NAMES.len()).filter(|node| listed_in_state(cluster, *node, stream, "remote")).collect();
+        match without[..] {
+            [node] => return node,
+            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            _ => panic!("one node of three has no replica of {stream}: {without:?}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
