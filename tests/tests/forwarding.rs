@@ -48,6 +48,8 @@ async fn use_from_other_nodes(cluster: &warren_tests::cluster::Cluster, queue: &
     let count = 300u32;
     let acked = publish_confirmed(&b, queue, (0..count).map(|i| i.to_be_bytes().to_vec())).await;
     assert!(acked.iter().all(|a| *a), "every publish from B confirmed");
+    // A declare's -ok waits for the other nodes 2 s at most: a loaded C may learn of it later.
+    wait_until_known(&c, queue).await;
     assert_eq!(ready_on(&c, queue).await, count, "a passive declare on C counts what the home node holds");
 
     // basic.get from C, a nack with requeue, and the same message again, redelivered.
@@ -88,6 +90,20 @@ async fn use_from_other_nodes(cluster: &warren_tests::cluster::Cluster, queue: &
     let purger = b.create_channel().await.expect("channel");
     assert_eq!(purger.queue_purge(queue.into(), QueuePurgeOptions::default()).await.expect("purge"), 5);
     assert_eq!(ready_on(&a, queue).await, 0);
+}
+
+/// Waits until `conn`'s node knows `queue` (a passive declare finds it).
+async fn wait_until_known(conn: &Connection, queue: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+    loop {
+        let ch = conn.create_channel().await.expect("channel");
+        match ch.queue_declare(queue.into(), passive, FieldTable::default()).await {
+            Ok(_) => return,
+            Err(error) if Instant::now() > deadline => panic!("{queue} never known: {error}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
 }
 
 async fn ready_on(conn: &Connection, queue: &str) -> u32 {
