@@ -82,8 +82,8 @@ pub struct Connection {
     publisher_block: PublisherBlock,
     /// The user name as the client sent it (`user` is escaped for logs).
     login: String,
-    /// A `connection.start-ok` waiting out the failed-login delay of its address.
-    delayed_login: Option<connection::StartOk>,
+    /// A login refusal held back by the failed-login delay of its address.
+    delayed_refusal: Option<BrokerError>,
     /// The user the client's TLS certificate names, for SASL EXTERNAL.
     certificate_login: Option<String>,
 }
@@ -155,7 +155,7 @@ impl Connection {
             registered,
             publisher_block: PublisherBlock::default(),
             login: String::new(),
-            delayed_login: None,
+            delayed_refusal: None,
             certificate_login,
         };
         let start = connection::Start {
@@ -294,24 +294,29 @@ impl Connection {
         }
     }
 
-    /// `connection.start-ok`: an address that failed to log in too often waits its turn first
-    /// (the login is checked when the wait is over, see [`Connection::complete_pending`]).
+    /// `connection.start-ok`: the login is checked at once. A refusal from an address that
+    /// failed too often waits its turn (sent once the wait is over, see
+    /// [`Connection::complete_pending`]); a right password never waits.
     fn start_ok(&mut self, start_ok: connection::StartOk) -> Result<(), BrokerError> {
-        if let Some(delay) = self.broker.access().throttle().delay(self.peer.ip()) {
-            tracing::debug!(peer = %self.peer, ?delay, "login delayed: too many failures from this address");
-            self.delayed_login = Some(start_ok);
-            self.pending = Some(PendingReply::new(0, async move {
-                tokio::time::sleep(delay).await;
-                Ok(Answer::Nothing)
-            }));
-            self.waiting = true;
-            return Ok(());
+        let login = crate::login::log_in(&self.broker, &start_ok, self.peer, self.certificate_login.as_deref());
+        match login {
+            Ok(user) => self.logged_in(user, start_ok),
+            Err(crate::login::Refused { error, answer_after: None }) => Err(error),
+            Err(crate::login::Refused { error, answer_after: Some(delay) }) => {
+                tracing::debug!(peer = %self.peer, ?delay, "refusal delayed: too many failures from this address");
+                self.delayed_refusal = Some(error);
+                self.pending = Some(PendingReply::new(0, async move {
+                    tokio::time::sleep(delay).await;
+                    Ok(Answer::Nothing)
+                }));
+                self.waiting = true;
+                Ok(())
+            }
         }
-        self.log_in(start_ok)
     }
 
-    fn log_in(&mut self, start_ok: connection::StartOk) -> Result<(), BrokerError> {
-        self.login = crate::login::log_in(&self.broker, &start_ok, self.peer, self.certificate_login.as_deref())?;
+    fn logged_in(&mut self, login: String, start_ok: connection::StartOk) -> Result<(), BrokerError> {
+        self.login = login;
         let user = client_text::sanitize(&self.login, client_text::MAX_TEXT_BYTES);
         tracing::debug!(peer = %self.peer, user, "authenticated");
         self.publisher_block.set_client_properties(&start_ok.client_properties);
@@ -493,10 +498,8 @@ impl Connection {
     pub fn complete_pending(&mut self, channel: u16, outcome: crate::pending_reply::Outcome) {
         self.waiting = false;
         if channel == 0 {
-            if let Some(start_ok) = self.delayed_login.take() {
-                if let Err(error) = self.log_in(start_ok) {
-                    self.close_connection(error);
-                }
+            if let Some(error) = self.delayed_refusal.take() {
+                self.close_connection(error);
             }
             return;
         }

@@ -1,12 +1,23 @@
 //! Logging in: the client's SASL response checked against the broker's access control, and
 //! the vhost it opens. Failed logins are counted, logged with the peer address at most once
-//! a second per address, and an address that fails too often has its next attempts answered
-//! late (see [`warren_delivery::access::LoginThrottle`]).
+//! a second per address, and an address that fails too often has its next refusals answered
+//! late; a right password is answered at once (see
+//! [`warren_delivery::access::LoginThrottle`]).
 
 use crate::sasl;
 use amq_protocol::protocol::connection;
 use std::net::SocketAddr;
+use std::time::Duration;
 use warren_delivery::{Broker, BrokerError, ReplyCode, VirtualHost};
+
+/// A refused login.
+#[derive(Debug)]
+pub struct Refused {
+    /// The refusal to send.
+    pub error: BrokerError,
+    /// How long to hold it back: the address has been failing too often.
+    pub answer_after: Option<Duration>,
+}
 
 /// Checks `start_ok` from `peer` (whose TLS certificate names `certificate_login`, if it gave
 /// one); the user it logged in as (as the client sent the name).
@@ -15,7 +26,7 @@ pub fn log_in(
     start_ok: &connection::StartOk,
     peer: SocketAddr,
     certificate_login: Option<&str>,
-) -> Result<String, BrokerError> {
+) -> Result<String, Refused> {
     let mechanism = start_ok.mechanism.as_str();
     let refused = |why: String| {
         BrokerError::access_refused(format!("Login was refused using authentication mechanism {mechanism}: {why}"))
@@ -37,8 +48,8 @@ pub fn log_in(
             Ok(user)
         }
         Err((user, why)) => {
-            access.count_login(peer.ip(), &user, mechanism, Some(&why));
-            Err(refused(why))
+            let answer_after = access.count_login(peer.ip(), &user, mechanism, Some(&why));
+            Err(Refused { error: refused(why), answer_after })
         }
     }
 }

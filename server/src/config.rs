@@ -123,6 +123,11 @@ pub struct Cli {
     #[arg(long, env = "WARREN_MAX_CONNECTIONS", value_name = "N")]
     pub max_connections: Option<usize>,
 
+    /// Most management API connections (WebSockets included) at once, an eighth of them from
+    /// one address; more are answered 503. Never more than an eighth of the open-files limit.
+    #[arg(long, env = "WARREN_HTTP_MAX_CONNECTIONS", default_value_t = warren_webui::http_listener::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
+    pub http_max_connections: usize,
+
     /// Memory use above which publishers are blocked (the memory alarm): a fraction of the
     /// RAM, or of the cgroup's limit if lower (0.4), or a size (2GiB, 512MB, 1073741824).
     #[arg(long, env = "WARREN_VM_MEMORY_HIGH_WATERMARK", default_value = "0.4", value_name = "FRACTION|SIZE")]
@@ -236,6 +241,7 @@ struct FileSettings {
     peers: Option<Vec<PeerAddress>>,
     cluster_secret_file: Option<PathBuf>,
     max_connections: Option<usize>,
+    http_max_connections: Option<usize>,
     #[serde(default, deserialize_with = "watermark_setting")]
     vm_memory_high_watermark: Option<MemoryWatermark>,
     #[serde(default, deserialize_with = "size_setting")]
@@ -366,6 +372,8 @@ pub struct Config {
     pub amqp_listen: SocketAddr,
     /// Address of the management HTTP API, if it is on.
     pub http_listen: Option<SocketAddr>,
+    /// The management API's connection limits and timeouts.
+    pub http_limits: warren_webui::HttpLimits,
     /// Data directory.
     pub data_dir: PathBuf,
     /// fsync policy of durable queues.
@@ -393,6 +401,7 @@ impl Default for Config {
         Config {
             amqp_listen: ([0, 0, 0, 0], 5672).into(),
             http_listen: Some(([0, 0, 0, 0], 15672).into()),
+            http_limits: warren_webui::HttpLimits::default(),
             data_dir: PathBuf::from("./data"),
             fsync: Fsync::Batch,
             protocol: ProtocolConfig::default(),
@@ -468,6 +477,12 @@ impl Config {
         Ok(Config {
             amqp_listen: pick(m, "amqp_listen", cli.amqp_listen, file.amqp_listen),
             http_listen: pick(m, "http_listen", cli.http_listen, file.http_listen).0,
+            http_limits: warren_webui::HttpLimits::with_max_connections(pick(
+                m,
+                "http_max_connections",
+                cli.http_max_connections,
+                file.http_max_connections,
+            )),
             data_dir: pick(m, "data_dir", cli.data_dir, file.data_dir),
             fsync: pick(m, "fsync", cli.fsync, file.fsync),
             protocol,

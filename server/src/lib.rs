@@ -143,10 +143,25 @@ async fn run_timers(broker: std::sync::Weak<Broker>) {
     }
 }
 
-/// Where the management API listens: HTTP, and HTTPS with its TLS configuration.
+/// Where the management API listens: HTTP, and HTTPS with its TLS configuration; and within
+/// which limits.
 struct ManagementListens {
     http: Option<SocketAddr>,
     https: Option<(SocketAddr, Arc<rustls::ServerConfig>)>,
+    limits: warren_webui::HttpLimits,
+}
+
+/// `limits` with at most an eighth of the open-files limit in connections (HTTP and HTTPS
+/// each), so that management clients can never take the descriptors AMQP clients need.
+fn within_open_files(mut limits: warren_webui::HttpLimits) -> warren_webui::HttpLimits {
+    if let Some(open_files) = open_files::current_limit() {
+        let share = open_files::http_connection_share(open_files);
+        if share < limits.max_connections {
+            limits = warren_webui::HttpLimits { max_connections: share, ..limits };
+            limits.max_connections_per_address = limits.max_connections_per_address.min(share);
+        }
+    }
+    limits
 }
 
 /// Binds `listen` for the management API; a port that cannot be bound is logged, and the
@@ -185,14 +200,14 @@ async fn start_management(
     if http.is_some() || https.is_some() {
         warren_webui::start_sampler(&management, shutdown.clone());
     }
+    let limits = within_open_files(listens.limits);
     if let Some((listener, addr)) = http {
-        tracing::info!(http_addr = %addr, "management API listening");
-        tokio::spawn(warren_webui::serve(listener, management.clone(), shutdown.clone()));
+        tracing::info!(http_addr = %addr, max_connections = limits.max_connections, "management API listening");
+        tokio::spawn(warren_webui::serve(listener, None, management.clone(), limits, shutdown.clone()));
     }
     if let Some((listener, addr, tls)) = https {
         tracing::info!(https_addr = %addr, "management API listening over HTTPS");
-        let listener = warren_webui::https::TlsListener::new(listener, tls);
-        tokio::spawn(warren_webui::serve(listener, management, shutdown));
+        tokio::spawn(warren_webui::serve(listener, Some(tls), management, limits, shutdown));
     }
     (http_addr, https_addr)
 }
@@ -293,7 +308,7 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         }
         None => (None, None),
     };
-    let listens = ManagementListens { http: config.http_listen, https: https_tls };
+    let listens = ManagementListens { http: config.http_listen, https: https_tls, limits: config.http_limits };
     let (http_addr, https_addr) =
         start_management(listens, (broker.clone(), view, listeners), shutdown_rx.clone()).await;
     // The alarms hold from the first client on.

@@ -47,6 +47,22 @@ pub fn segment_file_share(open_files: u64) -> usize {
     (open_files / 2).max(MIN_SEGMENT_FILES).try_into().unwrap_or(usize::MAX)
 }
 
+/// The soft limit on open files now, if it can be read.
+pub fn current_limit() -> Option<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit into the struct we own.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0).then_some(limit.rlim_cur)
+}
+
+/// Least number of management API connections allowed, whatever the limit.
+const MIN_HTTP_CONNECTIONS: u64 = 16;
+
+/// How many management API connections may be open at once under a limit of `open_files`
+/// descriptors: an eighth, so that HTTP clients can never take what AMQP clients need.
+pub fn http_connection_share(open_files: u64) -> usize {
+    (open_files / 8).max(MIN_HTTP_CONNECTIONS).try_into().unwrap_or(usize::MAX)
+}
+
 /// The most descriptors a process may have (`/proc/sys/fs/nr_open`), 1,048,576 if unreadable.
 fn kernel_max_open() -> u64 {
     const DEFAULT_NR_OPEN: u64 = 1 << 20;

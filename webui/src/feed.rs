@@ -3,42 +3,85 @@
 //! answers the UI's requests on the same socket.
 //!
 //! Sent: `{"type": "hello", "user", "node", "history"}` first (five minutes of the totals, for
-//! the charts), then `{"type": "tick", "at_ms", "overview", "queues"?, "queue"?}` every second;
-//! `queues` (one page of the queue table, filtered and sorted by the broker, in the shape
-//! `GET /api/queues?page=` answers) and `queue` (one queue in full; absent once it is gone,
-//! `subscribed_queue` naming it) only while subscribed.
+//! the charts, to monitors), then `{"type": "tick", "at_ms", "overview", "queues"?, "queue"?}`
+//! every second; `queues` (one page of the queue table, filtered and sorted by the broker, in
+//! the shape `GET /api/queues?page=` answers) and `queue` (one queue in full; absent once it is
+//! gone, `subscribed_queue` naming it) only while subscribed.
 //! Received: `{"type": "subscribe", "queues": {"name", "use_regex", "sort", "sort_reverse",
 //! "page", "page_size"} | null, "queue": {"vhost", "name"} | null}`, and `{"type": "browse",
 //! "id", "vhost", "queue", "offset" | "timestamp", "count", "filter"}`, answered with
 //! `{"type": "messages", "id", ...}` (a log read by offset, as
 //! `GET /api/queues/{vhost}/{name}/messages` answers).
+//!
+//! Every subscription is checked as the API's routes are (see `authorization`): the overview
+//! and the queue table hold only what the user may see, a queue's details need its vhost to
+//! be visible, a browse needs read permission on the queue. The socket closes within a tick of
+//! the user's access changing (password, tags, permissions, deletion), and at once for a
+//! client that does not read what it is sent: a send that does not complete within
+//! [`SEND_TIMEOUT`] drops it, and at most [`MAX_QUEUED_BYTES`] wait for it. The figures of a
+//! tick are read once for every subscriber (see `feed_figures`). A page of another origin
+//! may not open the socket (the browser would send the user's cookie along).
 
-use crate::api::{message_stats, queue_json, read_log, Management, QueueRow, ReplayQuery};
-use crate::auth::Authenticated;
+use crate::api::{queue_json, read_log, Management, ReplayQuery};
+use crate::authorization::{self, Caller, ObjectOp};
+use crate::error::ApiError;
+use crate::http_listener::ConnectionSlot;
 use crate::listing::ListQuery;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
-use axum::response::Response;
-use axum::routing::get;
-use axum::Router;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::time::Duration;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 /// How often figures are pushed.
 pub const PUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// Largest request the UI may send.
 const MAX_REQUEST_BYTES: usize = 16 * 1024;
+/// Time one message may take to be taken by the client before the client is dropped.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes that may wait to be written to one client.
+pub const MAX_QUEUED_BYTES: usize = 4 << 20;
+/// Least time between two answers to subscriptions (more come with the next tick).
+const MIN_ANSWER_INTERVAL: Duration = Duration::from_millis(200);
+/// The close code of a socket whose user's access changed (a private-use code).
+const ACCESS_CHANGED_CLOSE_CODE: u16 = 4001;
 
-/// The feed's route.
-pub fn routes() -> Router<Management> {
-    Router::new().route("/ws", get(upgrade))
-}
-
-async fn upgrade(who: Authenticated, State(api): State<Management>, ws: WebSocketUpgrade) -> Response {
+/// `GET /ws`: the upgrade, refused to pages of another origin (403).
+pub async fn upgrade(
+    caller: Caller,
+    State(api): State<Management>,
+    slot: Option<Extension<ConnectionSlot>>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
+    if let Err(refused) = same_origin(&headers) {
+        return refused.into_response();
+    }
+    let slot = slot.map(|Extension(slot)| slot);
     ws.max_message_size(MAX_REQUEST_BYTES)
         .max_frame_size(MAX_REQUEST_BYTES)
-        .on_upgrade(move |socket| feed(socket, api, who))
+        .max_write_buffer_size(MAX_QUEUED_BYTES)
+        .on_upgrade(move |socket| async move {
+            // The connection's slot lives as long as the socket.
+            let _slot = slot;
+            Feed::new(api, caller).run(socket).await;
+        })
+}
+
+/// `Ok` if the request has no `Origin` (not a browser) or one whose host is the request's.
+fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(origin) = headers.get(header::ORIGIN) else { return Ok(()) };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+    let origin = origin.to_str().unwrap_or_default();
+    let origin_host = origin.split_once("://").map_or("", |(_, rest)| rest);
+    if !host.is_empty() && origin_host.eq_ignore_ascii_case(host) {
+        return Ok(());
+    }
+    Err(ApiError::new(StatusCode::FORBIDDEN, "the live feed is not open to pages of another origin"))
 }
 
 /// What the UI asked to be told.
@@ -74,98 +117,158 @@ struct QueueName {
     name: String,
 }
 
-async fn send(socket: &mut WebSocket, value: Value) -> bool {
-    socket.send(Message::Text(value.to_string().into())).await.is_ok()
+/// Why a feed ended.
+enum Ended {
+    /// The client went, or stopped reading.
+    Gone,
+    /// The user's access changed.
+    AccessChanged,
 }
 
-async fn feed(mut socket: WebSocket, api: Management, who: Authenticated) {
-    let hello = json!({ "type": "hello", "user": who.user, "node": api.node(), "history": api.rates().history() });
-    if !send(&mut socket, hello).await {
-        return;
+/// One client's feed.
+struct Feed {
+    api: Management,
+    caller: Caller,
+    subscription: Subscription,
+    last_answer: Option<Instant>,
+}
+
+impl Feed {
+    fn new(api: Management, caller: Caller) -> Self {
+        Feed { api, caller, subscription: Subscription::default(), last_answer: None }
     }
-    let mut subscription = Subscription::default();
-    let mut tick = tokio::time::interval(PUSH_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut shutdown = api.shutdown();
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                if !send(&mut socket, tick_of(&api, &who, &subscription)).await {
-                    return;
-                }
+
+    async fn run(mut self, mut socket: WebSocket) {
+        let history = if self.caller.is_monitor() { json!(self.api.rates().history()) } else { json!([]) };
+        let hello = json!({ "type": "hello", "user": self.caller.user, "node": self.api.node(), "history": history });
+        if send(&mut socket, hello).await.is_err() {
+            return;
+        }
+        match self.serve(&mut socket).await {
+            Ended::Gone => {}
+            Ended::AccessChanged => {
+                let frame = CloseFrame { code: ACCESS_CHANGED_CLOSE_CODE, reason: "the user's access changed".into() };
+                let _ = tokio::time::timeout(SEND_TIMEOUT, socket.send(Message::Close(Some(frame)))).await;
             }
-            received = socket.recv() => match received {
-                Some(Ok(Message::Text(text))) => {
-                    if let Some(answer) = handle(&api, &who, &mut subscription, text.as_str()) {
-                        if !send(&mut socket, answer).await {
-                            return;
-                        }
+        }
+    }
+
+    async fn serve(&mut self, socket: &mut WebSocket) -> Ended {
+        let mut tick = tokio::time::interval(PUSH_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut shutdown = self.api.shutdown();
+        loop {
+            let answer = tokio::select! {
+                _ = tick.tick() => {
+                    if !self.caller.is_current(self.api.broker()) {
+                        return Ended::AccessChanged;
                     }
+                    Some(self.tick().await)
                 }
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
-                Some(Ok(_)) => {}
-            },
-            // Upgraded sockets outlive the server's graceful shutdown: each closes itself.
-            _ = shutdown.changed() => {
-                let _ = socket.send(Message::Close(None)).await;
-                return;
+                received = socket.recv() => match received {
+                    Some(Ok(Message::Text(text))) => self.handle(text.as_str()).await,
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return Ended::Gone,
+                    Some(Ok(_)) => None,
+                },
+                // Upgraded sockets outlive the server's graceful shutdown: each closes itself.
+                _ = shutdown.changed() => {
+                    let _ = tokio::time::timeout(SEND_TIMEOUT, socket.send(Message::Close(None))).await;
+                    return Ended::Gone;
+                }
+            };
+            if let Some(answer) = answer {
+                if send(socket, answer).await.is_err() {
+                    return Ended::Gone;
+                }
             }
         }
     }
-}
 
-/// Handles one request; what to answer, if anything.
-fn handle(api: &Management, who: &Authenticated, subscription: &mut Subscription, text: &str) -> Option<Value> {
-    let request: Request = match serde_json::from_str(text) {
-        Ok(request) => request,
-        Err(error) => return Some(json!({ "type": "error", "reason": format!("not a request: {error}") })),
-    };
-    match request {
-        Request::Subscribe { queues, queue } => {
-            // A live table is always paged: the broker never sends every queue each second.
-            let queues = queues.map(ListQuery::paged);
-            *subscription = Subscription { queues, queue: queue.map(|q| (q.vhost, q.name)) };
-            Some(tick_of(api, who, subscription))
-        }
-        Request::Browse { id, vhost, queue, query } => Some(match read_log(api, who, &vhost, &queue, &query) {
-            Ok(mut read) => {
+    /// Handles one request; what to answer, if anything now.
+    async fn handle(&mut self, text: &str) -> Option<Value> {
+        let request: Request = match serde_json::from_str(text) {
+            Ok(request) => request,
+            Err(error) => return Some(json!({ "type": "error", "reason": format!("not a request: {error}") })),
+        };
+        match request {
+            Request::Subscribe { queues, queue } => {
+                // A live table is always paged: the broker never sends every queue each second.
+                let queues = queues.map(ListQuery::paged);
+                self.subscription = Subscription { queues, queue: queue.map(|q| (q.vhost, q.name)) };
+                // Subscriptions sent back to back are answered by the next tick.
+                let recent = self.last_answer.is_some_and(|at| at.elapsed() < MIN_ANSWER_INTERVAL);
+                if recent {
+                    return None;
+                }
+                Some(self.tick().await)
+            }
+            Request::Browse { id, vhost, queue, query } => {
+                let mut read = match self.browse(&vhost, &queue, query).await {
+                    Ok(read) => read,
+                    Err(error) => json!({ "error": error.reason() }),
+                };
                 read["type"] = json!("messages");
                 read["id"] = id;
-                read
+                Some(read)
             }
-            Err(error) => json!({ "type": "messages", "id": id, "error": error.reason() }),
-        }),
+        }
+    }
+
+    /// A browse: read permission on the queue, as `GET .../messages` needs.
+    async fn browse(&self, vhost: &str, queue: &str, query: ReplayQuery) -> Result<Value, ApiError> {
+        let params = HashMap::from([("vhost".to_string(), vhost.to_string()), ("name".to_string(), queue.to_string())]);
+        authorization::object(&self.api, &self.caller, ObjectOp::ReadQueue, &params, &Value::Null)?;
+        read_log(&self.api, vhost, queue, query).await
+    }
+
+    /// The figures of one tick, as the subscription wants them and the caller may see them.
+    async fn tick(&mut self) -> Value {
+        self.last_answer = Some(Instant::now());
+        let (api, caller) = (&self.api, &self.caller);
+        let snapshot = api.feed_figures().current(api, self.subscription.queues.is_some()).await;
+        let mut tick = json!({ "type": "tick", "at_ms": snapshot.at_ms, "overview": snapshot.overview(api, caller) });
+        if let Some(table) = &self.subscription.queues {
+            tick["queues"] = snapshot.queue_table(api, caller, table);
+        }
+        if let Some((vhost, name)) = &self.subscription.queue {
+            tick["subscribed_queue"] = json!(name);
+            let visible = authorization::visible_vhost(api, caller, vhost).is_ok();
+            let queue = api.vhost(vhost).ok().and_then(|v| v.queue(name).ok()).filter(|_| visible);
+            if let Some(queue) = queue {
+                tick["queue"] = queue_json(api, vhost, &queue);
+            }
+        }
+        tick
     }
 }
 
-/// The figures of one tick, as `subscription` wants them.
-fn tick_of(api: &Management, who: &Authenticated, subscription: &Subscription) -> Value {
-    let broker = api.broker();
-    let connections = broker.connections().all();
-    let channels: usize = connections.iter().map(|c| c.channels().len()).sum();
-    let latest = api.rates().latest().unwrap_or_default();
-    let mut tick = json!({
-        "type": "tick",
-        "at_ms": latest.at_ms,
-        "overview": {
-            "message_stats": message_stats(&api.rates().totals()),
-            "point": latest,
-            "connections": connections.len(),
-            "channels": channels,
-            "queues": broker.vhosts().iter().map(|v| v.queues().len()).sum::<usize>(),
-            "nodes": api.cluster_nodes(),
-        },
-    });
-    if let Some(table) = &subscription.queues {
-        tick["queues"] = QueueRow::all(api, who, None)
-            .and_then(|rows| table.apply_to_live_table(rows))
-            .unwrap_or_else(|error| json!({ "error": error.reason() }));
+/// Sends `value`, or fails if the client does not take it within [`SEND_TIMEOUT`].
+async fn send(socket: &mut WebSocket, value: Value) -> Result<(), ()> {
+    match tokio::time::timeout(SEND_TIMEOUT, socket.send(Message::Text(value.to_string().into()))).await {
+        Ok(Ok(())) => Ok(()),
+        _ => Err(()),
     }
-    if let Some((vhost, name)) = &subscription.queue {
-        tick["subscribed_queue"] = json!(name);
-        if let Some(queue) = api.vhost(who, vhost).ok().and_then(|v| v.queue(name).ok()) {
-            tick["queue"] = queue_json(api, vhost, &queue);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(origin: Option<&str>, host: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, host.parse().expect("host"));
+        if let Some(origin) = origin {
+            headers.insert(header::ORIGIN, origin.parse().expect("origin"));
         }
+        headers
     }
-    tick
+
+    #[test]
+    fn only_the_pages_own_origin_opens_the_feed() {
+        assert!(same_origin(&headers(Some("http://127.0.0.1:15672"), "127.0.0.1:15672")).is_ok());
+        assert!(same_origin(&headers(Some("https://Broker.example:443"), "broker.example:443")).is_ok());
+        assert!(same_origin(&headers(None, "127.0.0.1:15672")).is_ok(), "not a browser");
+        assert!(same_origin(&headers(Some("http://127.0.0.1:8080"), "127.0.0.1:15672")).is_err(), "another port");
+        assert!(same_origin(&headers(Some("null"), "127.0.0.1:15672")).is_err());
+    }
 }

@@ -5,10 +5,13 @@
 //! dotted too).
 //!
 //! Listing is generic over [`Listed`] so that 10,000 queues are filtered and sorted on the
-//! figures they already hold: only the page shown is turned into JSON.
+//! figures they already hold: only the page shown is turned into JSON, and a whole list (no
+//! `page`) is streamed, each item turned into JSON as the client reads (see `streamed`).
 
 use crate::error::ApiError;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::cmp::Ordering;
@@ -167,6 +170,16 @@ impl ListQuery {
         self.list(items, PastLastPage::Refuse)
     }
 
+    /// The answer of a list route: the page asked for, or the whole list streamed.
+    pub fn answer<T: Listed + Send + 'static>(&self, items: Vec<T>) -> Result<Response, ApiError> {
+        if self.page.is_some() {
+            return Ok(Json(self.apply(items)?).into_response());
+        }
+        let ordered = self.ordered(items)?;
+        let query = self.clone();
+        Ok(crate::streamed::json_array(ordered.map(move |item| query.trim(item.into_json()))))
+    }
+
     /// The same query, answering with its first page if it named none.
     pub fn paged(mut self) -> ListQuery {
         self.page.get_or_insert(1);
@@ -176,6 +189,12 @@ impl ListQuery {
     /// As [`ListQuery::apply`], but a page past the last one shows the last one.
     pub fn apply_to_live_table<T: Listed>(&self, items: Vec<T>) -> Result<Value, ApiError> {
         self.list(items, PastLastPage::ShowLast)
+    }
+
+    /// The items the name filter keeps, in the order asked for.
+    fn ordered<T: Listed>(&self, mut items: Vec<T>) -> Result<impl Iterator<Item = T>, ApiError> {
+        self.filter_by_name(&mut items)?;
+        Ok(self.sorted(items))
     }
 
     fn list<T: Listed>(&self, mut items: Vec<T>, past_last: PastLastPage) -> Result<Value, ApiError> {

@@ -1,27 +1,35 @@
 //! Prometheus metrics in the text exposition format (0.0.4), named as RabbitMQ's Prometheus
 //! plugin names them where it has a name, so that its dashboards mostly work: `GET /metrics`
 //! aggregates over all queues (cheap with 10,000 of them), `GET /metrics/per-object` has one
-//! series per queue. Warren's own figures are prefixed `warren_`.
+//! series per queue, streamed as the scraper reads it (with 100,000 queues it is tens of
+//! megabytes, never held whole). Warren's own figures are prefixed `warren_`. Both need no
+//! login, as RabbitMQ's Prometheus endpoint.
 //!
 //! The exposition is written here rather than through a metrics registry crate: every figure
 //! is read at scrape time from the broker's own counters and state, so a registry would only
 //! hold copies of them.
 
 use crate::api::Management;
+use crate::authorization::Rule;
 use crate::rates::QueueRates;
+use crate::route_table::RouteTable;
 use axum::extract::State;
 use axum::http::header;
-use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::Router;
+use axum::response::{IntoResponse, Response};
+use std::collections::HashMap;
 use std::fmt::Write;
+use std::sync::Arc;
 use warren_delivery::latency::{HistogramSnapshot, BUCKET_BOUNDS_SECONDS, FSYNC_LATENCY};
 use warren_delivery::queue::MessageCounts;
+use warren_delivery::Queue;
 
 /// The metrics routes (no authentication, as RabbitMQ's Prometheus endpoint).
-pub fn routes() -> Router<Management> {
-    Router::new().route("/metrics", get(aggregated)).route("/metrics/per-object", get(per_object))
+pub fn routes(table: &mut RouteTable) {
+    table.get("/metrics", Rule::Public, aggregated).get("/metrics/per-object", Rule::Public, per_object);
 }
+
+/// The exposition format's content type.
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The text of an exposition, family by family.
 #[derive(Default)]
@@ -36,28 +44,39 @@ enum Kind {
     Counter,
 }
 
+/// A family's `HELP` and `TYPE` lines.
+fn family_text(name: &str, kind: Kind, help: &str) -> String {
+    let kind = match kind {
+        Kind::Gauge => "gauge",
+        Kind::Counter => "counter",
+    };
+    format!("# HELP {name} {help}\n# TYPE {name} {kind}\n")
+}
+
+/// One sample's line.
+fn sample_text(name: &str, labels: &[(&str, &str)], value: f64) -> String {
+    let mut text = String::from(name);
+    if !labels.is_empty() {
+        text.push('{');
+        for (i, (key, label)) in labels.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            let _ = write!(text, "{key}=\"{}\"", escape(label));
+        }
+        text.push('}');
+    }
+    let _ = writeln!(text, " {value}");
+    text
+}
+
 impl Exposition {
     fn family(&mut self, name: &str, kind: Kind, help: &str) {
-        let kind = match kind {
-            Kind::Gauge => "gauge",
-            Kind::Counter => "counter",
-        };
-        let _ = writeln!(self.text, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        self.text.push_str(&family_text(name, kind, help));
     }
 
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
-        self.text.push_str(name);
-        if !labels.is_empty() {
-            self.text.push('{');
-            for (i, (key, label)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.text.push(',');
-                }
-                let _ = write!(self.text, "{key}=\"{}\"", escape(label));
-            }
-            self.text.push('}');
-        }
-        let _ = writeln!(self.text, " {value}");
+        self.text.push_str(&sample_text(name, labels, value));
     }
 
     /// A family with one unlabelled sample.
@@ -83,7 +102,7 @@ fn escape(value: &str) -> String {
 }
 
 fn respond(exposition: Exposition) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], exposition.text)
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], exposition.text)
 }
 
 /// This process's resident memory and open file descriptors, from `/proc` (0 elsewhere).
@@ -277,15 +296,32 @@ async fn aggregated(State(api): State<Management>) -> impl IntoResponse {
     respond(exposition)
 }
 
-/// One series per queue (and the node's figures): for dashboards of few queues.
-async fn per_object(State(api): State<Management>) -> impl IntoResponse {
+/// One family with a sample per queue, each line made when the scraper reaches it.
+fn per_queue_family(
+    name: String,
+    kind: Kind,
+    help: &'static str,
+    queues: Arc<Vec<(String, Arc<Queue>)>>,
+    value: impl Fn(&str, &Queue) -> f64 + Send + 'static,
+) -> impl Iterator<Item = String> + Send {
+    let header = family_text(&name, kind, help);
+    let samples = (0..queues.len()).map(move |i| {
+        let (vhost, queue) = &queues[i];
+        sample_text(&name, &[("vhost", vhost), ("queue", queue.name())], value(vhost, queue))
+    });
+    std::iter::once(header).chain(samples)
+}
+
+/// One series per queue (and the node's figures): for dashboards of few queues. Streamed.
+async fn per_object(State(api): State<Management>) -> Response {
     let mut exposition = Exposition::default();
     node_figures(&api, &mut exposition);
-    let rates = api.rates().queues();
-    let mut queues: Vec<(String, std::sync::Arc<warren_delivery::Queue>)> = Vec::new();
+    let rates: Arc<HashMap<(String, String), QueueRates>> = Arc::new(api.rates().queues());
+    let mut queues: Vec<(String, Arc<Queue>)> = Vec::new();
     for vhost in api.broker().vhosts() {
         queues.extend(vhost.queues().into_iter().map(|q| (vhost.name().to_string(), q)));
     }
+    let queues = Arc::new(queues);
     let gauges: [QueueGauge; 4] = [
         ("rabbitmq_detailed_queue_messages_ready", "Messages ready in the queue", |q| f64::from(q.message_count())),
         ("rabbitmq_detailed_queue_messages_unacked", "Messages delivered and not acknowledged", |q| {
@@ -294,21 +330,22 @@ async fn per_object(State(api): State<Management>) -> impl IntoResponse {
         ("rabbitmq_detailed_queue_consumers", "Consumers of the queue", |q| f64::from(q.consumer_count())),
         ("warren_detailed_queue_disk_bytes", "Bytes the queue keeps on disk on this node", |q| q.disk_bytes() as f64),
     ];
-    for (name, help, read) in gauges {
-        exposition.family(name, Kind::Gauge, help);
-        for (vhost, queue) in &queues {
-            exposition.sample(name, &[("vhost", vhost), ("queue", queue.name())], read(queue));
+    let gauge_families = gauges.into_iter().flat_map({
+        let queues = Arc::clone(&queues);
+        move |(name, help, read)| {
+            per_queue_family(name.to_string(), Kind::Gauge, help, Arc::clone(&queues), move |_, q| read(q))
         }
-    }
-    for (what, help, value) in COUNTERS {
+    });
+    let counter_families = COUNTERS.into_iter().flat_map(move |(what, help, value)| {
+        let rates = Arc::clone(&rates);
         let name = format!("rabbitmq_detailed_queue_messages_{what}_total");
-        exposition.family(&name, Kind::Counter, help);
-        for (vhost, queue) in &queues {
-            let sampled = rates.get(&(vhost.clone(), queue.name().to_string())).copied().unwrap_or_default();
-            exposition.sample(&name, &[("vhost", vhost), ("queue", queue.name())], value(&sampled.counts) as f64);
-        }
-    }
-    respond(exposition)
+        per_queue_family(name, Kind::Counter, help, Arc::clone(&queues), move |vhost, queue| {
+            let sampled = rates.get(&(vhost.to_string(), queue.name().to_string())).copied().unwrap_or_default();
+            value(&sampled.counts) as f64
+        })
+    });
+    let pieces = std::iter::once(exposition.text).chain(gauge_families).chain(counter_families);
+    crate::streamed::text(CONTENT_TYPE, pieces)
 }
 
 #[cfg(test)]

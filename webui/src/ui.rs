@@ -2,11 +2,10 @@
 //! no CDN: the UI works offline), served at `/`. The page logs in once (`/api/login`), then
 //! renders what the live feed (`/ws`) pushes and acts through the API.
 
-use crate::api::Management;
+use crate::authorization::Rule;
+use crate::route_table::RouteTable;
 use axum::http::header;
 use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::Router;
 
 const INDEX_HTML: &str = include_str!("../static/index.html");
 const APP_JS: &str = include_str!("../static/app.js");
@@ -14,24 +13,23 @@ const CHART_JS: &str = include_str!("../static/chart.js");
 const STYLE_CSS: &str = include_str!("../static/style.css");
 const FAVICON_SVG: &str = include_str!("../static/favicon.svg");
 
-/// The UI's routes.
-pub fn routes() -> Router<Management> {
-    Router::new()
-        .route("/", get(|| file("text/html; charset=utf-8", INDEX_HTML)))
-        .route("/app.js", get(|| file("text/javascript; charset=utf-8", APP_JS)))
-        .route("/chart.js", get(|| file("text/javascript; charset=utf-8", CHART_JS)))
-        .route("/style.css", get(|| file("text/css; charset=utf-8", STYLE_CSS)))
-        .route("/favicon.svg", get(|| file("image/svg+xml", FAVICON_SVG)))
+/// The UI's routes: its files need no login (the page asks for one).
+pub fn routes(table: &mut RouteTable) {
+    table
+        .get("/", Rule::Public, || file("text/html; charset=utf-8", INDEX_HTML))
+        .get("/app.js", Rule::Public, || file("text/javascript; charset=utf-8", APP_JS))
+        .get("/chart.js", Rule::Public, || file("text/javascript; charset=utf-8", CHART_JS))
+        .get("/style.css", Rule::Public, || file("text/css; charset=utf-8", STYLE_CSS))
+        .get("/favicon.svg", Rule::Public, || file("image/svg+xml", FAVICON_SVG));
 }
 
 async fn file(content_type: &'static str, body: &'static str) -> impl IntoResponse {
     let headers = [
         (header::CONTENT_TYPE, content_type),
         (header::CACHE_CONTROL, "no-cache"),
-        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (
             header::CONTENT_SECURITY_POLICY,
-            "default-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self' ws: wss:; img-src 'self' data:",
+            "default-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self' ws: wss:; img-src 'self' data:; frame-ancestors 'none'",
         ),
     ];
     (headers, body)

@@ -16,8 +16,7 @@ use amq_protocol::types::ShortString;
 use bytes::Bytes;
 use rand::distributions::{Alphanumeric, DistString};
 use std::sync::Arc;
-use warren_delivery::access::{Access, Resource};
-use warren_delivery::client_text;
+use warren_delivery::access::Operation;
 use warren_delivery::direct_reply_to::PSEUDO_QUEUE;
 use warren_delivery::exchange::Destination;
 use warren_delivery::{
@@ -48,9 +47,9 @@ pub struct ConnectionContext {
 }
 
 impl ConnectionContext {
-    /// `Ok` if the connection's user may have `access` to `resource` in its vhost (403 if not).
-    pub fn check(&self, access: Access, resource: Resource<'_>) -> BrokerResult<()> {
-        self.broker.access().check(&self.user, self.vhost.name(), access, resource)
+    /// `Ok` if the connection's user may make `operation` in its vhost (403 if not).
+    pub fn authorize(&self, operation: &Operation<'_>) -> BrokerResult<()> {
+        self.broker.access().authorize(&self.user, self.vhost.name(), operation)
     }
 }
 
@@ -303,7 +302,7 @@ impl Channel {
         let mut queues = Vec::with_capacity(partitions.len());
         for partition in partitions {
             let Destination::Queue(queue) = partition else { continue };
-            ctx.check(Access::Read, Resource::Queue(&queue))?;
+            ctx.authorize(&Operation::Read { queue: &queue })?;
             queues.push(self.usable_queue(ctx, &ShortString::from(queue.to_string()))?);
         }
         if queues.is_empty() {
@@ -372,7 +371,7 @@ impl Channel {
         }
         let Some(content) = self.content.take() else { return Ok(()) };
         let (mandatory, message) = content.finish();
-        check_user_id(&message, &ctx.user)?;
+        warren_delivery::access::check_user_id(&message.properties, &ctx.user)?;
         let message = self.with_reply_address(message)?;
         let op = TxOp::Publish { mandatory, message: Arc::new(message) };
         match &mut self.transaction {
@@ -520,19 +519,4 @@ fn method_with_content(channel: u16, method: AMQPClass, message: &Message, frame
     crate::frame::put_method(&mut out, channel, method);
     crate::frame::put_content(&mut out, channel, message.properties.raw(), &message.body, frame_max);
     out.freeze()
-}
-
-/// A message's `user-id` property, when set, must name the connection's user: 406, as in
-/// RabbitMQ, so that consumers can trust it.
-fn check_user_id(message: &Message, user: &str) -> BrokerResult<()> {
-    match message.properties.user_id() {
-        Some(claimed) if claimed != user.as_bytes() => {
-            let claimed = client_text::sanitize(&String::from_utf8_lossy(claimed), client_text::MAX_TEXT_BYTES);
-            let user = client_text::sanitize(user, client_text::MAX_TEXT_BYTES);
-            Err(BrokerError::precondition_failed(format!(
-                "user_id property set to '{claimed}' but authenticated user was '{user}'"
-            )))
-        }
-        _ => Ok(()),
-    }
 }

@@ -1,8 +1,13 @@
 //! Failed logins per peer address. Each is counted; it is logged at most once a second per
 //! address (a guessing client cannot flood the log); and once an address has failed
-//! [`FAILURES_BEFORE_DELAY`] times within [`FAILURE_WINDOW_MS`], its attempts are answered
+//! [`FAILURES_BEFORE_DELAY`] times within [`FAILURE_WINDOW_MS`], its failures are answered
 //! one per [`LOGIN_DELAY_MS`] at most (each waits for its turn), until it has gone
 //! [`COOLDOWN_MS`] without failing. Other addresses are not slowed.
+//!
+//! The throttle charges failures, not the address: a login with the right password is
+//! answered at once however many wrong guesses from its address are waiting (as `pam_faildelay`
+//! delays only failures). A guesser that waits for its answers gets one a second; the
+//! owner of the password sharing its address (a NAT, a proxy) is never locked out.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -31,6 +36,15 @@ struct AddressRecord {
     last_logged: Option<Instant>,
 }
 
+/// What to do with one failed login.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure {
+    /// Whether to log it (at most once a second per address).
+    pub log: bool,
+    /// How long to hold back the refusal, if the address has been failing too often.
+    pub delay: Option<Duration>,
+}
+
 /// The failed-login table and the login counters.
 #[derive(Debug, Default)]
 pub struct LoginThrottle {
@@ -44,29 +58,15 @@ fn ms(value: u64) -> Duration {
 }
 
 impl LoginThrottle {
-    /// How long an attempt from `address` starting now must wait before it is answered; it
-    /// takes its turn (the next attempt waits for this one).
-    pub fn delay(&self, address: IpAddr) -> Option<Duration> {
-        let now = Instant::now();
-        let mut table = self.by_address.lock();
-        let record = table.get_mut(&address)?;
-        if now.duration_since(record.last_failure) >= ms(COOLDOWN_MS) {
-            record.slowed_until = None;
-        }
-        let turn = record.slowed_until?.max(now);
-        record.slowed_until = Some(turn + ms(LOGIN_DELAY_MS));
-        Some((turn + ms(LOGIN_DELAY_MS)).duration_since(now))
-    }
-
-    /// A login from `address` failed; whether to log it (at most once a second per address).
-    pub fn failed(&self, address: IpAddr) -> bool {
+    /// A login from `address` failed: whether to log it, and how long its refusal waits.
+    pub fn failed(&self, address: IpAddr) -> Failure {
         self.failed_total.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let mut table = self.by_address.lock();
         if table.len() >= MAX_TRACKED_ADDRESSES && !table.contains_key(&address) {
             table.retain(|_, r| r.slowed_until.is_some() || now.duration_since(r.last_failure) < ms(FAILURE_WINDOW_MS));
             if table.len() >= MAX_TRACKED_ADDRESSES {
-                return false;
+                return Failure { log: false, delay: None };
             }
         }
         let record = table.entry(address).or_insert(AddressRecord {
@@ -75,6 +75,15 @@ impl LoginThrottle {
             last_failure: now,
             slowed_until: None,
             last_logged: None,
+        });
+        if now.duration_since(record.last_failure) >= ms(COOLDOWN_MS) {
+            record.slowed_until = None;
+        }
+        // Only an address slowed before this failure waits: the failures that slow it do not.
+        let delay = record.slowed_until.map(|turn| {
+            let answered_at = turn.max(now) + ms(LOGIN_DELAY_MS);
+            record.slowed_until = Some(answered_at);
+            answered_at.duration_since(now)
         });
         if now.duration_since(record.window_start) >= ms(FAILURE_WINDOW_MS) {
             record.window_start = now;
@@ -89,7 +98,7 @@ impl LoginThrottle {
         if log {
             record.last_logged = Some(now);
         }
-        log
+        Failure { log, delay }
     }
 
     /// A login succeeded.
@@ -117,15 +126,14 @@ mod tests {
         let throttle = LoginThrottle::default();
         let guesser: IpAddr = "10.0.0.1".parse().unwrap();
         let other: IpAddr = "10.0.0.2".parse().unwrap();
-        let logged: Vec<bool> = (0..FAILURES_BEFORE_DELAY).map(|_| throttle.failed(guesser)).collect();
-        assert_eq!(logged.iter().filter(|l| **l).count(), 1, "logged once within the second");
-        let first = throttle.delay(guesser).expect("slowed");
-        let second = throttle.delay(guesser).expect("slowed");
+        let answers: Vec<Failure> = (0..FAILURES_BEFORE_DELAY).map(|_| throttle.failed(guesser)).collect();
+        assert_eq!(answers.iter().filter(|a| a.log).count(), 1, "logged once within the second");
+        assert!(answers.iter().all(|a| a.delay.is_none()), "the first failures are answered at once");
+        let first = throttle.failed(guesser).delay.expect("slowed");
+        let second = throttle.failed(guesser).delay.expect("slowed");
         assert!(first >= ms(LOGIN_DELAY_MS - 50), "{first:?}");
-        assert!(second >= first + ms(LOGIN_DELAY_MS - 50), "attempts take turns: {second:?}");
-        assert_eq!(throttle.delay(other), None);
-        throttle.failed(other);
-        assert_eq!(throttle.delay(other), None, "one failure does not slow");
-        assert_eq!(throttle.failed_total(), u64::from(FAILURES_BEFORE_DELAY) + 1);
+        assert!(second >= first + ms(LOGIN_DELAY_MS - 50), "failures take turns: {second:?}");
+        assert_eq!(throttle.failed(other).delay, None, "one failure elsewhere does not slow");
+        assert_eq!(throttle.failed_total(), u64::from(FAILURES_BEFORE_DELAY) + 3);
     }
 }

@@ -4,6 +4,7 @@
 //!
 //! - `password`: [`PasswordHash`]; `user`: [`User`] and its tags;
 //! - `permission`: [`Permissions`], the three patterns, and RabbitMQ's refusal;
+//! - `operation`: [`Operation`], what each operation needs of them (RabbitMQ's table);
 //! - `change`: [`AccessChange`], one change as the cluster replicates it;
 //! - `stored`: the file's format; `login_throttle`: [`LoginThrottle`].
 //!
@@ -12,6 +13,7 @@
 
 mod change;
 mod login_throttle;
+mod operation;
 mod password;
 mod permission;
 mod stored;
@@ -19,6 +21,7 @@ pub mod user;
 
 pub use change::{AccessChange, PasswordChange};
 pub use login_throttle::LoginThrottle;
+pub use operation::Operation;
 pub use password::{HashingAlgorithm, PasswordHash, PasswordHashError};
 pub use permission::{Access, PermissionSpec, Permissions, Resource};
 pub use user::User;
@@ -29,6 +32,7 @@ use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use warren_storage::SnapshotFile;
 
 /// What a fresh broker starts with, and who may log in from loopback only.
@@ -89,6 +93,16 @@ struct AccessState {
     vhosts: BTreeMap<String, VhostEntry>,
     /// By vhost, then user.
     grants: BTreeMap<String, BTreeMap<String, Grant>>,
+    /// By user: the generation of the last change to its password, tags or permissions, so
+    /// that what was decided under an older one (a UI session, a live feed) is known stale.
+    revisions: std::collections::HashMap<String, u64>,
+}
+
+impl AccessState {
+    /// Records that `user`'s credentials or rights changed at `generation`.
+    fn revise(&mut self, user: &str, generation: u64) {
+        self.revisions.insert(user.to_string(), generation);
+    }
 }
 
 /// Users, vhosts and permissions.
@@ -184,7 +198,7 @@ impl AccessControl {
 
     fn apply_to_state(&self, change: &AccessChange) -> BrokerResult<()> {
         let mut state = self.state.write();
-        self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
+        let generation = self.generation.fetch_add(1, std::sync::atomic::Ordering::Release) + 1;
         match change {
             AccessChange::PutUser { name, password, tags } => {
                 let user = state.users.entry(name.clone()).or_insert_with(|| User {
@@ -192,6 +206,7 @@ impl AccessControl {
                     password: None,
                     tags: Vec::new(),
                 });
+                let before = user.clone();
                 match password {
                     PasswordChange::Keep => {}
                     PasswordChange::Clear => user.password = None,
@@ -204,9 +219,13 @@ impl AccessControl {
                 if let Some(tags) = tags {
                     user.tags = tags.clone();
                 }
+                if *user != before {
+                    state.revise(name, generation);
+                }
             }
             AccessChange::DeleteUser { name } => {
                 state.users.remove(name);
+                state.revisions.remove(name);
                 for grants in state.grants.values_mut() {
                     grants.remove(name);
                 }
@@ -216,16 +235,25 @@ impl AccessControl {
             }
             AccessChange::DeleteVhost { name } => {
                 state.vhosts.remove(name);
-                state.grants.remove(name);
+                let users: Vec<String> = state.grants.remove(name).into_iter().flat_map(|g| g.into_keys()).collect();
+                for user in users {
+                    state.revise(&user, generation);
+                }
             }
             AccessChange::SetPermissions { vhost, user, permissions } => {
                 let compiled = Arc::new(Permissions::compile(permissions)?);
                 let grant = Grant { spec: permissions.clone(), compiled };
-                state.grants.entry(vhost.clone()).or_default().insert(user.clone(), grant);
+                let grants = state.grants.entry(vhost.clone()).or_default();
+                let changed = grants.get(user).is_none_or(|old| old.spec != *permissions);
+                grants.insert(user.clone(), grant);
+                if changed {
+                    state.revise(user, generation);
+                }
             }
             AccessChange::ClearPermissions { vhost, user } => {
-                if let Some(grants) = state.grants.get_mut(vhost) {
-                    grants.remove(user);
+                let removed = state.grants.get_mut(vhost).and_then(|grants| grants.remove(user));
+                if removed.is_some() {
+                    state.revise(user, generation);
                 }
             }
             AccessChange::SetVhostLimits { vhost, limits } => {
@@ -305,16 +333,20 @@ impl AccessControl {
 
     /// Counts a login attempt from `peer` as `user` by `mechanism`; a failure (`why`) is
     /// logged, at most once a second per address (a guessing client cannot flood the log).
-    pub fn count_login(&self, peer: IpAddr, user: &str, mechanism: &str, failure: Option<&str>) {
+    /// Answers how long to hold back the refusal: an address that keeps failing has its
+    /// failures answered one at a time (see [`LoginThrottle`]); a success never waits.
+    pub fn count_login(&self, peer: IpAddr, user: &str, mechanism: &str, failure: Option<&str>) -> Option<Duration> {
         let Some(why) = failure else {
             self.throttle.succeeded();
-            return;
+            return None;
         };
-        if self.throttle.failed(peer) {
+        let failed = self.throttle.failed(peer);
+        if failed.log {
             let user = crate::client_text::sanitize(user, crate::client_text::MAX_TEXT_BYTES);
             let mechanism = crate::client_text::sanitize(mechanism, MAX_MECHANISM_LOG_BYTES);
             tracing::warn!(%peer, user, mechanism, why, "login failed");
         }
+        failed.delay
     }
 
     /// The failed-login table.
@@ -361,6 +393,41 @@ impl AccessControl {
         let state = self.state.read();
         let grant = state.grants.get(vhost).and_then(|grants| grants.get(user));
         permission::check(grant.map(|g| &*g.compiled), access, resource, vhost, user)
+    }
+
+    /// `Ok` if `user` may make `operation` in `vhost`: every permission it needs (see
+    /// [`Operation`]); 403 with RabbitMQ's text for the first it lacks.
+    pub fn authorize(&self, user: &str, vhost: &str, operation: &Operation<'_>) -> BrokerResult<()> {
+        let state = self.state.read();
+        let grant = state.grants.get(vhost).and_then(|grants| grants.get(user)).map(|g| &*g.compiled);
+        for (access, resource) in operation.needs() {
+            permission::check(grant, access, resource, vhost, user)?;
+        }
+        Ok(())
+    }
+
+    /// The generation at which `user`'s password, tags or permissions last changed (0 if
+    /// never since start); `None` if there is no such user. A session or live feed opened
+    /// under another answer is stale.
+    pub fn user_revision(&self, user: &str) -> Option<u64> {
+        let state = self.state.read();
+        state.users.contains_key(user).then(|| state.revisions.get(user).copied().unwrap_or(0))
+    }
+}
+
+/// A message's `user-id` property, when set, must name the user who publishes it: 406, as in
+/// RabbitMQ, so that consumers can trust it (AMQP and the management API alike).
+pub fn check_user_id(properties: &crate::properties::Properties, user: &str) -> BrokerResult<()> {
+    use crate::client_text::{sanitize, MAX_TEXT_BYTES};
+    match properties.user_id() {
+        Some(claimed) if claimed != user.as_bytes() => {
+            let claimed = sanitize(&String::from_utf8_lossy(claimed), MAX_TEXT_BYTES);
+            let user = sanitize(user, MAX_TEXT_BYTES);
+            Err(BrokerError::precondition_failed(format!(
+                "user_id property set to '{claimed}' but authenticated user was '{user}'"
+            )))
+        }
+        _ => Ok(()),
     }
 }
 

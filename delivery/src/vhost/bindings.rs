@@ -1,7 +1,7 @@
 //! Bindings: binding and unbinding as RabbitMQ answers them, and auto-delete exchanges, which
 //! go when their last binding goes.
 
-use super::{refuse_default_exchange, VirtualHost};
+use super::{refuse_default_exchange, refuse_too_long, VirtualHost};
 use crate::direct_reply_to;
 use crate::error::{BrokerError, BrokerResult};
 use crate::exchange::{Binding, Destination, Exchange};
@@ -13,6 +13,7 @@ impl VirtualHost {
     /// queue must not be another connection's exclusive queue (405).
     pub fn bind(&self, source: &str, binding: Binding, connection: ConnectionId) -> BrokerResult<()> {
         check_binding_ends(source, &binding.destination)?;
+        refuse_too_long("routing key", &binding.routing_key)?;
         match &binding.destination {
             Destination::Exchange(name) => {
                 self.exchange(name)?;

@@ -705,8 +705,25 @@ fn refuse_default_exchange(name: &str) -> BrokerResult<()> {
     Ok(())
 }
 
-/// Names with the `amq.` prefix are the broker's: a client may not create one (403).
+/// AMQP's short strings name exchanges and queues and carry routing keys: what is longer
+/// could never be used over AMQP (the management API is where it could come from).
+pub const MAX_SHORT_STRING_BYTES: usize = 255;
+
+/// 406 for a name or key longer than AMQP carries.
+pub(crate) fn refuse_too_long(what: &str, text: &str) -> BrokerResult<()> {
+    if text.len() > MAX_SHORT_STRING_BYTES {
+        return Err(BrokerError::precondition_failed(format!(
+            "{what} is {} bytes long, longer than {MAX_SHORT_STRING_BYTES}",
+            text.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A name a client may give a new exchange or queue: at most 255 bytes (406), and without the
+/// `amq.` prefix, which is the broker's (403).
 fn refuse_reserved_name(kind: &str, name: &str) -> BrokerResult<()> {
+    refuse_too_long(&format!("{kind} name"), name)?;
     if name.starts_with(RESERVED_PREFIX) {
         return Err(BrokerError::access_refused(format!("{kind} name '{name}' contains reserved prefix 'amq.*'")));
     }

@@ -1,35 +1,43 @@
 //! Users, virtual hosts, permissions and vhost limits, in RabbitMQ's shapes:
 //! `/api/users[/{name}[/permissions]]`, `/api/vhosts/{vhost}` (PUT, DELETE) and
 //! `/api/vhosts/{vhost}/permissions`, `/api/permissions[/{vhost}/{user}]`,
-//! `/api/vhost-limits[/{vhost}[/{name}]]`, `/api/whoami`. Changes need the administrator tag;
-//! they go through the broker's access control (the cluster's metadata group in a cluster),
-//! which stores them. The JSON forms here serve definitions export and import too.
+//! `/api/vhost-limits[/{vhost}[/{name}]]`, `/api/whoami`. Users, permissions and changes are
+//! for administrators, as in RabbitMQ (a password hash is never shown to anyone else); they go
+//! through the broker's access control (the cluster's metadata group in a cluster), which
+//! stores them. The JSON forms here serve definitions export and import too.
 
 use super::Management;
-use crate::auth::Authenticated;
+use crate::authorization::{Caller, Rule};
 use crate::error::ApiError;
 use crate::listing::ListQuery;
+use crate::route_table::RouteTable;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::response::Response;
+use axum::Json;
 use serde_json::{json, Value};
 use warren_delivery::access::{AccessChange, PasswordChange, PermissionSpec, User};
 use warren_delivery::vhost::VhostLimits;
 
 /// The routes.
-pub(super) fn routes() -> Router<Management> {
-    Router::new()
-        .route("/api/users", get(users))
-        .route("/api/users/{name}", get(user).put(put_user).delete(delete_user))
-        .route("/api/users/{name}/permissions", get(user_permissions))
-        .route("/api/vhosts/{vhost}/permissions", get(vhost_permissions))
-        .route("/api/permissions", get(permissions))
-        .route("/api/permissions/{vhost}/{user}", get(permission).put(put_permission).delete(delete_permission))
-        .route("/api/vhost-limits", get(all_vhost_limits))
-        .route("/api/vhost-limits/{vhost}", get(vhost_limits))
-        .route("/api/vhost-limits/{vhost}/{name}", axum::routing::put(put_vhost_limit).delete(delete_vhost_limit))
-        .route("/api/whoami", get(whoami))
+pub(super) fn routes(table: &mut RouteTable) {
+    use Rule::Administrator;
+    table
+        .get("/api/users", Administrator, users)
+        .get("/api/users/{name}", Administrator, user)
+        .put("/api/users/{name}", Administrator, put_user)
+        .delete("/api/users/{name}", Administrator, delete_user)
+        .get("/api/users/{name}/permissions", Administrator, user_permissions)
+        .get("/api/vhosts/{vhost}/permissions", Administrator, vhost_permissions)
+        .get("/api/permissions", Administrator, permissions)
+        .get("/api/permissions/{vhost}/{user}", Administrator, permission)
+        .put("/api/permissions/{vhost}/{user}", Administrator, put_permission)
+        .delete("/api/permissions/{vhost}/{user}", Administrator, delete_permission)
+        .get("/api/vhost-limits", Rule::Management, all_vhost_limits)
+        .get("/api/vhost-limits/{vhost}", Rule::Vhost, vhost_limits)
+        .put("/api/vhost-limits/{vhost}/{name}", Administrator, put_vhost_limit)
+        .delete("/api/vhost-limits/{vhost}/{name}", Administrator, delete_vhost_limit)
+        .get("/api/whoami", Rule::Management, whoami);
 }
 
 fn bad_request(reason: impl Into<String>) -> ApiError {
@@ -95,20 +103,12 @@ pub(super) fn permission_spec(body: &Value) -> Result<PermissionSpec, ApiError> 
     Ok(PermissionSpec { configure: field("configure")?, write: field("write")?, read: field("read")? })
 }
 
-async fn users(
-    _: Authenticated,
-    State(api): State<Management>,
-    Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+async fn users(State(api): State<Management>, Query(query): Query<ListQuery>) -> Result<Response, ApiError> {
     let items = api.broker().access().users().iter().map(user_json).collect();
-    Ok(Json(query.apply(items)?))
+    query.answer(items)
 }
 
-async fn user(
-    _: Authenticated,
-    State(api): State<Management>,
-    Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+async fn user(State(api): State<Management>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
     let user = api
         .broker()
         .access()
@@ -118,23 +118,16 @@ async fn user(
 }
 
 async fn put_user(
-    who: Authenticated,
     State(api): State<Management>,
     Path(name): Path<String>,
     Json(body): Json<Value>,
 ) -> Result<StatusCode, ApiError> {
-    who.require_administrator()?;
     let exists = api.broker().access().user(&name).is_some();
     api.broker().change_access(user_change(&name, &body, exists)?).await?;
     Ok(if exists { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
 }
 
-async fn delete_user(
-    who: Authenticated,
-    State(api): State<Management>,
-    Path(name): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    who.require_administrator()?;
+async fn delete_user(State(api): State<Management>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
     api.broker().change_access(AccessChange::DeleteUser { name }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -144,20 +137,19 @@ fn permissions_where(api: &Management, keep: impl Fn(&str, &str) -> bool) -> Vec
     all.iter().filter(|(vhost, user, _)| keep(vhost, user)).map(|(v, u, spec)| permission_json(v, u, spec)).collect()
 }
 
-async fn user_permissions(_: Authenticated, State(api): State<Management>, Path(name): Path<String>) -> Json<Value> {
+async fn user_permissions(State(api): State<Management>, Path(name): Path<String>) -> Json<Value> {
     Json(Value::Array(permissions_where(&api, |_, user| user == name)))
 }
 
-async fn vhost_permissions(_: Authenticated, State(api): State<Management>, Path(name): Path<String>) -> Json<Value> {
+async fn vhost_permissions(State(api): State<Management>, Path(name): Path<String>) -> Json<Value> {
     Json(Value::Array(permissions_where(&api, |vhost, _| vhost == name)))
 }
 
-async fn permissions(_: Authenticated, State(api): State<Management>) -> Json<Value> {
+async fn permissions(State(api): State<Management>) -> Json<Value> {
     Json(Value::Array(permissions_where(&api, |_, _| true)))
 }
 
 async fn permission(
-    _: Authenticated,
     State(api): State<Management>,
     Path((vhost, user)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
@@ -168,12 +160,10 @@ async fn permission(
 }
 
 async fn put_permission(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, user)): Path<(String, String)>,
     Json(body): Json<Value>,
 ) -> Result<StatusCode, ApiError> {
-    who.require_administrator()?;
     let existed = api.broker().access().permissions_of(&vhost, &user).is_some();
     let permissions = permission_spec(&body)?;
     api.broker().change_access(AccessChange::SetPermissions { vhost, user, permissions }).await?;
@@ -181,11 +171,9 @@ async fn put_permission(
 }
 
 async fn delete_permission(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, user)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    who.require_administrator()?;
     api.broker().change_access(AccessChange::ClearPermissions { vhost, user }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -194,31 +182,22 @@ fn limits_json(vhost: &str, limits: &VhostLimits) -> Value {
     json!({ "vhost": vhost, "value": limits.to_json() })
 }
 
-async fn all_vhost_limits(_: Authenticated, State(api): State<Management>) -> Json<Value> {
+/// The limits of the vhosts the caller may see.
+async fn all_vhost_limits(caller: Caller, State(api): State<Management>) -> Json<Value> {
     let vhosts = api.broker().access().vhosts();
-    let items = vhosts.iter().filter(|(_, e)| !e.limits.is_empty()).map(|(v, e)| limits_json(v, &e.limits)).collect();
-    Json(Value::Array(items))
+    let shown = vhosts.iter().filter(|(v, e)| !e.limits.is_empty() && caller.may_see_vhost(api.broker(), v));
+    Json(Value::Array(shown.map(|(v, e)| limits_json(v, &e.limits)).collect()))
 }
 
-async fn vhost_limits(
-    who: Authenticated,
-    State(api): State<Management>,
-    Path(vhost): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let host = api.vhost(&who, &vhost)?;
+async fn vhost_limits(State(api): State<Management>, Path(vhost): Path<String>) -> Result<Json<Value>, ApiError> {
+    let host = api.vhost(&vhost)?;
     let limits = host.limits();
     Ok(Json(Value::Array(if limits.is_empty() { Vec::new() } else { vec![limits_json(&vhost, &limits)] })))
 }
 
 /// Sets (`value` some) or clears one limit of `vhost`.
-async fn change_limit(
-    api: &Management,
-    who: &Authenticated,
-    vhost: String,
-    name: &str,
-    value: Option<Value>,
-) -> Result<(), ApiError> {
-    let mut limits = api.vhost(who, &vhost)?.limits().to_json();
+async fn change_limit(api: &Management, vhost: String, name: &str, value: Option<Value>) -> Result<(), ApiError> {
+    let mut limits = api.vhost(&vhost)?.limits().to_json();
     match value {
         Some(value) => limits.insert(name.to_string(), value),
         None => limits.remove(name),
@@ -229,28 +208,24 @@ async fn change_limit(
 }
 
 async fn put_vhost_limit(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Json(body): Json<Value>,
 ) -> Result<StatusCode, ApiError> {
-    who.require_administrator()?;
     let value = body.get("value").cloned().ok_or_else(|| bad_request("'value' must be set"))?;
-    change_limit(&api, &who, vhost, &name, Some(value)).await?;
+    change_limit(&api, vhost, &name, Some(value)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn delete_vhost_limit(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    who.require_administrator()?;
-    change_limit(&api, &who, vhost, &name, None).await?;
+    change_limit(&api, vhost, &name, None).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn whoami(who: Authenticated, State(api): State<Management>) -> Json<Value> {
-    let tags = api.broker().access().user(&who.user).map(|u| u.tags).unwrap_or_default();
-    Json(json!({ "name": who.user, "tags": tags }))
+async fn whoami(caller: Caller, State(api): State<Management>) -> Json<Value> {
+    let tags = api.broker().access().user(&caller.user).map(|u| u.tags).unwrap_or_default();
+    Json(json!({ "name": caller.user, "tags": tags }))
 }

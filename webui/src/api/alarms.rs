@@ -2,31 +2,32 @@
 //! `local-alarms`: 200 without an alarm, 503 naming them), this node's memory and disk figures
 //! in `GET /api/nodes`, and `GET` / `PUT /api/resource-limits` (Warren's), which reads and
 //! changes the thresholds at run time, as `rabbitmqctl set_vm_memory_high_watermark` and
-//! `set_disk_free_limit` do.
+//! `set_disk_free_limit` do (administrators only: one change blocks every publisher).
 
 use super::Management;
-use crate::auth::Authenticated;
+use crate::authorization::Rule;
 use crate::error::ApiError;
+use crate::route_table::RouteTable;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use warren_delivery::resource_alarm::{parse_size_bytes, ResourceLimits};
 
 /// The alarm routes.
-pub(super) fn routes() -> Router<Management> {
-    Router::new()
-        .route("/api/health/checks/alarms", get(health))
-        .route("/api/health/checks/local-alarms", get(health))
-        .route("/api/resource-limits", get(limits).put(set_limits))
+pub(super) fn routes(table: &mut RouteTable) {
+    table
+        .get("/api/health/checks/alarms", Rule::Management, health)
+        .get("/api/health/checks/local-alarms", Rule::Management, health)
+        .get("/api/resource-limits", Rule::Monitoring, limits)
+        .put("/api/resource-limits", Rule::Administrator, set_limits);
 }
 
 /// Healthy without an alarm; 503 with the alarms in effect otherwise, as RabbitMQ answers.
 /// Warren's nodes each watch their own resources, so both checks answer for this node.
-async fn health(_: Authenticated, State(api): State<Management>) -> Response {
+async fn health(State(api): State<Management>) -> Response {
     let state = api.broker().alarms().state();
     if !state.any() {
         return Json(json!({ "status": "ok" })).into_response();
@@ -62,7 +63,7 @@ fn limits_json(limits: ResourceLimits) -> Value {
     })
 }
 
-async fn limits(_: Authenticated, State(api): State<Management>) -> Json<Value> {
+async fn limits(State(api): State<Management>) -> Json<Value> {
     Json(limits_json(api.broker().alarms().limits()))
 }
 
@@ -84,11 +85,7 @@ fn text_of(value: &Value) -> String {
     }
 }
 
-async fn set_limits(
-    _: Authenticated,
-    State(api): State<Management>,
-    Json(body): Json<LimitsBody>,
-) -> Result<StatusCode, ApiError> {
+async fn set_limits(State(api): State<Management>, Json(body): Json<LimitsBody>) -> Result<StatusCode, ApiError> {
     let bad = |e: warren_delivery::resource_alarm::BadSize| ApiError::new(StatusCode::BAD_REQUEST, e.to_string());
     let alarms = api.broker().alarms();
     let mut limits = alarms.limits();

@@ -4,15 +4,15 @@
 //! binding from the default exchange is listed too, as RabbitMQ lists it.
 
 use super::Management;
-use crate::auth::Authenticated;
+use crate::authorization::{Caller, ObjectOp, Rule};
 use crate::error::ApiError;
 use crate::json_table;
-use crate::listing::ListQuery;
+use crate::listing::{field, ListQuery, Listed, SortKey};
+use crate::route_table::RouteTable;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -21,21 +21,44 @@ use warren_delivery::metadata::DefinitionOp;
 use warren_delivery::VirtualHost;
 
 /// The binding routes.
-pub(super) fn routes() -> Router<Management> {
-    Router::new()
-        .route("/api/bindings", get(list_all))
-        .route("/api/bindings/{vhost}", get(list_vhost))
-        .route("/api/bindings/{vhost}/e/{source}/{kind}/{destination}", get(list_pair).post(create))
-        .route("/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}", get(show).delete(remove))
-        .route("/api/exchanges/{vhost}/{name}/bindings/{side}", get(list_exchange))
-        .route("/api/queues/{vhost}/{name}/bindings", get(list_queue))
+pub(super) fn routes(table: &mut RouteTable) {
+    let pair = "/api/bindings/{vhost}/e/{source}/{kind}/{destination}";
+    let one = "/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}";
+    table
+        .get("/api/bindings", Rule::Management, list_all)
+        .get("/api/bindings/{vhost}", Rule::Vhost, list_vhost)
+        .get(pair, Rule::Vhost, list_pair)
+        .post(pair, Rule::Object(ObjectOp::Bind), create)
+        .get(one, Rule::Vhost, show)
+        .delete(one, Rule::Object(ObjectOp::Bind), remove)
+        .get("/api/exchanges/{vhost}/{name}/bindings/{side}", Rule::Vhost, list_exchange)
+        .get("/api/queues/{vhost}/{name}/bindings", Rule::Vhost, list_queue);
 }
 
-/// A binding as listed: its source and everything RabbitMQ shows of it.
+/// A binding as listed: its vhost, its source and everything RabbitMQ shows of it.
 #[derive(Debug, Clone)]
-struct Listed {
+struct BindingRow {
+    vhost: String,
     source: String,
     binding: Binding,
+}
+
+impl Listed for BindingRow {
+    /// Bindings have no name (the default order is their listing order).
+    fn name(&self) -> &str {
+        ""
+    }
+
+    fn sort_key(&self, path: &str) -> SortKey {
+        match path {
+            "name" => SortKey::Missing,
+            _ => SortKey::of(field(&binding_json(self), path)),
+        }
+    }
+
+    fn into_json(self) -> Value {
+        binding_json(&self)
+    }
 }
 
 /// The key that names a binding among those of one source and destination: its routing key
@@ -58,11 +81,11 @@ fn destination_parts(destination: &Destination) -> (&str, &'static str) {
     }
 }
 
-fn binding_json(vhost: &str, listed: &Listed) -> Value {
+fn binding_json(listed: &BindingRow) -> Value {
     let (destination, destination_type) = destination_parts(&listed.binding.destination);
     json!({
         "source": listed.source,
-        "vhost": vhost,
+        "vhost": listed.vhost,
         "destination": destination,
         "destination_type": destination_type,
         "routing_key": listed.binding.routing_key,
@@ -72,10 +95,12 @@ fn binding_json(vhost: &str, listed: &Listed) -> Value {
 }
 
 /// Every binding of `vhost`: the default exchange's to each queue first, then the others.
-fn bindings_of(vhost: &VirtualHost) -> Vec<Listed> {
+fn bindings_of(vhost: &VirtualHost) -> Vec<BindingRow> {
     let mut queues: Vec<String> = vhost.queues().iter().map(|q| q.name().to_string()).collect();
     queues.sort();
-    let default = queues.into_iter().map(|name| Listed {
+    let host = vhost.name().to_string();
+    let default = queues.into_iter().map(|name| BindingRow {
+        vhost: host.clone(),
         source: String::new(),
         binding: Binding {
             destination: Destination::Queue(name.as_str().into()),
@@ -87,40 +112,45 @@ fn bindings_of(vhost: &VirtualHost) -> Vec<Listed> {
     exchanges.sort_by(|a, b| a.name().cmp(b.name()));
     let explicit = exchanges.into_iter().flat_map(|exchange| {
         let source = exchange.name().to_string();
-        exchange.bindings().into_iter().map(move |binding| Listed { source: source.clone(), binding })
+        let host = host.clone();
+        exchange.bindings().into_iter().map(move |binding| BindingRow {
+            vhost: host.clone(),
+            source: source.clone(),
+            binding,
+        })
     });
     default.chain(explicit).collect()
 }
 
 fn answer(
     api: &Management,
-    who: &Authenticated,
+    caller: &Caller,
     vhost: Option<&str>,
     query: &ListQuery,
-    keep: impl Fn(&Listed) -> bool,
-) -> Result<Json<Value>, ApiError> {
-    let mut items = Vec::new();
-    for host in api.vhosts(who, vhost)? {
-        items.extend(bindings_of(&host).iter().filter(|l| keep(l)).map(|l| binding_json(host.name(), l)));
+    keep: impl Fn(&BindingRow) -> bool,
+) -> Result<Response, ApiError> {
+    let mut rows = Vec::new();
+    for host in api.vhosts(caller, vhost)? {
+        rows.extend(bindings_of(&host).into_iter().filter(|row| keep(row)));
     }
-    Ok(Json(query.apply(items)?))
+    query.answer(rows)
 }
 
 async fn list_all(
-    who: Authenticated,
+    caller: Caller,
     State(api): State<Management>,
     Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
-    answer(&api, &who, None, &query, |_| true)
+) -> Result<Response, ApiError> {
+    answer(&api, &caller, None, &query, |_| true)
 }
 
 async fn list_vhost(
-    who: Authenticated,
+    caller: Caller,
     State(api): State<Management>,
     Path(vhost): Path<String>,
     Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
-    answer(&api, &who, Some(&vhost), &query, |_| true)
+) -> Result<Response, ApiError> {
+    answer(&api, &caller, Some(&vhost), &query, |_| true)
 }
 
 /// The destination a route names: `q` for a queue, `e` for an exchange (404 otherwise).
@@ -133,43 +163,43 @@ fn destination(kind: &str, name: &str) -> Result<Destination, ApiError> {
 }
 
 async fn list_pair(
-    who: Authenticated,
+    caller: Caller,
     State(api): State<Management>,
     Path((vhost, source, kind, name)): Path<(String, String, String, String)>,
     Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let wanted = destination(&kind, &name)?;
-    answer(&api, &who, Some(&vhost), &query, |l| l.source == source && l.binding.destination == wanted)
+    answer(&api, &caller, Some(&vhost), &query, |l| l.source == source && l.binding.destination == wanted)
 }
 
 async fn list_exchange(
-    who: Authenticated,
+    caller: Caller,
     State(api): State<Management>,
     Path((vhost, name, side)): Path<(String, String, String)>,
     Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
-    api.vhost(&who, &vhost)?.exchange(&name)?;
+) -> Result<Response, ApiError> {
+    api.vhost(&vhost)?.exchange(&name)?;
     let as_destination = Destination::Exchange(name.as_str().into());
     match side.as_str() {
-        "source" => answer(&api, &who, Some(&vhost), &query, |l| l.source == name),
-        "destination" => answer(&api, &who, Some(&vhost), &query, |l| l.binding.destination == as_destination),
+        "source" => answer(&api, &caller, Some(&vhost), &query, |l| l.source == name),
+        "destination" => answer(&api, &caller, Some(&vhost), &query, |l| l.binding.destination == as_destination),
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, "bindings/source or bindings/destination")),
     }
 }
 
 async fn list_queue(
-    who: Authenticated,
+    caller: Caller,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
-    api.vhost(&who, &vhost)?.queue(&name)?;
+) -> Result<Response, ApiError> {
+    api.vhost(&vhost)?.queue(&name)?;
     let as_destination = Destination::Queue(name.as_str().into());
-    answer(&api, &who, Some(&vhost), &query, |l| l.binding.destination == as_destination)
+    answer(&api, &caller, Some(&vhost), &query, |l| l.binding.destination == as_destination)
 }
 
 /// The binding of `source` to `destination` whose properties key is `props` (404 if none).
-fn find(vhost: &VirtualHost, source: &str, destination: &Destination, props: &str) -> Result<Listed, ApiError> {
+fn find(vhost: &VirtualHost, source: &str, destination: &Destination, props: &str) -> Result<BindingRow, ApiError> {
     bindings_of(vhost)
         .into_iter()
         .find(|l| l.source == source && l.binding.destination == *destination && properties_key(&l.binding) == props)
@@ -177,13 +207,12 @@ fn find(vhost: &VirtualHost, source: &str, destination: &Destination, props: &st
 }
 
 async fn show(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, source, kind, name, props)): Path<(String, String, String, String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let host = api.vhost(&who, &vhost)?;
+    let host = api.vhost(&vhost)?;
     let listed = find(&host, &source, &destination(&kind, &name)?, &props)?;
-    Ok(Json(binding_json(&vhost, &listed)))
+    Ok(Json(binding_json(&listed)))
 }
 
 /// The body of a binding's creation.
@@ -197,12 +226,11 @@ struct BindingBody {
 /// Binds, as `queue.bind` or `exchange.bind`: 201, with the new binding's properties key as
 /// the `Location`.
 async fn create(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, source, kind, name)): Path<(String, String, String, String)>,
     Json(body): Json<BindingBody>,
 ) -> Result<Response, ApiError> {
-    let host = api.vhost(&who, &vhost)?;
+    let host = api.vhost(&vhost)?;
     let to = destination(&kind, &name)?;
     let arguments = json_table::from_json(&body.arguments).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
     let binding = Binding { destination: to, routing_key: body.routing_key.clone(), arguments: arguments.clone() };
@@ -218,11 +246,10 @@ async fn create(
 }
 
 async fn remove(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, source, kind, name, props)): Path<(String, String, String, String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let host = api.vhost(&who, &vhost)?;
+    let host = api.vhost(&vhost)?;
     let listed = find(&host, &source, &destination(&kind, &name)?, &props)?;
     let op = DefinitionOp::Unbind {
         source,

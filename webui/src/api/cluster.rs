@@ -3,12 +3,12 @@
 //! and `add_replica`, `delete_member` and `delete_replica`, `grow`, `shrink`).
 
 use super::Management;
-use crate::auth::Authenticated;
+use crate::authorization::Rule;
 use crate::error::ApiError;
+use crate::route_table::RouteTable;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{delete, get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
@@ -48,20 +48,21 @@ pub struct NodeStatus {
     pub kind: &'static str,
 }
 
-/// The cluster routes.
-pub(super) fn routes() -> Router<Management> {
-    Router::new()
-        .route("/api/nodes", get(nodes))
-        .route("/api/nodes/{node}", delete(forget_node))
-        .route("/api/cluster/join", post(join_cluster))
-        .route("/api/queues/quorum/{vhost}/{name}/replicas/add", post(add_replica))
-        .route("/api/queues/quorum/{vhost}/{name}/replicas/delete", post(delete_replica))
-        .route("/api/queues/quorum/replicas/on/{node}/grow", post(grow))
-        .route("/api/queues/quorum/replicas/on/{node}/shrink", delete(shrink))
+/// The cluster routes: the nodes are for monitors, changing the cluster for administrators.
+pub(super) fn routes(table: &mut RouteTable) {
+    use Rule::Administrator;
+    table
+        .get("/api/nodes", Rule::Monitoring, nodes)
+        .delete("/api/nodes/{node}", Administrator, forget_node)
+        .post("/api/cluster/join", Administrator, join_cluster)
+        .post("/api/queues/quorum/{vhost}/{name}/replicas/add", Administrator, add_replica)
+        .post("/api/queues/quorum/{vhost}/{name}/replicas/delete", Administrator, delete_replica)
+        .post("/api/queues/quorum/replicas/on/{node}/grow", Administrator, grow)
+        .delete("/api/queues/quorum/replicas/on/{node}/shrink", Administrator, shrink);
 }
 
 /// The cluster's nodes; this one with its memory and disk figures (each node watches its own).
-async fn nodes(_: Authenticated, State(api): State<Management>) -> Json<Value> {
+async fn nodes(State(api): State<Management>) -> Json<Value> {
     let local = api.node();
     let nodes = api.cluster.nodes().into_iter().map(|node| {
         let is_local = node.name == local;
@@ -81,21 +82,19 @@ struct NodeRequest {
 }
 
 async fn add_replica(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Json(request): Json<NodeRequest>,
 ) -> Result<StatusCode, ApiError> {
-    change_replicas(&api, &who, &vhost, &name, &request.node, ReplicaChange::Add).await
+    change_replicas(&api, &vhost, &name, &request.node, ReplicaChange::Add).await
 }
 
 async fn delete_replica(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Json(request): Json<NodeRequest>,
 ) -> Result<StatusCode, ApiError> {
-    change_replicas(&api, &who, &vhost, &name, &request.node, ReplicaChange::Delete).await
+    change_replicas(&api, &vhost, &name, &request.node, ReplicaChange::Delete).await
 }
 
 /// What a replica route asks for.
@@ -107,14 +106,12 @@ enum ReplicaChange {
 
 async fn change_replicas(
     api: &Management,
-    who: &Authenticated,
     vhost: &str,
     queue: &str,
     node: &str,
     change: ReplicaChange,
 ) -> Result<StatusCode, ApiError> {
-    who.require_administrator()?;
-    let host = api.vhost(who, vhost)?;
+    let host = api.vhost(vhost)?;
     let metadata = host.metadata().ok_or_else(not_clustered)?;
     known_node(api, node)?;
     match change {
@@ -145,12 +142,7 @@ fn replicated_queues(
 }
 
 /// rabbitmq-queues `grow NODE all`: every quorum queue here without a replica on `node` gets one.
-async fn grow(
-    who: Authenticated,
-    State(api): State<Management>,
-    Path(node): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    who.require_administrator()?;
+async fn grow(State(api): State<Management>, Path(node): Path<String>) -> Result<StatusCode, ApiError> {
     known_node(&api, &node)?;
     for (vhost, queue) in replicated_queues(&api, &[QueueType::Quorum], &node, false) {
         let metadata = vhost.metadata().ok_or_else(not_clustered)?;
@@ -160,12 +152,7 @@ async fn grow(
 }
 
 /// rabbitmq-queues `shrink NODE`: every quorum queue here with a replica on `node` loses it.
-async fn shrink(
-    who: Authenticated,
-    State(api): State<Management>,
-    Path(node): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    who.require_administrator()?;
+async fn shrink(State(api): State<Management>, Path(node): Path<String>) -> Result<StatusCode, ApiError> {
     for (vhost, queue) in replicated_queues(&api, &[QueueType::Quorum], &node, true) {
         let metadata = vhost.metadata().ok_or_else(not_clustered)?;
         metadata.delete_member(vhost.name(), queue.name(), &node).await?;
@@ -176,12 +163,7 @@ async fn shrink(
 /// rabbitmqctl `forget_cluster_node NODE` (a Warren extension of the API: RabbitMQ has no
 /// route for it): `node`, stopped, leaves the cluster. Its replicas of quorum queues and
 /// streams are removed first (as `shrink` does), then the metadata group stops counting it.
-async fn forget_node(
-    who: Authenticated,
-    State(api): State<Management>,
-    Path(node): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    who.require_administrator()?;
+async fn forget_node(State(api): State<Management>, Path(node): Path<String>) -> Result<StatusCode, ApiError> {
     let bad_request = |text: String| ApiError::new(StatusCode::BAD_REQUEST, text);
     if node == api.cluster.local_node() {
         return Err(bad_request(format!("{node} cannot forget itself: run forget_cluster_node on another node")));
@@ -205,11 +187,9 @@ async fn forget_node(
 /// node joins the cluster of the node named in the body (`{"node": "name@host:port"}`, its
 /// inter-node address). Answers the cluster's nodes once this one votes in its metadata group.
 async fn join_cluster(
-    who: Authenticated,
     State(api): State<Management>,
     Json(request): Json<NodeRequest>,
 ) -> Result<Json<Vec<String>>, ApiError> {
-    who.require_administrator()?;
     let joined = api.cluster.join_cluster(&request.node).await;
     let nodes = joined.map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, why))?;
     Ok(Json(nodes))

@@ -1,45 +1,49 @@
 //! Connections, channels and consumers of this node's clients: `GET /api/connections[/{name}]`,
 //! `DELETE /api/connections/{name}` (closed with 320 CONNECTION_FORCED and the reason in the
 //! `X-Reason` header, as RabbitMQ's), `GET /api/connections/{name}/channels`,
-//! `GET /api/channels[/{name}]`, `GET /api/consumers[/{vhost}]`.
+//! `GET /api/channels[/{name}]`, `GET /api/consumers[/{vhost}]`. As in RabbitMQ, a user sees
+//! its own connections (and their channels and consumers) and closes them; `monitoring`
+//! users see everyone's, administrators close anyone's.
 
 use super::Management;
-use crate::auth::Authenticated;
+use crate::authorization::{Caller, ConnectionOp, Rule};
 use crate::error::ApiError;
 use crate::json_table;
-use crate::listing::ListQuery;
+use crate::listing::{field, ListQuery, Listed, SortKey};
+use crate::route_table::RouteTable;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::response::Response;
+use axum::Json;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use warren_delivery::connections::ConnectionInfo;
 use warren_delivery::Session;
 
 /// The connection routes.
-pub(super) fn routes() -> Router<Management> {
-    Router::new()
-        .route("/api/connections", get(list_connections))
-        .route("/api/connections/{name}", get(show_connection).delete(close_connection))
-        .route("/api/connections/{name}/channels", get(connection_channels))
-        .route("/api/channels", get(list_channels))
-        .route("/api/channels/{name}", get(show_channel))
-        .route("/api/consumers", get(list_consumers))
-        .route("/api/consumers/{vhost}", get(list_vhost_consumers))
+pub(super) fn routes(table: &mut RouteTable) {
+    table
+        .get("/api/connections", Rule::Management, list_connections)
+        .get("/api/connections/{name}", Rule::Connection(ConnectionOp::Read), show_connection)
+        .delete("/api/connections/{name}", Rule::Connection(ConnectionOp::Close), close_connection)
+        .get("/api/connections/{name}/channels", Rule::Connection(ConnectionOp::Read), connection_channels)
+        .get("/api/channels", Rule::Management, list_channels)
+        .get("/api/channels/{name}", Rule::Connection(ConnectionOp::ReadChannel), show_channel)
+        .get("/api/consumers", Rule::Management, list_consumers)
+        .get("/api/consumers/{vhost}", Rule::Vhost, list_vhost_consumers);
 }
 
 /// The reason given when an operator closes a connection without saying why.
 const DEFAULT_CLOSE_REASON: &str = "Closed via management plugin";
 
-fn connection_json(api: &Management, info: &ConnectionInfo) -> Value {
+fn connection_json(node: &str, info: &ConnectionInfo) -> Value {
     let handshake = info.handshake();
     let (received, sent) = info.traffic_bytes();
     let properties: Map<String, Value> =
         handshake.client_properties.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
     json!({
         "name": info.name,
-        "node": api.node(),
+        "node": node,
         "type": "network",
         "protocol": "AMQP 0-9-1",
         "state": "running",
@@ -77,12 +81,12 @@ fn channel_details(info: &ConnectionInfo, number: u16) -> Value {
     })
 }
 
-fn channel_json(api: &Management, info: &ConnectionInfo, number: u16, session: &Session) -> Value {
+fn channel_json(node: &str, info: &ConnectionInfo, number: u16, session: &Session) -> Value {
     let handshake = info.handshake();
     json!({
         "name": channel_name(info, number),
         "number": number,
-        "node": api.node(),
+        "node": node,
         "user": handshake.user,
         "vhost": handshake.vhost,
         "state": "running",
@@ -101,27 +105,64 @@ fn connection(api: &Management, name: &str) -> Result<Arc<ConnectionInfo>, ApiEr
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no connection '{name}'")))
 }
 
-async fn list_connections(
-    _: Authenticated,
-    State(api): State<Management>,
-    Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
-    let items = api.broker().connections().all().iter().map(|info| connection_json(&api, info)).collect();
-    Ok(Json(query.apply(items)?))
+/// The user a connection logged in as ("" before it has).
+fn owner(info: &ConnectionInfo) -> String {
+    info.handshake().user.unwrap_or_default()
 }
 
-async fn show_connection(
-    _: Authenticated,
+/// The connections `caller` sees.
+fn visible_connections(api: &Management, caller: &Caller) -> Vec<Arc<ConnectionInfo>> {
+    let all = api.broker().connections().all();
+    all.into_iter().filter(|info| caller.sees_connection_of(&owner(info))).collect()
+}
+
+/// A connection in a list, shown as JSON when its turn comes.
+struct ConnectionRow {
+    node: Arc<str>,
+    info: Arc<ConnectionInfo>,
+}
+
+impl Listed for ConnectionRow {
+    fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    fn sort_key(&self, path: &str) -> SortKey {
+        match path {
+            "name" => SortKey::text(&self.info.name),
+            _ => SortKey::of(field(&self.json(), path)),
+        }
+    }
+
+    fn into_json(self) -> Value {
+        self.json()
+    }
+}
+
+impl ConnectionRow {
+    fn json(&self) -> Value {
+        connection_json(&self.node, &self.info)
+    }
+}
+
+async fn list_connections(
+    caller: Caller,
     State(api): State<Management>,
-    Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+    Query(query): Query<ListQuery>,
+) -> Result<Response, ApiError> {
+    let node: Arc<str> = api.node().into();
+    let rows =
+        visible_connections(&api, &caller).into_iter().map(|info| ConnectionRow { node: Arc::clone(&node), info });
+    query.answer(rows.collect())
+}
+
+async fn show_connection(State(api): State<Management>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
     let info = connection(&api, &name)?;
-    Ok(Json(connection_json(&api, &info)))
+    Ok(Json(connection_json(&api.node(), &info)))
 }
 
 /// Closes the connection: the client gets `connection.close` 320 with the `X-Reason`.
 async fn close_connection(
-    _: Authenticated,
     State(api): State<Management>,
     Path(name): Path<String>,
     headers: HeaderMap,
@@ -132,54 +173,76 @@ async fn close_connection(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Every channel, with its connection.
-fn all_channels(api: &Management) -> Vec<(Arc<ConnectionInfo>, u16, Arc<Session>)> {
-    let connections = api.broker().connections().all();
-    connections
-        .into_iter()
-        .flat_map(|info| {
-            let channels = info.channels();
-            channels.into_iter().map(move |(number, session)| (Arc::clone(&info), number, session))
-        })
-        .collect()
+/// A channel in a list, with its connection.
+struct ChannelRow {
+    node: Arc<str>,
+    info: Arc<ConnectionInfo>,
+    number: u16,
+    session: Arc<Session>,
+}
+
+impl ChannelRow {
+    fn json(&self) -> Value {
+        channel_json(&self.node, &self.info, self.number, &self.session)
+    }
+}
+
+impl Listed for ChannelRow {
+    fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    fn sort_key(&self, path: &str) -> SortKey {
+        SortKey::of(field(&self.json(), path))
+    }
+
+    fn into_json(self) -> Value {
+        self.json()
+    }
+}
+
+/// The channels of `connections`.
+fn channels_of(api: &Management, connections: Vec<Arc<ConnectionInfo>>) -> Vec<ChannelRow> {
+    let node: Arc<str> = api.node().into();
+    let mut rows = Vec::new();
+    for info in connections {
+        for (number, session) in info.channels() {
+            rows.push(ChannelRow { node: Arc::clone(&node), info: Arc::clone(&info), number, session });
+        }
+    }
+    rows
 }
 
 async fn connection_channels(
-    _: Authenticated,
     State(api): State<Management>,
     Path(name): Path<String>,
     Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let info = connection(&api, &name)?;
-    let items = info.channels().iter().map(|(number, session)| channel_json(&api, &info, *number, session)).collect();
-    Ok(Json(query.apply(items)?))
+    query.answer(channels_of(&api, vec![info]))
 }
 
 async fn list_channels(
-    _: Authenticated,
+    caller: Caller,
     State(api): State<Management>,
     Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
-    let items =
-        all_channels(&api).iter().map(|(info, number, session)| channel_json(&api, info, *number, session)).collect();
-    Ok(Json(query.apply(items)?))
+) -> Result<Response, ApiError> {
+    query.answer(channels_of(&api, visible_connections(&api, &caller)))
 }
 
-async fn show_channel(
-    _: Authenticated,
-    State(api): State<Management>,
-    Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    all_channels(&api)
-        .iter()
-        .find(|(info, number, _)| channel_name(info, *number) == name)
-        .map(|(info, number, session)| Json(channel_json(&api, info, *number, session)))
+async fn show_channel(State(api): State<Management>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    let all = channels_of(&api, api.broker().connections().all());
+    all.iter()
+        .find(|row| channel_name(&row.info, row.number) == name)
+        .map(|row| Json(row.json()))
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no channel '{name}'")))
 }
 
-fn consumers(api: &Management, vhost: Option<&str>) -> Vec<Value> {
+/// The consumers on the channels of the connections `caller` sees (of `vhost` only, if some).
+fn consumers(api: &Management, caller: &Caller, vhost: Option<&str>) -> Vec<Value> {
     let mut items = Vec::new();
-    for (info, number, session) in all_channels(api) {
+    for row in channels_of(api, visible_connections(api, caller)) {
+        let session = &row.session;
         if vhost.is_some_and(|v| session.vhost().name() != v) {
             continue;
         }
@@ -187,7 +250,7 @@ fn consumers(api: &Management, vhost: Option<&str>) -> Vec<Value> {
             items.push(json!({
                 "consumer_tag": consumer.tag().as_str(),
                 "queue": { "name": consumer.queue().name(), "vhost": session.vhost().name() },
-                "channel_details": channel_details(&info, number),
+                "channel_details": channel_details(&row.info, row.number),
                 "ack_required": !consumer.no_ack(),
                 "prefetch_count": consumer.prefetch(),
                 "exclusive": consumer.is_exclusive(),
@@ -201,19 +264,18 @@ fn consumers(api: &Management, vhost: Option<&str>) -> Vec<Value> {
 }
 
 async fn list_consumers(
-    _: Authenticated,
+    caller: Caller,
     State(api): State<Management>,
     Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(query.apply(consumers(&api, None))?))
+) -> Result<Response, ApiError> {
+    query.answer(consumers(&api, &caller, None))
 }
 
 async fn list_vhost_consumers(
-    who: Authenticated,
+    caller: Caller,
     State(api): State<Management>,
     Path(vhost): Path<String>,
     Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
-    api.vhost(&who, &vhost)?;
-    Ok(Json(query.apply(consumers(&api, Some(&vhost)))?))
+) -> Result<Response, ApiError> {
+    query.answer(consumers(&api, &caller, Some(&vhost)))
 }

@@ -6,24 +6,29 @@
 
 use super::overview::COMPATIBLE_RABBITMQ_VERSION;
 use super::Management;
-use crate::auth::Authenticated;
+use crate::authorization::Rule;
 use crate::error::ApiError;
 use crate::json_table;
+use crate::route_table::RouteTable;
+use crate::streamed::{self, Piece};
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::response::Response;
+use axum::Json;
 use serde_json::{json, Value};
+use std::sync::Arc;
 use warren_delivery::access::AccessChange;
 use warren_delivery::exchange::Destination;
+use warren_delivery::exchange::Exchange;
 use warren_delivery::metadata::DefinitionOp;
+use warren_delivery::Queue;
 
 /// Entries an import applies at most (a definitions file is not a way to flood the broker).
 const MAX_IMPORTED_ENTRIES: usize = 100_000;
 
-/// The definitions routes.
-pub(super) fn routes() -> Router<Management> {
-    Router::new().route("/api/definitions", get(export).post(import))
+/// The definitions routes: administrators only, as in RabbitMQ (they hold password hashes).
+pub(super) fn routes(table: &mut RouteTable) {
+    table.get("/api/definitions", Rule::Administrator, export).post("/api/definitions", Rule::Administrator, import);
 }
 
 /// Exchanges of the broker's own (`amq.*`, the default one) are not exported.
@@ -31,45 +36,53 @@ fn is_builtin_exchange(name: &str) -> bool {
     name.is_empty() || name.starts_with("amq.")
 }
 
-async fn export(who: Authenticated, State(api): State<Management>) -> Result<Json<Value>, ApiError> {
-    who.require_administrator()?;
-    let broker = api.broker();
-    let (mut queues, mut exchanges, mut bindings) = (Vec::new(), Vec::new(), Vec::new());
-    for vhost in broker.vhosts() {
-        let name = vhost.name();
-        let mut sorted_queues = vhost.queues();
-        sorted_queues.sort_by(|a, b| a.name().cmp(b.name()));
-        let mut sorted_exchanges = vhost.exchanges();
-        sorted_exchanges.sort_by(|a, b| a.name().cmp(b.name()));
-        let stored = |q: &&std::sync::Arc<warren_delivery::Queue>| {
-            q.definition().durable && q.definition().exclusive_owner.is_none()
-        };
-        for queue in sorted_queues.iter().filter(stored) {
-            let definition = queue.definition();
-            queues.push(json!({
-                "name": definition.name, "vhost": name, "durable": true, "auto_delete": definition.auto_delete,
-                "arguments": json_table::to_json(&definition.arguments),
-            }));
-        }
-        for exchange in sorted_exchanges {
-            let definition = exchange.definition();
-            if definition.durable && !is_builtin_exchange(&definition.name) {
-                exchanges.push(super::exchanges::exchange_json(name, &exchange));
-            }
-            for binding in exchange.bindings() {
-                let (destination, destination_type) = match &binding.destination {
-                    Destination::Queue(q) => (q.to_string(), "queue"),
-                    Destination::Exchange(e) => (e.to_string(), "exchange"),
-                };
-                bindings.push(json!({
-                    "source": exchange.name(), "vhost": name, "destination": destination,
-                    "destination_type": destination_type, "routing_key": binding.routing_key,
-                    "arguments": json_table::to_json(&binding.arguments),
-                }));
-            }
-        }
+/// Objects with the name of their vhost.
+type InVhost<T> = Vec<(String, Arc<T>)>;
+
+/// The durable queues and the exchanges of every vhost, by vhost then name.
+fn durable_objects(api: &Management) -> (InVhost<Queue>, InVhost<Exchange>) {
+    let (mut queues, mut exchanges) = (Vec::new(), Vec::new());
+    for vhost in api.broker().vhosts() {
+        let name = vhost.name().to_string();
+        let mut of_vhost = vhost.queues();
+        of_vhost.sort_by(|a, b| a.name().cmp(b.name()));
+        let stored = |q: &Arc<Queue>| q.definition().durable && q.definition().exclusive_owner.is_none();
+        queues.extend(of_vhost.into_iter().filter(stored).map(|q| (name.clone(), q)));
+        let mut of_vhost = vhost.exchanges();
+        of_vhost.sort_by(|a, b| a.name().cmp(b.name()));
+        exchanges.extend(of_vhost.into_iter().map(|e| (name.clone(), e)));
     }
-    let access = broker.access();
+    (queues, exchanges)
+}
+
+fn queue_entry(vhost: &str, queue: &Queue) -> Value {
+    let definition = queue.definition();
+    json!({
+        "name": definition.name, "vhost": vhost, "durable": true, "auto_delete": definition.auto_delete,
+        "arguments": json_table::to_json(&definition.arguments),
+    })
+}
+
+fn binding_entries(vhost: &str, exchange: &Exchange) -> Vec<Value> {
+    let entry = |binding: warren_delivery::exchange::Binding| {
+        let (destination, destination_type) = match &binding.destination {
+            Destination::Queue(q) => (q.to_string(), "queue"),
+            Destination::Exchange(e) => (e.to_string(), "exchange"),
+        };
+        json!({
+            "source": exchange.name(), "vhost": vhost, "destination": destination,
+            "destination_type": destination_type, "routing_key": binding.routing_key,
+            "arguments": json_table::to_json(&binding.arguments),
+        })
+    };
+    exchange.bindings().into_iter().map(entry).collect()
+}
+
+/// The definitions export, streamed: each queue, exchange and binding becomes JSON as the
+/// client reads, so an export of 100,000 queues is never held whole.
+async fn export(State(api): State<Management>) -> Response {
+    let (queues, exchanges) = durable_objects(&api);
+    let access = api.broker().access();
     let users: Vec<Value> = access.users().iter().map(super::access::user_json).collect();
     let vhosts: Vec<Value> = access
         .vhosts()
@@ -78,7 +91,7 @@ async fn export(who: Authenticated, State(api): State<Management>) -> Result<Jso
         .collect();
     let permissions: Vec<Value> =
         access.permissions().iter().map(|(v, u, spec)| super::access::permission_json(v, u, spec)).collect();
-    Ok(Json(json!({
+    let head = json!({
         "rabbit_version": COMPATIBLE_RABBITMQ_VERSION,
         "rabbitmq_version": COMPATIBLE_RABBITMQ_VERSION,
         "product_name": "Warren",
@@ -90,10 +103,21 @@ async fn export(who: Authenticated, State(api): State<Management>) -> Result<Jso
         "parameters": [],
         "global_parameters": [],
         "policies": [],
-        "queues": queues,
-        "exchanges": exchanges,
-        "bindings": bindings,
-    })))
+    });
+    // The head is an object; the streamed arrays go in place of its closing brace.
+    let head = head.to_string();
+    let head = head.strip_suffix('}').unwrap_or(&head).to_string();
+    let bindings = exchanges.clone().into_iter().flat_map(|(vhost, exchange)| binding_entries(&vhost, &exchange));
+    let exchanges = exchanges.into_iter().filter(|(_, e)| e.definition().durable && !is_builtin_exchange(e.name()));
+    streamed::json(vec![
+        Piece::Raw(format!("{head},\"queues\":")),
+        Piece::items(queues.into_iter().map(|(vhost, queue)| queue_entry(&vhost, &queue))),
+        Piece::Raw(",\"exchanges\":".into()),
+        Piece::items(exchanges.map(|(vhost, exchange)| super::exchanges::exchange_json(&vhost, &exchange))),
+        Piece::Raw(",\"bindings\":".into()),
+        Piece::items(bindings),
+        Piece::Raw("}".into()),
+    ])
 }
 
 /// What an import did.
@@ -196,12 +220,7 @@ async fn apply(
 
 /// Imports a definitions file: exchanges first, then queues, then bindings; answers what was
 /// applied and what was skipped, and why.
-async fn import(
-    who: Authenticated,
-    State(api): State<Management>,
-    Json(body): Json<Value>,
-) -> Result<Json<Value>, ApiError> {
-    who.require_administrator()?;
+async fn import(State(api): State<Management>, Json(body): Json<Value>) -> Result<Json<Value>, ApiError> {
     if !body.is_object() {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "a definitions file is a JSON object"));
     }

@@ -3,26 +3,32 @@
 //! RabbitMQ lists it, and cannot be declared or deleted (403 on AMQP, 400 here).
 
 use super::{exchange_name, flag, Management};
-use crate::auth::Authenticated;
+use crate::authorization::{Caller, ObjectOp, Rule};
 use crate::error::ApiError;
 use crate::json_table;
 use crate::listing::ListQuery;
+use crate::listing::{field, Listed, SortKey};
+use crate::route_table::RouteTable;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::response::Response;
+use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::sync::Arc;
 use warren_delivery::exchange::Exchange;
 use warren_delivery::metadata::DefinitionOp;
+use warren_delivery::VirtualHost;
 
 /// The exchange routes.
-pub(super) fn routes() -> Router<Management> {
-    Router::new()
-        .route("/api/exchanges", get(list_all))
-        .route("/api/exchanges/{vhost}", get(list_vhost))
-        .route("/api/exchanges/{vhost}/{name}", get(show).put(declare).delete(remove))
+pub(super) fn routes(table: &mut RouteTable) {
+    table
+        .get("/api/exchanges", Rule::Management, list_all)
+        .get("/api/exchanges/{vhost}", Rule::Vhost, list_vhost)
+        .get("/api/exchanges/{vhost}/{name}", Rule::Vhost, show)
+        .put("/api/exchanges/{vhost}/{name}", Rule::Object(ObjectOp::DeclareExchange), declare)
+        .delete("/api/exchanges/{vhost}/{name}", Rule::Object(ObjectOp::DeleteExchange), remove);
 }
 
 /// An exchange as RabbitMQ's API shows it.
@@ -40,42 +46,59 @@ pub(crate) fn exchange_json(vhost: &str, exchange: &Exchange) -> Value {
     })
 }
 
-fn list(
-    api: &Management,
-    who: &Authenticated,
-    vhost: Option<&str>,
-    query: &ListQuery,
-) -> Result<Json<Value>, ApiError> {
-    let mut items = Vec::new();
-    for host in api.vhosts(who, vhost)? {
-        items.extend(host.exchanges().iter().map(|exchange| exchange_json(host.name(), exchange)));
+/// An exchange in a list: shown as JSON when its turn comes.
+struct ExchangeRow {
+    vhost: Arc<VirtualHost>,
+    exchange: Arc<Exchange>,
+}
+
+impl Listed for ExchangeRow {
+    fn name(&self) -> &str {
+        self.exchange.name()
     }
-    Ok(Json(query.apply(items)?))
+
+    fn sort_key(&self, path: &str) -> SortKey {
+        match path {
+            "name" => SortKey::text(self.exchange.name()),
+            _ => SortKey::of(field(&exchange_json(self.vhost.name(), &self.exchange), path)),
+        }
+    }
+
+    fn into_json(self) -> Value {
+        exchange_json(self.vhost.name(), &self.exchange)
+    }
+}
+
+fn list(api: &Management, caller: &Caller, vhost: Option<&str>, query: &ListQuery) -> Result<Response, ApiError> {
+    let mut rows = Vec::new();
+    for host in api.vhosts(caller, vhost)? {
+        rows.extend(host.exchanges().into_iter().map(|exchange| ExchangeRow { vhost: Arc::clone(&host), exchange }));
+    }
+    query.answer(rows)
 }
 
 async fn list_all(
-    who: Authenticated,
+    caller: Caller,
     State(api): State<Management>,
     Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
-    list(&api, &who, None, &query)
+) -> Result<Response, ApiError> {
+    list(&api, &caller, None, &query)
 }
 
 async fn list_vhost(
-    who: Authenticated,
+    caller: Caller,
     State(api): State<Management>,
     Path(vhost): Path<String>,
     Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
-    list(&api, &who, Some(&vhost), &query)
+) -> Result<Response, ApiError> {
+    list(&api, &caller, Some(&vhost), &query)
 }
 
 async fn show(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let exchange = api.vhost(&who, &vhost)?.exchange(exchange_name(&name))?;
+    let exchange = api.vhost(&vhost)?.exchange(exchange_name(&name))?;
     Ok(Json(exchange_json(&vhost, &exchange)))
 }
 
@@ -100,12 +123,11 @@ fn yes() -> bool {
 
 /// Declares the exchange: 201 if it is new, 204 if an equivalent one was there.
 async fn declare(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Json(body): Json<ExchangeBody>,
 ) -> Result<StatusCode, ApiError> {
-    let host = api.vhost(&who, &vhost)?;
+    let host = api.vhost(&vhost)?;
     let arguments = json_table::from_json(&body.arguments).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
     let existed = host.exchange(&name).is_ok();
     let op = DefinitionOp::DeclareExchange {
@@ -122,12 +144,11 @@ async fn declare(
 
 /// Deletes the exchange (`?if-unused=true` as RabbitMQ's).
 async fn remove(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Query(flags): Query<HashMap<String, String>>,
 ) -> Result<StatusCode, ApiError> {
-    let host = api.vhost(&who, &vhost)?;
+    let host = api.vhost(&vhost)?;
     let name = exchange_name(&name).to_string();
     host.exchange(&name)?;
     let op = DefinitionOp::DeleteExchange { name, if_unused: flag(flags.get("if-unused")) };

@@ -4,16 +4,21 @@
 //! &timestamp=` reads a stream, or what a durable classic queue's log still holds, from an
 //! offset (a number, `first`, `last`, or the first message at or after a timestamp) without
 //! consuming anything.
+//!
+//! What a client can make these answers hold is bounded: `truncate` is capped at
+//! [`MAX_TRUNCATE_BYTES`], and a replay stops adding messages once its JSON reaches
+//! [`MAX_ANSWER_BYTES`] (`next_offset` says where to go on). Log reads run on the blocking
+//! pool, [`MAX_CONCURRENT_LOG_READS`] at a time, so browsing never stalls AMQP clients.
 
 use super::{exchange_name, Management};
-use crate::auth::Authenticated;
+use crate::authorization::{Caller, ObjectOp, Rule};
 use crate::error::ApiError;
 use crate::message_json::{self, DEFAULT_TRUNCATE_BYTES};
+use crate::route_table::RouteTable;
 use amq_protocol::types::ShortString;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -23,17 +28,28 @@ use warren_delivery::{Delivery, DeliverySink, Message, QueueDefinition, ReplyDel
 
 /// Messages one replay request returns at most.
 pub const MAX_REPLAY_COUNT: usize = 1_000;
-/// Payload bytes one replay request returns at most (about; one message always fits).
-pub const MAX_REPLAY_BYTES: usize = 16 << 20;
+/// Payload bytes one replay request reads from the log at most (one message always fits).
+pub const MAX_REPLAY_BYTES: usize = 4 << 20;
 /// Messages one get request takes at most.
 const MAX_GET_COUNT: usize = 1_000;
+/// Most payload bytes shown of one message, whatever `truncate` asks.
+pub const MAX_TRUNCATE_BYTES: usize = 256 * 1024;
+/// Bytes of JSON a replay answer grows to at most (one message always fits).
+pub const MAX_ANSWER_BYTES: usize = 2 << 20;
+/// Log reads running at once; more wait their turn.
+pub const MAX_CONCURRENT_LOG_READS: usize = 2;
 
 /// The message routes.
-pub(super) fn routes() -> Router<Management> {
-    Router::new()
-        .route("/api/exchanges/{vhost}/{name}/publish", post(publish))
-        .route("/api/queues/{vhost}/{name}/get", post(get_messages))
-        .route("/api/queues/{vhost}/{name}/messages", get(replay))
+pub(super) fn routes(table: &mut RouteTable) {
+    table
+        .post("/api/exchanges/{vhost}/{name}/publish", Rule::Object(ObjectOp::Publish), publish)
+        .post("/api/queues/{vhost}/{name}/get", Rule::Object(ObjectOp::ReadQueue), get_messages)
+        .get("/api/queues/{vhost}/{name}/messages", Rule::Object(ObjectOp::ReadQueue), replay);
+}
+
+/// What `truncate` asks, within [`MAX_TRUNCATE_BYTES`].
+fn truncation(asked: Option<usize>) -> usize {
+    asked.unwrap_or(DEFAULT_TRUNCATE_BYTES).min(MAX_TRUNCATE_BYTES)
 }
 
 fn bad_request(text: impl Into<String>) -> ApiError {
@@ -53,16 +69,18 @@ struct PublishBody {
 }
 
 /// Publishes one message, as `basic.publish` would; answers once it is as safe as its
-/// queues promise, `{"routed": true}` if it reached one.
+/// queues promise, `{"routed": true}` if it reached one. A `user_id` property must name the
+/// caller, as over AMQP.
 async fn publish(
-    who: Authenticated,
+    caller: Caller,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Json(body): Json<PublishBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let host = api.vhost(&who, &vhost)?;
+    let host = api.vhost(&vhost)?;
     let exchange = exchange_name(&name);
     let properties = message_json::properties_from_json(&body.properties).map_err(bad_request)?;
+    warren_delivery::access::check_user_id(&properties, &caller.user)?;
     let payload = message_json::payload_from_json(&body.payload, &body.payload_encoding).map_err(bad_request)?;
     let routing_key =
         ShortString::try_new(body.routing_key).map_err(|_| bad_request("routing_key is longer than 255 bytes"))?;
@@ -128,7 +146,6 @@ fn ack_mode(text: &str) -> Result<AckMode, ApiError> {
 /// Takes up to `count` messages, then settles them all as `ackmode` says (so that a requeue
 /// does not hand the same message back within one request), as RabbitMQ's API does.
 async fn get_messages(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Json(body): Json<GetBody>,
@@ -137,10 +154,11 @@ async fn get_messages(
     if body.count == 0 || body.count > MAX_GET_COUNT {
         return Err(bad_request(format!("count must be from 1 to {MAX_GET_COUNT}")));
     }
-    let host = api.vhost(&who, &vhost)?;
+    let host = api.vhost(&vhost)?;
     let queue = host.queue(&name)?;
+    queue.check_owner(super::queues::API_CONNECTION)?;
     let session = Session::new(Arc::clone(&host), Arc::new(Taken));
-    let truncate = body.truncate.unwrap_or(DEFAULT_TRUNCATE_BYTES);
+    let truncate = truncation(body.truncate);
     let mut taken = Vec::new();
     let mut answer = Vec::new();
     for _ in 0..body.count {
@@ -203,29 +221,38 @@ fn start_of(query: &ReplayQuery) -> Result<OffsetSpec, ApiError> {
 /// Reads a queue's log from an offset without consuming it: the messages with their offsets
 /// and times, and where to read next.
 async fn replay(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Query(query): Query<ReplayQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    read_log(&api, &who, &vhost, &name, &query).map(Json)
+    read_log(&api, &vhost, &name, query).await.map(Json)
 }
 
 /// Reads the log of queue `name` of `vhost` (a stream, or a durable classic queue) as
-/// `query` says.
-pub(crate) fn read_log(
-    api: &Management,
-    who: &Authenticated,
-    vhost: &str,
-    name: &str,
-    query: &ReplayQuery,
-) -> Result<Value, ApiError> {
-    let queue = api.vhost(who, vhost)?.queue(name)?;
+/// `query` says, on the blocking pool and in turn with other reads. Whether the caller may
+/// read it is for the caller of this function to have checked.
+pub(crate) async fn read_log(api: &Management, vhost: &str, name: &str, query: ReplayQuery) -> Result<Value, ApiError> {
+    let queue = api.vhost(vhost)?.queue(name)?;
+    queue.check_owner(super::queues::API_CONNECTION)?;
     let log = queue.browser().ok_or_else(|| {
         bad_request(format!(
             "queue '{name}' keeps no log on this node: streams and durable classic queues (their persistent messages) are read by offset"
         ))
     })?;
+    let _turn =
+        api.log_reads().acquire().await.map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "stopping"))?;
+    let (vhost, name) = (vhost.to_string(), name.to_string());
+    let read = tokio::task::spawn_blocking(move || read_within_budget(&log, &vhost, &name, &query));
+    read.await.map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+}
+
+/// One replay read, its answer within [`MAX_ANSWER_BYTES`] of JSON.
+fn read_within_budget(
+    log: &warren_delivery::log_browser::LogBrowser,
+    vhost: &str,
+    name: &str,
+    query: &ReplayQuery,
+) -> Result<Value, ApiError> {
     let count = query.count.unwrap_or(100).clamp(1, MAX_REPLAY_COUNT);
     let max_bytes = query.max_bytes.unwrap_or(MAX_REPLAY_BYTES).clamp(1, MAX_REPLAY_BYTES);
     let filter = query
@@ -237,23 +264,26 @@ pub(crate) fn read_log(
         |e: warren_delivery::message_store::StoreError| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
     let from = log.offset_of(start_of(query)?).map_err(internal)?;
     let batch = log.read(from, count, max_bytes, filter.as_ref()).map_err(internal)?;
-    let (encoding, truncate) =
-        (query.encoding.as_deref().unwrap_or("auto"), query.truncate.unwrap_or(DEFAULT_TRUNCATE_BYTES));
-    let messages: Vec<Value> = batch
-        .messages
-        .iter()
-        .map(|m| {
-            let mut item = message_json::message_json(&m.message, encoding, truncate);
-            item["offset"] = json!(m.offset);
-            item["timestamp"] = json!(m.timestamp_ms);
-            item
-        })
-        .collect();
+    let (encoding, truncate) = (query.encoding.as_deref().unwrap_or("auto"), truncation(query.truncate));
+    let mut messages = Vec::new();
+    let (mut answer_bytes, mut next_offset) = (0, batch.next_offset);
+    for read in &batch.messages {
+        let mut item = message_json::message_json(&read.message, encoding, truncate);
+        item["offset"] = json!(read.offset);
+        item["timestamp"] = json!(read.timestamp_ms);
+        let item_bytes = item.to_string().len();
+        if !messages.is_empty() && answer_bytes + item_bytes > MAX_ANSWER_BYTES {
+            next_offset = read.offset;
+            break;
+        }
+        answer_bytes += item_bytes;
+        messages.push(item);
+    }
     Ok(json!({
         "queue": name,
         "vhost": vhost,
         "messages": messages,
-        "next_offset": batch.next_offset,
+        "next_offset": next_offset,
         "first_offset": batch.first_offset,
         "end_offset": batch.end_offset,
     }))

@@ -22,11 +22,13 @@ mod queues;
 
 pub use cluster::{ClusterView, NodeStatus};
 pub(crate) use messages::{read_log, ReplayQuery};
-pub(crate) use queues::{queue_json, QueueRow};
+pub(crate) use queues::queue_json;
 
-use crate::auth::{Authenticated, Sessions};
+use crate::authorization::{Caller, Rule};
 use crate::error::ApiError;
 use crate::rates::{QueueRates, Rates};
+use crate::route_table::{RouteRule, RouteTable};
+use crate::sessions::Sessions;
 use axum::http::StatusCode;
 use axum::Router;
 use serde_json::{json, Value};
@@ -53,6 +55,10 @@ pub struct Management {
     listeners: Arc<Vec<Listener>>,
     started_at_ms: u64,
     shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Turns of the log reads behind replay and browse.
+    log_reads: Arc<tokio::sync::Semaphore>,
+    /// The live feed's figures, computed once per tick for every subscriber.
+    feed_figures: Arc<crate::feed_figures::FeedFigures>,
 }
 
 impl Management {
@@ -66,7 +72,19 @@ impl Management {
             listeners: Arc::new(listeners),
             started_at_ms: warren_delivery::scheduler::now_ms(),
             shutdown: tokio::sync::watch::channel(false).1,
+            log_reads: Arc::new(tokio::sync::Semaphore::new(messages::MAX_CONCURRENT_LOG_READS)),
+            feed_figures: Arc::default(),
         }
+    }
+
+    /// Turns of the log reads behind replay and browse.
+    pub(crate) fn log_reads(&self) -> &tokio::sync::Semaphore {
+        &self.log_reads
+    }
+
+    /// The live feed's shared figures.
+    pub(crate) fn feed_figures(&self) -> &Arc<crate::feed_figures::FeedFigures> {
+        &self.feed_figures
     }
 
     /// The same API, stopping its long-lived parts (WebSockets) when `shutdown` turns true.
@@ -110,52 +128,54 @@ impl Management {
         &self.listeners
     }
 
-    /// Virtual host `name` as `who` may see it: 404 if there is none, 401 if `who` is neither
-    /// allowed every vhost nor has permissions in this one.
-    pub(crate) fn vhost(&self, who: &Authenticated, name: &str) -> Result<Arc<VirtualHost>, ApiError> {
-        let vhost = self
-            .broker
-            .vhost(name)
-            .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no vhost '{name}'")))?;
-        if !self.may_see(who, name) {
-            return Err(ApiError::new(StatusCode::UNAUTHORIZED, format!("access to vhost '{name}' refused"))
-                .without_challenge());
-        }
-        Ok(vhost)
+    /// Virtual host `name` (404 if there is none). Whether the caller may see it is the
+    /// authorization layer's to decide, before the handler runs.
+    pub(crate) fn vhost(&self, name: &str) -> Result<Arc<VirtualHost>, ApiError> {
+        self.broker.vhost(name).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no vhost '{name}'")))
     }
 
-    /// The vhosts a route names: one (`Some(name)`) or all that `who` may see.
-    pub(crate) fn vhosts(&self, who: &Authenticated, name: Option<&str>) -> Result<Vec<Arc<VirtualHost>>, ApiError> {
+    /// The vhosts a list route names: one (`Some(name)`, visible to the caller: the layer
+    /// checked) or all that `caller` may see.
+    pub(crate) fn vhosts(&self, caller: &Caller, name: Option<&str>) -> Result<Vec<Arc<VirtualHost>>, ApiError> {
         match name {
-            Some(name) => Ok(vec![self.vhost(who, name)?]),
-            None => Ok(self.broker.vhosts().into_iter().filter(|v| self.may_see(who, v.name())).collect()),
+            Some(name) => Ok(vec![self.vhost(name)?]),
+            None => {
+                Ok(self.broker.vhosts().into_iter().filter(|v| caller.may_see_vhost(&self.broker, v.name())).collect())
+            }
         }
-    }
-
-    /// Whether `who` may see vhost `name`'s objects.
-    fn may_see(&self, who: &Authenticated, name: &str) -> bool {
-        who.sees_everything || self.broker.access().permissions_of(name, &who.user).is_some()
     }
 }
 
-/// The API's routes.
+/// Every route of the API, each with its rule (the one place routes are declared).
+pub fn route_table() -> RouteTable {
+    let mut table = RouteTable::default();
+    overview::routes(&mut table);
+    access::routes(&mut table);
+    alarms::routes(&mut table);
+    exchanges::routes(&mut table);
+    queues::routes(&mut table);
+    bindings::routes(&mut table);
+    connections::routes(&mut table);
+    definitions::routes(&mut table);
+    messages::routes(&mut table);
+    cluster::routes(&mut table);
+    crate::metrics::routes(&mut table);
+    table
+        .post("/api/login", Rule::Public, crate::authentication::login)
+        .post("/api/logout", Rule::Public, crate::authentication::logout)
+        .get("/ws", Rule::Management, crate::feed::upgrade);
+    crate::ui::routes(&mut table);
+    table
+}
+
+/// Every route of the API with its rule, as README's route table lists them.
+pub fn route_rules() -> Vec<RouteRule> {
+    route_table().rules()
+}
+
+/// The API's routes, behind the authorization layer and the security headers.
 pub fn router(management: Management) -> Router {
-    Router::new()
-        .merge(overview::routes())
-        .merge(access::routes())
-        .merge(alarms::routes())
-        .merge(exchanges::routes())
-        .merge(queues::routes())
-        .merge(bindings::routes())
-        .merge(connections::routes())
-        .merge(definitions::routes())
-        .merge(messages::routes())
-        .merge(cluster::routes())
-        .merge(crate::metrics::routes())
-        .merge(crate::auth::routes())
-        .merge(crate::feed::routes())
-        .merge(crate::ui::routes())
-        .with_state(management)
+    route_table().into_router(management).layer(axum::middleware::from_fn(crate::security_headers::add))
 }
 
 /// RabbitMQ's `message_stats` of counters and their rates: each counter and its

@@ -1,16 +1,18 @@
 //! Queues: `GET /api/queues[/{vhost}[/{name}]]`, `PUT` and `DELETE /api/queues/{vhost}/{name}`,
 //! `DELETE /api/queues/{vhost}/{name}/contents` (purge). Declares and deletes go through the
-//! same path as AMQP's (the metadata group in a cluster).
+//! same path as AMQP's (the metadata group in a cluster). Another connection's exclusive
+//! queue is not the API's to purge (405, as over AMQP).
 
 use super::{flag, message_stats, Management};
-use crate::auth::Authenticated;
+use crate::authorization::{Caller, ObjectOp, Rule};
 use crate::error::ApiError;
 use crate::json_table;
 use crate::listing::{field, ListQuery, Listed, SortKey};
+use crate::route_table::RouteTable;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::{delete, get};
-use axum::{Json, Router};
+use axum::response::Response;
+use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -19,13 +21,18 @@ use warren_delivery::metadata::DefinitionOp;
 use warren_delivery::vhost::{DeleteCondition, VirtualHost};
 use warren_delivery::Queue;
 
+/// The connection the API acts as: none, so another connection's exclusive queue is locked.
+pub(crate) const API_CONNECTION: warren_delivery::ConnectionId = warren_delivery::ConnectionId(0);
+
 /// The queue routes.
-pub(super) fn routes() -> Router<Management> {
-    Router::new()
-        .route("/api/queues", get(list_all))
-        .route("/api/queues/{vhost}", get(list_vhost))
-        .route("/api/queues/{vhost}/{name}", get(show).put(declare).delete(remove))
-        .route("/api/queues/{vhost}/{name}/contents", delete(purge))
+pub(super) fn routes(table: &mut RouteTable) {
+    table
+        .get("/api/queues", Rule::Management, list_all)
+        .get("/api/queues/{vhost}", Rule::Vhost, list_vhost)
+        .get("/api/queues/{vhost}/{name}", Rule::Vhost, show)
+        .put("/api/queues/{vhost}/{name}", Rule::Object(ObjectOp::DeclareQueue), declare)
+        .delete("/api/queues/{vhost}/{name}", Rule::Object(ObjectOp::DeleteQueue), remove)
+        .delete("/api/queues/{vhost}/{name}/contents", Rule::Object(ObjectOp::ReadQueue), purge);
 }
 
 /// The queue's kind as RabbitMQ names it.
@@ -68,29 +75,27 @@ pub(crate) fn queue_json(api: &Management, vhost: &str, queue: &Queue) -> Value 
 }
 
 /// A queue in a list: filtered and sorted on what the queue holds, shown as JSON only if
-/// it is on the page asked for.
-pub(crate) struct QueueRow<'a> {
-    api: &'a Management,
+/// it is on the page asked for (or when a streamed list reaches it).
+pub(crate) struct QueueRow {
+    api: Arc<Management>,
     vhost: Arc<VirtualHost>,
     queue: Arc<Queue>,
 }
 
-impl QueueRow<'_> {
-    /// Every queue of `vhost` (all vhosts if `None`).
-    pub(crate) fn all<'a>(
-        api: &'a Management,
-        who: &Authenticated,
-        vhost: Option<&str>,
-    ) -> Result<Vec<QueueRow<'a>>, ApiError> {
+impl QueueRow {
+    /// Every queue of `vhost` (all the vhosts `caller` may see if `None`).
+    pub(crate) fn all(api: &Management, caller: &Caller, vhost: Option<&str>) -> Result<Vec<QueueRow>, ApiError> {
+        let shared = Arc::new(api.clone());
         let mut rows = Vec::new();
-        for host in api.vhosts(who, vhost)? {
-            rows.extend(host.queues().into_iter().map(|queue| QueueRow { api, vhost: host.clone(), queue }));
+        for host in api.vhosts(caller, vhost)? {
+            let of_host = host.queues().into_iter();
+            rows.extend(of_host.map(|queue| QueueRow { api: Arc::clone(&shared), vhost: host.clone(), queue }));
         }
         Ok(rows)
     }
 }
 
-impl Listed for QueueRow<'_> {
+impl Listed for QueueRow {
     fn name(&self) -> &str {
         self.queue.name()
     }
@@ -111,47 +116,37 @@ impl Listed for QueueRow<'_> {
             "messages_ready" => count(queue.message_count().into()),
             "messages_unacknowledged" => count(queue.unacked_count().into()),
             "consumers" => count(queue.consumer_count().into()),
-            _ => SortKey::of(field(&queue_json(self.api, self.vhost.name(), queue), path)),
+            _ => SortKey::of(field(&queue_json(&self.api, self.vhost.name(), queue), path)),
         }
     }
 
     fn into_json(self) -> Value {
-        queue_json(self.api, self.vhost.name(), &self.queue)
+        queue_json(&self.api, self.vhost.name(), &self.queue)
     }
 }
 
-fn list(
-    api: &Management,
-    who: &Authenticated,
-    vhost: Option<&str>,
-    query: &ListQuery,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(query.apply(QueueRow::all(api, who, vhost)?)?))
-}
-
 async fn list_all(
-    who: Authenticated,
+    caller: Caller,
     State(api): State<Management>,
     Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
-    list(&api, &who, None, &query)
+) -> Result<Response, ApiError> {
+    query.answer(QueueRow::all(&api, &caller, None)?)
 }
 
 async fn list_vhost(
-    who: Authenticated,
+    caller: Caller,
     State(api): State<Management>,
     Path(vhost): Path<String>,
     Query(query): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
-    list(&api, &who, Some(&vhost), &query)
+) -> Result<Response, ApiError> {
+    query.answer(QueueRow::all(&api, &caller, Some(&vhost))?)
 }
 
 async fn show(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let queue = api.vhost(&who, &vhost)?.queue(&name)?;
+    let queue = api.vhost(&vhost)?.queue(&name)?;
     Ok(Json(queue_json(&api, &vhost, &queue)))
 }
 
@@ -168,12 +163,11 @@ struct QueueBody {
 
 /// Declares the queue: 201 if it is new, 204 if an equivalent one was there.
 async fn declare(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Json(body): Json<QueueBody>,
 ) -> Result<StatusCode, ApiError> {
-    let host = api.vhost(&who, &vhost)?;
+    let host = api.vhost(&vhost)?;
     let arguments = json_table::from_json(&body.arguments).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
     let existed = host.queue(&name).is_ok();
     let op = DefinitionOp::DeclareQueue {
@@ -189,12 +183,11 @@ async fn declare(
 
 /// Deletes the queue (`?if-unused=true`, `?if-empty=true` as RabbitMQ's).
 async fn remove(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
     Query(flags): Query<HashMap<String, String>>,
 ) -> Result<StatusCode, ApiError> {
-    let host = api.vhost(&who, &vhost)?;
+    let host = api.vhost(&vhost)?;
     host.queue(&name)?;
     let condition = DeleteCondition { if_unused: flag(flags.get("if-unused")), if_empty: flag(flags.get("if-empty")) };
     warren_delivery::metadata::delete_queue(&host, &name, condition).await?;
@@ -203,11 +196,11 @@ async fn remove(
 
 /// Purges the queue.
 async fn purge(
-    who: Authenticated,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let queue = api.vhost(&who, &vhost)?.queue(&name)?;
+    let queue = api.vhost(&vhost)?.queue(&name)?;
+    queue.check_owner(API_CONNECTION)?;
     queue.purge().wait().await?;
     Ok(StatusCode::NO_CONTENT)
 }
