@@ -11,7 +11,8 @@
 //! nonces, the version and the cluster name, labelled with the prover's role, so that neither
 //! side's proof can be replayed or reflected. The secret itself is never sent. Frames are
 //! limited to [`MAX_HANDSHAKE_FRAME_BYTES`] until the peer is authenticated; the caller bounds
-//! the whole exchange with a timeout.
+//! the whole exchange with a timeout, and the acceptor's steps before authentication with
+//! shorter deadlines (`AcceptDeadlines`).
 
 use super::frame::{self, FrameError, FramedStream, MAX_FRAME_BYTES, MAX_HANDSHAKE_FRAME_BYTES};
 use super::peer_address::check_name;
@@ -19,7 +20,9 @@ use super::secret::{ClusterSecret, PROOF_BYTES};
 use futures_util::{SinkExt, StreamExt};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
+use std::future::Future;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use warren_delivery::client_text::sanitize;
 
 /// The inter-node protocol version; both sides must speak the same.
@@ -101,6 +104,21 @@ pub enum HandshakeError {
     /// Encoding a message failed (a bug, not the peer's doing).
     #[error("{0}")]
     Encode(FrameError),
+    /// The peer did not send the named message by its deadline.
+    #[error("the peer sent no {0} in time")]
+    TimedOut(&'static str),
+}
+
+/// When the dialer's messages must have reached an accepting node. A real peer sends them
+/// within a round trip; these deadlines, shorter than the whole handshake's timeout, make
+/// sure a party that cannot authenticate (a silent socket, a scanner) holds one of the
+/// listener's few handshake slots only briefly.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AcceptDeadlines {
+    /// For `Hello`, the first message.
+    pub hello: Instant,
+    /// For `Proof`, which authenticates the dialer.
+    pub proof: Instant,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -188,16 +206,20 @@ pub(crate) async fn dial(
     }
 }
 
-/// Runs the acceptor's side on a fresh incoming connection. `admit` decides, once the peer has
-/// proven the secret, whether this node takes it (an error string says why not). Returns the
-/// peer's node name and the framed stream, ready for [`MAX_FRAME_BYTES`] frames.
+/// Runs the acceptor's side on a fresh incoming connection: the dialer must send `Hello` and
+/// `Proof` by `deadlines`. `admit` decides, once the peer has proven the secret, whether this
+/// node takes it (an error string says why not). Returns the peer's node name and the framed
+/// stream, ready for [`MAX_FRAME_BYTES`] frames.
 pub(crate) async fn accept(
     stream: TcpStream,
     identity: &Identity,
+    deadlines: AcceptDeadlines,
     admit: impl FnOnce(&str) -> Result<(), String>,
 ) -> Result<(String, FramedStream), HandshakeError> {
     let mut framed = frame::framed(stream, MAX_HANDSHAKE_FRAME_BYTES);
-    let HandshakeMessage::Hello { version, cluster, node, nonce: dialer_nonce } = receive(&mut framed).await? else {
+    let HandshakeMessage::Hello { version, cluster, node, nonce: dialer_nonce } =
+        by(deadlines.hello, "hello", receive(&mut framed)).await?
+    else {
         return Err(HandshakeError::Unexpected("expected hello"));
     };
     if let Err(error) = check_peer(version, &cluster, &node, identity) {
@@ -211,17 +233,7 @@ pub(crate) async fn accept(
         dialer_nonce: &dialer_nonce,
         acceptor_nonce: &acceptor_nonce,
     };
-    let challenge = HandshakeMessage::Challenge {
-        version: PROTOCOL_VERSION,
-        cluster: identity.cluster_name.clone(),
-        node: identity.node_name.clone(),
-        nonce: acceptor_nonce,
-        proof: identity.secret.prove(&transcript.bytes(ACCEPTOR_ROLE)),
-    };
-    send(&mut framed, &challenge).await?;
-    let HandshakeMessage::Proof { proof } = receive(&mut framed).await? else {
-        return Err(HandshakeError::Unexpected("expected a proof"));
-    };
+    let proof = by(deadlines.proof, "proof", challenge(&mut framed, identity, &transcript)).await?;
     if !identity.secret.verify(&transcript.bytes(DIALER_ROLE), &proof) {
         return refuse(&mut framed, HandshakeError::BadProof(peer_text(&node))).await;
     }
@@ -230,6 +242,36 @@ pub(crate) async fn accept(
     }
     send(&mut framed, &HandshakeMessage::Accepted).await?;
     Ok((node, authenticated(framed)))
+}
+
+/// The acceptor's middle step: sends its challenge (with its own proof) and returns the
+/// dialer's proof, not yet checked.
+async fn challenge(
+    framed: &mut FramedStream,
+    identity: &Identity,
+    transcript: &Transcript<'_>,
+) -> Result<[u8; PROOF_BYTES], HandshakeError> {
+    let challenge = HandshakeMessage::Challenge {
+        version: PROTOCOL_VERSION,
+        cluster: identity.cluster_name.clone(),
+        node: identity.node_name.clone(),
+        nonce: *transcript.acceptor_nonce,
+        proof: identity.secret.prove(&transcript.bytes(ACCEPTOR_ROLE)),
+    };
+    send(framed, &challenge).await?;
+    match receive(framed).await? {
+        HandshakeMessage::Proof { proof } => Ok(proof),
+        _ => Err(HandshakeError::Unexpected("expected a proof")),
+    }
+}
+
+/// Runs `step` until `deadline`; past it, the peer sent no `message` in time.
+async fn by<T>(
+    deadline: Instant,
+    message: &'static str,
+    step: impl Future<Output = Result<T, HandshakeError>>,
+) -> Result<T, HandshakeError> {
+    tokio::time::timeout_at(deadline, step).await.unwrap_or(Err(HandshakeError::TimedOut(message)))
 }
 
 /// Checks the peer's version, cluster name and node name.
@@ -319,7 +361,7 @@ mod tests {
         let addr = listener.local_addr().expect("address");
         let accepting = async {
             let (stream, _) = listener.accept().await.expect("accept");
-            accept(stream, &acceptor, |_| Ok(())).await
+            accept(stream, &acceptor, deadlines(TEST_DEADLINE_MS, TEST_DEADLINE_MS), |_| Ok(())).await
         };
         let dialling = async {
             let stream = TcpStream::connect(addr).await.expect("connect");
@@ -329,6 +371,63 @@ mod tests {
     }
 
     const SECRET: &[u8] = b"0123456789abcdef";
+    /// Deadlines for tests in which the dialer does its part.
+    const TEST_DEADLINE_MS: u64 = 5_000;
+    /// Deadlines for tests in which the dialer stalls.
+    const SHORT_DEADLINE_MS: u64 = 100;
+
+    fn deadlines(hello_ms: u64, proof_ms: u64) -> AcceptDeadlines {
+        let now = Instant::now();
+        AcceptDeadlines {
+            hello: now + std::time::Duration::from_millis(hello_ms),
+            proof: now + std::time::Duration::from_millis(proof_ms),
+        }
+    }
+
+    /// Accepts one connection with short deadlines while `dialer` runs (and stalls) on the
+    /// other end; the acceptor's result.
+    async fn accept_stalling<F>(dialer: impl FnOnce(TcpStream) -> F) -> Result<(String, FramedStream), HandshakeError>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let stream = TcpStream::connect(listener.local_addr().expect("address")).await.expect("connect");
+        let stalling = tokio::spawn(dialer(stream));
+        let (accepted, _) = listener.accept().await.expect("accept");
+        let acceptor = identity("b", "c", SECRET);
+        let result = accept(accepted, &acceptor, deadlines(SHORT_DEADLINE_MS, 2 * SHORT_DEADLINE_MS), |_| Ok(())).await;
+        stalling.abort();
+        result
+    }
+
+    #[tokio::test]
+    async fn a_dialer_that_says_nothing_misses_the_hello_deadline() {
+        let started = Instant::now();
+        let result = accept_stalling(|stream| async move {
+            let _keep_open = stream;
+            std::future::pending::<()>().await;
+        })
+        .await;
+        assert!(matches!(result, Err(HandshakeError::TimedOut("hello"))), "{result:?}");
+        assert!(started.elapsed() < std::time::Duration::from_millis(TEST_DEADLINE_MS));
+    }
+
+    #[tokio::test]
+    async fn a_dialer_that_sends_hello_but_no_proof_misses_the_proof_deadline() {
+        let result = accept_stalling(|stream| async move {
+            let mut framed = frame::framed(stream, MAX_HANDSHAKE_FRAME_BYTES);
+            let hello = HandshakeMessage::Hello {
+                version: PROTOCOL_VERSION,
+                cluster: "c".to_string(),
+                node: "a".to_string(),
+                nonce: nonce(),
+            };
+            send(&mut framed, &hello).await.expect("hello sent");
+            std::future::pending::<()>().await;
+        })
+        .await;
+        assert!(matches!(result, Err(HandshakeError::TimedOut("proof"))), "{result:?}");
+    }
 
     #[tokio::test]
     async fn nodes_with_the_same_secret_and_cluster_authenticate_each_other() {

@@ -5,6 +5,8 @@
 //! - [`peer_address`]: `name@host:port` entries of the seed list, name rules.
 //! - [`secret`]: the shared secret file and its HMAC proofs.
 //! - [`handshake`]: mutual proof of the secret, cluster name, node names, protocol version.
+//! - `handshake_slots`: how many incoming handshakes may run at once, in all and per source.
+//! - `log_limiter`: one warning per source address per interval, for events anybody can cause.
 //! - [`transport`]: connections, dialling and backoff, requests, timeouts, back-pressure.
 //! - [`inbox`]: what peers send, handed to the layer above.
 //! - [`service`]: the broker's inter-node message types and the transport as `warren` runs it.
@@ -26,8 +28,10 @@ pub mod failure_detector;
 pub mod forwarding;
 pub mod frame;
 pub mod handshake;
+mod handshake_slots;
 pub mod inbox;
 pub mod join;
+mod log_limiter;
 pub mod metadata_group;
 pub mod nodes;
 pub mod peer_address;

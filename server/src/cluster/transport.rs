@@ -16,27 +16,31 @@
 use super::connection::{self, Link};
 use super::envelope::{Envelope, RequestId};
 use super::frame::{self, FrameError, MAX_FRAME_BYTES};
-use super::handshake::{self, HandshakeError, Identity};
+use super::handshake::{self, AcceptDeadlines, HandshakeError, Identity};
+use super::handshake_slots::{source_of, HandshakeSlots};
 use super::inbox::{Inbox, Incoming};
+use super::log_limiter::LogLimiter;
 use super::peer_address::PeerAddress;
 use super::secret::ClusterSecret;
 use rand::Rng;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// A payload the transport can carry.
 pub trait Wire: Serialize + DeserializeOwned + Send + 'static {}
 impl<T: Serialize + DeserializeOwned + Send + 'static> Wire for T {}
 
-/// Time a peer has to complete the handshake.
+/// Time a peer has to complete the handshake. An incoming connection also has shorter
+/// deadlines before it is authenticated ([`HELLO_TIMEOUT_MS`], [`PRE_AUTH_TIMEOUT_MS`]).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time a request waits for its response unless the caller says otherwise.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -58,6 +62,22 @@ pub const JOIN_DIAL_WINDOW: Duration = Duration::from_secs(10);
 pub const INBOX_CAPACITY: usize = 1024;
 /// Incoming connections allowed in the handshake at once; more are closed at once.
 pub const MAX_CONCURRENT_HANDSHAKES: usize = 64;
+/// Of those, most from one source (an IPv4 address, an IPv6 /64) at once: sockets from one
+/// source that say nothing cannot hold every slot and keep peers elsewhere out. A real peer
+/// needs one, for milliseconds.
+pub const MAX_CONCURRENT_HANDSHAKES_PER_SOURCE: usize = 4;
+/// Time an incoming connection has, from its accept, to send its first handshake message
+/// (a real peer sends it at once); capped by the handshake timeout.
+pub const HELLO_TIMEOUT_MS: u64 = 1_000;
+/// Time an incoming connection has, from its accept, to prove the secret (a real peer needs
+/// one round trip); capped by the handshake timeout. Bounds how long a party without the
+/// secret holds a handshake slot.
+pub const PRE_AUTH_TIMEOUT_MS: u64 = 2_000;
+/// Warnings about incoming connections from one source (refused, failed handshakes): at most
+/// one line per this interval, carrying the count of those left out.
+pub const CONNECTION_WARNING_INTERVAL_MS: u64 = 10_000;
+/// Sources whose warnings are counted apart; more share one count (bounds the table).
+pub const MAX_WARNED_SOURCES: usize = 1024;
 
 /// How the transport runs. [`TransportSettings::new`] gives the defaults above.
 #[derive(Debug, Clone)]
@@ -366,52 +386,104 @@ impl<Q: Wire, S: Wire> Shared<Q, S> {
     }
 }
 
-/// Accepts incoming connections until shutdown; each gets a bounded handshake.
-async fn accept_loop<Q: Wire, S: Wire>(shared: Arc<Shared<Q, S>>, listener: TcpListener) {
-    let handshakes = Arc::new(Semaphore::new(MAX_CONCURRENT_HANDSHAKES));
-    let mut shutdown = shared.shutdown.subscribe();
-    loop {
-        let (stream, remote) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    tracing::warn!(%error, "cluster listener: accept failed");
-                    tokio::time::sleep(RECONNECT_MIN_BACKOFF).await;
-                    continue;
-                }
-            },
-            () = stopped(&mut shutdown) => return,
-        };
-        let Ok(permit) = Arc::clone(&handshakes).try_acquire_owned() else {
-            tracing::warn!(%remote, "cluster listener: too many handshakes in progress; connection closed");
-            continue;
-        };
-        let shared = Arc::clone(&shared);
-        tokio::spawn(async move {
-            let accepted = accept_one(&shared, stream).await;
-            drop(permit);
-            match accepted {
-                Ok((peer, framed)) => shared.run_connection(&peer, framed).await,
-                Err(error) => tracing::warn!(%remote, %error, "cluster connection refused"),
-            }
-        });
+/// What the accept loop shares with the handshakes it starts: their slots, and the limit on
+/// what connections that anybody can open make this node log.
+struct Gate {
+    slots: HandshakeSlots,
+    warnings: Mutex<LogLimiter<IpAddr>>,
+}
+
+impl Gate {
+    fn new() -> Self {
+        let interval = Duration::from_millis(CONNECTION_WARNING_INTERVAL_MS);
+        Gate {
+            slots: HandshakeSlots::new(MAX_CONCURRENT_HANDSHAKES, MAX_CONCURRENT_HANDSHAKES_PER_SOURCE),
+            warnings: Mutex::new(LogLimiter::new(interval, MAX_WARNED_SOURCES)),
+        }
+    }
+
+    /// Logs `event` about a connection from `remote`, unless its source had a line within
+    /// the interval (the next line then says how many were left out).
+    fn warn(&self, remote: SocketAddr, event: &dyn fmt::Display) {
+        let line = lock(&self.warnings).event(source_of(remote.ip()), Instant::now());
+        if let Some(line) = line {
+            tracing::warn!(%remote, "{event}{line}");
+        }
     }
 }
 
+/// Accepts incoming connections until shutdown; each gets a bounded handshake.
+async fn accept_loop<Q: Wire, S: Wire>(shared: Arc<Shared<Q, S>>, listener: TcpListener) {
+    let gate = Arc::new(Gate::new());
+    // Failures of the listener itself (out of descriptors, say) come at the pace of
+    // connection attempts too; one line per interval, under a single key.
+    let mut listener_warnings = LogLimiter::new(Duration::from_millis(CONNECTION_WARNING_INTERVAL_MS), 1);
+    let mut shutdown = shared.shutdown.subscribe();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stopped(&mut shutdown) => return,
+        };
+        match accepted {
+            Ok((stream, remote)) => start_handshake(&shared, &gate, stream, remote),
+            Err(error) => {
+                if let Some(line) = listener_warnings.event((), Instant::now()) {
+                    tracing::warn!(%error, "cluster listener: accept failed{line}");
+                }
+                tokio::time::sleep(RECONNECT_MIN_BACKOFF).await;
+            }
+        }
+    }
+}
+
+/// Runs the handshake of a connection from `remote` in a task of its own, if it gets a slot;
+/// otherwise closes it at once.
+fn start_handshake<Q: Wire, S: Wire>(
+    shared: &Arc<Shared<Q, S>>,
+    gate: &Arc<Gate>,
+    stream: TcpStream,
+    remote: SocketAddr,
+) {
+    let slot = match gate.slots.try_take(remote.ip()) {
+        Ok(slot) => slot,
+        Err(no_slot) => return gate.warn(remote, &format_args!("cluster listener: {no_slot}")),
+    };
+    let (shared, gate) = (Arc::clone(shared), Arc::clone(gate));
+    tokio::spawn(async move {
+        let accepted = accept_one(&shared, stream).await;
+        drop(slot);
+        match accepted {
+            Ok((peer, framed)) => shared.run_connection(&peer, framed).await,
+            Err(error) => gate.warn(remote, &format_args!("cluster connection refused: {error}")),
+        }
+    });
+}
+
+/// The acceptor's handshake on `stream`, within the handshake timeout and, before the peer
+/// is authenticated, the shorter deadlines.
 async fn accept_one<Q: Wire, S: Wire>(
     shared: &Arc<Shared<Q, S>>,
     stream: TcpStream,
 ) -> Result<(String, frame::FramedStream), HandshakeError> {
     let _ = stream.set_nodelay(true);
     let identity = &shared.settings.identity;
-    let handshake = handshake::accept(stream, identity, |peer| shared.admit(peer));
-    match tokio::time::timeout(shared.settings.handshake_timeout, handshake).await {
+    let timeout = shared.settings.handshake_timeout;
+    let deadlines = accept_deadlines(tokio::time::Instant::now(), timeout);
+    let handshake = handshake::accept(stream, identity, deadlines, |peer| shared.admit(peer));
+    match tokio::time::timeout(timeout, handshake).await {
         Ok(result) => result,
         Err(_) => Err(HandshakeError::Io(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
-            format!("handshake not completed within {:?}", shared.settings.handshake_timeout),
+            format!("handshake not completed within {timeout:?}"),
         ))),
     }
+}
+
+/// The deadlines of a connection accepted at `accepted`: [`HELLO_TIMEOUT_MS`] and
+/// [`PRE_AUTH_TIMEOUT_MS`] later, or `handshake_timeout` if that is shorter.
+fn accept_deadlines(accepted: tokio::time::Instant, handshake_timeout: Duration) -> AcceptDeadlines {
+    let within = |ms| accepted + handshake_timeout.min(Duration::from_millis(ms));
+    AcceptDeadlines { hello: within(HELLO_TIMEOUT_MS), proof: within(PRE_AUTH_TIMEOUT_MS) }
 }
 
 /// Keeps a connection to `peer` open until shutdown, redialling with backoff.
@@ -524,6 +596,18 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pre_authentication_deadlines_are_short_and_never_beyond_the_handshake_timeout() {
+        let now = tokio::time::Instant::now();
+        let deadlines = accept_deadlines(now, HANDSHAKE_TIMEOUT);
+        assert_eq!(deadlines.hello - now, Duration::from_millis(HELLO_TIMEOUT_MS));
+        assert_eq!(deadlines.proof - now, Duration::from_millis(PRE_AUTH_TIMEOUT_MS));
+        assert!(deadlines.proof - now < HANDSHAKE_TIMEOUT);
+        let short = Duration::from_millis(300);
+        let deadlines = accept_deadlines(now, short);
+        assert_eq!((deadlines.hello - now, deadlines.proof - now), (short, short));
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_maximum_and_resets() {
