@@ -12,6 +12,7 @@ use crate::resource_alarm::ResourceAlarms;
 use crate::scheduler::Scheduler;
 use crate::vhost::VirtualHost;
 use parking_lot::RwLock;
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,12 +53,34 @@ const ACCESS_FILE: &str = "access.json";
 enum VhostHome {
     /// In memory (tests, benchmarks).
     Memory,
-    /// Each in its directory under `dir`, hex-encoded.
+    /// Each in its directory under `dir`, named by [`vhost_dir_name`].
     Disk { dir: PathBuf, store_config: LogStoreConfig, replication: Arc<dyn Replication> },
 }
 
-fn hex(name: &str) -> String {
-    name.bytes().map(|b| format!("{b:02x}")).collect()
+/// Longest vhost directory name that is the hex of the vhost's name. Hex keeps any name
+/// (`/`, `..`, bytes a file system refuses) off the path, but doubles its length, and a file
+/// name may be at most 255 bytes: above this, the name's digest is used instead. Names
+/// short enough keep the hex directories earlier versions made.
+const MAX_HEX_DIR_NAME: usize = 200;
+/// What starts a directory named by a digest; hex digits never include `h`, so such a name
+/// cannot be another vhost's hex.
+const DIGEST_DIR_PREFIX: &str = "h-";
+
+/// The directory, under the data directory's `vhosts/`, that holds vhost `name`'s data: the
+/// hex of the name when it fits in [`MAX_HEX_DIR_NAME`], else `h-` and the name's SHA-256 in
+/// hex. The vhost cannot be read back from a digest: the broker finds its vhosts from the
+/// access control's list, never by listing the directory.
+fn vhost_dir_name(name: &str) -> String {
+    let direct = hex(name.as_bytes());
+    if direct.len() <= MAX_HEX_DIR_NAME {
+        return direct;
+    }
+    format!("{DIGEST_DIR_PREFIX}{}", hex(&Sha256::digest(name.as_bytes())))
+}
+
+/// `bytes` in lower-case hex, two digits each: safe in any file name.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Broker {
@@ -120,7 +143,7 @@ impl Broker {
         let vhost = match &self.home {
             VhostHome::Memory => VirtualHost::new(name, Arc::clone(&self.scheduler)),
             VhostHome::Disk { dir, store_config, replication } => {
-                let storage = VhostStorage::new(dir.join(hex(name)), store_config.clone());
+                let storage = VhostStorage::new(dir.join(vhost_dir_name(name)), store_config.clone());
                 let scheduler = Arc::clone(&self.scheduler);
                 VirtualHost::open(name, storage, scheduler, Arc::clone(replication), Arc::clone(&self.forwarder))?
             }
@@ -246,5 +269,46 @@ impl Broker {
     /// A fresh connection id.
     pub fn next_connection_id(&self) -> ConnectionId {
         ConnectionId(self.next_connection.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The longest vhost name access control accepts.
+    const LONGEST_NAME_BYTES: usize = 255;
+    /// Longest file name common file systems (ext4, XFS, APFS, NTFS) accept.
+    const MAX_FILE_NAME_BYTES: usize = 255;
+
+    #[test]
+    fn short_names_keep_their_hex_directory() {
+        assert_eq!(vhost_dir_name("/"), "2f");
+        assert_eq!(vhost_dir_name("prod"), "70726f64");
+        let longest_hex = "a".repeat(MAX_HEX_DIR_NAME / 2);
+        assert_eq!(vhost_dir_name(&longest_hex), "61".repeat(MAX_HEX_DIR_NAME / 2));
+    }
+
+    #[test]
+    fn long_names_get_a_digest_that_fits_a_file_name() {
+        for name in
+            ["a".repeat(MAX_HEX_DIR_NAME / 2 + 1), "é".repeat(LONGEST_NAME_BYTES / 2), "v".repeat(LONGEST_NAME_BYTES)]
+        {
+            let dir = vhost_dir_name(&name);
+            assert!(dir.starts_with(DIGEST_DIR_PREFIX) && dir.len() <= MAX_FILE_NAME_BYTES, "{dir}");
+            assert_eq!(dir, vhost_dir_name(&name), "the same name, the same directory");
+        }
+    }
+
+    #[test]
+    fn distinct_names_get_distinct_directories() {
+        let names: Vec<String> = (0..LONGEST_NAME_BYTES).map(|n| "x".repeat(n + 1)).collect();
+        let mut dirs: Vec<String> = names.iter().map(|n| vhost_dir_name(n)).collect();
+        let long = "y".repeat(LONGEST_NAME_BYTES);
+        dirs.push(vhost_dir_name(&long));
+        let count = dirs.len();
+        dirs.sort();
+        dirs.dedup();
+        assert_eq!(dirs.len(), count);
     }
 }

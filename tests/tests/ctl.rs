@@ -1,10 +1,11 @@
 //! `warren ctl`, the real binary, against a broker's management API: the list verbs with
 //! rabbitmqctl's columns, as tables and as JSON, the verbs that declare, publish, get, browse,
-//! purge, bind, close and move definitions, and its errors (exit status 2 and a text that
-//! says what to fix).
+//! purge, bind, close and move definitions, its global options before or after the verb (as
+//! rabbitmqctl takes them), and its errors (exit status 2 and a text that says what to fix).
 
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
+use lapin::{Connection, ConnectionProperties};
 use serde_json::Value;
 use warren_tests::*;
 
@@ -17,6 +18,11 @@ fn ctl(broker: &warren_tests::TestBroker, args: &[&str]) -> (bool, String, Strin
 fn ctl_at(url: &str, args: &[&str]) -> (bool, String, String) {
     warren_tests::process::run_ctl(url, args)
 }
+
+/// The reply code of a refused channel operation (ACCESS_REFUSED).
+const ACCESS_REFUSED: u16 = 403;
+/// The reply code of a refused `connection.open` (NOT_ALLOWED).
+const NOT_ALLOWED: u16 = 530;
 
 fn ok(broker: &warren_tests::TestBroker, args: &[&str]) -> String {
     let (succeeded, out, err) = ctl(broker, args);
@@ -122,4 +128,38 @@ async fn errors_say_what_to_fix_and_exit_non_zero() {
     assert!(!succeeded && err.contains("unroutable"), "{err}");
     let (succeeded, _, err) = ctl(&broker, &["no_such_verb"]);
     assert!(!succeeded && err.contains("no_such_verb"), "{err}");
+}
+
+/// Connects as `user` to `vhost` (percent-encoded in the URI, as every byte may need it).
+async fn connect_as(
+    broker: &warren_tests::TestBroker,
+    user: &str,
+    password: &str,
+    vhost: &str,
+) -> lapin::Result<Connection> {
+    let vhost: String = vhost.bytes().map(|b| format!("%{b:02x}")).collect();
+    let uri = format!("amqp://{user}:{password}@{}/{vhost}", broker.amqp_addr);
+    Connection::connect(&uri, ConnectionProperties::default()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_vhost_may_follow_the_verb_as_in_rabbitmqctl() {
+    let broker = start_broker().await;
+    ok(&broker, &["add_user", "app", "s3cret"]);
+    ok(&broker, &["add_vhost", "orders"]);
+    ok(&broker, &["set_permissions", "-p", "orders", "app", r"^app\.", ".*", ".*"]);
+    let listed = ok(&broker, &["list_permissions", "-p", "orders", "user", "configure"]);
+    let rows: Vec<Vec<&str>> = listed.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert!(rows.contains(&vec!["app", r"^app\."]), "{listed}");
+
+    // The permission is app's in orders, not in /, and its pattern is the one given.
+    let refused = connect_as(&broker, "app", "s3cret", "/").await;
+    assert_code(refused, NOT_ALLOWED, "no permissions in /");
+    let app = connect_as(&broker, "app", "s3cret", "orders").await.expect("app opens orders");
+    let ch = channel(&app).await;
+    ch.queue_declare("app.jobs".into(), durable(), FieldTable::default()).await.expect("app.jobs is app's");
+    let other = channel(&app).await.queue_declare("other".into(), durable(), FieldTable::default()).await;
+    assert_code(other, ACCESS_REFUSED, "configure is ^app\\. only");
+    let queues = ok(&broker, &["list_queues", "name", "-p", "orders"]);
+    assert_eq!(queues.lines().collect::<Vec<_>>(), ["name", "app.jobs"], "{queues}");
 }

@@ -16,6 +16,8 @@ mod access;
 mod actions;
 mod client;
 mod cluster;
+#[cfg(test)]
+mod grammar_tests;
 mod lists;
 mod output;
 mod super_streams;
@@ -27,6 +29,11 @@ use output::{say, Format};
 use serde::Deserialize;
 
 /// warren ctl: manage a running Warren through its management API.
+///
+/// The options that say where the API is, who speaks and in which vhost are global: they may
+/// come before the verb (`warren ctl -p prod list_queues`) or after it, among its arguments,
+/// as rabbitmqctl takes them (`warren ctl set_permissions -p prod app '.*' '.*' '.*'`). Their
+/// ids are not their flags' names: verbs have arguments called `user`, `password` and `vhost`.
 #[derive(Debug, Parser)]
 #[command(
     name = "warren ctl",
@@ -35,22 +42,22 @@ use serde::Deserialize;
 )]
 pub struct Ctl {
     /// The management API to talk to [default: http://127.0.0.1:15672].
-    #[arg(long, visible_alias = "node")]
+    #[arg(id = "api_url", long = "url", value_name = "URL", visible_alias = "node", global = true)]
     url: Option<String>,
     /// User name [default: guest].
-    #[arg(long, visible_alias = "username")]
+    #[arg(id = "api_user", long = "user", value_name = "USER", visible_alias = "username", global = true)]
     user: Option<String>,
     /// Password [default: guest].
-    #[arg(long)]
+    #[arg(id = "api_password", long = "password", value_name = "PASSWORD", global = true)]
     password: Option<String>,
     /// Virtual host of the verbs that name queues, exchanges or bindings [default: /].
-    #[arg(long, short = 'p')]
+    #[arg(id = "api_vhost", long = "vhost", short = 'p', value_name = "VHOST", global = true)]
     vhost: Option<String>,
     /// A TOML file with `url`, `user`, `password` and `vhost`.
-    #[arg(long)]
+    #[arg(long, global = true)]
     config: Option<std::path::PathBuf>,
     /// How lists and messages are printed.
-    #[arg(long, value_enum, default_value = "table")]
+    #[arg(long, value_enum, default_value = "table", global = true)]
     format: Format,
     #[command(subcommand)]
     verb: Verb,
@@ -66,7 +73,7 @@ struct CtlFile {
     vhost: Option<String>,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, PartialEq, Subcommand)]
 enum Verb {
     /// The broker's overview: version, listeners, totals, rates.
     Status,
@@ -157,10 +164,13 @@ enum Verb {
         /// The user.
         user: String,
         /// What it may declare and delete.
+        #[arg(allow_hyphen_values = true)]
         configure: String,
         /// What it may publish to and bind to.
+        #[arg(allow_hyphen_values = true)]
         write: String,
         /// What it may consume, get, purge and bind from.
+        #[arg(allow_hyphen_values = true)]
         read: String,
     },
     /// Takes a user's permissions in the vhost (-p) away.
@@ -436,7 +446,6 @@ const DEFAULT_PARTITIONS: u32 = 3;
 #[error("{0}")]
 pub struct CtlError(String);
 
-/// The first of `flag`, `file` and environment variable `env` that is set, else `default`.
 /// A `--header NAME=VALUE` of `publish`.
 fn header_pair(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
@@ -445,6 +454,7 @@ fn header_pair(text: &str) -> Result<(String, String), String> {
     }
 }
 
+/// The first of `flag`, `file` and environment variable `env` that is set, else `default`.
 fn setting(flag: &Option<String>, file: &Option<String>, env: &str, default: &str) -> String {
     flag.clone().or_else(|| file.clone()).or_else(|| std::env::var(env).ok()).unwrap_or_else(|| default.to_string())
 }

@@ -1,0 +1,119 @@
+//! The grammar of `warren ctl`: the global options (`-p`, `--url`, `--user`, `--password`,
+//! `--config`, `--format`) are taken before the verb, as warren ctl always took them, and
+//! after it, as rabbitmqctl takes them; verbs' own arguments named like them stay theirs.
+
+use super::{Ctl, Format, Verb};
+use clap::{CommandFactory, Parser};
+
+/// `warren ctl ARGS`, parsed.
+fn parse(args: &[&str]) -> Result<Ctl, clap::Error> {
+    Ctl::try_parse_from(std::iter::once("warren ctl").chain(args.iter().copied()))
+}
+
+/// `warren ctl ARGS`, which must parse.
+fn parsed(args: &[&str]) -> Ctl {
+    match parse(args) {
+        Ok(ctl) => ctl,
+        Err(error) => panic!("warren ctl {args:?} does not parse: {error}"),
+    }
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+fn permissions(user: &str, [configure, write, read]: [&str; 3]) -> Verb {
+    let user = user.to_string();
+    Verb::SetPermissions { user, configure: configure.into(), write: write.into(), read: read.into() }
+}
+
+#[test]
+fn the_grammar_is_consistent() {
+    // Clap's own checks: among them, no verb has an argument whose id a global one has.
+    Ctl::command().debug_assert();
+}
+
+#[test]
+fn the_vhost_comes_before_or_after_the_verb() {
+    let everything = [".*", ".*", ".*"];
+    for args in [
+        &["-p", "prod", "set_permissions", "bob", ".*", ".*", ".*"][..],
+        &["set_permissions", "-p", "prod", "bob", ".*", ".*", ".*"],
+        &["set_permissions", "bob", "--vhost", "prod", ".*", ".*", ".*"],
+        &["set_permissions", "bob", ".*", "-p", "prod", ".*", ".*"],
+        &["set_permissions", "bob", ".*", ".*", ".*", "-p", "prod"],
+        &["set_permissions", "--vhost=prod", "bob", ".*", ".*", ".*"],
+    ] {
+        let ctl = parsed(args);
+        assert_eq!(ctl.vhost.as_deref(), Some("prod"), "{args:?}");
+        assert_eq!(ctl.verb, permissions("bob", everything), "{args:?}");
+    }
+}
+
+#[test]
+fn list_columns_do_not_swallow_the_vhost() {
+    let columns = strings(&["name", "messages"]);
+    for args in [
+        &["-p", "prod", "list_queues", "name", "messages"][..],
+        &["list_queues", "-p", "prod", "name", "messages"],
+        &["list_queues", "name", "-p", "prod", "messages"],
+        &["list_queues", "name", "messages", "-p", "prod"],
+    ] {
+        let ctl = parsed(args);
+        assert_eq!(ctl.vhost.as_deref(), Some("prod"), "{args:?}");
+        assert_eq!(ctl.verb, Verb::ListQueues { columns: columns.clone() }, "{args:?}");
+    }
+    let ctl = parsed(&["list_permissions", "-p", "prod"]);
+    assert_eq!((ctl.vhost.as_deref(), ctl.verb), (Some("prod"), Verb::ListPermissions { columns: vec![] }));
+}
+
+#[test]
+fn every_global_option_may_follow_the_verb() {
+    let ctl = parsed(&[
+        "list_vhosts",
+        "--node",
+        "http://other:15672",
+        "--user",
+        "admin",
+        "--password",
+        "s3cret",
+        "--config",
+        "ctl.toml",
+        "--format",
+        "json",
+        "name",
+    ]);
+    assert_eq!(ctl.url.as_deref(), Some("http://other:15672"));
+    assert_eq!((ctl.user.as_deref(), ctl.password.as_deref()), (Some("admin"), Some("s3cret")));
+    assert_eq!(ctl.config, Some(std::path::PathBuf::from("ctl.toml")));
+    assert_eq!(ctl.format, Format::Json);
+    assert_eq!(ctl.verb, Verb::ListVhosts { columns: strings(&["name"]) });
+    assert_eq!(parsed(&["--format", "json", "status"]).format, Format::Json);
+    assert_eq!(parsed(&["status"]).format, Format::Table, "the default");
+}
+
+#[test]
+fn verb_arguments_named_like_global_options_stay_the_verbs() {
+    let ctl = parsed(&["add_user", "--user", "admin", "bob", "secret", "--password", "adminpass"]);
+    assert_eq!((ctl.user.as_deref(), ctl.password.as_deref()), (Some("admin"), Some("adminpass")));
+    assert_eq!(ctl.verb, Verb::AddUser { user: "bob".into(), password: "secret".into() });
+    let ctl = parsed(&["add_vhost", "-p", "/", "prod", "--description", "production"]);
+    assert_eq!(ctl.vhost.as_deref(), Some("/"));
+    assert_eq!(ctl.verb, Verb::AddVhost { vhost: "prod".into(), description: "production".into() });
+}
+
+#[test]
+fn permission_patterns_may_begin_with_a_hyphen() {
+    let ctl = parsed(&["set_permissions", "-p", "prod", "bob", "-dev$", "^$", "-foo"]);
+    assert_eq!(ctl.vhost.as_deref(), Some("prod"));
+    assert_eq!(ctl.verb, permissions("bob", ["-dev$", "^$", "-foo"]));
+    let ctl = parsed(&["set_permissions", "bob", "--", "-p", ".*", ".*"]);
+    assert_eq!((ctl.vhost, ctl.verb), (None, permissions("bob", ["-p", ".*", ".*"])), "after --, a pattern");
+}
+
+#[test]
+fn a_missing_vhost_value_or_a_stray_argument_is_an_error() {
+    assert!(parse(&["set_permissions", "bob", ".*", ".*", ".*", "-p"]).is_err());
+    assert!(parse(&["set_permissions", "-p", "prod", "bob", ".*", ".*", ".*", "extra"]).is_err());
+    assert!(parse(&["list_queues", "--colour", "red"]).is_err());
+}
