@@ -168,10 +168,8 @@ async fn the_common_name_can_be_the_user_and_a_certificate_can_be_required() {
     round_trip(&warren_tests::connect(&broker).await).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_management_api_answers_over_https() {
-    let pki = Pki::new();
-    let broker = tls_broker(pki.settings(false, false, CertLoginFrom::DistinguishedName)).await;
+/// One request over HTTPS to `broker`'s management API; the whole answer, headers included.
+async fn https_request(broker: &TestBroker, pki: &Pki, request: &str) -> String {
     let mut roots = tokio_rustls::rustls::RootCertStore::empty();
     let ca = tokio_rustls::rustls::pki_types::CertificateDer::from(pki.ca.der().to_vec());
     roots.add(ca).expect("CA");
@@ -184,13 +182,47 @@ async fn the_management_api_answers_over_https() {
     let tcp = tokio::net::TcpStream::connect(broker.https_addr.expect("HTTPS listener")).await.expect("connect");
     let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").expect("name");
     let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await.expect("handshake");
-    let request = "GET /api/overview HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\nConnection: close\r\n\r\n";
     tls.write_all(request.as_bytes()).await.expect("request");
     let mut answer = String::new();
     tls.read_to_string(&mut answer).await.expect("answer");
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_management_api_answers_over_https() {
+    let pki = Pki::new();
+    let broker = tls_broker(pki.settings(false, false, CertLoginFrom::DistinguishedName)).await;
+    let request = "GET /api/overview HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\nConnection: close\r\n\r\n";
+    let answer = https_request(&broker, &pki, request).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("\"product_name\":\"Warren\""), "{answer}");
     assert!(answer.contains("\"protocol\":\"https\""), "the overview lists the HTTPS listener: {answer}");
+    let headers = answer.to_lowercase();
+    assert!(headers.contains("strict-transport-security: max-age="), "HSTS over HTTPS: {answer}");
+    assert!(headers.contains("content-security-policy: frame-ancestors 'none'"), "{answer}");
+    assert!(headers.contains("x-frame-options: deny"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ui_session_cookie_is_secure_over_https_and_not_over_http() {
+    let pki = Pki::new();
+    let broker = tls_broker(pki.settings(false, false, CertLoginFrom::DistinguishedName)).await;
+    let form = r#"{"username":"guest","password":"guest"}"#;
+    let login = format!(
+        "POST /api/login HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}",
+        form.len()
+    );
+    let answer = https_request(&broker, &pki, &login).await;
+    let cookie = answer.lines().find(|l| l.to_lowercase().starts_with("set-cookie:")).unwrap_or_default();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("; Secure"), "{answer}");
+    let plain = std::net::TcpStream::connect(broker.http_addr.expect("HTTP listener"));
+    let mut plain = plain.expect("connect");
+    std::io::Write::write_all(&mut plain, login.as_bytes()).expect("request");
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut plain, &mut answer).expect("answer");
+    let cookie = answer.lines().find(|l| l.to_lowercase().starts_with("set-cookie:")).unwrap_or_default();
+    assert!(cookie.contains("HttpOnly") && !cookie.contains("Secure"), "{answer}");
+    assert!(!answer.to_lowercase().contains("strict-transport-security"), "no HSTS over plain HTTP: {answer}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
