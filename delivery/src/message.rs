@@ -5,6 +5,10 @@ use amq_protocol::types::ShortString;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+/// What a message held in memory costs besides its body and properties (the `Message`, its
+/// `Arc`, its routing, allocator rounding): measured as about 350 bytes for 1 KiB messages.
+pub const MESSAGE_OVERHEAD_BYTES: usize = 320;
+
 /// One message. Shared (`Arc`) between every queue it was routed to; never copied.
 #[derive(Debug, Clone)]
 pub struct Message {
@@ -23,19 +27,21 @@ impl Message {
     /// came in with its neighbours; one that will be kept (re-queued after a delay, or
     /// dead-lettered) is compacted so it does not keep that whole buffer alive.
     pub fn compacted(&self) -> Message {
-        let raw = Bytes::copy_from_slice(self.properties.raw());
-        let properties = Properties::decode(raw).unwrap_or_else(|_| self.properties.clone());
         Message {
             exchange: self.exchange.clone(),
             routing_key: self.routing_key.clone(),
-            properties,
+            properties: self.properties.compacted(),
             body: Bytes::copy_from_slice(&self.body),
         }
     }
 
-    /// Bytes this message accounts for in queue length limits and memory figures.
-    pub fn size_bytes(&self) -> usize {
-        self.body.len() + self.properties.raw().len()
+    /// Memory this message takes while held in memory: its body, its properties (with what
+    /// their headers take decoded, see [`Properties::memory_bytes`]) and
+    /// [`MESSAGE_OVERHEAD_BYTES`]. The one measure every memory budget counts messages by, so
+    /// that no part of a message a client controls escapes them. (Length limits in bytes,
+    /// `x-max-length-bytes`, count bodies only, as RabbitMQ's do.)
+    pub fn memory_bytes(&self) -> usize {
+        self.body.len() + self.properties.memory_bytes() + MESSAGE_OVERHEAD_BYTES
     }
 }
 

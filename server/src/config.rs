@@ -139,7 +139,7 @@ pub struct Cli {
           value_parser = parse_size_bytes)]
     pub disk_free_limit: u64,
 
-    /// Memory a classic queue's transient messages may take (bodies plus 320 bytes each)
+    /// Memory a classic queue's transient messages may take (bodies, properties, headers, plus 320 bytes each)
     /// before the rest is paged to disk: a size (512MiB, 64MB, bytes).
     #[arg(long, env = "WARREN_QUEUE_MEMORY_BUDGET", default_value = "512MiB", value_name = "SIZE",
           value_parser = parse_size_bytes)]

@@ -5,7 +5,7 @@
 use amq_protocol::frame::AMQPFrame;
 use amq_protocol::protocol::{basic, AMQPClass};
 use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
-use lapin::types::FieldTable;
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
 use std::time::{Duration, Instant};
 use warren_tests::process::WarrenProcess;
@@ -141,6 +141,15 @@ async fn a_consumer_that_does_not_read_leaves_a_durable_backlog_on_disk() {
 const BUDGET_BYTES: u64 = 16 * MIB;
 const BUDGET_FLAG: [&str; 2] = ["--queue-memory-budget", "16MiB"];
 
+/// What a broker paging a backlog may hold besides its queue's budget: the page log's write
+/// buffer, read buffers, allocator slack.
+const PAGED_GROWTH_MARGIN_BYTES: u64 = 64 * MIB;
+
+/// Messages all alike: `body`, no properties.
+fn plain(body: &[u8]) -> impl Fn(usize) -> (Vec<u8>, BasicProperties) + '_ {
+    |_| (body.to_vec(), BasicProperties::default())
+}
+
 /// Bytes under the data directory's page logs (where queues page transient messages).
 fn paged_bytes(dir: &std::path::Path) -> u64 {
     fn walk(path: &std::path::Path, in_paging: bool) -> u64 {
@@ -161,13 +170,13 @@ fn paged_bytes(dir: &std::path::Path) -> u64 {
     walk(dir, false)
 }
 
-/// Publishes `count` transient messages of `body` to `queue`, waiting for confirms in
-/// batches; the highest RSS seen meanwhile.
+/// Publishes `count` transient messages to `queue`, the `n`th with the body and properties
+/// `content(n)`, waiting for confirms in batches; the highest RSS seen meanwhile.
 async fn publish_transient(
     process: &WarrenProcess,
     channel: &lapin::Channel,
     queue: &str,
-    body: &[u8],
+    content: impl Fn(usize) -> (Vec<u8>, BasicProperties),
     count: usize,
 ) -> u64 {
     const CONFIRM_BATCH: usize = 256;
@@ -176,10 +185,9 @@ async fn publish_transient(
     let mut pending = Vec::with_capacity(CONFIRM_BATCH);
     for n in 0..count {
         let options = BasicPublishOptions::default();
-        let confirm = channel
-            .basic_publish("".into(), queue.into(), options, body, BasicProperties::default())
-            .await
-            .expect("publish");
+        let (body, properties) = content(n);
+        let confirm =
+            channel.basic_publish("".into(), queue.into(), options, &body, properties).await.expect("publish");
         pending.push(confirm);
         if pending.len() == CONFIRM_BATCH || n + 1 == count {
             for confirm in pending.drain(..) {
@@ -204,11 +212,11 @@ async fn a_transient_backlog_is_paged_to_disk_and_a_purge_frees_it() {
         .await
         .expect("declare");
     let before = process.rss_bytes();
-    let peak = publish_transient(&process, &channel, "purged", &[5u8; BODY_BYTES], MESSAGES).await;
+    let peak = publish_transient(&process, &channel, "purged", plain(&[5u8; BODY_BYTES]), MESSAGES).await;
     let on_disk = paged_bytes(dir.path());
     assert!(on_disk > 150 * MIB, "what is past the budget should be paged: {} MiB on disk", on_disk / MIB);
     let grown = peak.saturating_sub(before);
-    assert!(grown < BUDGET_BYTES + 64 * MIB, "a paged backlog grew RSS by {} MiB", grown / MIB);
+    assert!(grown < BUDGET_BYTES + PAGED_GROWTH_MARGIN_BYTES, "a paged backlog grew RSS by {} MiB", grown / MIB);
     let purged = channel.queue_purge("purged".into(), Default::default()).await.expect("purge");
     assert_eq!(purged as usize, MESSAGES);
     tokio::time::sleep(SETTLE).await;
@@ -231,7 +239,7 @@ async fn a_no_ack_consumer_drains_a_gigabyte_transient_backlog_in_bounded_memory
         .queue_declare("backlog".into(), QueueDeclareOptions::default(), FieldTable::default())
         .await
         .expect("declare");
-    let peak = publish_transient(&process, &channel, "backlog", &vec![3u8; BODY_BYTES], MESSAGES).await;
+    let peak = publish_transient(&process, &channel, "backlog", plain(&vec![3u8; BODY_BYTES]), MESSAGES).await;
     assert!(peak < RSS_BOUND_BYTES, "RSS reached {} MiB holding a 1 GiB transient backlog", peak / MIB);
     assert!(paged_bytes(dir.path()) > 900 * MIB, "what is past the budget is on disk");
 
@@ -253,4 +261,90 @@ async fn a_no_ack_consumer_drains_a_gigabyte_transient_backlog_in_bounded_memory
     }
     assert_eq!(bytes, MESSAGES * BODY_BYTES, "every byte arrived");
     assert!(peak < RSS_BOUND_BYTES, "RSS reached {} MiB while draining", peak / MIB);
+}
+
+/// Entries in each header table of the headers test, and the bytes of each entry's value:
+/// about 60 KiB of headers per message, as many small values (what a decoded table costs
+/// most for) rather than one long one.
+const HEADER_ENTRIES: usize = 240;
+const HEADER_VALUE_BYTES: usize = 250;
+/// How many different header tables the test's messages carry, in turn.
+const HEADER_VARIANTS: usize = 26;
+
+/// The properties of the headers test's messages: `HEADER_VARIANTS` tables of big headers.
+fn big_headers() -> Vec<BasicProperties> {
+    // Values are windows on a repeated alphabet (cheap to make in a debug build).
+    let alphabet: Vec<u8> = (b'a'..=b'z').cycle().take(HEADER_VALUE_BYTES + HEADER_VARIANTS).collect();
+    let variant = |v: usize| {
+        let mut table = FieldTable::default();
+        for entry in 0..HEADER_ENTRIES {
+            let start = (v + entry) % HEADER_VARIANTS;
+            let value = alphabet[start..start + HEADER_VALUE_BYTES].to_vec();
+            table.insert(format!("h{entry:03}").into(), AMQPValue::LongString(value.into()));
+        }
+        BasicProperties::default().with_headers(table)
+    };
+    (0..HEADER_VARIANTS).map(variant).collect()
+}
+
+fn encoded_properties(properties: &BasicProperties) -> Vec<u8> {
+    let context = amq_protocol::frame::WriteContext::from(Vec::new());
+    basic::gen_properties(properties)(context).expect("encode properties").write
+}
+
+/// Takes the queue's next `count` messages with `basic.get` (no ack, asked for all at once);
+/// their raw property lists and bodies.
+async fn get_raw(client: &mut RawClient, queue: &str, count: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let get = basic::Get { queue: queue.into(), no_ack: true };
+    let gets = vec![AMQPFrame::Method(1, AMQPClass::Basic(basic::AMQPMethod::Get(get))); count];
+    client.send_together(&gets).await;
+    let mut messages = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (kind, _, _) = client.next_raw_frame().await.expect("get-ok");
+        assert_eq!(kind, 1, "a method (get-ok, not get-empty) first");
+        let (kind, _, header) = client.next_raw_frame().await.expect("content header");
+        assert_eq!(kind, 2, "then the content header");
+        let (kind, _, body) = client.next_raw_frame().await.expect("body");
+        assert_eq!(kind, 3, "then the body");
+        // Class, weight and body size come before the property list.
+        messages.push((header[12..].to_vec(), body));
+    }
+    messages
+}
+
+#[tokio::test]
+async fn message_headers_count_in_the_queue_memory_budget() {
+    // Eight budgets of headers on tiny bodies: without the headers counted, none is paged.
+    const MESSAGES: usize = (8 * BUDGET_BYTES as usize) / (HEADER_ENTRIES * (HEADER_VALUE_BYTES + 10));
+    const GET_BATCH: usize = 64;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let process = WarrenProcess::start(dir.path(), &BUDGET_FLAG);
+    let (_connection, channel) = lapin_channel(&process).await;
+    channel
+        .queue_declare("headers".into(), QueueDeclareOptions::default(), FieldTable::default())
+        .await
+        .expect("declare");
+    let variants = big_headers();
+    // The body says which message it is; the headers are variant `n % HEADER_VARIANTS`.
+    let content = |n: usize| ((n as u64).to_be_bytes().to_vec(), variants[n % HEADER_VARIANTS].clone());
+    let before = process.rss_bytes();
+    let peak = publish_transient(&process, &channel, "headers", content, MESSAGES).await;
+    let grown = peak.saturating_sub(before);
+    assert!(grown < BUDGET_BYTES + PAGED_GROWTH_MARGIN_BYTES, "headers grew RSS by {} MiB", grown / MIB);
+    assert!(paged_bytes(dir.path()) > 4 * BUDGET_BYTES, "what is past the budget is paged");
+    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+    let declared = channel.queue_declare("headers".into(), passive, FieldTable::default()).await.expect("passive");
+    assert_eq!(declared.message_count() as usize, MESSAGES, "every message is there");
+
+    // Every one reads back, in memory or paged, in order, with its headers byte for byte.
+    let expected: Vec<Vec<u8>> = variants.iter().map(encoded_properties).collect();
+    let mut client = RawClient::handshake(process.amqp_addr).await;
+    client.open_channel(1).await;
+    for first in (0..MESSAGES).step_by(GET_BATCH) {
+        let batch = get_raw(&mut client, "headers", GET_BATCH.min(MESSAGES - first)).await;
+        for (n, (properties, body)) in (first..).zip(batch) {
+            assert_eq!(body, (n as u64).to_be_bytes(), "message {n} is out of place");
+            assert!(properties == expected[n % HEADER_VARIANTS], "message {n}'s properties differ");
+        }
+    }
 }

@@ -40,7 +40,8 @@ const ACK_RECORD_FIRST_LIVE: u8 = 3;
 const ACK_LOG_COMPACT_BYTES: u64 = 8 * 1024 * 1024;
 /// Segment size of ack logs: small, so compaction frees space soon.
 const ACK_SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
-/// Recent appends kept in memory per queue.
+/// Memory the recent appends kept per queue may take ([`Message::memory_bytes`]: bodies,
+/// properties and what each message costs besides).
 const RECENT_CACHE_BYTES: usize = 8 * 1024 * 1024;
 /// How much a cache miss reads ahead.
 const READ_AHEAD_RECORDS: usize = 256;
@@ -105,7 +106,7 @@ impl RecentCache {
             self.bytes = 0;
             self.base = offset;
         }
-        self.bytes += message.size_bytes();
+        self.bytes += message.memory_bytes();
         self.messages.push_back(Some(message));
         while self.bytes > RECENT_CACHE_BYTES {
             self.pop_front();
@@ -114,7 +115,7 @@ impl RecentCache {
 
     fn pop_front(&mut self) {
         if let Some(evicted) = self.messages.pop_front() {
-            self.bytes -= evicted.map_or(0, |m| m.size_bytes());
+            self.bytes -= evicted.map_or(0, |m| m.memory_bytes());
             self.base += 1;
         }
     }
@@ -126,7 +127,7 @@ impl RecentCache {
 
     fn forget(&mut self, offset: u64) {
         if let Some(slot) = offset.checked_sub(self.base).and_then(|i| self.messages.get_mut(i as usize)) {
-            self.bytes -= slot.take().map_or(0, |m| m.size_bytes());
+            self.bytes -= slot.take().map_or(0, |m| m.memory_bytes());
         }
         while let Some(None) = self.messages.front() {
             self.pop_front();
@@ -473,5 +474,42 @@ impl MessageStore for LogStore {
         if let Err(error) = std::fs::remove_dir_all(&self.dir) {
             tracing::warn!(dir = %self.dir.display(), %error, "cannot remove a deleted queue's files");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::properties::Properties;
+    use bytes::Bytes;
+
+    /// A message with a tiny body and a property list of `len` bytes: one long-string header.
+    fn message_with_properties(len: usize) -> Arc<Message> {
+        let value_len = len - 2 - 4 - 3 - 4;
+        let mut raw = vec![0x20, 0x00];
+        raw.extend_from_slice(&((3 + 4 + value_len) as u32).to_be_bytes());
+        raw.extend_from_slice(&[1, b'k', b'S']);
+        raw.extend_from_slice(&(value_len as u32).to_be_bytes());
+        raw.resize(len, b'v');
+        let properties = Properties::decode(Bytes::from(raw)).expect("valid properties");
+        Arc::new(Message { exchange: "".into(), routing_key: "q".into(), properties, body: Bytes::from_static(b"x") })
+    }
+
+    #[test]
+    fn the_recent_cache_counts_properties() {
+        let message = message_with_properties(64 * 1024);
+        assert!(message.memory_bytes() > 64 * 1024);
+        let mut cache = RecentCache::default();
+        let appended = 4 * RECENT_CACHE_BYTES / message.memory_bytes();
+        for offset in 0..appended as u64 {
+            cache.push(offset, Arc::clone(&message));
+        }
+        assert!(cache.bytes <= RECENT_CACHE_BYTES);
+        assert_eq!(cache.messages.len(), RECENT_CACHE_BYTES / message.memory_bytes());
+        assert!(cache.get(appended as u64 - 1).is_some() && cache.get(0).is_none(), "the oldest went first");
+        for offset in 0..appended as u64 {
+            cache.forget(offset);
+        }
+        assert_eq!((cache.bytes, cache.messages.len()), (0, 0));
     }
 }

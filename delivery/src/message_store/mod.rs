@@ -12,8 +12,9 @@ mod transient_store;
 
 pub use commit_wait::CommitTracker;
 
+pub use crate::message::MESSAGE_OVERHEAD_BYTES;
 pub use log_store::{LogStore, LogStoreConfig};
-pub use transient_store::{PageFile, TransientStore, MESSAGE_OVERHEAD_BYTES, TRANSIENT_MEMORY_BUDGET_BYTES};
+pub use transient_store::{PageFile, TransientStore, TRANSIENT_MEMORY_BUDGET_BYTES};
 
 /// How long publisher confirms take, from the first publish of a batch of frames to the
 /// confirm sent for it (the protocol layer records it; the metrics show it).
@@ -238,15 +239,14 @@ impl MessageStore for MemoryStore {
 }
 
 impl MemoryStore {
-    /// Forgets the messages at `offsets`; how many it held, and their body bytes.
-    pub(crate) fn remove_counting(&mut self, offsets: impl Iterator<Item = u64>) -> (usize, usize) {
-        let (mut count, mut body_bytes) = (0, 0);
+    /// Forgets the messages at `offsets`; the memory they took ([`Message::memory_bytes`]).
+    pub(crate) fn remove_counting(&mut self, offsets: impl Iterator<Item = u64>) -> usize {
+        let mut memory_bytes = 0;
         for offset in offsets {
             if let Some(message) =
                 offset.checked_sub(self.base).and_then(|i| self.slots.get_mut(i as usize)).and_then(Option::take)
             {
-                count += 1;
-                body_bytes += message.body.len();
+                memory_bytes += message.memory_bytes();
             }
         }
         // Settled messages at the head free their slots, as a log deletes settled segments.
@@ -258,7 +258,7 @@ impl MemoryStore {
             // A drained or purged backlog would otherwise keep its ring allocated for good.
             self.slots = VecDeque::new();
         }
-        (count, body_bytes)
+        memory_bytes
     }
 }
 

@@ -11,16 +11,13 @@ use crate::message::Message;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// Memory one queue's transient messages may take by default (bodies and what each message
-/// costs besides, see [`MESSAGE_OVERHEAD_BYTES`]); the rest is paged. Large enough that a queue
-/// whose consumers run a few seconds behind a fast publisher is not paged (the fanout
-/// benchmark: about a million 16-byte messages, 340 MB, per queue; paging them cost 14% of its
-/// throughput at a 256 MiB budget), small enough that a flood into a queue nobody reads stays
-/// under 1 GB of RSS.
+/// Memory one queue's transient messages may take by default (see [`Message::memory_bytes`]:
+/// bodies, properties with their headers, and what each message costs besides); the rest is
+/// paged. Large enough that a queue whose consumers run a few seconds behind a fast publisher
+/// is not paged (the fanout benchmark: about a million 16-byte messages, 340 MB, per queue;
+/// paging them cost 14% of its throughput at a 256 MiB budget), small enough that a flood into
+/// a queue nobody reads stays under 1 GB of RSS.
 pub const TRANSIENT_MEMORY_BUDGET_BYTES: usize = 512 * 1024 * 1024;
-/// What a message held in memory costs besides its body (the message, its routing, its
-/// properties, allocator rounding): measured as about 350 bytes for 1 KiB messages.
-pub const MESSAGE_OVERHEAD_BYTES: usize = 320;
 /// Marks the offsets of paged messages (within the offset bits a queue keeps).
 const PAGED_BIT: u64 = 1 << 54;
 
@@ -37,7 +34,7 @@ pub struct PageFile {
 #[derive(Debug, Default)]
 pub struct TransientStore {
     memory: MemoryStore,
-    /// Memory the messages in `memory` take (bodies plus [`MESSAGE_OVERHEAD_BYTES`] each).
+    /// Memory the messages in `memory` take ([`Message::memory_bytes`] each).
     resident_bytes: usize,
     /// Where to page; `None`: never page (a broker without a data directory).
     page_file: Option<PageFile>,
@@ -87,7 +84,7 @@ impl TransientStore {
 
 impl MessageStore for TransientStore {
     fn append(&mut self, message: &Arc<Message>) -> Result<Appended, StoreError> {
-        let size = message.body.len() + MESSAGE_OVERHEAD_BYTES;
+        let size = message.memory_bytes();
         let budget = self.page_file.as_ref().map(|page_file| page_file.config.transient_memory_budget_bytes);
         if budget.is_some_and(|budget| self.resident_bytes + size > budget) {
             let appended = self.pages()?.append(message)?;
@@ -110,8 +107,8 @@ impl MessageStore for TransientStore {
 
     fn remove(&mut self, offsets: &[u64]) -> Result<(), StoreError> {
         let resident = offsets.iter().copied().filter(|o| !Self::is_paged(*o));
-        let (count, body_bytes) = self.memory.remove_counting(resident);
-        self.resident_bytes = self.resident_bytes.saturating_sub(body_bytes + count * MESSAGE_OVERHEAD_BYTES);
+        let removed_bytes = self.memory.remove_counting(resident);
+        self.resident_bytes = self.resident_bytes.saturating_sub(removed_bytes);
         let Some(pages) = &mut self.pages else { return Ok(()) };
         self.scratch.clear();
         self.scratch.extend(offsets.iter().filter(|o| Self::is_paged(**o)).map(|o| o & !PAGED_BIT));
@@ -181,6 +178,42 @@ mod tests {
         assert!(dir.path().join("pages").exists(), "paging again");
         Box::new(store).destroy();
         assert!(!dir.path().join("pages").exists(), "the page log goes with the queue");
+    }
+
+    /// A message with a tiny body and a headers table of `entries` values of `value_bytes`.
+    fn message_with_headers(entries: usize, value_bytes: usize) -> Arc<Message> {
+        use amq_protocol::protocol::basic::{gen_properties, AMQPProperties};
+        use amq_protocol::types::{AMQPValue, FieldTable};
+        let mut headers = FieldTable::default();
+        for entry in 0..entries {
+            headers.insert(format!("h{entry}").into(), AMQPValue::LongString(vec![b'v'; value_bytes].into()));
+        }
+        let props = AMQPProperties::default().with_headers(headers);
+        let raw = gen_properties(&props)(amq_protocol::frame::WriteContext::from(Vec::new())).map(|c| c.write);
+        let properties = Properties::decode(Bytes::from(raw.expect("encodes"))).expect("valid properties");
+        Arc::new(Message { exchange: "".into(), routing_key: "q".into(), properties, body: Bytes::from_static(b"x") })
+    }
+
+    #[test]
+    fn properties_count_in_the_budget_and_big_ones_are_paged() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        const BUDGET_BYTES: usize = 4 * 1024 * 1024;
+        let config = LogStoreConfig { transient_memory_budget_bytes: BUDGET_BYTES, ..LogStoreConfig::default() };
+        let mut store = TransientStore::new(Some(PageFile { dir: dir.path().join("pages"), config }));
+        // About 60 KiB of headers on a one-byte body; twice the budget of raw headers alone.
+        let message = message_with_headers(240, 250);
+        let count = 2 * BUDGET_BYTES / message.properties.raw().len();
+        let offsets: Vec<u64> = (0..count).map(|_| store.append(&message).expect("append").offset).collect();
+        assert!(store.resident_bytes() <= BUDGET_BYTES);
+        assert!(store.resident_bytes() + message.memory_bytes() > BUDGET_BYTES, "memory is used up to the budget");
+        let resident = offsets.iter().filter(|o| !TransientStore::is_paged(**o)).count();
+        assert_eq!(resident, store.resident_bytes() / message.memory_bytes());
+        assert!(resident < count / 2, "only {resident} of {count} fit: headers count, decoded too");
+        for offset in [offsets[0], offsets[count - 1]] {
+            assert_eq!(store.read(offset).expect("read").properties.raw(), message.properties.raw());
+        }
+        store.remove(&offsets).expect("remove");
+        assert_eq!(store.resident_bytes(), 0, "what was counted in is counted out");
     }
 
     #[test]

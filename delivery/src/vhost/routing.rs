@@ -35,7 +35,8 @@ impl VirtualHost {
         }
         let (source, queues) = self.route_with_source(exchange, &message)?;
         let delayed = source.as_ref().and_then(|s| s.delayed());
-        if let Some((delayed, delay)) = delayed.zip(delay_of(&message)) {
+        // Only a delayed exchange reads x-delay: looking for it decodes the message's headers.
+        if let Some((delayed, delay)) = delayed.and_then(|d| delay_of(&message).map(|delay| (d, delay))) {
             let mut outcome = PublishOutcome { routed: !queues.is_empty(), ..Default::default() };
             match delayed.hold(&message, delay) {
                 Ok(mark) => outcome.marks.extend(mark),
