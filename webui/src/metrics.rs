@@ -16,7 +16,6 @@ use crate::route_table::RouteTable;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::Arc;
 use warren_delivery::latency::{HistogramSnapshot, BUCKET_BOUNDS_SECONDS, FSYNC_LATENCY};
@@ -301,7 +300,7 @@ fn per_queue_family(
     name: String,
     kind: Kind,
     help: &'static str,
-    queues: Arc<Vec<(String, Arc<Queue>)>>,
+    queues: Arc<Vec<(Arc<str>, Arc<Queue>)>>,
     value: impl Fn(&str, &Queue) -> f64 + Send + 'static,
 ) -> impl Iterator<Item = String> + Send {
     let header = family_text(&name, kind, help);
@@ -316,10 +315,13 @@ fn per_queue_family(
 async fn per_object(State(api): State<Management>) -> Response {
     let mut exposition = Exposition::default();
     node_figures(&api, &mut exposition);
-    let rates: Arc<HashMap<(String, String), QueueRates>> = Arc::new(api.rates().queues());
-    let mut queues: Vec<(String, Arc<Queue>)> = Vec::new();
+    // Each queue's rates are looked up when its line is written: a copy of every queue's
+    // rates per scrape would be what a scraper that does not read holds.
+    let rates = Arc::clone(api.rates());
+    let mut queues: Vec<(Arc<str>, Arc<Queue>)> = Vec::new();
     for vhost in api.broker().vhosts() {
-        queues.extend(vhost.queues().into_iter().map(|q| (vhost.name().to_string(), q)));
+        let name: Arc<str> = vhost.name().into();
+        queues.extend(vhost.queues().into_iter().map(|q| (Arc::clone(&name), q)));
     }
     let queues = Arc::new(queues);
     let gauges: [QueueGauge; 4] = [
@@ -340,8 +342,7 @@ async fn per_object(State(api): State<Management>) -> Response {
         let rates = Arc::clone(&rates);
         let name = format!("rabbitmq_detailed_queue_messages_{what}_total");
         per_queue_family(name, Kind::Counter, help, Arc::clone(&queues), move |vhost, queue| {
-            let sampled = rates.get(&(vhost.to_string(), queue.name().to_string())).copied().unwrap_or_default();
-            value(&sampled.counts) as f64
+            value(&rates.queue(vhost, queue.name()).counts) as f64
         })
     });
     let pieces = std::iter::once(exposition.text).chain(gauge_families).chain(counter_families);
