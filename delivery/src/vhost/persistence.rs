@@ -7,6 +7,7 @@ use crate::definitions::{
 use crate::error::{internal_error, BrokerResult};
 use crate::exchange::{Binding, DelayedMessages, Destination, Exchange, ExchangeDefinition};
 use crate::queue::{self, QueueArguments, QueueDefinition};
+use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 
 impl VirtualHost {
@@ -93,21 +94,28 @@ impl VirtualHost {
         Ok(())
     }
 
-    /// Writes the durable definitions, if this virtual host is on disk.
+    /// Writes the durable definitions, if this virtual host is on disk. The caller waits for
+    /// the write (a declare is answered once it is stored), but other clients do not: see
+    /// [`without_stalling_others`].
     pub(super) fn save_definitions(&self) -> BrokerResult<()> {
         let Some(storage) = &self.storage else { return Ok(()) };
         if self.is_deleted() {
             // Its files are gone; writing the definitions would bring its directory back.
             return Ok(());
         }
-        storage.save(|| self.durable_definitions()).map_err(|e| internal_error("cannot save definitions", e))
+        without_stalling_others(|| storage.save(|| self.durable_definitions()))
+            .map_err(|e| internal_error("cannot save definitions", e))
     }
 
     fn durable_definitions(&self) -> Definitions {
         let exchanges = self.exchanges();
         let queues = self.queues();
-        let durable_exchange = |name: &str| exchanges.iter().any(|e| e.name() == name && e.definition().durable);
-        let durable_queue = |name: &str| queues.iter().any(|q| q.name() == name && is_stored(q.definition()));
+        let durable_exchanges: HashSet<&str> =
+            exchanges.iter().filter(|e| e.definition().durable).map(|e| e.name()).collect();
+        let durable_queues: HashSet<&str> =
+            queues.iter().filter(|q| is_stored(q.definition())).map(|q| q.name()).collect();
+        let durable_exchange = |name: &str| durable_exchanges.contains(name);
+        let durable_queue = |name: &str| durable_queues.contains(name);
         let mut definitions = Definitions::default();
         for exchange in &exchanges {
             let d = exchange.definition();
@@ -152,6 +160,18 @@ impl VirtualHost {
             }
         }
         definitions
+    }
+}
+
+/// Runs `write` (a whole definitions file: encoded, written, fsynced twice) so that it holds
+/// up no other client: on a multi-thread runtime the worker thread first hands its other
+/// tasks to another worker, so one tenant declaring thousands of durable queues never stalls
+/// another tenant's confirms. Elsewhere (a current-thread runtime, or no runtime) it just runs.
+fn without_stalling_others<T>(write: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(write),
+        _ => write(),
     }
 }
 
