@@ -96,8 +96,11 @@ async fn a_ui_session_ends_when_its_users_password_changes() {
     let admin = api(&broker);
     add_user(&admin, "ops", "management");
     let http = broker.http_addr.expect("the management API runs");
-    let login = ureq::post(&format!("http://{http}/api/login")).send_json(json!({"username": "ops", "password": "pw"}));
-    let login = tokio::task::block_in_place(|| login).expect("login");
+    let login = tokio::task::block_in_place(|| {
+        let form = json!({"username": "ops", "password": "pw"});
+        ureq::post(&format!("http://{http}/api/login")).send_json(form).map_err(|e| e.to_string())
+    });
+    let login = login.expect("login");
     let cookie = login.header("set-cookie").and_then(|c| c.split(';').next()).expect("cookie").to_string();
     let with_cookie = |path: &str| {
         let request = ureq::get(&format!("http://{http}{path}")).set("Cookie", &cookie);
@@ -135,7 +138,10 @@ async fn the_live_feed_refuses_pages_of_another_origin() {
     let broker = start_broker().await;
     let http = broker.http_addr.expect("the management API runs");
     let foreign = open_feed(http, "guest", "guest", Some("http://127.0.0.1:8080")).await;
-    let refused = foreign.err().expect("a page of another origin is refused");
+    let refused = match foreign {
+        Ok(_) => panic!("a page of another origin opened the feed"),
+        Err(refused) => refused,
+    };
     assert!(refused.contains("403"), "{refused}");
     let own = open_feed(http, "guest", "guest", Some(&format!("http://{http}"))).await;
     assert!(own.is_ok(), "the UI's own origin opens it: {:?}", own.err());

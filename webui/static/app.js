@@ -63,14 +63,22 @@ async function api(method, path, body, headers = {}) {
     options.body = JSON.stringify(body);
   }
   const response = await fetch(path, options);
-  if (response.status === 401) {
+  const text = await response.text();
+  const data = text ? JSON.parse(text) : null;
+  // 401 is also the answer to an operation the user's permissions refuse: only a session
+  // that is over sends the user back to the login.
+  if (response.status === 401 && !(await signedIn())) {
     showLogin();
     throw new Error("signed out");
   }
-  const text = await response.text();
-  const data = text ? JSON.parse(text) : null;
   if (!response.ok) throw new Error((data && data.reason) || response.statusText);
   return data;
+}
+
+// Whether the session is still valid (it ends when the user's access changes).
+async function signedIn() {
+  const response = await fetch("/api/whoami", { headers: { "x-warren-ui": "1" }, credentials: "same-origin" });
+  return response.ok;
 }
 
 // ---------- login ----------
@@ -129,10 +137,13 @@ function connect() {
     $("#live").textContent = "live";
     subscribe();
   };
-  socket.onclose = () => {
+  socket.onclose = async () => {
     $("#live").className = "live off";
     $("#live").textContent = "reconnecting…";
-    if (!$("#app").classList.contains("hidden")) setTimeout(connect, 1500);
+    if ($("#app").classList.contains("hidden")) return;
+    // The feed closes when the user's access changes: back to the login if the session ended.
+    if (!(await signedIn())) return showLogin();
+    setTimeout(connect, 1500);
   };
   socket.onmessage = (event) => {
     const message = JSON.parse(event.data);
