@@ -9,6 +9,7 @@ pub mod http;
 pub mod partition_group;
 pub mod process;
 pub mod raw_client;
+pub mod siege;
 
 use std::net::SocketAddr;
 use warren_server::{Config, RunningBroker};

@@ -116,13 +116,9 @@ impl WarrenProcess {
 
     /// Its resident memory now (VmRSS), in bytes.
     pub fn rss_bytes(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("/proc status");
-        let kib = status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .expect("VmRSS line");
-        kib * 1024
+        let rss = crate::siege::rss_bytes(self.pid());
+        assert!(rss > 0, "no resident memory read for process {}", self.pid());
+        rss
     }
 
     /// The lines logged so far (stderr, `RUST_LOG=info`, or `$WARREN_NODE_LOG` for a diagnosis).
