@@ -322,3 +322,10 @@ async fn feeds_subscribing_back_to_back_do_not_hold_up_amqp_clients() {
     }
     eprintln!("slowest AMQP connect while two feeds subscribed back to back over 5,000 queues: {slowest:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_that_is_not_utf8_is_a_bad_request() {
+    let broker = start_broker().await;
+    let answer = api(&broker).get("/api/queues/%FF/q");
+    assert_eq!(answer.status, 400, "{:?}", answer.body);
+}

@@ -17,6 +17,7 @@ use crate::api::Management;
 use crate::authentication;
 use crate::error::ApiError;
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
@@ -242,7 +243,8 @@ impl Gate {
         let caller = authentication::authenticate(&parts, &self.management).await?;
         let params: Params = match Path::<Params>::from_request_parts(&mut parts, &()).await {
             Ok(Path(params)) => params,
-            Err(_) => Params::new(),
+            Err(PathRejection::MissingPathParams(_)) => Params::new(),
+            Err(bad) => return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("invalid path: {bad}"))),
         };
         let body = if self.rule.reads_body() {
             let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| {

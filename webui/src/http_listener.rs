@@ -41,10 +41,15 @@ pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
 /// Refusals are logged at most once per this interval, with how many there were.
 const REFUSAL_LOG_INTERVAL_MS: u64 = 10_000;
-/// What a client past the limits is told.
-const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n\
-content-type: application/json\r\ncontent-length: 78\r\n\r\n\
-{\"error\":\"unavailable\",\"reason\":\"too many management API connections, retry\"}";
+/// What a client past the limits is told, in RabbitMQ's error shape.
+const TOO_MANY_CONNECTIONS_BODY: &str = r#"{"error":"unavailable","reason":"too many management API connections, retry"}"#;
+
+/// The whole answer to a client past the limits: a 503 that closes the connection.
+fn too_many_connections() -> Vec<u8> {
+    let body = TOO_MANY_CONNECTIONS_BODY;
+    let head = "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-type: application/json";
+    format!("{head}\r\ncontent-length: {}\r\n\r\n{body}", body.len()).into_bytes()
+}
 
 /// The bounds of the management API's connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +180,7 @@ pub async fn serve(
 ) {
     let counts = Arc::new(Counts::default());
     let started = Instant::now();
+    let refusal = too_many_connections();
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -190,7 +196,7 @@ pub async fn serve(
         };
         let Some(slot) = counts.claim(peer.ip(), &limits) else {
             // Best effort and never waited for: the socket takes the few bytes or not.
-            let _ = stream.try_write(TOO_MANY_CONNECTIONS);
+            let _ = stream.try_write(&refusal);
             counts.refused(&limits, started);
             continue;
         };
