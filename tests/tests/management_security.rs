@@ -329,3 +329,28 @@ async fn a_path_that_is_not_utf8_is_a_bad_request() {
     let answer = api(&broker).get("/api/queues/%FF/q");
     assert_eq!(answer.status, 400, "{:?}", answer.body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_stops_taking_messages_once_its_answer_is_two_mebibytes() {
+    let broker = start_broker().await;
+    let connection = connect(&broker).await;
+    let publishing = channel(&connection).await;
+    publishing.queue_declare("big".into(), Default::default(), Default::default()).await.expect("declare");
+    let control_bytes = vec![1u8; 512 * 1024];
+    for _ in 0..10 {
+        let options = lapin::options::BasicPublishOptions::default();
+        let published = publishing.basic_publish("".into(), "big".into(), options, &control_bytes, Default::default());
+        published.await.expect("publish");
+    }
+    let admin = api(&broker);
+    while admin.get("/api/queues/%2F/big").body["messages"] != 10 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let get = json!({"count": 10, "ackmode": "ack_requeue_false", "truncate": 100_000_000});
+    let answer = admin.post("/api/queues/%2F/big/get", get);
+    let taken = answer.body.as_array().map(Vec::len).unwrap_or_default();
+    let shown = answer.body[0]["payload"].as_str().map(str::len).unwrap_or_default();
+    assert_eq!(shown, 256 * 1024, "truncate is capped at 256 KiB (six times that as JSON)");
+    assert!((1..10).contains(&taken), "the answer stops near 2 MiB: {taken} messages taken");
+    assert_eq!(admin.get("/api/queues/%2F/big").body["messages"], 10 - taken, "the rest stay in the queue");
+}

@@ -34,7 +34,8 @@ pub const MAX_REPLAY_BYTES: usize = 4 << 20;
 const MAX_GET_COUNT: usize = 1_000;
 /// Most payload bytes shown of one message, whatever `truncate` asks.
 pub const MAX_TRUNCATE_BYTES: usize = 256 * 1024;
-/// Bytes of JSON a replay answer grows to at most (one message always fits).
+/// Bytes of JSON a replay or get answer grows to (about: one message always fits, and a get
+/// stops taking messages once it is reached).
 pub const MAX_ANSWER_BYTES: usize = 2 << 20;
 /// Log reads running at once; more wait their turn.
 pub const MAX_CONCURRENT_LOG_READS: usize = 2;
@@ -161,7 +162,13 @@ async fn get_messages(
     let truncate = truncation(body.truncate);
     let mut taken = Vec::new();
     let mut answer = Vec::new();
+    let mut answer_bytes = 0;
+    // Messages are taken until the count, or until the answer holds MAX_ANSWER_BYTES: the
+    // rest stay in the queue.
     for _ in 0..body.count {
+        if answer_bytes >= MAX_ANSWER_BYTES {
+            break;
+        }
         let got = match queue.get(&session, false).wait().await {
             Ok(Some(got)) => got,
             Ok(None) => break,
@@ -173,6 +180,7 @@ async fn get_messages(
         let mut item = message_json::message_json(&got.message, &body.encoding, truncate);
         item["redelivered"] = json!(got.redelivered);
         item["message_count"] = json!(got.message_count);
+        answer_bytes += item.to_string().len();
         answer.push(item);
         taken.push(got.delivery_tag);
     }
