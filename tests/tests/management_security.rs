@@ -354,3 +354,29 @@ async fn a_get_stops_taking_messages_once_its_answer_is_two_mebibytes() {
     assert!((1..10).contains(&taken), "the answer stops near 2 MiB: {taken} messages taken");
     assert_eq!(admin.get("/api/queues/%2F/big").body["messages"], 10 - taken, "the rest stay in the queue");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_feed_opened_with_a_session_ends_when_the_session_is_logged_out() {
+    let broker = start_broker().await;
+    let http = broker.http_addr.expect("the management API runs");
+    let login = tokio::task::block_in_place(|| {
+        let form = json!({"username": "guest", "password": "guest"});
+        ureq::post(&format!("http://{http}/api/login")).send_json(form).map_err(|e| e.to_string())
+    });
+    let cookie = login.expect("login").header("set-cookie").and_then(|c| c.split(';').next()).map(str::to_string);
+    let cookie = cookie.expect("a session cookie");
+    let mut request = format!("ws://{http}/ws").into_client_request().expect("request");
+    request.headers_mut().insert("cookie", cookie.parse().expect("header"));
+    let (mut feed, _) = tokio_tungstenite::connect_async(request).await.expect("feed opens with the session");
+    next_message(&mut feed, Duration::from_secs(5)).await.expect("hello");
+    let logout = ureq::post(&format!("http://{http}/api/logout")).set("Cookie", &cookie);
+    tokio::task::block_in_place(|| logout.call().map_err(|e| e.to_string())).expect("logout");
+    let logged_out = Instant::now();
+    loop {
+        match next_message(&mut feed, Duration::from_secs(5)).await {
+            Some(Message::Close(_)) | None => break,
+            Some(_) => assert!(logged_out.elapsed() < Duration::from_secs(3), "the feed outlived its session"),
+        }
+    }
+    assert!(logged_out.elapsed() < Duration::from_secs(3), "closed within a tick: {:?}", logged_out.elapsed());
+}

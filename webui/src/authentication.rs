@@ -67,28 +67,34 @@ async fn credentials(parts: &Parts, management: &Management) -> Result<Caller, A
         let decoded = String::from_utf8(decoded).map_err(|_| unauthorized("Not authorised"))?;
         let (user, password) = decoded.split_once(':').ok_or_else(|| unauthorized("Not authorised"))?;
         let user = check_login(management, user, password, peer_ip(parts)).await?;
-        return management_user(management, &user);
+        return management_user(management, &user.name, None);
     }
     let Some(token) = session_token(&parts.headers) else { return Err(unauthorized("Not authorised")) };
     let sessions = management.sessions();
     let (name, revision) = sessions.find(token).ok_or_else(|| unauthorized("Not authorised"))?;
-    let access = management.broker().access();
-    match access.user(&name) {
-        Some(user) if access.user_revision(&name) == Some(revision) => management_user(management, &user),
-        _ => {
-            sessions.close(token);
-            Err(unauthorized("Session ended: the user's access changed; log in again"))
-        }
+    let current = management.broker().access().user_revision(&name);
+    if current != Some(revision) {
+        sessions.close(token);
+        return Err(unauthorized("Session ended: the user's access changed; log in again"));
     }
+    let caller = management_user(management, &name, Some(token.to_string()))?;
+    if caller.revision != revision {
+        // It changed since the line above: the session is over all the same.
+        sessions.close(token);
+        return Err(unauthorized("Session ended: the user's access changed; log in again"));
+    }
+    Ok(caller)
 }
 
-/// The caller `user` is, if it has a management tag (401 otherwise).
-fn management_user(management: &Management, user: &User) -> Result<Caller, ApiError> {
+/// The caller user `name` is now, in `session` if it came with one, if it has a management
+/// tag (401 otherwise). Its tags and revision are read together.
+fn management_user(management: &Management, name: &str, session: Option<String>) -> Result<Caller, ApiError> {
+    let (user, revision) =
+        management.broker().access().user_with_revision(name).ok_or_else(|| unauthorized("Not authorised"))?;
     if !user.may_manage() {
         return Err(unauthorized("Not management user"));
     }
-    let revision = management.broker().access().user_revision(&user.name).unwrap_or_default();
-    Ok(Caller::of(user, revision))
+    Ok(Caller::of(&user, revision, session))
 }
 
 /// Checks a password login from `peer`; failures are counted and logged (at most once a
@@ -130,7 +136,7 @@ pub async fn login(
 ) -> Result<Response, ApiError> {
     let user =
         check_login(&api, &form.username, &form.password, peer.ip()).await.map_err(ApiError::without_challenge)?;
-    let caller = management_user(&api, &user).map_err(ApiError::without_challenge)?;
+    let caller = management_user(&api, &user.name, None).map_err(ApiError::without_challenge)?;
     let token = api.sessions().open(&caller.user, caller.revision);
     let body = Json(json!({ "name": form.username }));
     Ok(([(header::SET_COOKIE, cookie(&token, SESSION_TTL, over_tls(tls)))], body).into_response())

@@ -28,7 +28,8 @@ use std::collections::HashMap;
 use warren_delivery::access::{Operation, User};
 use warren_delivery::Broker;
 
-/// Largest request body the layer reads to decide (axum's JSON extractor reads no more).
+/// Largest request body the API reads (the layer to decide, and every handler: the router's
+/// body limit).
 pub const MAX_BODY_BYTES: usize = 2 << 20;
 /// The queue RabbitMQ's aliveness test declares, publishes to and reads.
 pub const ALIVENESS_QUEUE: &str = "aliveness-test";
@@ -138,17 +139,20 @@ pub struct Caller {
     /// The revision of the user's access it was authenticated under: once it changes (a new
     /// password, tags or permissions, a deletion), the caller's sessions and feeds end.
     pub revision: u64,
+    /// The UI session it came with, if any: a feed opened with it ends with it.
+    session: Option<String>,
 }
 
 impl Caller {
-    /// `user`, authenticated under `revision`.
-    pub fn of(user: &User, revision: u64) -> Self {
+    /// `user`, authenticated under `revision`, in UI session `session` if it came with one.
+    pub fn of(user: &User, revision: u64, session: Option<String>) -> Self {
         use warren_delivery::access::user::tags;
         Caller {
             user: user.name.clone(),
             administrator: user.is_administrator(),
             monitor: user.is_administrator() || user.has_tag(tags::MONITORING),
             revision,
+            session,
         }
     }
 
@@ -175,9 +179,12 @@ impl Caller {
     }
 
     /// Whether its access is as it was when it authenticated (its user still exists, with the
-    /// same password, tags and permissions).
-    pub fn is_current(&self, broker: &Broker) -> bool {
-        broker.access().user_revision(&self.user) == Some(self.revision)
+    /// same password, tags and permissions) and its session, if it had one, is still open
+    /// (not logged out or expired).
+    pub fn is_current(&self, api: &Management) -> bool {
+        let same_access = api.broker().access().user_revision(&self.user) == Some(self.revision);
+        let session_open = self.session.as_deref().is_none_or(|token| api.sessions().find(token).is_some());
+        same_access && session_open
     }
 }
 
@@ -349,9 +356,9 @@ fn connection(api: &Management, caller: &Caller, op: ConnectionOp, name: &str) -
 fn binding(params: &Params) -> Result<Operation<'_>, ApiError> {
     let (source, destination) = (param(params, "source")?, param(params, "destination")?);
     let source = crate::api::exchange_name(source);
-    match param(params, "kind")? {
-        "q" => Ok(Operation::BindQueue { exchange: source, queue: destination }),
-        "e" => Ok(Operation::BindExchange { source, destination }),
-        kind => Err(ApiError::new(StatusCode::NOT_FOUND, format!("no such binding route: {kind}"))),
+    if crate::api::to_exchange(param(params, "kind")?)? {
+        Ok(Operation::BindExchange { source, destination })
+    } else {
+        Ok(Operation::BindQueue { exchange: source, queue: destination })
     }
 }

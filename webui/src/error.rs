@@ -24,6 +24,8 @@ impl ApiError {
             StatusCode::UNAUTHORIZED => "not_authorised",
             StatusCode::NOT_FOUND => "Object Not Found",
             StatusCode::BAD_REQUEST => "bad_request",
+            StatusCode::FORBIDDEN => "forbidden",
+            StatusCode::SERVICE_UNAVAILABLE => "unavailable",
             _ => "internal_error",
         };
         ApiError { status, error, reason: reason.into(), challenge: true }

@@ -19,7 +19,7 @@
 //! the user's access changing (password, tags, permissions, deletion), and at once for a
 //! client that does not read what it is sent: a send that does not complete within
 //! [`SEND_TIMEOUT`] drops it, and at most [`MAX_QUEUED_BYTES`] wait for it. The figures of a
-//! tick are read once for every subscriber (see `feed_figures`). A page of another origin
+//! tick are read once for every subscriber (see `figures`). A page of another origin
 //! may not open the socket (the browser would send the user's cookie along).
 
 use crate::api::{queue_json, read_log, Management, ReplayQuery};
@@ -160,7 +160,7 @@ impl Feed {
         loop {
             let answer = tokio::select! {
                 _ = tick.tick() => {
-                    if !self.caller.is_current(self.api.broker()) {
+                    if !self.caller.is_current(&self.api) {
                         return Ended::AccessChanged;
                     }
                     Some(self.tick().await)
@@ -195,9 +195,10 @@ impl Feed {
                 // A live table is always paged: the broker never sends every queue each second.
                 let queues = queues.map(ListQuery::paged);
                 self.subscription = Subscription { queues, queue: queue.map(|q| (q.vhost, q.name)) };
-                // Subscriptions sent back to back are answered by the next tick.
+                // Subscriptions sent back to back are answered by the next tick (which checks
+                // the caller's access first).
                 let recent = self.last_answer.is_some_and(|at| at.elapsed() < MIN_ANSWER_INTERVAL);
-                if recent {
+                if recent || !self.caller.is_current(&self.api) {
                     return None;
                 }
                 Some(self.tick().await)
@@ -225,8 +226,9 @@ impl Feed {
     async fn tick(&mut self) -> Value {
         self.last_answer = Some(Instant::now());
         let (api, caller) = (&self.api, &self.caller);
-        let snapshot = api.feed_figures().current(api, self.subscription.queues.is_some()).await;
-        let mut tick = json!({ "type": "tick", "at_ms": snapshot.at_ms, "overview": snapshot.overview(api, caller) });
+        let snapshot = api.figures().current(api, self.subscription.queues.is_some()).await;
+        let overview = snapshot.feed_overview(api, caller);
+        let mut tick = json!({ "type": "tick", "at_ms": snapshot.at_ms, "overview": overview });
         if let Some(table) = &self.subscription.queues {
             tick["queues"] = snapshot.queue_table(api, caller, table);
         }

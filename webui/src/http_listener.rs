@@ -7,8 +7,9 @@
 //! - a request head must arrive within `header_read_timeout`, which also ends a keep-alive
 //!   connection idle that long;
 //! - a connection on which no byte moves for `idle_timeout` while no handler is at work (a
-//!   client that does not read its answer) is closed, and a request body that stalls that long
-//!   fails;
+//!   client that does not read its answer) is closed, and a request body that has not all
+//!   arrived `idle_timeout` after the handler asked for it fails (a body trickled a byte at a
+//!   time holds its connection no longer);
 //! - over HTTPS, the TLS handshake must finish within [`TLS_HANDSHAKE_TIMEOUT`].
 //!
 //! A connection's slot of the limits is held as long as the connection, or the WebSocket it
@@ -42,7 +43,8 @@ const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
 /// Refusals are logged at most once per this interval, with how many there were.
 const REFUSAL_LOG_INTERVAL_MS: u64 = 10_000;
 /// What a client past the limits is told, in RabbitMQ's error shape.
-const TOO_MANY_CONNECTIONS_BODY: &str = r#"{"error":"unavailable","reason":"too many management API connections, retry"}"#;
+const TOO_MANY_CONNECTIONS_BODY: &str =
+    r#"{"error":"unavailable","reason":"too many management API connections, retry"}"#;
 
 /// The whole answer to a client past the limits: a 503 that closes the connection.
 fn too_many_connections() -> Vec<u8> {
@@ -103,49 +105,68 @@ pub struct ConnectionSlot(#[allow(dead_code)] Arc<Slot>);
 
 #[derive(Debug)]
 struct Slot {
-    ip: IpAddr,
+    source: IpAddr,
     counts: Arc<Counts>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.counts.release(self.ip);
+        self.counts.release(self.source);
     }
 }
 
-/// Connections open, in all and by address; refusals not yet logged.
+/// Connections open: in all, and by source.
+#[derive(Debug, Default)]
+struct Open {
+    total: usize,
+    by_source: HashMap<IpAddr, usize>,
+}
+
+/// Connections open; refusals not yet logged.
 #[derive(Debug, Default)]
 struct Counts {
-    by_address: Mutex<HashMap<IpAddr, usize>>,
-    total: AtomicUsize,
+    open: Mutex<Open>,
     refused_unlogged: AtomicU64,
     last_refusal_log_ms: AtomicU64,
+}
+
+/// Bits of an IPv6 address that name one source: a /64, which one host may hold whole.
+const IPV6_SOURCE_PREFIX_BITS: u32 = 64;
+
+/// Where a connection comes from, as the limits count it: an IPv4 address, or an IPv6 /64.
+fn source_of(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & (u128::MAX << (128 - IPV6_SOURCE_PREFIX_BITS));
+            IpAddr::V6(std::net::Ipv6Addr::from(prefix))
+        }
+        v4 => v4,
+    }
 }
 
 impl Counts {
     /// A slot for a connection from `ip`, if the limits leave one.
     fn claim(self: &Arc<Self>, ip: IpAddr, limits: &HttpLimits) -> Option<ConnectionSlot> {
-        let mut by_address = self.by_address.lock();
-        let from_address = by_address.get(&ip).copied().unwrap_or(0);
-        if self.total.load(Ordering::Relaxed) >= limits.max_connections
-            || from_address >= limits.max_connections_per_address
-        {
+        let source = source_of(ip);
+        let mut open = self.open.lock();
+        let from_source = open.by_source.get(&source).copied().unwrap_or(0);
+        if open.total >= limits.max_connections || from_source >= limits.max_connections_per_address {
             return None;
         }
-        by_address.insert(ip, from_address + 1);
-        self.total.fetch_add(1, Ordering::Relaxed);
-        Some(ConnectionSlot(Arc::new(Slot { ip, counts: Arc::clone(self) })))
+        open.by_source.insert(source, from_source + 1);
+        open.total += 1;
+        Some(ConnectionSlot(Arc::new(Slot { source, counts: Arc::clone(self) })))
     }
 
-    fn release(&self, ip: IpAddr) {
-        let mut by_address = self.by_address.lock();
-        if let Some(count) = by_address.get_mut(&ip) {
+    fn release(&self, source: IpAddr) {
+        let mut open = self.open.lock();
+        if let Some(count) = open.by_source.get_mut(&source) {
             *count -= 1;
             if *count == 0 {
-                by_address.remove(&ip);
+                open.by_source.remove(&source);
             }
         }
-        self.total.fetch_sub(1, Ordering::Relaxed);
+        open.total = open.total.saturating_sub(1);
     }
 
     /// Counts a refusal; logs, at most once per interval, how many there were.
@@ -384,23 +405,23 @@ impl hyper::service::Service<hyper::Request<Incoming>> for PerConnection {
     }
 }
 
-/// A request body that fails once no part of it arrives for a while, so that a client
-/// trickling a body cannot hold a handler (and its connection) forever.
+/// A request body that must have all arrived within a time of the handler first asking for
+/// it, so that a client trickling a body cannot hold a handler (and its connection) forever.
 struct StallingBody {
     inner: Incoming,
-    idle: Duration,
+    within: Duration,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl StallingBody {
-    fn new(inner: Incoming, idle: Duration) -> Self {
-        StallingBody { inner, idle, deadline: None }
+    fn new(inner: Incoming, within: Duration) -> Self {
+        StallingBody { inner, within, deadline: None }
     }
 }
 
-/// A request body that stalled.
+/// A request body that did not arrive in time.
 #[derive(Debug, thiserror::Error)]
-#[error("the request body stalled")]
+#[error("the request body did not arrive in time")]
 struct BodyStalled;
 
 impl http_body::Body for StallingBody {
@@ -408,20 +429,13 @@ impl http_body::Body for StallingBody {
     type Error = Box<dyn std::error::Error + Send + Sync>;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(frame) => {
-                self.deadline = None;
-                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
-            }
-            Poll::Pending => {
-                let idle = self.idle;
-                let deadline = self.deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
-                match deadline.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyStalled)))),
-                    Poll::Pending => Poll::Pending,
-                }
-            }
+        let within = self.within;
+        // Armed once, at the first poll, and never moved: the whole body has that long.
+        let deadline = self.deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(within)));
+        if deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(Box::new(BodyStalled))));
         }
+        Pin::new(&mut self.inner).poll_frame(cx).map(|frame| frame.map(|f| f.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -449,5 +463,16 @@ mod tests {
         assert!(counts.claim(b, &limits).is_none(), "the total is reached");
         drop(first);
         assert!(counts.claim(b, &limits).is_some(), "a slot came back");
+    }
+
+    #[test]
+    fn an_ipv6_64_is_one_source() {
+        let one: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let same: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(source_of(one), source_of(same));
+        assert_ne!(source_of(one), source_of(other));
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        assert_eq!(source_of(mapped), "10.0.0.1".parse::<IpAddr>().unwrap());
     }
 }

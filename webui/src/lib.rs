@@ -6,7 +6,8 @@
 //!   rules (RabbitMQ's tags, vhost access and permissions); `authentication`: HTTP Basic and
 //!   the UI's sessions (`sessions`); `security_headers`: what every answer carries;
 //! - `api`: the routes and their JSON, a module per resource;
-//! - `feed`: the WebSocket live feed (`/ws`) the UI renders, over `feed_figures`;
+//! - `feed`: the WebSocket live feed (`/ws`) the UI renders; `figures`: what it and the
+//!   overview show, read once a second for all;
 //! - `ui`: the browser UI, static files embedded in the binary;
 //! - `listing`: pagination, sorting, filtering and columns of the list endpoints;
 //!   `streamed`: large answers written as the client reads them;
@@ -20,7 +21,7 @@ mod authentication;
 pub mod authorization;
 mod error;
 mod feed;
-mod feed_figures;
+mod figures;
 pub mod http_listener;
 mod json_table;
 mod lenient;

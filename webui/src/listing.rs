@@ -22,9 +22,11 @@ pub const MAX_PAGE_SIZE: usize = 500;
 const DEFAULT_PAGE_SIZE: usize = 100;
 /// Longest `name` filter accepted (a regular expression is compiled from it).
 const MAX_FILTER_BYTES: usize = 1024;
+/// Most `columns` one list may ask for (each is looked up in every item).
+const MAX_COLUMNS: usize = 64;
 
 /// What a list request asked for.
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Hash, Deserialize)]
 pub struct ListQuery {
     #[serde(default)]
     name: Option<String>,
@@ -125,7 +127,7 @@ pub fn field<'a>(item: &'a Value, path: &str) -> Option<&'a Value> {
 }
 
 /// Keeps only `columns` (dotted paths) of `item`, nested as they were.
-fn only_columns(item: &Value, columns: &[&str]) -> Value {
+fn only_columns(item: &Value, columns: &[String]) -> Value {
     let mut kept = Map::new();
     for column in columns {
         if let Some(value) = field(item, column) {
@@ -133,6 +135,14 @@ fn only_columns(item: &Value, columns: &[&str]) -> Value {
         }
     }
     Value::Object(kept)
+}
+
+/// `item` with only `columns` (all of it if none were asked for).
+fn trim(item: Value, columns: &[String]) -> Value {
+    if columns.is_empty() {
+        return item;
+    }
+    only_columns(&item, columns)
 }
 
 /// Puts `value` at dotted `path` in `map`, making the objects on the way.
@@ -175,9 +185,9 @@ impl ListQuery {
         if self.page.is_some() {
             return Ok(Json(self.apply(items)?).into_response());
         }
+        let columns = self.columns()?;
         let ordered = self.ordered(items)?;
-        let query = self.clone();
-        Ok(crate::streamed::json_array(ordered.map(move |item| query.trim(item.into_json()))))
+        Ok(crate::streamed::json_array(ordered.map(move |item| trim(item.into_json(), &columns))))
     }
 
     /// The same query, answering with its first page if it named none.
@@ -202,12 +212,13 @@ impl ListQuery {
         if self.page == Some(0) || page_size == 0 || page_size > MAX_PAGE_SIZE {
             return Err(bad_request(format!("page must be at least 1 and page_size from 1 to {MAX_PAGE_SIZE}")));
         }
+        let columns = self.columns()?;
         let total = items.len();
         self.filter_by_name(&mut items)?;
         let filtered = items.len();
         let ordered = self.sorted(items);
         let Some(asked) = self.page else {
-            return Ok(Value::Array(ordered.map(|item| self.trim(item.into_json())).collect()));
+            return Ok(Value::Array(ordered.map(|item| trim(item.into_json(), &columns)).collect()));
         };
         let page_count = filtered.div_ceil(page_size).max(1);
         let page = match past_last {
@@ -218,7 +229,7 @@ impl ListQuery {
             }
         };
         let shown: Vec<Value> =
-            ordered.skip((page - 1) * page_size).take(page_size).map(|item| self.trim(item.into_json())).collect();
+            ordered.skip((page - 1) * page_size).take(page_size).map(|item| trim(item.into_json(), &columns)).collect();
         Ok(json!({
             "filtered_count": filtered,
             "item_count": shown.len(),
@@ -258,18 +269,19 @@ impl ListQuery {
         if self.sort_reverse == Some(true) {
             keyed.reverse();
         }
-        keyed.into_iter().map(|(_, item)| item)
+        // The keys go before the items are shown: a streamed list holds only its items.
+        let items: Vec<T> = keyed.into_iter().map(|(_, item)| item).collect();
+        items.into_iter()
     }
 
-    /// The item with only the `columns` asked for, if any were.
-    fn trim(&self, item: Value) -> Value {
-        match self.columns.as_deref() {
-            Some(columns) if !columns.is_empty() => {
-                let columns: Vec<&str> = columns.split(',').filter(|c| !c.is_empty()).collect();
-                only_columns(&item, &columns)
-            }
-            _ => item,
+    /// The `columns` asked for (dotted paths), if any: at most [`MAX_COLUMNS`].
+    fn columns(&self) -> Result<Vec<String>, ApiError> {
+        let asked = self.columns.as_deref().unwrap_or_default();
+        let columns: Vec<String> = asked.split(',').filter(|c| !c.is_empty()).map(str::to_string).collect();
+        if columns.len() > MAX_COLUMNS {
+            return Err(bad_request(format!("at most {MAX_COLUMNS} columns may be asked for")));
         }
+        Ok(columns)
     }
 }
 

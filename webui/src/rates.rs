@@ -159,6 +159,16 @@ impl Rates {
         self.sampled.read().queues.clone()
     }
 
+    /// The queues of each vhost together at the last sample, by vhost.
+    pub fn by_vhost(&self) -> HashMap<String, QueueRates> {
+        let mut by_vhost: HashMap<String, QueueRates> = HashMap::new();
+        for ((vhost, _), queue) in &self.sampled.read().queues {
+            let total = by_vhost.entry(vhost.clone()).or_default();
+            *total = QueueRates { counts: total.counts.plus(queue.counts), rates: total.rates.plus(queue.rates) };
+        }
+        by_vhost
+    }
+
     /// All queues together at the last sample.
     pub fn totals(&self) -> QueueRates {
         self.sampled.read().totals

@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 pub const SESSION_TTL: Duration = Duration::from_secs(8 * 60 * 60);
 /// Sessions kept at most; the oldest go first when more log in.
 const MAX_SESSIONS: usize = 10_000;
+/// Sessions one user keeps at most; its oldest goes first, so that one user logging in again
+/// and again cannot push everyone else's sessions out.
+const MAX_SESSIONS_PER_USER: usize = 64;
 /// Random bytes in a session token.
 const TOKEN_BYTES: usize = 32;
 
@@ -41,8 +44,11 @@ impl Sessions {
         let mut sessions = self.by_token.lock();
         let now = Instant::now();
         sessions.retain(|_, session| now.duration_since(session.used) < SESSION_TTL);
-        if sessions.len() >= MAX_SESSIONS {
-            let oldest = sessions.iter().min_by_key(|(_, session)| session.used).map(|(token, _)| token.clone());
+        let users = sessions.values().filter(|session| session.user == user).count();
+        if users >= MAX_SESSIONS_PER_USER || sessions.len() >= MAX_SESSIONS {
+            let own = users >= MAX_SESSIONS_PER_USER;
+            let candidates = sessions.iter().filter(|(_, session)| !own || session.user == user);
+            let oldest = candidates.min_by_key(|(_, session)| session.used).map(|(token, _)| token.clone());
             if let Some(oldest) = oldest {
                 sessions.remove(&oldest);
             }
@@ -82,5 +88,17 @@ mod tests {
         assert_eq!(sessions.find("forged"), None);
         sessions.close(&token);
         assert_eq!(sessions.find(&token), None);
+    }
+
+    #[test]
+    fn a_user_logging_in_again_and_again_pushes_out_only_its_own_sessions() {
+        let sessions = Sessions::default();
+        let admin = sessions.open("admin", 1);
+        let first = sessions.open("flooder", 1);
+        for _ in 0..MAX_SESSIONS_PER_USER {
+            sessions.open("flooder", 1);
+        }
+        assert!(sessions.find(&admin).is_some(), "another user's session stays");
+        assert_eq!(sessions.find(&first), None, "the flooder's oldest went");
     }
 }

@@ -64,7 +64,8 @@ async function api(method, path, body, headers = {}) {
   }
   const response = await fetch(path, options);
   const text = await response.text();
-  const data = text ? JSON.parse(text) : null;
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (_) { data = { reason: text }; }
   // 401 is also the answer to an operation the user's permissions refuse: only a session
   // that is over sends the user back to the login.
   if (response.status === 401 && !(await signedIn())) {

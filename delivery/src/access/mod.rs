@@ -410,8 +410,15 @@ impl AccessControl {
     /// never since start); `None` if there is no such user. A session or live feed opened
     /// under another answer is stale.
     pub fn user_revision(&self, user: &str) -> Option<u64> {
+        self.user_with_revision(user).map(|(_, revision)| revision)
+    }
+
+    /// User `name` and its revision (see [`AccessControl::user_revision`]), read together: a
+    /// change between two reads would pair old tags with a new revision.
+    pub fn user_with_revision(&self, name: &str) -> Option<(User, u64)> {
         let state = self.state.read();
-        state.users.contains_key(user).then(|| state.revisions.get(user).copied().unwrap_or(0))
+        let user = state.users.get(name)?.clone();
+        Some((user, state.revisions.get(name).copied().unwrap_or(0)))
     }
 }
 

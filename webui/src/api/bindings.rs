@@ -155,9 +155,19 @@ async fn list_vhost(
 
 /// The destination a route names: `q` for a queue, `e` for an exchange (404 otherwise).
 fn destination(kind: &str, name: &str) -> Result<Destination, ApiError> {
+    if to_exchange(kind)? {
+        Ok(Destination::Exchange(name.into()))
+    } else {
+        Ok(Destination::Queue(name.into()))
+    }
+}
+
+/// Whether a binding route's `{kind}` names an exchange (`e`) rather than a queue (`q`); 404
+/// for anything else.
+pub(crate) fn to_exchange(kind: &str) -> Result<bool, ApiError> {
     match kind {
-        "q" => Ok(Destination::Queue(name.into())),
-        "e" => Ok(Destination::Exchange(name.into())),
+        "q" => Ok(false),
+        "e" => Ok(true),
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, format!("no such binding route: {kind}"))),
     }
 }

@@ -107,6 +107,30 @@ impl DeliverySink for Taken {
     fn consumer_cancelled(&self, _consumer_tag: &ShortString) {}
 }
 
+/// The session of one API request that takes messages, closed when the request ends however
+/// it ends (a client that goes mid-request drops the handler): what it took and did not settle
+/// goes back to its queue rather than staying unacknowledged.
+struct ApiChannel(Arc<Session>);
+
+impl ApiChannel {
+    fn open(vhost: &Arc<VirtualHost>) -> Self {
+        ApiChannel(Session::new(Arc::clone(vhost), Arc::new(Taken)))
+    }
+}
+
+impl std::ops::Deref for ApiChannel {
+    type Target = Arc<Session>;
+    fn deref(&self) -> &Arc<Session> {
+        &self.0
+    }
+}
+
+impl Drop for ApiChannel {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 /// The body of a get.
 #[derive(Debug, Deserialize)]
 struct GetBody {
@@ -158,7 +182,7 @@ async fn get_messages(
     let host = api.vhost(&vhost)?;
     let queue = host.queue(&name)?;
     queue.check_owner(super::queues::API_CONNECTION)?;
-    let session = Session::new(Arc::clone(&host), Arc::new(Taken));
+    let session = ApiChannel::open(&host);
     let truncate = truncation(body.truncate);
     let mut taken = Vec::new();
     let mut answer = Vec::new();
@@ -172,10 +196,7 @@ async fn get_messages(
         let got = match queue.get(&session, false).wait().await {
             Ok(Some(got)) => got,
             Ok(None) => break,
-            Err(error) => {
-                session.close();
-                return Err(error.into());
-            }
+            Err(error) => return Err(error.into()),
         };
         let mut item = message_json::message_json(&got.message, &body.encoding, truncate);
         item["redelivered"] = json!(got.redelivered);
@@ -192,7 +213,6 @@ async fn get_messages(
         };
         settled?;
     }
-    session.close();
     Ok(Json(Value::Array(answer)))
 }
 
@@ -316,9 +336,8 @@ pub(crate) async fn round_trip(vhost: &Arc<VirtualHost>, queue: &str) -> Result<
         body: body.clone(),
     };
     declared.queue.publish(Arc::new(message)).map_err(|e| e.to_string())?;
-    let session = Session::new(Arc::clone(vhost), Arc::new(Taken));
+    let session = ApiChannel::open(vhost);
     let got = declared.queue.get(&session, true).wait().await.map_err(|e| e.to_string());
-    session.close();
     match got? {
         Some(got) if got.message.body == body => Ok(()),
         _ => Err("the test message did not come back".to_string()),

@@ -20,9 +20,10 @@ mod messages;
 mod overview;
 mod queues;
 
+pub(crate) use bindings::to_exchange;
 pub use cluster::{ClusterView, NodeStatus};
 pub(crate) use messages::{read_log, ReplayQuery};
-pub(crate) use queues::queue_json;
+pub(crate) use queues::{queue_json, QueueRow};
 
 use crate::authorization::{Caller, Rule};
 use crate::error::ApiError;
@@ -57,8 +58,8 @@ pub struct Management {
     shutdown: tokio::sync::watch::Receiver<bool>,
     /// Turns of the log reads behind replay and browse.
     log_reads: Arc<tokio::sync::Semaphore>,
-    /// The live feed's figures, computed once per tick for every subscriber.
-    feed_figures: Arc<crate::feed_figures::FeedFigures>,
+    /// The overview's and the live feed's figures, read at most once a second for all.
+    figures: Arc<crate::figures::Figures>,
 }
 
 impl Management {
@@ -73,7 +74,7 @@ impl Management {
             started_at_ms: warren_delivery::scheduler::now_ms(),
             shutdown: tokio::sync::watch::channel(false).1,
             log_reads: Arc::new(tokio::sync::Semaphore::new(messages::MAX_CONCURRENT_LOG_READS)),
-            feed_figures: Arc::default(),
+            figures: Arc::default(),
         }
     }
 
@@ -82,9 +83,9 @@ impl Management {
         &self.log_reads
     }
 
-    /// The live feed's shared figures.
-    pub(crate) fn feed_figures(&self) -> &Arc<crate::feed_figures::FeedFigures> {
-        &self.feed_figures
+    /// The overview's and the live feed's shared figures.
+    pub(crate) fn figures(&self) -> &Arc<crate::figures::Figures> {
+        &self.figures
     }
 
     /// The same API, stopping its long-lived parts (WebSockets) when `shutdown` turns true.
@@ -173,9 +174,14 @@ pub fn route_rules() -> Vec<RouteRule> {
     route_table().rules()
 }
 
-/// The API's routes, behind the authorization layer and the security headers.
+/// The API's routes, behind the authorization layer and the security headers; no handler
+/// reads a body longer than the layer does.
 pub fn router(management: Management) -> Router {
-    route_table().into_router(management).layer(axum::middleware::from_fn(crate::security_headers::add))
+    let body_limit = axum::extract::DefaultBodyLimit::max(crate::authorization::MAX_BODY_BYTES);
+    route_table()
+        .into_router(management)
+        .layer(body_limit)
+        .layer(axum::middleware::from_fn(crate::security_headers::add))
 }
 
 /// RabbitMQ's `message_stats` of counters and their rates: each counter and its

@@ -14,6 +14,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::sync::Arc;
 use warren_delivery::access::{AccessChange, PermissionSpec};
 use warren_delivery::VirtualHost;
@@ -40,64 +41,9 @@ fn queue_totals(vhosts: &[Arc<VirtualHost>]) -> (u64, u64) {
     })
 }
 
-/// The figures of what a caller may see: its vhosts' queues, exchanges and messages, its
-/// connections' channels and consumers (all of them for a monitor).
-#[derive(Debug, Default)]
-pub(crate) struct VisibleTotals {
-    pub ready: u64,
-    pub unacked: u64,
-    pub connections: usize,
-    pub channels: usize,
-    pub consumers: usize,
-    pub exchanges: usize,
-    pub queues: usize,
-    pub rates: QueueRates,
-}
-
-impl VisibleTotals {
-    /// What `caller` sees of the broker.
-    pub(crate) fn of(api: &Management, caller: &Caller) -> Self {
-        let vhosts = api.vhosts(caller, None).unwrap_or_default();
-        let (ready, unacked) = queue_totals(&vhosts);
-        let connections: Vec<_> = api
-            .broker()
-            .connections()
-            .all()
-            .into_iter()
-            .filter(|info| caller.sees_connection_of(&info.handshake().user.unwrap_or_default()))
-            .collect();
-        let channels: Vec<_> = connections.iter().flat_map(|c| c.channels()).collect();
-        let rates = if caller.is_monitor() {
-            api.rates().totals()
-        } else {
-            let names: Vec<&str> = vhosts.iter().map(|v| v.name()).collect();
-            sum_rates(api, |vhost| names.contains(&vhost))
-        };
-        VisibleTotals {
-            ready,
-            unacked,
-            connections: connections.len(),
-            channels: channels.len(),
-            consumers: channels.iter().map(|(_, session)| session.consumers().len()).sum(),
-            exchanges: vhosts.iter().map(|v| v.exchanges().len()).sum(),
-            queues: vhosts.iter().map(|v| v.queues().len()).sum(),
-            rates,
-        }
-    }
-}
-
-/// The rates of the queues of the vhosts `keep` accepts, added up.
-fn sum_rates(api: &Management, keep: impl Fn(&str) -> bool) -> QueueRates {
-    let rates = api.rates().queues();
-    rates.iter().filter(|((vhost, _), _)| keep(vhost)).fold(QueueRates::default(), |total, (_, queue)| QueueRates {
-        counts: total.counts.plus(queue.counts),
-        rates: total.rates.plus(queue.rates),
-    })
-}
-
 /// The overview: for a monitor the node's listeners too, as RabbitMQ shows them to monitors.
 async fn overview(caller: Caller, State(api): State<Management>) -> Json<Value> {
-    let totals = VisibleTotals::of(&api, &caller);
+    let totals = api.figures().current(&api, false).await.totals(&api, &caller);
     let mut overview = json!({
         "management_version": COMPATIBLE_RABBITMQ_VERSION,
         "rabbitmq_version": COMPATIBLE_RABBITMQ_VERSION,
@@ -105,21 +51,11 @@ async fn overview(caller: Caller, State(api): State<Management>) -> Json<Value> 
         "product_version": env!("CARGO_PKG_VERSION"),
         "rates_mode": "basic",
         "cluster_name": api.cluster.cluster_name(),
-        "message_stats": message_stats(&totals.rates),
-        "queue_totals": {
-            "messages": totals.ready + totals.unacked,
-            "messages_ready": totals.ready,
-            "messages_unacknowledged": totals.unacked,
-        },
-        "object_totals": {
-            "connections": totals.connections,
-            "channels": totals.channels,
-            "consumers": totals.consumers,
-            "exchanges": totals.exchanges,
-            "queues": totals.queues,
-        },
         "statistics_db_event_queue": 0,
     });
+    if let (Value::Object(fields), Value::Object(figures)) = (&mut overview, totals.overview_fields()) {
+        fields.extend(figures);
+    }
     if caller.is_monitor() {
         let listeners: Vec<Value> = api
             .listeners()
@@ -133,9 +69,11 @@ async fn overview(caller: Caller, State(api): State<Management>) -> Json<Value> 
     Json(overview)
 }
 
-fn vhost_json(api: &Management, vhost: &Arc<VirtualHost>) -> Value {
+/// Vhost `vhost` as RabbitMQ's API shows it, with its queues' rates from `rates` (the rates of
+/// each vhost, added up once for a whole list).
+fn vhost_json(api: &Management, vhost: &Arc<VirtualHost>, rates: &HashMap<String, QueueRates>) -> Value {
     let (ready, unacked) = queue_totals(std::slice::from_ref(vhost));
-    let sampled = sum_rates(api, |name| name == vhost.name());
+    let sampled = rates.get(vhost.name()).copied().unwrap_or_default();
     json!({
         "name": vhost.name(),
         "description": api.broker().access().vhost(vhost.name()).map(|v| v.description).unwrap_or_default(),
@@ -155,12 +93,13 @@ async fn vhosts(
     State(api): State<Management>,
     Query(query): Query<ListQuery>,
 ) -> Result<Response, ApiError> {
-    let items: Vec<Value> = api.vhosts(&caller, None)?.iter().map(|v| vhost_json(&api, v)).collect();
+    let rates = api.rates().by_vhost();
+    let items: Vec<Value> = api.vhosts(&caller, None)?.iter().map(|v| vhost_json(&api, v, &rates)).collect();
     query.answer(items)
 }
 
 async fn vhost(State(api): State<Management>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(vhost_json(&api, &api.vhost(&name)?)))
+    Ok(Json(vhost_json(&api, &api.vhost(&name)?, &api.rates().by_vhost())))
 }
 
 /// Creates the vhost (or changes its description): 201, or 204 if it existed. As in
@@ -190,13 +129,18 @@ async fn delete_vhost(State(api): State<Management>, Path(name): Path<String>) -
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Healthy if this node listens on `port`; 503 with the ports it listens on otherwise.
-async fn port_listener(State(api): State<Management>, Path(port): Path<u16>) -> Response {
+/// Healthy if this node listens on `port`; 503 otherwise, naming the ports it listens on to a
+/// monitor (the overview shows the listeners to monitors only).
+async fn port_listener(caller: Caller, State(api): State<Management>, Path(port): Path<u16>) -> Response {
     let ports: Vec<u16> = api.listeners().iter().map(|l| l.addr.port()).collect();
     if ports.contains(&port) {
         return Json(json!({ "status": "ok", "port": port })).into_response();
     }
-    let body = json!({ "status": "failed", "reason": format!("No active listener on port {port}"), "missing": port, "ports": ports });
+    let mut body =
+        json!({ "status": "failed", "reason": format!("No active listener on port {port}"), "missing": port });
+    if caller.is_monitor() {
+        body["ports"] = json!(ports);
+    }
     (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
 }
 

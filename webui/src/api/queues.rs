@@ -83,6 +83,11 @@ pub(crate) struct QueueRow {
 }
 
 impl QueueRow {
+    /// `queue` of `vhost`, shown by `api`.
+    pub(crate) fn new(api: Arc<Management>, vhost: Arc<VirtualHost>, queue: Arc<Queue>) -> Self {
+        QueueRow { api, vhost, queue }
+    }
+
     /// Every queue of `vhost` (all the vhosts `caller` may see if `None`).
     pub(crate) fn all(api: &Management, caller: &Caller, vhost: Option<&str>) -> Result<Vec<QueueRow>, ApiError> {
         let shared = Arc::new(api.clone());
