@@ -5,6 +5,7 @@
 //! (401), or hidden (404). A new route is walked as soon as it is declared.
 
 use serde_json::{json, Value};
+use warren_server::ctl::encode_path_segment;
 use warren_tests::http::{Answer, Api};
 use warren_tests::*;
 use warren_webui::authorization::{ConnectionOp, Rule};
@@ -112,16 +113,6 @@ struct Fixture {
     connection: Option<(lapin::Connection, lapin::Channel)>,
 }
 
-fn percent(segment: &str) -> String {
-    segment
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 fn must(answer: Answer, what: &str) -> Answer {
     assert!(answer.status < 300, "fixture: {what}: {} {:?}", answer.status, answer.body);
     answer
@@ -199,8 +190,8 @@ impl Fixture {
             p if p.starts_with("/api/queues/") => "theirs-q".to_string(),
             p if p.starts_with("/api/exchanges/") => "theirs-x".to_string(),
             p if p.starts_with("/api/users/") => "target-user".to_string(),
-            p if p.starts_with("/api/connections/") => percent(&connection),
-            p if p.starts_with("/api/channels/") => percent(&format!("{connection} (1)")),
+            p if p.starts_with("/api/connections/") => encode_path_segment(&connection),
+            p if p.starts_with("/api/channels/") => encode_path_segment(&format!("{connection} (1)")),
             _ => "max-connections".to_string(),
         };
         let port = self.broker.amqp_addr.port().to_string();

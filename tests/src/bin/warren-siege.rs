@@ -91,13 +91,30 @@ fn uri(amqp: SocketAddr) -> String {
     format!("amqp://guest:guest@{amqp}/%2f")
 }
 
+/// How long one attempt waits to connect: a broker out of descriptors stops accepting, and
+/// its backlog then leaves connects hanging.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Connects attempted at once by one holder (more overflow the listener's SYN backlog).
+const CONCURRENT_CONNECTS: usize = 256;
+
 async fn hold(http: SocketAddr, from: IpAddr, count: usize) -> anyhow::Result<()> {
     let mut held = Vec::new();
-    for _ in 0..count {
-        if let Ok(socket) = siege::silent_socket(http, Some(from)).await {
-            held.push(socket);
+    let mut left = count;
+    while left > 0 {
+        let batch = left.min(CONCURRENT_CONNECTS);
+        left -= batch;
+        let mut connecting = tokio::task::JoinSet::new();
+        for _ in 0..batch {
+            connecting.spawn(tokio::time::timeout(CONNECT_TIMEOUT, siege::silent_socket(http, Some(from))));
+        }
+        while let Some(connected) = connecting.join_next().await {
+            if let Ok(Ok(Ok(socket))) = connected {
+                held.push(socket);
+            }
         }
     }
+    // The parent reads this line, then times AMQP connects while the sockets are held.
     println!("{}", held.len());
     // Held until the parent closes stdin.
     let _ = tokio::task::spawn_blocking(|| std::io::stdin().lock().lines().count()).await;
@@ -125,7 +142,14 @@ async fn idle(
             .context("start a holder")?;
         holders.push(child);
     }
-    // Connects are timed while the holders open their sockets, and after.
+    // Once every holder holds its sockets, AMQP connects are timed (a broker that ran out of
+    // descriptors answers none: each waits out its timeout).
+    let mut opened = 0;
+    for holder in &mut holders {
+        let Some(out) = holder.stdout.take() else { continue };
+        let line = tokio::task::spawn_blocking(move || std::io::BufReader::new(out).lines().next()).await?;
+        opened += line.and_then(Result::ok).and_then(|l| l.trim().parse::<usize>().ok()).unwrap_or(0);
+    }
     let mut times = Vec::new();
     let mut failures = 0;
     for _ in 0..connects {
@@ -135,11 +159,9 @@ async fn idle(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let mut opened = 0;
     for mut holder in holders {
         drop(holder.stdin.take());
-        let output = holder.wait_with_output()?;
-        opened += String::from_utf8_lossy(&output.stdout).trim().parse::<usize>().unwrap_or(0);
+        holder.wait()?;
     }
     times.sort();
     let at = |q: f64| times.get(((times.len() as f64 * q) as usize).min(times.len().saturating_sub(1))).copied();
