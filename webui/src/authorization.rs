@@ -255,10 +255,8 @@ impl Gate {
         };
         let body = if self.rule.reads_body() {
             let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("a request body is {MAX_BODY_BYTES} bytes at most"),
-                )
+                let why = format!("the request body did not arrive in time, or is over {MAX_BODY_BYTES} bytes");
+                ApiError::new(StatusCode::BAD_REQUEST, why)
             })?;
             let json: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             self.decide(&caller, &params, &json)?;
