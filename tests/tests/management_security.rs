@@ -287,43 +287,6 @@ async fn a_right_password_is_answered_at_once_while_wrong_guesses_from_its_addre
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn feeds_subscribing_back_to_back_do_not_hold_up_amqp_clients() {
-    let broker = start_broker().await;
-    let connection = connect(&broker).await;
-    let declaring = channel(&connection).await;
-    let nowait = lapin::options::QueueDeclareOptions { nowait: true, ..Default::default() };
-    for i in 0..5_000 {
-        declaring.queue_declare(format!("q{i}").into(), nowait, Default::default()).await.expect("declare");
-    }
-    let http = broker.http_addr.expect("the management API runs");
-    let mut spammers = Vec::new();
-    for _ in 0..2 {
-        let mut feed = open_feed(http, "guest", "guest", None).await.expect("feed opens");
-        spammers.push(tokio::spawn(async move {
-            let subscribe = json!({"type": "subscribe", "queues": {"sort": "messages", "page_size": 500}});
-            let deadline = Instant::now() + Duration::from_secs(4);
-            while Instant::now() < deadline {
-                if feed.send(Message::Text(subscribe.to_string().into())).await.is_err() {
-                    return;
-                }
-            }
-        }));
-    }
-    let mut slowest = Duration::ZERO;
-    for _ in 0..5 {
-        let started = Instant::now();
-        let client = tokio::time::timeout(Duration::from_secs(8), connect(&broker)).await;
-        assert!(client.is_ok(), "an AMQP client connects while feeds subscribe");
-        slowest = slowest.max(started.elapsed());
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    for spammer in spammers {
-        let _ = spammer.await;
-    }
-    eprintln!("slowest AMQP connect while two feeds subscribed back to back over 5,000 queues: {slowest:?}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_path_that_is_not_utf8_is_a_bad_request() {
     let broker = start_broker().await;
     let answer = api(&broker).get("/api/queues/%FF/q");

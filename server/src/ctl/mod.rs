@@ -23,10 +23,10 @@ mod output;
 mod super_streams;
 
 use clap::{Parser, Subcommand};
-use client::Client;
 /// Percent-encodes a path segment of the management API (`/` is `%2F`): what `warren ctl` and
 /// the tests address objects with.
 pub use client::encode as encode_path_segment;
+use client::Client;
 use cluster::Replicated;
 use output::{say, Format};
 use serde::Deserialize;
