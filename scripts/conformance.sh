@@ -131,6 +131,10 @@ while IFS= read -r failure; do
   fi
 done < <(grep -E '^(pika|aio-pika|amqplib) FAILED: ' "$OUT" | sort -u)
 if [[ $status != 0 ]]; then
+  # What the suites said about their failures (the runners' own reports), so that a failure
+  # in CI can be understood from its log alone.
+  echo "--- the suites' failure reports (first 200 lines)" >&2
+  grep -n -B2 -A30 -E '✖|not ok|FAILED|Error|Traceback' "$OUT" | head -n 200 >&2 || true
   echo "--- broker log (last 50 lines)" >&2
   tail -n 50 "$BROKER_LOG" >&2
   echo "==> conformance suites FAILED" >&2

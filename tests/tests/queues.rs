@@ -437,6 +437,53 @@ async fn deleting_a_queue_under_a_consumer_cancels_it() {
     broker.shutdown().await;
 }
 
+/// On the channel that deletes it, `delete-ok` comes before the `basic.cancel` of a consumer
+/// that channel had on the queue, as in RabbitMQ: amqplib settles the delete only if its
+/// answer comes first (its channel ignores replies once it starts closing, and a client that
+/// closes on the cancel lost the delete's answer). A durable queue, so that the broker writes
+/// its definitions between the two.
+#[tokio::test]
+async fn delete_ok_comes_before_the_cancel_of_the_deleting_channels_consumer() {
+    use amq_protocol::protocol::{basic, channel as ch_method, queue, AMQPClass};
+    use warren_tests::raw_client::RawClient;
+    let broker = start_broker().await;
+    let mut client = RawClient::handshake(broker.amqp_addr).await;
+    client.send_method(1, AMQPClass::Channel(ch_method::AMQPMethod::Open(ch_method::Open {}))).await;
+    client.expect_method().await;
+    let declare = queue::Declare {
+        queue: "deleted-under-me".into(),
+        durable: true,
+        passive: false,
+        exclusive: false,
+        auto_delete: false,
+        nowait: false,
+        arguments: FieldTable::default(),
+    };
+    client.send_method(1, AMQPClass::Queue(queue::AMQPMethod::Declare(declare))).await;
+    client.expect_method().await;
+    let consume = basic::Consume {
+        queue: "deleted-under-me".into(),
+        consumer_tag: "mine".into(),
+        no_local: false,
+        no_ack: false,
+        exclusive: false,
+        nowait: false,
+        arguments: FieldTable::default(),
+    };
+    client.send_method(1, AMQPClass::Basic(basic::AMQPMethod::Consume(consume))).await;
+    client.expect_method().await;
+    let delete = queue::Delete { queue: "deleted-under-me".into(), if_unused: false, if_empty: false, nowait: false };
+    client.send_method(1, AMQPClass::Queue(queue::AMQPMethod::Delete(delete))).await;
+    let (_, first) = client.expect_method().await;
+    assert!(matches!(first, AMQPClass::Queue(queue::AMQPMethod::DeleteOk(_))), "delete-ok first, got {first:?}");
+    let (_, second) = client.expect_method().await;
+    assert!(
+        matches!(&second, AMQPClass::Basic(basic::AMQPMethod::Cancel(c)) if c.consumer_tag.as_str() == "mine"),
+        "then the cancel, got {second:?}"
+    );
+    broker.shutdown().await;
+}
+
 #[tokio::test]
 async fn declaring_an_amq_prefixed_queue_is_403() {
     let broker = start_broker().await;

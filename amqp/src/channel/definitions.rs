@@ -265,8 +265,14 @@ impl Channel {
             }
             queue::AMQPMethod::Delete(d) => {
                 let name = self.queue_name(&d.queue)?;
-                let message_count = vhost.delete_queue(&name, d.if_unused, d.if_empty, ctx.id)?;
-                (d.nowait, queue::AMQPMethod::DeleteOk(queue::DeleteOk { message_count }))
+                let deleted = vhost.delete_queue(&name, d.if_unused, d.if_empty, ctx.id)?;
+                if !d.nowait {
+                    let message_count = deleted.message_count;
+                    self.reply(ctx, AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk { message_count })));
+                }
+                // Only now are its consumers cancelled: delete-ok first, as in RabbitMQ.
+                drop(deleted);
+                return Ok(());
             }
             other => return Err(BrokerError::command_invalid(format!("{other:?} is sent by servers, not clients"))),
         };

@@ -67,7 +67,7 @@ pub(super) fn apply_here(vhost: &VirtualHost, op: &DefinitionOp) -> Option<MetaR
         }
         DefinitionOp::DeleteQueue { name, if_unused, if_empty } => vhost
             .delete_queue(name, *if_unused, *if_empty, ANYONE)
-            .map(|message_count| MetaOutcome { message_count, consumer_count: 0 }),
+            .map(|deleted| MetaOutcome { message_count: deleted.message_count, consumer_count: 0 }),
         DefinitionOp::Bind { source, destination, to_exchange, routing_key, arguments } => {
             let binding = binding(destination, *to_exchange, routing_key, arguments);
             vhost.bind(source, binding, ANYONE).map(|()| MetaOutcome::default())

@@ -93,7 +93,7 @@ fn a_declare_inside_a_delete_keeps_its_files() {
         });
         *joined.lock() = Some(handle);
     });
-    vhost.delete_queue(QUEUE, false, false, ConnectionId(1)).expect("delete");
+    drop(vhost.delete_queue(QUEUE, false, false, ConnectionId(1)).expect("delete"));
     let handle = second.lock().take().expect("the interleave point was reached");
     handle.join().expect("second declare finished");
     publish_confirmed(&vhost);

@@ -36,6 +36,27 @@ mod routing;
 
 pub use routing::PublishOutcome;
 
+/// A queue just deleted: how many messages it held, and its consumers, which are cancelled
+/// (`basic.cancel` to their clients) when this is dropped. The deleting channel answers
+/// `delete-ok` before dropping it, so that, as in RabbitMQ, its client sees the answer to its
+/// own method before the cancel of a consumer it had on the queue (amqplib, for one, settles
+/// the delete only if `delete-ok` comes first).
+#[derive(Default)]
+#[must_use = "dropping it cancels the queue's consumers"]
+pub struct DeletedQueue {
+    /// Messages the queue held.
+    pub message_count: u32,
+    consumers: Vec<Arc<crate::consumer::Consumer>>,
+}
+
+impl Drop for DeletedQueue {
+    fn drop(&mut self) {
+        for consumer in self.consumers.drain(..) {
+            consumer.session().cancelled_by_broker(&consumer);
+        }
+    }
+}
+
 /// The prefix of names only the broker may create.
 const RESERVED_PREFIX: &str = "amq.";
 /// How server-generated queue names start, as RabbitMQ's.
@@ -480,33 +501,41 @@ impl VirtualHost {
         DeclaredQueue { message_count: queue.message_count(), consumer_count: queue.consumer_count(), queue }
     }
 
-    /// `queue.delete`; returns the number of messages it held. Deleting a queue that does not
-    /// exist succeeds with 0, as in RabbitMQ.
+    /// `queue.delete`: the queue is gone when this returns; its consumers are told when the
+    /// answer is dropped (see [`DeletedQueue`]). Deleting a queue that does not exist succeeds
+    /// with 0 messages, as in RabbitMQ.
     pub fn delete_queue(
         &self,
         name: &str,
         if_unused: bool,
         if_empty: bool,
         connection: ConnectionId,
-    ) -> BrokerResult<u32> {
-        let Ok(queue) = self.queue(name) else { return Ok(0) };
+    ) -> BrokerResult<DeletedQueue> {
+        let Ok(queue) = self.queue(name) else { return Ok(DeletedQueue::default()) };
         queue.check_owner(connection)?;
         let condition = DeleteCondition { if_unused, if_empty };
         condition.check(&self.name, name, queue.consumer_count(), queue.message_count())?;
-        let count = self.remove_queue(&queue);
+        let deleted = self.take_queue(&queue);
         if is_stored(queue.definition()) {
             self.save_definitions()?;
         }
-        Ok(count)
+        Ok(deleted)
     }
 
+    /// Removes `queue` and cancels its consumers; the number of messages it held.
     fn remove_queue(&self, queue: &Arc<Queue>) -> u32 {
-        let (count, consumers) = {
+        self.take_queue(queue).message_count
+    }
+
+    /// Removes `queue` (its name, bindings and the auto-delete exchanges they held); its
+    /// consumers are cancelled when the answer is dropped.
+    fn take_queue(&self, queue: &Arc<Queue>) -> DeletedQueue {
+        let (message_count, consumers) = {
             let _lifecycle = self.lifecycle.lock();
             {
                 let mut queues = self.queues.write();
                 if !queues.get(queue.name()).is_some_and(|q| Arc::ptr_eq(q, queue)) {
-                    return 0;
+                    return DeletedQueue::default();
                 }
                 queues.remove(queue.name());
             }
@@ -518,10 +547,7 @@ impl VirtualHost {
                 tracing::error!(exchange = exchange.name(), %error, "auto-deleted exchange stays in the stored definitions");
             }
         }
-        for consumer in consumers {
-            consumer.session().cancelled_by_broker(&consumer);
-        }
-        count
+        DeletedQueue { message_count, consumers }
     }
 
     /// This node stops being a home of `queue` (its member of the queue's group was
