@@ -549,6 +549,28 @@ impl Connection {
         Ok(())
     }
 
+    /// Closes, with 406, every channel whose oldest unacknowledged delivery has waited past
+    /// its consumer timeout (see [`warren_delivery::Session::timed_out`]); what it held goes
+    /// back to its queues, as when the client closes it (a quorum queue counts each return as
+    /// a failed delivery).
+    pub fn enforce_consumer_timeouts(&mut self) {
+        let now_ms = warren_delivery::scheduler::now_ms();
+        let timed_out: Vec<(u16, u64)> = (self.channels.iter())
+            .filter_map(|(id, channel)| {
+                Some((*id, channel.session().timed_out(now_ms, self.config.consumer_timeout_ms)?))
+            })
+            .collect();
+        for (id, timeout_ms) in timed_out {
+            tracing::warn!(peer = %self.peer, channel = id, timeout_ms, "consumer timeout: closing the channel");
+            self.current_method = (0, 0);
+            let text = format!(
+                "delivery acknowledgement on channel {id} timed out. Timeout value used: {timeout_ms} ms \
+                 (--consumer-timeout, or x-consumer-timeout on the queue or the consumer)"
+            );
+            self.close_channel(id, BrokerError::precondition_failed(text));
+        }
+    }
+
     /// Closes one channel with `error`'s code, as `channel.close`.
     fn close_channel(&mut self, id: u16, error: BrokerError) {
         tracing::debug!(peer = %self.peer, channel = id, %error, "closing channel");

@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tokio::time::{interval, timeout, Instant, MissedTickBehavior};
+use tokio::time::{interval, interval_at, timeout, Instant, MissedTickBehavior};
 use warren_delivery::{Broker, BrokerError, ReplyCode};
 
 /// Room made in the read buffer before a read, at first: idle connections stay small.
@@ -24,6 +24,9 @@ const MIN_READ_CHUNK_BYTES: usize = 4 * 1024;
 const MAX_READ_CHUNK_BYTES: usize = 64 * 1024;
 /// How often a connection checks its timers before heartbeats are negotiated.
 const HANDSHAKE_TICK: Duration = Duration::from_millis(500);
+/// How often a connection looks for deliveries past their consumer timeout: a delivery is
+/// noticed up to this long after its timeout.
+const CONSUMER_TIMEOUT_CHECK: Duration = Duration::from_secs(1);
 /// How long shutdown waits for connections to finish closing.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// After the close handshake, how long the broker keeps reading (and discarding) what the
@@ -248,6 +251,7 @@ async fn read_loop(
     let mut last_received = Instant::now();
     let mut closing_since: Option<Instant> = None;
     let mut heartbeat_secs = 0;
+    let mut sent_at_last_tick = 0;
     let mut ticker = interval(HANDSHAKE_TICK);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut read_chunk = MIN_READ_CHUNK_BYTES;
@@ -255,6 +259,8 @@ async fn read_loop(
     let mut pending: Option<PendingReply> = None;
     let mut close_requests = connection.info().close_requests();
     let mut alarms = connection.subscribe_alarms();
+    let mut consumer_timeouts = interval_at(Instant::now() + CONSUMER_TIMEOUT_CHECK, CONSUMER_TIMEOUT_CHECK);
+    consumer_timeouts.set_missed_tick_behavior(MissedTickBehavior::Delay);
     while connection.phase() != Phase::Closed {
         pending = pending.or_else(|| connection.take_pending());
         // A resource alarm holds a publisher back: nothing read, so TCP pushes back on it.
@@ -298,6 +304,7 @@ async fn read_loop(
                 connection.resume_deliveries();
             },
             Ok(()) = alarms.changed() => {}
+            _ = consumer_timeouts.tick(), if connection.phase() == Phase::Open => connection.enforce_consumer_timeouts(),
             _ = ticker.tick() => {
                 if blocked || (pending.is_some() && !client_stalled) {
                     // As RabbitMQ, a blocked client is not timed out for the heartbeats it
@@ -323,11 +330,13 @@ async fn read_loop(
                     heartbeat_secs = tuned;
                     if tuned > 0 {
                         // Beat twice per interval; a peer silent for two intervals is gone.
-                        ticker = interval(Duration::from_millis(u64::from(tuned) * 500));
+                        // The first tick is one half-interval from now, not at once.
+                        let half_interval = Duration::from_millis(u64::from(tuned) * 500);
+                        ticker = interval_at(Instant::now() + half_interval, half_interval);
                         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                        sent_at_last_tick = connection.info().traffic_bytes().1;
                     }
-                }
-                if heartbeat_secs > 0 && phase == Phase::Open {
+                } else if heartbeat_secs > 0 && phase == Phase::Open {
                     // A client that reads nothing is not read either; it is gone if it has
                     // not drained anything (heartbeats included) for as long.
                     let heard = paused_since.unwrap_or(last_received);
@@ -335,7 +344,7 @@ async fn read_loop(
                         tracing::info!(client_stalled, "missed heartbeats from client; closing");
                         return Ending::Gone;
                     }
-                    connection.send_heartbeat();
+                    sent_at_last_tick = beat_if_silent(connection, sent_at_last_tick);
                 }
             },
             Ok(()) = close_requests.changed() => {
@@ -355,6 +364,21 @@ async fn read_loop(
         }
     }
     Ending::Closed
+}
+
+/// Sends a heartbeat if nothing was sent to the client since the last tick (as RabbitMQ: any
+/// frame tells the client the broker is alive), and returns the bytes sent so far.
+///
+/// Heartbeats come only after a half-interval of silence, never straight after the handshake:
+/// some clients (amqprs) treat any frame that arrives after they sent `connection.close`,
+/// other than `close-ok`, as a broken connection, so an early heartbeat made a client that
+/// opens, works and closes within a second fail its close now and then.
+fn beat_if_silent(connection: &Connection, sent_at_last_tick: u64) -> u64 {
+    let (_, sent) = connection.info().traffic_bytes();
+    if sent == sent_at_last_tick {
+        connection.send_heartbeat();
+    }
+    sent
 }
 
 /// The outcome of the pending reply; never completes when there is none.

@@ -21,6 +21,8 @@ pub struct Consumer {
     prefetch: u32,
     unacked: AtomicU32,
     arguments: FieldTable,
+    /// `x-consumer-timeout` in ms: how long its deliveries may stay unacknowledged.
+    timeout_ms: Option<u64>,
     /// `x-priority`: higher goes first.
     priority: i64,
     /// `x-stream-filter` and `x-stream-match-unfiltered`.
@@ -116,6 +118,14 @@ impl ConsumerOptions {
         };
         Ok((priority, tags.map(|tags| TagFilter { tags, match_unfiltered })))
     }
+
+    /// `x-consumer-timeout`, in ms (1 to 2^32 - 1, as the queue argument), if given.
+    pub fn parse_timeout(&self) -> BrokerResult<Option<u64>> {
+        let Some(value) = self.arguments.inner().get("x-consumer-timeout") else { return Ok(None) };
+        crate::field_value::whole_number_within(value, 1, crate::queue::MAX_TIMER_MS)
+            .map(Some)
+            .ok_or_else(|| invalid("x-consumer-timeout", "an integer from 1 to 4294967295 (ms)", value))
+    }
 }
 
 /// What `basic.consume` asked for.
@@ -138,7 +148,9 @@ impl Consumer {
         prefetch: u32,
     ) -> BrokerResult<Self> {
         let (priority, filter) = options.parse_priority_and_filter()?;
+        let timeout_ms = options.parse_timeout()?;
         Ok(Consumer {
+            timeout_ms,
             priority,
             filter,
             tag,
@@ -161,6 +173,11 @@ impl Consumer {
     /// The super stream partition it reads, if it is part of a super stream consumer.
     pub fn partition(&self) -> Option<u32> {
         self.partition
+    }
+
+    /// `x-consumer-timeout` in ms, if the consumer set one.
+    pub fn timeout_ms(&self) -> Option<u64> {
+        self.timeout_ms
     }
 
     /// `x-priority` (0 by default).

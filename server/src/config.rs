@@ -88,6 +88,12 @@ pub struct Cli {
     #[arg(long, env = "WARREN_HEARTBEAT", default_value_t = 60)]
     pub heartbeat: u16,
 
+    /// Milliseconds a delivery may stay unacknowledged before its channel is closed with 406
+    /// (0: never), as RabbitMQ's consumer_timeout; queues and consumers may set their own
+    /// with the x-consumer-timeout argument.
+    #[arg(long, env = "WARREN_CONSUMER_TIMEOUT", value_name = "MS", default_value_t = warren_amqp::config::DEFAULT_CONSUMER_TIMEOUT_MS)]
+    pub consumer_timeout: u64,
+
     /// Largest message body accepted, in bytes; larger publishes get 406 PRECONDITION_FAILED.
     #[arg(long, env = "WARREN_MAX_MESSAGE_SIZE", default_value_t = 128 * 1024 * 1024)]
     pub max_message_size: u64,
@@ -233,6 +239,7 @@ struct FileSettings {
     channel_max: Option<u16>,
     frame_max: Option<u32>,
     heartbeat: Option<u16>,
+    consumer_timeout: Option<u64>,
     max_message_size: Option<u64>,
     handshake_timeout_ms: Option<u64>,
     node_name: Option<String>,
@@ -449,6 +456,8 @@ impl Config {
             channel_max: pick(m, "channel_max", cli.channel_max, file.channel_max),
             frame_max,
             heartbeat_secs: pick(m, "heartbeat", cli.heartbeat, file.heartbeat),
+            consumer_timeout_ms: Some(pick(m, "consumer_timeout", cli.consumer_timeout, file.consumer_timeout))
+                .filter(|ms| *ms > 0),
             max_message_bytes: pick(m, "max_message_size", cli.max_message_size, file.max_message_size),
             handshake_timeout: Duration::from_millis(pick(
                 m,

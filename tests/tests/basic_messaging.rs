@@ -221,6 +221,27 @@ async fn recover_redelivers_every_unacked_message() {
     broker.shutdown().await;
 }
 
+/// RabbitMQ never implemented recover without requeue: 540 NOT_IMPLEMENTED closes the
+/// connection, and what was unacked goes back to the queue.
+#[tokio::test]
+async fn recover_without_requeue_is_540_and_closes_the_connection() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    declare(&ch, "no-requeue").await;
+    publish(&ch, "no-requeue", b"a").await;
+    let mut consumer = consume(&ch, "no-requeue", "c").await;
+    next_delivery(&mut consumer).await;
+    assert_code(ch.basic_recover(BasicRecoverOptions { requeue: false }).await, 540, "recover requeue=false");
+    assert!(!conn.status().connected(), "the connection is closed");
+
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    let back = ch.basic_get("no-requeue".into(), BasicGetOptions { no_ack: true }).await.expect("get");
+    assert_eq!(back.map(|m| m.delivery.data), Some(b"a".to_vec()), "the unacked message was requeued");
+    broker.shutdown().await;
+}
+
 #[tokio::test]
 async fn unacked_messages_return_in_order_when_their_channel_closes() {
     let broker = start_broker().await;

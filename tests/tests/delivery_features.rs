@@ -490,3 +490,68 @@ async fn malformed_arguments_are_406_naming_the_argument() {
 fn opts_no_ack() -> BasicConsumeOptions {
     BasicConsumeOptions { no_ack: true, ..Default::default() }
 }
+
+/// Consumes one message from a fresh `queue` (declared with `arguments`) on a new channel with
+/// manual acks and never acks it; returns the channel's close watcher.
+async fn hold_one_unacked(
+    conn: &lapin::Connection,
+    queue: &str,
+    arguments: FieldTable,
+    consumer_arguments: FieldTable,
+) -> (lapin::Channel, lapin::Consumer) {
+    let ch = channel(conn).await;
+    declare(&ch, queue, arguments).await;
+    publish_with(&ch, "", queue, b"held", BasicProperties::default()).await;
+    let mut consumer = ch
+        .basic_consume(queue.into(), "holder".into(), BasicConsumeOptions::default(), consumer_arguments)
+        .await
+        .expect("consume");
+    next_delivery(&mut consumer).await;
+    let watcher = close_watcher(&ch).await;
+    (ch, watcher)
+}
+
+#[tokio::test]
+async fn a_delivery_unacked_past_the_consumer_timeout_closes_its_channel_with_406_and_is_requeued() {
+    let broker = start_broker_with(|c| c.protocol.consumer_timeout_ms = Some(1_000)).await;
+    let conn = connect(&broker).await;
+    let (held_on, mut watcher) = hold_one_unacked(&conn, "slow", FieldTable::default(), FieldTable::default()).await;
+    // An acking consumer on another channel of the same connection is not touched.
+    let ch = channel(&conn).await;
+    declare(&ch, "brisk", FieldTable::default()).await;
+    let mut brisk = ch
+        .basic_consume("brisk".into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .expect("consume");
+
+    let started = Instant::now();
+    assert_eq!(channel_close_code(&mut watcher).await, Some(406));
+    assert!(started.elapsed() < Duration::from_secs(4), "closed {:?} after", started.elapsed());
+    assert!(!held_on.status().connected(), "the holding channel is closed");
+
+    publish_with(&ch, "", "brisk", b"ok", BasicProperties::default()).await;
+    next_delivery(&mut brisk).await.ack(BasicAckOptions::default()).await.expect("the other channel works");
+    let back = ch.basic_get("slow".into(), BasicGetOptions { no_ack: true }).await.expect("get").expect("requeued");
+    assert_eq!((back.delivery.data.as_slice(), back.delivery.redelivered), (&b"held"[..], true));
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn x_consumer_timeout_on_a_queue_or_a_consumer_overrides_the_brokers() {
+    // The broker's own timeout (30 minutes) never fires here: only the arguments can.
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let short = table(&[("x-consumer-timeout", AMQPValue::LongInt(1_000))]);
+    let (_, mut by_queue) = hold_one_unacked(&conn, "short-queue", short.clone(), FieldTable::default()).await;
+    let (_, mut by_consumer) = hold_one_unacked(&conn, "plain-queue", FieldTable::default(), short).await;
+    let (untimed, _) = hold_one_unacked(&conn, "untimed", FieldTable::default(), FieldTable::default()).await;
+    assert_eq!(channel_close_code(&mut by_queue).await, Some(406));
+    assert_eq!(channel_close_code(&mut by_consumer).await, Some(406));
+    assert!(untimed.status().connected(), "a delivery under the broker's timeout keeps its channel");
+
+    let ch = channel(&conn).await;
+    let zero = table(&[("x-consumer-timeout", AMQPValue::LongInt(0))]);
+    let refused = ch.basic_consume("untimed".into(), "".into(), BasicConsumeOptions::default(), zero).await;
+    assert_code(refused, 406, "x-consumer-timeout 0 on a consumer");
+    broker.shutdown().await;
+}

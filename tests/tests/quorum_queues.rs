@@ -548,3 +548,29 @@ async fn deduplication_drops_a_message_whose_key_was_seen_and_still_confirms_it(
     assert!(publish_confirmed(&ch, "orders", b"1 later", keyed("order-id", "o-1")).await);
     wait_ready(&conn, "orders", 3).await;
 }
+
+/// As RabbitMQ 4: a delivery left unacked past the consumer timeout closes its channel, and
+/// the message comes back counting one failed delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_past_the_consumer_timeout_comes_back_with_a_failed_delivery_counted() {
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    declare_quorum(&ch, "slow", &[("x-consumer-timeout", long(1_000))]).await;
+    publish_all(&ch, "slow", &[b"held"]).await;
+
+    let holder = channel(&conn).await;
+    holder.basic_qos(1, BasicQosOptions::default()).await.expect("qos");
+    let mut consumer = holder
+        .basic_consume("slow".into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .expect("consume");
+    next_delivery(&mut consumer).await;
+    let mut watcher = close_watcher(&holder).await;
+    assert_eq!(channel_close_code(&mut watcher).await, Some(406));
+
+    wait_ready(&conn, "slow", 1).await;
+    let again = get(&ch, "slow").await.expect("the message, back");
+    assert_eq!(again.delivery.data, b"held");
+    assert_eq!(header(&again.delivery.properties, "x-delivery-count"), Some(&long(1)));
+}

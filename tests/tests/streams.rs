@@ -191,9 +191,6 @@ async fn stream_consumers_must_ack_and_have_a_prefetch_and_get_is_refused() {
         ch.basic_consume("s.rules".into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await;
     assert_code(result, 406, "stream consumer without basic.qos");
 
-    let ch = channel(&conn).await;
-    assert_code(ch.basic_get("s.rules".into(), BasicGetOptions::default()).await, 406, "basic.get on a stream");
-
     for (what, args) in [
         ("bad offset spec", offset_arg(text("middle"))),
         ("negative offset", offset_arg(AMQPValue::LongLongInt(-1))),
@@ -204,6 +201,11 @@ async fn stream_consumers_must_ack_and_have_a_prefetch_and_get_is_refused() {
         let result = ch.basic_consume("s.rules".into(), "".into(), BasicConsumeOptions::default(), args).await;
         assert_code(result, 406, what);
     }
+
+    // As RabbitMQ: a hard error, 540 NOT_IMPLEMENTED, which closes the connection.
+    let ch = channel(&conn).await;
+    assert_code(ch.basic_get("s.rules".into(), BasicGetOptions::default()).await, 540, "basic.get on a stream");
+    assert!(!conn.status().connected(), "the connection is closed");
 }
 
 #[tokio::test]

@@ -75,6 +75,15 @@ fn short(s: impl Into<String>) -> ShortString {
     ShortString::try_new(s.into()).unwrap_or_default()
 }
 
+/// `basic.recover` (or recover-async) with requeue=false would redeliver to the same consumer
+/// what it was given; RabbitMQ never implemented it and closes the connection with 540.
+fn refuse_recover_without_requeue(requeue: bool) -> BrokerResult<()> {
+    if requeue {
+        return Ok(());
+    }
+    Err(BrokerError::new(ReplyCode::NotImplemented, "requeue=false: basic.recover redelivers by requeueing only"))
+}
+
 impl Channel {
     /// Opens channel `id` on a connection.
     pub fn open(id: u16, ctx: &ConnectionContext) -> Self {
@@ -201,14 +210,16 @@ impl Channel {
             basic::AMQPMethod::Reject(reject) => {
                 self.settle(TxOp::Reject { tag: reject.delivery_tag, multiple: false, requeue: reject.requeue })
             }
-            basic::AMQPMethod::Recover(_) => {
+            basic::AMQPMethod::Recover(recover) => {
+                refuse_recover_without_requeue(recover.requeue)?;
                 // recover-ok goes first: clients drop what they hold when it arrives, so the
                 // redeliveries must come after it.
                 self.reply(ctx, AMQPClass::Basic(basic::AMQPMethod::RecoverOk(basic::RecoverOk {})));
                 self.session.recover();
                 Ok(())
             }
-            basic::AMQPMethod::RecoverAsync(_) => {
+            basic::AMQPMethod::RecoverAsync(recover) => {
+                refuse_recover_without_requeue(recover.requeue)?;
                 self.session.recover();
                 Ok(())
             }

@@ -23,6 +23,9 @@ pub const MAX_PRIORITY: u8 = 255;
 pub const MAX_DEDUP_CACHE_ENTRIES: u64 = 1_000_000;
 /// A field-table key (a header name) is a short string: 255 bytes at most.
 const MAX_HEADER_NAME_BYTES: usize = 255;
+/// The longest TTL, expiry or timeout a queue argument may ask for, as RabbitMQ: 2^32 - 1 ms
+/// (about 49.7 days).
+pub const MAX_TIMER_MS: u64 = u32::MAX as u64;
 
 /// What a full queue does with one more message (`x-overflow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -127,6 +130,8 @@ pub struct QueueArguments {
     pub delivery_limit: Option<u64>,
     /// `x-single-active-consumer`.
     pub single_active_consumer: bool,
+    /// `x-consumer-timeout` in ms: how long a delivery may stay unacknowledged.
+    pub consumer_timeout_ms: Option<u64>,
     /// `x-dead-letter-strategy` (quorum queues).
     pub dead_letter_strategy: DeadLetterStrategy,
     /// Replicas of a new quorum queue (`x-quorum-initial-group-size`) or stream
@@ -183,17 +188,24 @@ pub const ARGUMENTS: &[QueueArgument] = &[
     // Read before the others (it decides the kind); here for the comparison on redeclare.
     argument("x-queue-type", ALL, |_, _, _, _| Ok(())),
     // On quorum queues an extension: strict levels as on classic queues.
+    // 0 asks for no priorities, as in RabbitMQ.
     argument("x-max-priority", QUEUES, |name, value, _, parsed| {
-        let max = whole_number(name, value, 1, u64::from(MAX_PRIORITY))?;
-        parsed.max_priority = u8::try_from(max).ok();
+        let max = whole_number(name, value, 0, u64::from(MAX_PRIORITY))?;
+        parsed.max_priority = u8::try_from(max).ok().filter(|max| *max > 0);
         Ok(())
     }),
     argument("x-message-ttl", QUEUES, |name, value, _, parsed| {
-        parsed.message_ttl_ms = Some(whole_number(name, value, 0, u64::MAX)?);
+        parsed.message_ttl_ms = Some(whole_number(name, value, 0, MAX_TIMER_MS)?);
         Ok(())
     }),
     argument("x-expires", QUEUES, |name, value, _, parsed| {
-        parsed.expires_ms = Some(whole_number(name, value, 1, u64::MAX)?);
+        parsed.expires_ms = Some(whole_number(name, value, 1, MAX_TIMER_MS)?);
+        Ok(())
+    }),
+    // How long a delivery may stay unacknowledged before its channel is closed (406); a
+    // consumer's own `x-consumer-timeout` wins over it, and it wins over `--consumer-timeout`.
+    argument("x-consumer-timeout", QUEUES, |name, value, _, parsed| {
+        parsed.consumer_timeout_ms = Some(whole_number(name, value, 1, MAX_TIMER_MS)?);
         Ok(())
     }),
     argument("x-max-length", QUEUES, |name, value, _, parsed| {
@@ -268,7 +280,8 @@ pub const ARGUMENTS: &[QueueArgument] = &[
     argument("x-queue-leader-locator", REPLICATED, |name, value, _, parsed| {
         parsed.leader_locator = match text(name, value)?.as_str() {
             "client-local" => LeaderLocator::ClientLocal,
-            "balanced" => LeaderLocator::Balanced,
+            // "random" and "least-leaders" are RabbitMQ's older names, which it still accepts.
+            "balanced" | "random" | "least-leaders" => LeaderLocator::Balanced,
             _ => return Err(invalid(name, "client-local or balanced", value)),
         };
         Ok(())
@@ -294,9 +307,15 @@ pub const ARGUMENTS: &[QueueArgument] = &[
         parsed.deduplication_header = Some(header);
         Ok(())
     }),
-    // RabbitMQ's, compared on redeclare; nothing in Warren depends on them yet.
-    argument("x-queue-mode", ALL, |_, _, _, _| Ok(())),
-    argument("x-queue-version", ALL, |_, _, _, _| Ok(())),
+    // RabbitMQ's, validated as it does and compared on redeclare; they change nothing in
+    // Warren, whose queues keep their messages on disk and in memory as they see fit.
+    argument("x-queue-mode", ALL, |name, value, _, _| match text(name, value)?.as_str() {
+        "default" | "lazy" => Ok(()),
+        _ => Err(invalid(name, "default or lazy", value)),
+    }),
+    argument("x-queue-version", ALL, |name, value, _, _| whole_number(name, value, 1, 2).map(drop)),
+    argument("x-max-in-memory-length", QUORUM, |name, value, _, _| whole_number(name, value, 0, u64::MAX).map(drop)),
+    argument("x-max-in-memory-bytes", QUORUM, |name, value, _, _| whole_number(name, value, 0, u64::MAX).map(drop)),
 ];
 
 fn invalid(name: &str, expected: &str, value: &AMQPValue) -> BrokerError {
@@ -347,8 +366,9 @@ impl QueueArguments {
     }
 
     /// Parses the arguments of `queue.declare`: the kind first, then every argument in
-    /// [`ARGUMENTS`] that the kind interprets; one it does not is ignored, or refused by a
-    /// strict kind.
+    /// [`ARGUMENTS`] that the kind interprets; one it does not is still validated (as
+    /// RabbitMQ validates every argument whatever the queue's type) and then ignored, or
+    /// refused by a strict kind.
     pub fn parse(arguments: &FieldTable) -> BrokerResult<Self> {
         let kind = queue_type(arguments)?;
         let mut parsed = QueueArguments { queue_type: kind, ..QueueArguments::default() };
@@ -356,7 +376,10 @@ impl QueueArguments {
             let Some(argument) = ARGUMENTS.iter().find(|a| a.name == name.as_str()) else { continue };
             if argument.kinds.contains(&kind) {
                 (argument.parse)(argument.name, value, kind, &mut parsed)?;
-            } else if kind.is_strict() {
+            } else if !kind.is_strict() {
+                let as_kind = argument.kinds.first().copied().unwrap_or_default();
+                (argument.parse)(argument.name, value, as_kind, &mut QueueArguments::default())?;
+            } else {
                 return Err(BrokerError::precondition_failed(format!(
                     "invalid arg '{}' for a {}: {}, so it does not apply (declare a queue of another kind to use it)",
                     argument.name,
@@ -424,9 +447,23 @@ mod tests {
     fn refuses_bad_values_with_406() {
         for (kind, name, value) in [
             ("classic", "x-max-priority", AMQPValue::LongInt(256)),
-            ("classic", "x-max-priority", AMQPValue::LongInt(0)),
             ("classic", "x-message-ttl", AMQPValue::LongInt(-1)),
+            ("classic", "x-message-ttl", AMQPValue::LongLongInt(1 << 32)),
             ("classic", "x-expires", AMQPValue::LongInt(0)),
+            ("classic", "x-expires", AMQPValue::LongLongInt(1 << 32)),
+            ("quorum", "x-consumer-timeout", AMQPValue::LongInt(0)),
+            ("classic", "x-queue-mode", text("bogus")),
+            ("stream", "x-queue-mode", AMQPValue::LongInt(1)),
+            ("classic", "x-queue-version", AMQPValue::LongInt(3)),
+            ("quorum", "x-queue-version", text("2")),
+            ("quorum", "x-max-in-memory-length", AMQPValue::LongInt(-1)),
+            ("quorum", "x-queue-leader-locator", text("nearest")),
+            // Validated by kinds that ignore them too, as RabbitMQ does.
+            ("classic", "x-max-age", text("12")),
+            ("classic", "x-max-in-memory-bytes", text("lots")),
+            ("classic", "x-dead-letter-strategy", text("sometimes")),
+            ("classic", "x-initial-cluster-size", AMQPValue::LongInt(0)),
+            ("quorum", "x-stream-max-segment-size-bytes", AMQPValue::LongInt(10)),
             ("classic", "x-overflow", AMQPValue::LongString(LongString::from("spill"))),
             ("classic", "x-single-active-consumer", AMQPValue::LongInt(1)),
             ("lazy", "x-queue-type", AMQPValue::LongString(LongString::from("lazy"))),
@@ -446,6 +483,29 @@ mod tests {
             let error = QueueArguments::parse(&table(&[("x-queue-type", kind), (name, value)])).expect_err(name);
             assert_eq!(error.code, crate::error::ReplyCode::PreconditionFailed, "{name}");
             assert!(error.text.contains(name), "{}", error.text);
+        }
+    }
+
+    #[test]
+    fn accepts_what_rabbitmq_accepts() {
+        let args = QueueArguments::parse(&table(&[
+            ("x-max-priority", AMQPValue::LongInt(0)),
+            ("x-queue-mode", text("lazy")),
+            ("x-queue-version", AMQPValue::LongInt(2)),
+            ("x-message-ttl", AMQPValue::LongLongInt(MAX_TIMER_MS as i64)),
+            ("x-consumer-timeout", AMQPValue::LongInt(5_000)),
+        ]))
+        .expect("valid");
+        assert_eq!(args.max_priority, None, "0 means no priorities");
+        assert_eq!(args.consumer_timeout_ms, Some(5_000));
+        for older_name in ["random", "least-leaders"] {
+            let args = QueueArguments::parse(&table(&[
+                ("x-queue-type", text("quorum")),
+                ("x-queue-leader-locator", text(older_name)),
+                ("x-max-in-memory-length", AMQPValue::LongInt(10)),
+            ]))
+            .expect("valid");
+            assert_eq!(args.leader_locator, LeaderLocator::Balanced, "{older_name}");
         }
     }
 

@@ -33,6 +33,7 @@ mod stream_queue;
 use crate::message_store::{DurableMark, StoreError};
 pub use arguments::{
     DeadLetterStrategy, LeaderLocator, Overflow, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY,
+    MAX_TIMER_MS,
 };
 pub use kind::{Holder, QueueTimer};
 pub use message_ref::MessageRef;

@@ -10,7 +10,7 @@ use super::kind::{Holder, QueueKind, QueueTimer};
 use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
 use crate::consumer::Consumer;
 use crate::definitions::VhostStorage;
-use crate::error::{internal_error, BrokerError, BrokerResult};
+use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
 use crate::message::WireMessage;
 use crate::message_store::{LogStoreConfig, StoreError};
@@ -316,18 +316,22 @@ impl QueueKind for StreamQueue {
         self.stream.remove_consumer(consumer)
     }
 
-    /// Streams refuse `basic.get` (406): they are read by consumers from an offset.
+    /// Streams refuse `basic.get` with 540 NOT_IMPLEMENTED, a connection error, as RabbitMQ
+    /// does: they are read by consumers from an offset.
     fn get(
         &self,
         queue: &Arc<Queue>,
         _session: &Arc<Session>,
         _no_ack: bool,
     ) -> Reply<BrokerResult<Option<GetResult>>> {
-        Reply::Now(Err(BrokerError::precondition_failed(format!(
-            "basic.get is not supported on stream '{}': consume with basic.consume (after basic.qos) and an \
-             x-stream-offset argument",
-            queue.name()
-        ))))
+        Reply::Now(Err(BrokerError::new(
+            ReplyCode::NotImplemented,
+            format!(
+                "basic.get is not supported on stream '{}': consume with basic.consume (after basic.qos) and an \
+                 x-stream-offset argument",
+                queue.name()
+            ),
+        )))
     }
 
     fn settle(&self, queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>) {

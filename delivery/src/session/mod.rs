@@ -94,6 +94,8 @@ pub trait DeliverySink: Send + Sync {
 #[derive(Debug)]
 struct Unacked {
     tag: u64,
+    /// When it was sent (ms since the epoch), for the consumer timeout.
+    delivered_at_ms: u64,
     queue: Arc<Queue>,
     message: MessageRef,
     consumer: Option<Arc<Consumer>>,
@@ -418,6 +420,7 @@ impl Session {
             self.unacked_total.fetch_add(1, Ordering::AcqRel);
             let entry = Unacked {
                 tag: delivery_tag,
+                delivered_at_ms: crate::scheduler::now_ms(),
                 queue: Arc::clone(queue),
                 message: message_ref,
                 consumer: Some(Arc::clone(consumer)),
@@ -441,7 +444,13 @@ impl Session {
         state.next_tag += 1;
         if !no_ack {
             self.unacked_total.fetch_add(1, Ordering::AcqRel);
-            state.unacked.push_back(Unacked { tag: delivery_tag, queue: Arc::clone(queue), message, consumer: None });
+            state.unacked.push_back(Unacked {
+                tag: delivery_tag,
+                delivered_at_ms: crate::scheduler::now_ms(),
+                queue: Arc::clone(queue),
+                message,
+                consumer: None,
+            });
         }
         delivery_tag
     }
@@ -486,6 +495,22 @@ impl Session {
         let taken = self.take(tag, multiple)?;
         self.settle(taken, if requeue { Settlement::Requeue } else { Settlement::Reject });
         Ok(())
+    }
+
+    /// The consumer timeout its oldest unacknowledged delivery has run past, if it has: the
+    /// consumer's `x-consumer-timeout`, else its queue's, else `default_ms` (the broker's
+    /// `--consumer-timeout`). As RabbitMQ, only the oldest delivery is looked at. Stream
+    /// deliveries never time out: their acks only return credit.
+    pub fn timed_out(&self, now_ms: u64, default_ms: Option<u64>) -> Option<u64> {
+        let state = self.state.lock();
+        let oldest = state.unacked.front()?;
+        if oldest.queue.arguments().queue_type == crate::queue::QueueType::Stream {
+            return None;
+        }
+        let timeout_ms = (oldest.consumer.as_ref().and_then(|c| c.timeout_ms()))
+            .or(oldest.queue.arguments().consumer_timeout_ms)
+            .or(default_ms)?;
+        (now_ms.saturating_sub(oldest.delivered_at_ms) > timeout_ms).then_some(timeout_ms)
     }
 
     /// `basic.recover`: every unacked delivery goes back to its queue.
