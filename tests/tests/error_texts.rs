@@ -134,3 +134,40 @@ async fn a_user_id_that_is_not_the_connections_user_is_406() {
     assert_eq!(kept.await.expect("passive").message_count(), 1, "only the honest message was enqueued");
     broker.shutdown().await;
 }
+
+/// Texts name the queue's own vhost, not always '/'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_about_a_queue_name_its_vhost() {
+    let broker = start_broker().await;
+    let api = warren_tests::http::Api::new(broker.http_addr.expect("management API"));
+    assert_eq!(api.put("/api/vhosts/tenant", serde_json::json!({})).status, 201);
+    let everything = serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"});
+    // The vhost's creator may already have them (as in RabbitMQ): 201 or 204.
+    let status = api.put("/api/permissions/tenant/guest", everything).status;
+    assert!(status == 201 || status == 204, "set permissions: {status}");
+    let uri = format!("amqp://guest:guest@{}/tenant", broker.amqp_addr);
+    let owner = lapin::Connection::connect(&uri, Default::default()).await.expect("owner");
+    let other = lapin::Connection::connect(&uri, Default::default()).await.expect("other");
+    let owner_ch = channel(&owner).await;
+    let exclusive = QueueDeclareOptions { exclusive: true, ..Default::default() };
+    owner_ch.queue_declare("mine".into(), exclusive, FieldTable::default()).await.expect("declare");
+    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+    let locked = channel(&other).await.queue_declare("mine".into(), passive, FieldTable::default()).await;
+    let text = "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue 'mine' in vhost 'tenant'";
+    assert_eq!(refusal(locked), (405, text.to_string()));
+
+    owner_ch
+        .queue_declare("shared".into(), QueueDeclareOptions::default(), FieldTable::default())
+        .await
+        .expect("declare");
+    let alone = BasicConsumeOptions { exclusive: true, ..Default::default() };
+    // Kept: a dropped lapin consumer cancels itself.
+    let _alone =
+        owner_ch.basic_consume("shared".into(), "alone".into(), alone, FieldTable::default()).await.expect("consume");
+    let ch = channel(&other).await;
+    let second =
+        ch.basic_consume("shared".into(), "second".into(), BasicConsumeOptions::default(), FieldTable::default());
+    let text = "ACCESS_REFUSED - queue 'shared' in vhost 'tenant' has an exclusive consumer";
+    assert_eq!(refusal(second.await), (ACCESS_REFUSED, text.to_string()));
+    broker.shutdown().await;
+}

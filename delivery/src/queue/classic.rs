@@ -102,7 +102,11 @@ impl ClassicQueue {
     fn attach(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()> {
         let mut state = self.state.lock();
         if state.deleted {
-            return Err(BrokerError::not_found(format!("no queue '{}' in vhost '/'", queue.name())));
+            return Err(BrokerError::not_found(format!(
+                "no queue '{}' in vhost '{}'",
+                queue.name(),
+                queue.vhost_name()
+            )));
         }
         let exclusive_attached = state.consumers.iter().any(|c| c.is_exclusive());
         super::check_exclusive_consume(queue, exclusive_attached, !state.consumers.is_empty(), &consumer)?;
@@ -121,7 +125,7 @@ impl ClassicQueue {
     ) -> Arc<Queue> {
         let expires = arguments.expires_ms;
         let scheduler = Arc::clone(&context.scheduler);
-        let queue = Queue::with_kind(definition, arguments, context.vhost, |me, arguments| {
+        let queue = Queue::with_kind(definition, arguments, &context, |me, arguments| {
             let mut state = QueueState {
                 durable_store,
                 transient_store,
@@ -139,7 +143,7 @@ impl ClassicQueue {
                 dead_letters: Vec::new(),
                 unwanted: std::collections::HashSet::new(),
                 scratch_offsets: Vec::new(),
-                scheduler: context.scheduler,
+                scheduler: Arc::clone(&context.scheduler),
                 me: Weak::clone(me),
             };
             adjust(&mut state, arguments);
@@ -147,7 +151,7 @@ impl ClassicQueue {
         });
         if let Some(expires) = expires {
             let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(&queue) };
-            scheduler.schedule(now_ms() + expires, event);
+            scheduler.schedule(now_ms().saturating_add(expires), event);
         }
         queue
     }

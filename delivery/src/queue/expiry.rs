@@ -69,9 +69,9 @@ impl ClassicQueue {
 pub(super) fn delete_if_unused(queue: &Arc<Queue>, scheduler: &SchedulerHandle, in_use: bool, last_used_ms: u64) {
     let Some(expires) = queue.arguments.expires_ms else { return };
     let idle_since = if in_use { now_ms() } else { last_used_ms };
-    if in_use || now_ms() < idle_since + expires {
+    if in_use || now_ms() < idle_since.saturating_add(expires) {
         let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(queue) };
-        scheduler.schedule(idle_since + expires, event);
+        scheduler.schedule(idle_since.saturating_add(expires), event);
         return;
     }
     tracing::info!(queue = queue.name(), idle_since, "queue unused for x-expires; deleting it");

@@ -168,14 +168,16 @@ fn check_exclusive_consume(
 ) -> BrokerResult<()> {
     if exclusive_attached {
         return Err(BrokerError::access_refused(format!(
-            "queue '{}' in vhost '/' has an exclusive consumer",
-            queue.name()
+            "queue '{}' in vhost '{}' has an exclusive consumer",
+            queue.name(),
+            queue.vhost_name()
         )));
     }
     if consumer.is_exclusive() && any_attached {
         return Err(BrokerError::access_refused(format!(
-            "queue '{}' in vhost '/' already has consumers; cannot consume exclusively",
-            queue.name()
+            "queue '{}' in vhost '{}' already has consumers; cannot consume exclusively",
+            queue.name(),
+            queue.vhost_name()
         )));
     }
     Ok(())
@@ -201,6 +203,7 @@ pub struct Queue {
     definition: QueueDefinition,
     arguments: QueueArguments,
     vhost: Weak<VirtualHost>,
+    vhost_name: String,
     kind: Box<dyn QueueKind>,
     stats: QueueStats,
 }
@@ -216,13 +219,19 @@ impl Queue {
     fn with_kind(
         definition: QueueDefinition,
         arguments: QueueArguments,
-        vhost: Weak<VirtualHost>,
+        context: &QueueContext,
         make: impl FnOnce(&Weak<Queue>, &QueueArguments) -> Box<dyn QueueKind>,
     ) -> Arc<Self> {
+        let (vhost, vhost_name) = (Weak::clone(&context.vhost), context.vhost_name.clone());
         Arc::new_cyclic(|me| {
             let kind = make(me, &arguments);
-            Queue { definition, arguments, vhost, kind, stats: QueueStats::default() }
+            Queue { definition, arguments, vhost, vhost_name, kind, stats: QueueStats::default() }
         })
+    }
+
+    /// The name of its virtual host, for the texts of errors.
+    pub fn vhost_name(&self) -> &str {
+        &self.vhost_name
     }
 
     /// Its definition.
@@ -264,8 +273,9 @@ impl Queue {
     pub fn check_owner(&self, connection: ConnectionId) -> BrokerResult<()> {
         match self.definition.exclusive_owner {
             Some(owner) if owner != connection => Err(BrokerError::resource_locked(format!(
-                "cannot obtain exclusive access to locked queue '{}' in vhost '/'",
-                self.name()
+                "cannot obtain exclusive access to locked queue '{}' in vhost '{}'",
+                self.name(),
+                self.vhost_name
             ))),
             _ => Ok(()),
         }

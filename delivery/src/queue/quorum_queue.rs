@@ -151,12 +151,12 @@ fn build(
         fence: crate::metadata::DefinitionsFence::default(),
     });
     let kind = QuorumQueue { inner: Arc::clone(&inner) };
-    let queue = Queue::with_kind(definition, arguments, context.vhost, |_, _| Box::new(kind));
+    let queue = Queue::with_kind(definition, arguments, &context, |_, _| Box::new(kind));
     tokio::spawn(act_on_effects(Arc::downgrade(&queue), Arc::downgrade(&inner), effects_rx));
     tokio::spawn(take_over(Arc::downgrade(&queue), Arc::downgrade(&inner)));
     if let Some(expires) = expires {
         let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(&queue) };
-        context.scheduler.schedule(now_ms() + expires, event);
+        context.scheduler.schedule(now_ms().saturating_add(expires), event);
     }
     Ok(queue)
 }
@@ -614,7 +614,11 @@ impl QuorumQueue {
         {
             let mut local = self.inner.local.lock();
             if local.deleted {
-                return Err(BrokerError::not_found(format!("no queue '{}' in vhost '/'", queue.name())));
+                return Err(BrokerError::not_found(format!(
+                    "no queue '{}' in vhost '{}'",
+                    queue.name(),
+                    queue.vhost_name()
+                )));
             }
             let exclusive_attached = local.consumers.values().any(|c| c.is_exclusive());
             let attached = !local.consumers.is_empty() || self.consumer_count() > 0;

@@ -36,14 +36,13 @@ pub(crate) fn declare(
     homes: Vec<u64>,
     context: QueueContext,
 ) -> Arc<Queue> {
-    let vhost = context.vhost.clone();
-    Queue::with_kind(definition, arguments, vhost, |me, _| {
+    Queue::with_kind(definition, arguments, &context, |me, _| {
         let inner = Inner {
             me: Weak::clone(me),
             vhost: context.vhost_name.clone(),
             homes,
-            forwarder: context.forwarder,
-            replication: context.replication,
+            forwarder: Arc::clone(&context.forwarder),
+            replication: Arc::clone(&context.replication),
             tracker: CommitTracker::new(),
             publishing: Mutex::new(Publishing::default()),
             last_ready: AtomicU32::new(0),

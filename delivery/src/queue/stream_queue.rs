@@ -262,8 +262,9 @@ fn build(
     let checks_age = stream.arguments().max_age.is_some();
     let scheduler = Arc::clone(&context.scheduler);
     let stream = Arc::new(stream);
-    let kind = StreamQueue { stream, appender, scheduler: context.scheduler, deleted: AtomicBool::new(false) };
-    let queue = Queue::with_kind(definition, arguments, context.vhost, |_, _| Box::new(kind));
+    let kind =
+        StreamQueue { stream, appender, scheduler: Arc::clone(&context.scheduler), deleted: AtomicBool::new(false) };
+    let queue = Queue::with_kind(definition, arguments, &context, |_, _| Box::new(kind));
     if checks_age {
         schedule_retention_check(&scheduler, &queue);
     }

@@ -758,8 +758,9 @@ fn refuse_reserved_name(kind: &str, name: &str) -> BrokerResult<()> {
 
 fn existing_locked(queue: &Queue) -> BrokerError {
     BrokerError::resource_locked(format!(
-        "cannot obtain exclusive access to locked queue '{}' in vhost '/'",
-        queue.name()
+        "cannot obtain exclusive access to locked queue '{}' in vhost '{}'",
+        queue.name(),
+        queue.vhost_name()
     ))
 }
 
