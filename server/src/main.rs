@@ -21,7 +21,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let huge_pages = warren_server::allocator::disable_transparent_huge_pages();
     warren_server::allocator::purge_freed_memory_at_once();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = log_filter();
     // Colour codes only on a terminal: logs redirected to files or read by tests stay plain.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
@@ -61,4 +61,21 @@ async fn wait_for_signal() -> anyhow::Result<()> {
         _ = terminate.recv() => {}
     }
     Ok(())
+}
+
+/// The log level when `RUST_LOG` does not say.
+const DEFAULT_LOG_FILTER: &str = "info";
+/// openraft logs its routine work at INFO (a snapshot built, a vote, a replication step):
+/// hundreds of lines a second under load, from every quorum queue's and stream's group. Its
+/// warnings and errors are kept; a `RUST_LOG` that names openraft decides for itself.
+const OPENRAFT_LOG_DIRECTIVE: &str = "openraft=warn";
+
+/// `RUST_LOG` (or [`DEFAULT_LOG_FILTER`]), with openraft held to warnings unless it is named.
+fn log_filter() -> EnvFilter {
+    let asked = std::env::var("RUST_LOG").unwrap_or_default();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    match OPENRAFT_LOG_DIRECTIVE.parse() {
+        Ok(directive) if !asked.contains("openraft") => filter.add_directive(directive),
+        _ => filter,
+    }
 }
