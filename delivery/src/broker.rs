@@ -222,6 +222,12 @@ impl Broker {
         self.scheduler.fire_due(now_ms);
     }
 
+    /// Timers waiting in the broker's wheel (TTLs, queue expiry, delayed messages, stream
+    /// retention checks): a figure to graph, and a sign of what a queue costs.
+    pub fn pending_timers(&self) -> usize {
+        self.scheduler.pending()
+    }
+
     /// How late delayed messages fired since the last call (a figure to log or graph).
     pub fn take_firing_lateness(&self) -> crate::scheduler::FiringLateness {
         self.scheduler.take_lateness()

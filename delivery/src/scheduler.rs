@@ -24,12 +24,12 @@ pub fn now_ms() -> u64 {
 /// Something to do at a given time.
 #[derive(Debug)]
 pub enum TimerEvent {
-    /// A message's TTL ends.
+    /// A queue's TTL timer: messages may be due.
     MessageExpiry {
-        /// The queue holding it.
+        /// The queue.
         queue: Weak<Queue>,
-        /// Its position in the queue.
-        position: u64,
+        /// The time the timer was set for.
+        at_ms: u64,
     },
     /// A queue with `x-expires` may have been unused long enough.
     QueueExpiry {
@@ -120,9 +120,9 @@ impl Scheduler {
         let mut delayed: Vec<(Arc<dyn DelayedTarget>, Vec<u64>)> = Vec::new();
         for event in due {
             match event {
-                TimerEvent::MessageExpiry { queue, position } => {
+                TimerEvent::MessageExpiry { queue, at_ms } => {
                     if let Some(queue) = queue.upgrade() {
-                        queue.timer_fired(QueueTimer::MessageExpiry(position));
+                        queue.timer_fired(QueueTimer::MessageExpiry(at_ms));
                     }
                 }
                 TimerEvent::QueueExpiry { queue } => {

@@ -99,6 +99,34 @@ async fn ttl_removes_messages_promptly_even_behind_the_head() {
     broker.shutdown().await;
 }
 
+/// A queue with TTL'd messages keeps one timer in the broker's wheel, not one per message:
+/// timers are not cancelled when their message is consumed first, so a timer per message
+/// made the wheel hold rate × TTL of them. A shorter per-message `expiration` still arms an
+/// earlier one, and expires on time.
+#[tokio::test]
+async fn messages_with_a_ttl_share_their_queues_timer() {
+    const MESSAGES: usize = 5_000;
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let ch = confirm_channel(&conn).await;
+    declare(&ch, "ttl-many", table(&[("x-message-ttl", AMQPValue::LongInt(60_000))])).await;
+    let before = broker.broker.pending_timers();
+    for _ in 0..MESSAGES {
+        let publish =
+            ch.basic_publish("".into(), "ttl-many".into(), Default::default(), b"m", BasicProperties::default());
+        // The confirm is awaited below, for all of them at once.
+        drop(publish.await.expect("publish"));
+    }
+    ch.wait_for_confirms().await.expect("confirms");
+    let with_ttl = broker.broker.pending_timers() - before;
+    assert!(with_ttl <= 2, "{MESSAGES} messages with a TTL hold {with_ttl} timers");
+    let short = BasicProperties::default().with_expiration("100".into());
+    publish_with(&ch, "", "ttl-many", b"short", short).await;
+    let count = wait_for_count(&conn, "ttl-many", |c| c == Some(MESSAGES as u32)).await;
+    assert_eq!(count, Some(MESSAGES as u32), "the short one expired behind {MESSAGES} others");
+    broker.shutdown().await;
+}
+
 #[tokio::test]
 async fn rejected_messages_are_dead_lettered_with_x_death() {
     let broker = start_broker().await;

@@ -237,6 +237,12 @@ fn node_figures(api: &Management, exposition: &mut Exposition) {
         "Due messages of replicated delayed exchanges routed again by a new leader (each may have been routed twice)",
         warren_delivery::exchange::replicated_delays::refired_total() as f64,
     );
+    exposition.single(
+        "warren_timers_pending",
+        Kind::Gauge,
+        "Timers waiting in the broker's wheel (message TTLs: one per queue; queue expiry; delayed messages)",
+        broker.pending_timers() as f64,
+    );
     exposition.histogram("warren_fsync_seconds", "How long fsyncs of the logs take", &FSYNC_LATENCY.snapshot());
     exposition.histogram(
         "warren_delayed_message_lateness_seconds",

@@ -134,7 +134,7 @@ impl ClassicQueue {
                 next_position: 0,
                 redelivered_below: 0,
                 delivery_counts: HashMap::new(),
-                deadlines: HashMap::new(),
+                deadlines: Default::default(),
                 unacked: 0,
                 consumers: Vec::new(),
                 next_consumer: 0,
@@ -484,7 +484,7 @@ impl QueueKind for ClassicQueue {
 
     fn timer_fired(&self, queue: &Arc<Queue>, timer: QueueTimer) {
         match timer {
-            QueueTimer::MessageExpiry(position) => self.expire(queue, position),
+            QueueTimer::MessageExpiry(at_ms) => self.expire(queue, at_ms),
             QueueTimer::Unused => self.check_unused(queue),
             QueueTimer::Retention => {}
         }

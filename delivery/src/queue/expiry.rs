@@ -1,7 +1,8 @@
 //! Running out: message TTLs (`x-message-ttl`, `expiration`) and unused queues (`x-expires`).
 //!
-//! A message with a TTL gets a deadline and a timer of its own, so it leaves when due even
-//! behind others; a queue with `x-expires` re-arms its timer while it is in use.
+//! A message with a TTL gets a deadline and leaves when due, even behind others: the queue's
+//! one TTL timer (see [`super::deadlines`]) fires for the earliest deadline and is armed again
+//! for the next. A queue with `x-expires` re-arms its timer while it is in use.
 
 use super::classic::ClassicQueue;
 use super::dead_letter::DeathReason;
@@ -41,12 +42,17 @@ impl ClassicQueue {
         }
     }
 
-    /// A message's TTL timer fired: it goes if it is still waiting in the queue.
-    pub(super) fn expire(&self, queue: &Arc<Queue>, position: u64) {
+    /// The TTL timer set for `at_ms` fired: the messages due that still wait in the queue go
+    /// (delivered ones keep their deadline, and go if they come back), and the timer is armed
+    /// for the next deadline.
+    pub(super) fn expire(&self, queue: &Arc<Queue>, at_ms: u64) {
         self.with_state(queue, |state| {
-            let now = now_ms();
-            if state.deadlines.get(&position).is_some_and(|d| *d <= now) {
+            let (due, next) = state.deadlines.fire(at_ms, now_ms());
+            for position in due {
                 self.expire_ready(queue, state, position);
+            }
+            if let Some(next) = next {
+                state.arm_ttl_timer(next);
             }
         });
     }

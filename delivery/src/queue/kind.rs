@@ -19,7 +19,7 @@ use std::sync::Arc;
 /// A timer of a queue's, fired by the broker's scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueTimer {
-    /// The TTL of the message at this position ran out.
+    /// The queue's TTL timer set for this time (ms since the epoch) fired.
     MessageExpiry(u64),
     /// `x-expires`: the queue may have been unused long enough.
     Unused,

@@ -19,6 +19,7 @@
 mod arguments;
 mod classic;
 pub mod dead_letter;
+mod deadlines;
 mod expiry;
 pub(crate) mod factory;
 mod kind;

@@ -455,7 +455,7 @@ impl Inner {
             return;
         }
         local.expiry_timer_ms = Some(at_ms);
-        self.scheduler.schedule(at_ms, TimerEvent::MessageExpiry { queue: Arc::downgrade(queue), position: at_ms });
+        self.scheduler.schedule(at_ms, TimerEvent::MessageExpiry { queue: Arc::downgrade(queue), at_ms });
     }
 }
 

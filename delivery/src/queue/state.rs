@@ -5,6 +5,7 @@
 
 use super::arguments::{Overflow, QueueArguments};
 use super::dead_letter::{self, DeathReason};
+use super::deadlines::Deadlines;
 use super::ready_list::ReadyList;
 use super::MessageRef;
 use crate::consumer::Consumer;
@@ -33,8 +34,8 @@ pub(super) struct QueueState {
     pub redelivered_below: u64,
     /// Deliveries so far of messages that came back to the queue, by position.
     pub delivery_counts: HashMap<u64, u32>,
-    /// TTL deadlines (ms since the epoch) of messages that have one, by position.
-    pub deadlines: HashMap<u64, u64>,
+    /// TTL deadlines of messages that have one, and the queue's TTL timer.
+    pub deadlines: Deadlines,
     pub unacked: usize,
     pub consumers: Vec<Arc<Consumer>>,
     pub next_consumer: usize,
@@ -75,7 +76,7 @@ impl QueueState {
                 self.delivery_counts.remove(&message.position);
             }
             if !self.deadlines.is_empty() {
-                self.deadlines.remove(&message.position);
+                self.deadlines.remove(message.position);
             }
         }
         // One batch per store (a durable store writes one ack record per batch), built in a
@@ -99,7 +100,7 @@ impl QueueState {
     /// Past its deadline. A message due this very millisecond (TTL 0) is not expired yet: a
     /// consumer that can take it at once gets it, as in RabbitMQ.
     pub fn is_expired(&self, message: MessageRef, now: u64) -> bool {
-        !self.deadlines.is_empty() && self.deadlines.get(&message.position).is_some_and(|deadline| *deadline < now)
+        !self.deadlines.is_empty() && self.deadlines.get(message.position).is_some_and(|deadline| deadline < now)
     }
 
     /// The time, read only when some message has a deadline (reading the clock per message
@@ -123,11 +124,17 @@ impl QueueState {
         }
     }
 
-    /// Schedules the TTL timer of a message with a deadline.
+    /// Gives a message its TTL deadline, arming the queue's TTL timer if it comes first.
     pub fn set_deadline(&mut self, position: u64, deadline_ms: u64) {
-        self.deadlines.insert(position, deadline_ms);
-        let event = TimerEvent::MessageExpiry { queue: Weak::clone(&self.me), position };
-        self.scheduler.schedule(deadline_ms, event);
+        if let Some(at_ms) = self.deadlines.insert(position, deadline_ms) {
+            self.arm_ttl_timer(at_ms);
+        }
+    }
+
+    /// Puts the queue's TTL timer in the broker's wheel for `at_ms`.
+    pub fn arm_ttl_timer(&self, at_ms: u64) {
+        let event = TimerEvent::MessageExpiry { queue: Weak::clone(&self.me), at_ms };
+        self.scheduler.schedule(at_ms, event);
     }
 
     /// Queues a message for the dead-letter exchange, if the queue has one.
