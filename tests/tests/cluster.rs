@@ -87,6 +87,38 @@ async fn a_declare_is_answered_once_every_reachable_node_has_applied_it() {
     }
 }
 
+/// A node that is slow to apply a declare, but reachable, is waited for, however long: here C
+/// is paused for 3 s (longer than the 2 s a declare used to give each node, shorter than the
+/// transport's idle timeout, so C stays connected). A's `-ok` must come after C resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declare_waits_for_a_reachable_node_however_slow_it_is() {
+    const PAUSE: Duration = Duration::from_millis(3_000);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let a = cluster.connect(0).await;
+    let ch = a.create_channel().await.expect("channel");
+    declare_when_formed(&ch, "formed").await;
+    let c = cluster.connect(2).await;
+    let c_node = cluster.nodes[2].as_ref().expect("running");
+    c_node.signal("STOP");
+    let started = Instant::now();
+    let declared = async {
+        let declared = ch.queue_declare("slow".into(), durable(), FieldTable::default()).await;
+        (declared, started.elapsed())
+    };
+    let ((declared, answered_after), resumed_after) = tokio::join!(declared, async {
+        tokio::time::sleep(PAUSE).await;
+        c_node.signal("CONT");
+        started.elapsed()
+    });
+    declared.expect("declare");
+    assert!(
+        answered_after >= resumed_after,
+        "A answered after {answered_after:?}, before C resumed ({resumed_after:?}): C was not waited for"
+    );
+    assert_eq!(passive_count(&c, "slow").await, Some(0), "C has the queue once A answered");
+}
+
 /// What the checker has received so far: (number, redelivered), in order.
 type Seen = std::sync::Arc<std::sync::Mutex<Vec<(u64, bool)>>>;
 

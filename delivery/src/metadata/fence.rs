@@ -3,8 +3,8 @@
 //!
 //! A leader that fires delayed messages, or dead-letters at least once, routes by the
 //! bindings this node has applied, and a node may lag behind the metadata group: a `-ok`
-//! waits for the other nodes only [`super::handle::PEERS_APPLY_WAIT_MS`], and a node that was
-//! unreachable or restarting learns later. Routed by stale bindings, a message would go
+//! waits only for the nodes that are reachable, and a node that was unreachable or
+//! restarting learns later. Routed by stale bindings, a message would go
 //! where a binding since deleted sent it, miss a queue bound since, or be dropped for an
 //! exchange this node has not learnt yet. So once per term, before its first routing, the
 //! leader waits until it has applied every definition change committed before then.

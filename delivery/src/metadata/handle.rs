@@ -1,7 +1,7 @@
 //! [`Metadata`]: how a node changes definitions through the metadata group. The change is
 //! proposed to the leader (this node's member, or another node's through
 //! [`MetaForwarding`]); once it is committed and applied here, and applied on every other
-//! node that is reachable (or [`PEERS_APPLY_WAIT_MS`] have passed), the caller gets this
+//! node that is reachable (however slow it is, up to [`PEERS_APPLY_MAX_WAIT_MS`]), the caller gets this
 //! node's own result. So whatever the client does next, on this node or through a connection
 //! to another, sees the change: a queue declared through one node can be published to
 //! through the next at once, as with RabbitMQ, whose definitions are changed on every node
@@ -17,18 +17,20 @@ use std::time::Duration;
 
 /// How long a change waits for the metadata group to have a leader.
 const LEADER_WAIT_MS: u64 = 5_000;
-/// How long a change waits, at most, for the other reachable nodes to apply it before it is
-/// answered anyway: a node that slow (catching up after a restart, say) learns it later, as
-/// an unreachable one does.
-pub const PEERS_APPLY_WAIT_MS: u64 = 2_000;
+/// How long a change waits, at most, for the other nodes to apply it. A node that is
+/// reachable is waited for, however slow (a busy machine, a node catching up after a
+/// restart); one that is not reachable, or stops being, is not, and learns the change when it
+/// comes back. This is a safety net against a node that answers but never applies, not a
+/// timing: a wait this long means that node is broken.
+pub const PEERS_APPLY_MAX_WAIT_MS: u64 = 30_000;
 
 /// What the metadata group needs of the other nodes.
 pub trait MetaForwarding: Send + Sync + std::fmt::Debug + 'static {
     /// Submits `command` to node `leader`'s member; returns the log index it was committed at.
     fn propose_to(&self, leader: u64, command: MetaCommand) -> ClusterFuture<Result<u64, String>>;
 
-    /// Resolves once every other node reachable now has applied the entry at `index`, or
-    /// answered that it could not within `within`, or `within` has passed.
+    /// Resolves once every other node reachable now has applied the entry at `index`, or is
+    /// no longer reachable, or `within` has passed.
     fn applied_on_peers(&self, index: u64, within: Duration) -> ClusterFuture<()>;
 
     /// Node `leader`'s read index ([`Metadata::leader_read_index`]).
@@ -92,7 +94,7 @@ impl Metadata {
             Some(result) => result,
             None => Err(unavailable("its result here was lost")),
         };
-        self.forwarding.applied_on_peers(index, Duration::from_millis(PEERS_APPLY_WAIT_MS)).await;
+        self.forwarding.applied_on_peers(index, Duration::from_millis(PEERS_APPLY_MAX_WAIT_MS)).await;
         result
     }
 
@@ -154,7 +156,7 @@ impl Metadata {
     /// Waits at most `within` until this node has applied every change the group committed
     /// before the call; whether it has. What a node acting on definitions it may have missed
     /// (a new leader of a group routing by bindings declared through another node) awaits
-    /// first: a `-ok` waits for the other nodes only for [`PEERS_APPLY_WAIT_MS`].
+    /// first: a `-ok` waits only for the nodes that are reachable.
     pub async fn caught_up(&self, within: Duration) -> bool {
         let index = match tokio::time::timeout(within, self.read_index()).await {
             Ok(Ok(index)) => index,

@@ -15,6 +15,7 @@ use openraft::{BasicNode, Raft};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
+use tokio::time::Instant;
 use warren_delivery::metadata::{MetaCommand, MetaForwarding};
 use warren_delivery::queue::LeaderLocator;
 use warren_delivery::quorum::{
@@ -29,6 +30,13 @@ const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(10);
 const STREAM_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Replicas of a quorum queue when `x-quorum-initial-group-size` is not given, at most.
 const DEFAULT_GROUP_SIZE: usize = 3;
+/// How long one question to a peer "have you applied this definition change?" waits: it is
+/// asked again while the peer stays reachable, so a slow peer is waited for and one that goes
+/// away stops being waited for within about this long (or its transport's idle timeout).
+const META_APPLIED_ASK: Duration = Duration::from_millis(1_000);
+/// The pause before asking again after an answer that came back early without the change
+/// applied (an error), so that a peer that cannot answer is not asked in a tight loop.
+const META_APPLIED_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// The cluster: this node, the others, the transport between them.
 pub struct ClusterReplication {
@@ -349,17 +357,11 @@ impl MetaForwarding for ClusterReplication {
 
     fn applied_on_peers(&self, index: u64, within: Duration) -> ClusterFuture<()> {
         let transport = self.transport.clone();
-        let within_ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
         Box::pin(async move {
+            let deadline = Instant::now() + within;
             let asks = transport.connected_peers().into_iter().map(|peer| {
                 let transport = transport.clone();
-                async move {
-                    let request = PeerRequest::MetaApplied { index, within_ms };
-                    let answer = transport.request_within(&peer, request, within).await;
-                    if !matches!(answer, Ok(PeerResponse::MetaApplied(true))) {
-                        tracing::debug!(%peer, index, "a peer has not applied a definition change yet; answered anyway");
-                    }
-                }
+                async move { wait_until_applied_on(&transport, &peer, index, deadline).await }
             });
             futures_util::future::join_all(asks).await;
         })
@@ -375,5 +377,32 @@ impl MetaForwarding for ClusterReplication {
                 other => Err(format!("unexpected answer to a read index request: {other:?}")),
             }
         })
+    }
+}
+
+/// Waits until `peer` has applied the metadata entry at `index`, for as long as it is
+/// reachable, and at most until `deadline`.
+async fn wait_until_applied_on(transport: &ClusterTransport, peer: &str, index: u64, deadline: Instant) {
+    loop {
+        let now = Instant::now();
+        let window = META_APPLIED_ASK.min(deadline.saturating_duration_since(now));
+        let within_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        let request = PeerRequest::MetaApplied { index, within_ms };
+        // The peer waits `window` for its own apply; the request allows for the round trip.
+        let answer = transport.request_within(peer, request, window * 2).await;
+        if matches!(answer, Ok(PeerResponse::MetaApplied(true))) {
+            return;
+        }
+        if !transport.connected_peers().iter().any(|connected| connected == peer) {
+            tracing::debug!(%peer, index, "a peer left before it applied a definition change; not waited for");
+            return;
+        }
+        if Instant::now() >= deadline {
+            tracing::warn!(%peer, index, "a reachable peer has not applied a definition change in time; answered anyway");
+            return;
+        }
+        if now.elapsed() < window {
+            tokio::time::sleep(META_APPLIED_RETRY_PAUSE).await;
+        }
     }
 }
