@@ -86,9 +86,14 @@ impl Node {
         let dir = self.dir.join(&group.0);
         let log = RaftLog::<QuorumRaft>::open(dir.join("log"), LogConfig::default()).expect("log opens");
         let (effects, _) = tokio::sync::mpsc::unbounded_channel();
-        let machine =
-            QuorumStateMachine::open(dir.join("snapshot"), Settings::default(), CHECKPOINT_INTERVAL_ENTRIES, effects)
-                .expect("state machine opens");
+        let machine = QuorumStateMachine::open(
+            "test",
+            dir.join("snapshot"),
+            Settings::default(),
+            CHECKPOINT_INTERVAL_ENTRIES,
+            effects,
+        )
+        .expect("state machine opens");
         let network = GroupNetwork::new(self.transport.clone(), group.clone());
         let id = raft_node_id(self.name);
         let raft = Raft::new(id, raft_config(), network, log, machine.clone()).await.expect("raft starts");

@@ -119,6 +119,50 @@ async fn a_declare_waits_for_a_reachable_node_however_slow_it_is() {
     assert_eq!(passive_count(&c, "slow").await, Some(0), "C has the queue once A answered");
 }
 
+/// A leader's death is one INFO line on each surviving member's node (the group, the term,
+/// the new and previous leaders; openraft's own INFO lines are not shown), and counted in
+/// `warren_raft_leader_changes_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_change_is_one_info_line_per_member_and_is_counted() {
+    const LINE: &str = "a Raft group has a new leader";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start_cluster(dir.path(), false).await;
+    let ch = cluster.connect(0).await.create_channel().await.expect("channel");
+    declare_when_formed(&ch, "changes-leader").await;
+    wait_for_status(&cluster, 0, "changes-leader", "A leads", |s| s.contains("leader: warren@a")).await;
+    cluster.nodes[0].take().expect("running").kill9();
+    wait_for_status(&cluster, 1, "changes-leader", "a new leader", |s| {
+        s.contains("leader: warren@b") || s.contains("leader: warren@c")
+    })
+    .await;
+    for node in [1, 2] {
+        let running = cluster.nodes[node].as_ref().expect("running");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let changes = loop {
+            let lines = running.log_lines();
+            let changes: Vec<String> =
+                lines.into_iter().filter(|l| l.contains(LINE) && l.contains("quorum:/:changes-leader")).collect();
+            if !changes.is_empty() || Instant::now() > deadline {
+                break changes;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(changes.len(), 1, "node {node}: one line for the change: {changes:#?}");
+        assert!(changes[0].contains("INFO") && changes[0].contains("term="), "{}", changes[0]);
+        // openraft's warnings about the dead peer stay (held to warnings, not silenced).
+        let routine = |l: &String| l.contains("openraft") && (l.contains(" INFO ") || l.contains(" DEBUG "));
+        let raft_lines: Vec<String> = running.log_lines().into_iter().filter(routine).collect();
+        assert!(raft_lines.is_empty(), "node {node} logged openraft's routine: {raft_lines:#?}");
+        let api = warren_tests::http::Api::new(running.http_addr.expect("management API"));
+        let metrics = api.get_text("/metrics");
+        let count = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("warren_raft_leader_changes_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        assert!(count.is_some_and(|c| c >= 1.0), "node {node}: warren_raft_leader_changes_total is {count:?}");
+    }
+}
+
 /// What the checker has received so far: (number, redelivered), in order.
 type Seen = std::sync::Arc<std::sync::Mutex<Vec<(u64, bool)>>>;
 

@@ -238,6 +238,12 @@ fn node_figures(api: &Management, exposition: &mut Exposition) {
         warren_delivery::exchange::replicated_delays::refired_total() as f64,
     );
     exposition.single(
+        "warren_raft_leader_changes_total",
+        Kind::Counter,
+        "New leaders seen by this node's Raft members (quorum queues, streams, delayed exchanges, metadata) since it started",
+        warren_delivery::quorum::leader_changes::leader_changes_total() as f64,
+    );
+    exposition.single(
         "warren_timers_pending",
         Kind::Gauge,
         "Timers waiting in the broker's wheel (message TTLs: one per queue; queue expiry; delayed messages)",

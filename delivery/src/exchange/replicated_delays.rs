@@ -97,13 +97,14 @@ impl ReplicatedDelays {
     ) -> Result<Arc<Self>, GroupError> {
         let (effects_tx, effects_rx) = mpsc::unbounded_channel();
         let snapshot = crate::quorum::snapshot_path(dir);
+        let name = group_name(vhost_name, exchange);
         let machine = QuorumStateMachine::open(
+            &name,
             snapshot,
             Settings::delayed_exchange(),
             DEFAULT_CHECKPOINT_INTERVAL_ENTRIES,
             effects_tx,
         )?;
-        let name = group_name(vhost_name, exchange);
         let group = QuorumGroup::open(&name, dir, log_config, machine, replication, members)?;
         let delays = Arc::new_cyclic(|me| ReplicatedDelays {
             exchange: exchange.to_string(),

@@ -12,6 +12,7 @@ use crate::broker::Broker;
 use crate::error::{BrokerError, ReplyCode};
 use crate::exchange::ExchangeDefinition;
 use crate::queue::{ConnectionId, QueueArguments, QueueDefinition};
+use crate::quorum::leader_changes::LeaderChanges;
 use crate::quorum::Replication;
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
@@ -34,6 +35,8 @@ openraft::declare_raft_types!(
         R = MetaResult,
 );
 
+/// The metadata group's name in logs.
+const GROUP_LABEL: &str = "metadata";
 /// Results of this node's own commands kept for their proposer, at most: one that is never
 /// taken (its client went away) is dropped after this many newer ones.
 const RESULTS_KEPT: usize = 4096;
@@ -100,6 +103,7 @@ struct Shared {
     results: Mutex<BTreeMap<u64, MetaResult>>,
     /// The last applied index.
     applied_index: watch::Sender<u64>,
+    leader_changes: Mutex<LeaderChanges>,
 }
 
 /// This node's metadata state machine.
@@ -147,6 +151,7 @@ impl MetaStateMachine {
             applied: Mutex::new(applied),
             results: Mutex::new(BTreeMap::new()),
             applied_index: watch::Sender::new(index),
+            leader_changes: Mutex::new(LeaderChanges::new(GROUP_LABEL)),
         };
         Ok(MetaStateMachine { shared: Arc::new(shared) })
     }
@@ -321,7 +326,11 @@ impl MetaStateMachine {
                 self.shared.applied.lock().membership = StoredMembership::new(Some(log_id), membership);
                 Ok(MetaOutcome::default())
             }
-            EntryPayload::Blank => Ok(MetaOutcome::default()),
+            EntryPayload::Blank => {
+                // The applied index is stored with every entry: nothing is applied twice.
+                self.shared.leader_changes.lock().blank_applied(&log_id, false);
+                Ok(MetaOutcome::default())
+            }
         };
         self.shared.applied.lock().last_applied = Some(log_id);
         result

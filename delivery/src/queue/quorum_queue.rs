@@ -133,6 +133,7 @@ fn build(
     let settings = Settings::from(&arguments);
     let replication = Arc::clone(&context.replication);
     let group = QuorumStateMachine::open(
+        &name,
         crate::quorum::snapshot_path(dir),
         settings,
         DEFAULT_CHECKPOINT_INTERVAL_ENTRIES,

@@ -13,6 +13,7 @@
 //! - `raft`: the type config [`QuorumRaft`] and [`QuorumStateMachine`].
 //! - `group`: [`QuorumGroup`], a queue's (or a replicated stream's) group running on this node.
 //! - `group_machine`: [`GroupMachine`], the state machine of either kind, as openraft runs it.
+//! - `leader_changes`: [`leader_changes::LeaderChanges`], a member learning of a new leader.
 //! - `proposer`: what feeds the group this node's commands, in order and batched.
 //! - `no_peers`: the network of a group with no other member.
 //! - `replication`: what a group needs from the cluster ([`Replication`]), and
@@ -25,6 +26,7 @@ mod effect;
 mod error;
 mod group;
 mod group_machine;
+pub mod leader_changes;
 mod no_peers;
 mod proposer;
 mod raft;

@@ -13,6 +13,7 @@
 use super::command::{message_id, Command, CommandBatch, Op, Response};
 use super::effect::Effect;
 use super::error::QuorumError;
+use super::leader_changes::LeaderChanges;
 use super::settings::Settings;
 use super::snapshot::{decode_versioned, Checkpoint, Checkpoints, StateSnapshot, SAVED_SNAPSHOT_FORMAT_VERSION};
 use super::state::QueueState;
@@ -129,6 +130,7 @@ struct Machine {
     /// a `basic.get` or a consumer attached, through any node. Not part of the snapshot: a
     /// restart starts the queue's idle time afresh.
     last_used_ms: u64,
+    leader_changes: LeaderChanges,
 }
 
 struct Shared {
@@ -154,6 +156,7 @@ impl QuorumStateMachine {
     /// queue), for a queue obeying `settings`, taking a checkpoint every
     /// `checkpoint_interval_entries` at least, and sending effects to `effects`.
     pub fn open(
+        group: &str,
         snapshot_path: impl Into<PathBuf>,
         settings: Settings,
         checkpoint_interval_entries: u64,
@@ -180,6 +183,7 @@ impl QuorumStateMachine {
             effects,
             replayed_through: None,
             last_used_ms: 0,
+            leader_changes: LeaderChanges::new(group),
         };
         let shared = Shared { machine: Mutex::new(machine), file, file_lock: tokio::sync::Mutex::new(()) };
         Ok(QuorumStateMachine { shared: Arc::new(shared) })
@@ -242,7 +246,11 @@ impl Machine {
     /// Applies one entry; returns the responses of its ops.
     fn apply_entry(&mut self, log_id: LogId<u64>, payload: EntryPayload<QuorumRaft>) -> Vec<Response> {
         let responses = match payload {
-            EntryPayload::Blank => Vec::new(),
+            EntryPayload::Blank => {
+                let replayed = self.replayed_through.is_some_and(|through| log_id.index <= through);
+                self.leader_changes.blank_applied(&log_id, replayed);
+                Vec::new()
+            }
             EntryPayload::Normal(batch) => {
                 let mut effects = Vec::new();
                 let mut responses = Vec::with_capacity(batch.ops.len());

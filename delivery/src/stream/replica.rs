@@ -24,6 +24,7 @@ use crate::consumer::message_tag;
 use crate::dedup_window::{key_in, DedupEntries, DedupSettings, DedupWindow};
 use crate::message::WireMessage;
 use crate::message_store::codec as message_codec;
+use crate::quorum::leader_changes::LeaderChanges;
 use crate::quorum::{decode_versioned, decode_whole, Op, QuorumError, QuorumRaft, Replication, Response};
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
@@ -163,6 +164,7 @@ struct Shared {
     partition_groups: watch::Sender<Arc<PartitionGroups>>,
     replication: Arc<dyn Replication>,
     file: SnapshotFile,
+    leader_changes: Mutex<LeaderChanges>,
     /// Serializes snapshot file writes (a build and an install may race).
     file_lock: tokio::sync::Mutex<()>,
 }
@@ -203,6 +205,7 @@ impl StreamStateMachine {
             partition_groups,
             replication,
             file,
+            leader_changes: Mutex::new(LeaderChanges::new(group)),
             file_lock: tokio::sync::Mutex::new(()),
         };
         Ok(StreamStateMachine { shared: Arc::new(shared) })
@@ -252,7 +255,10 @@ impl StreamStateMachine {
         payload: EntryPayload<QuorumRaft>,
     ) -> Result<Vec<Response>, warren_storage::StorageError> {
         let responses = match payload {
-            EntryPayload::Blank => Vec::new(),
+            EntryPayload::Blank => {
+                self.shared.leader_changes.lock().blank_applied(&log_id, false);
+                Vec::new()
+            }
             EntryPayload::Membership(membership) => {
                 applied.membership = StoredMembership::new(Some(log_id), membership);
                 Vec::new()

@@ -34,7 +34,7 @@ async fn start(dir: &Path) -> Node {
     let log = RaftLog::<QuorumRaft>::open(dir.join("log"), LogConfig::default()).expect("log opens");
     let (tx, effects) = unbounded_channel();
     let settings = Settings { dead_letter: true, ..Settings::default() };
-    let machine = QuorumStateMachine::open(dir.join("snapshot"), settings, CHECKPOINT_INTERVAL_ENTRIES, tx)
+    let machine = QuorumStateMachine::open("test", dir.join("snapshot"), settings, CHECKPOINT_INTERVAL_ENTRIES, tx)
         .expect("state machine opens");
     let mut reader = log.clone();
     if let Some(last) = reader.get_log_state().await.expect("log state").last_log_id {
@@ -175,7 +175,7 @@ async fn a_snapshot_installed_on_another_replica_plus_the_rest_of_the_log_gives_
     use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
     let dir = tempfile::tempdir().expect("tempdir");
     let (tx, _effects) = unbounded_channel();
-    let open = |name: &str| QuorumStateMachine::open(dir.path().join(name), Settings::default(), 2, tx.clone());
+    let open = |name: &str| QuorumStateMachine::open(name, dir.path().join(name), Settings::default(), 2, tx.clone());
     let mut a = open("a").expect("opens");
     let c = consumer(1, "c");
     let mut ops: Vec<Op> = (0..6).map(|i| enqueue(&format!("m{i}"), Some(i), None)).collect();
