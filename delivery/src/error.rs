@@ -87,9 +87,11 @@ impl ReplyCode {
         }
     }
 
-    /// Hard errors close the whole connection; soft ones only the channel.
+    /// Hard errors close the whole connection; soft ones only the channel. The spec's 5xx
+    /// codes are hard but for 506 RESOURCE_ERROR, which it classes soft.
     pub fn is_connection_error(self) -> bool {
-        self.code() >= 500 || matches!(self, ReplyCode::ConnectionForced | ReplyCode::NotAllowed)
+        (self.code() >= 500 && self != ReplyCode::ResourceError)
+            || matches!(self, ReplyCode::ConnectionForced | ReplyCode::NotAllowed)
     }
 }
 

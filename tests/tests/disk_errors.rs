@@ -99,6 +99,51 @@ async fn a_full_disk_nacks_publishes_and_keeps_what_was_confirmed() {
     broker.shutdown().await;
 }
 
+/// Without confirms, a publish the disk cannot take closes its channel with 506
+/// RESOURCE_ERROR (a channel error, as README says), not the connection: the publisher's other
+/// channels, a consumer that could free the disk among them, carry on.
+#[tokio::test]
+async fn without_confirms_a_full_disk_closes_the_publishing_channel_not_the_connection() {
+    if !is_root() {
+        eprintln!("skipped: mounting a small tmpfs needs root (CI runs as root)");
+        return;
+    }
+    let mount_point = tempfile::tempdir().expect("tempdir");
+    let _disk = TinyDisk::mount(mount_point.path());
+    let dir = mount_point.path().join("data");
+    let broker = start_broker_with(move |config| {
+        config.data_dir = dir;
+        config.resource_limits.disk_free_limit_bytes = 0;
+    })
+    .await;
+    let conn = connect(&broker).await;
+    let ch = channel(&conn).await;
+    let durable = QueueDeclareOptions { durable: true, ..Default::default() };
+    ch.queue_declare("full".into(), durable, FieldTable::default()).await.expect("declare");
+    let body = vec![7u8; MESSAGE_BYTES];
+    let persistent = BasicProperties::default().with_delivery_mode(2);
+    let mut code = None;
+    for _ in 0..200 {
+        let publish = ch.basic_publish("".into(), "full".into(), Default::default(), &body, persistent.clone()).await;
+        if let Err(error) = publish {
+            code = reply_code(&error);
+            break;
+        }
+        // A round trip, so that the close (if any) has come before the next publish.
+        if let Err(error) = ch.queue_declare("full".into(), durable, FieldTable::default()).await {
+            code = reply_code(&error);
+            break;
+        }
+    }
+    assert_eq!(code, Some(506), "a 3 MiB disk cannot take 200 x 64 KiB: the channel closes with RESOURCE_ERROR");
+    assert!(conn.status().connected(), "the connection stays open");
+    let other = channel(&conn).await;
+    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+    let stored = other.queue_declare("full".into(), passive, FieldTable::default()).await.expect("another channel");
+    assert!(stored.message_count() > 0, "what fit is kept");
+    broker.shutdown().await;
+}
+
 #[tokio::test]
 async fn an_unusable_data_directory_stops_startup_with_a_clear_error() {
     let file = tempfile::NamedTempFile::new().expect("temp file");

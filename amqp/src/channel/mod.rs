@@ -436,8 +436,11 @@ impl Channel {
             confirms.settle(sequence, outcome.failure.is_none() && !outcome.rejected);
             return Ok(());
         }
+        // Without confirms the publisher learns of a failed store by its channel closing (506,
+        // a channel error): its other channels, consumers that could free the disk among
+        // them, carry on.
         match outcome.failure {
-            Some(error) => Err(BrokerError::new(ReplyCode::InternalError, format!("cannot store message: {error}"))),
+            Some(error) => Err(BrokerError::new(ReplyCode::ResourceError, format!("cannot store message: {error}"))),
             None => Ok(()),
         }
     }
