@@ -52,7 +52,13 @@ impl Fsync {
 /// with --config (keys named like the flags, with underscores: amqp_listen = "0.0.0.0:5672"),
 /// then the WARREN_* environment variables, then the defaults shown. Log level: RUST_LOG.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "warren", version, about, long_about = None)]
+#[command(
+    name = "warren",
+    version,
+    about,
+    long_about = None,
+    after_help = "A running broker is managed with `warren ctl VERB ...`, rabbitmqctl's verbs (`warren ctl help` lists them)."
+)]
 pub struct Cli {
     /// TOML configuration file.
     #[arg(long, env = "WARREN_CONFIG", value_name = "FILE")]

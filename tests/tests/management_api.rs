@@ -451,6 +451,12 @@ async fn prometheus_metrics_count_what_happens() {
     assert!(sample(&text, "warren_confirm_latency_seconds_count") > Some(0.0), "confirms are timed");
     assert!(sample(&text, "rabbitmq_process_resident_memory_bytes") > Some(0.0));
     assert!(!text.contains("queue=\"metered\""), "the aggregated endpoint has no series per queue");
+    // RabbitMQ's dashboards join every query on the node's identity.
+    let identity = text.lines().find(|l| l.starts_with("rabbitmq_identity_info{")).expect("rabbitmq_identity_info");
+    assert!(identity.contains("rabbitmq_node=\"") && identity.contains("rabbitmq_cluster=\""), "{identity}");
+    assert!(identity.ends_with(" 1"), "{identity}");
+    let build = text.lines().find(|l| l.starts_with("rabbitmq_build_info{")).expect("rabbitmq_build_info");
+    assert!(build.contains("rabbitmq_version=\"") && build.contains("product_name=\"Warren\""), "{build}");
     let per_object = scrape("/metrics/per-object");
     assert!(
         per_object.contains(r#"rabbitmq_detailed_queue_messages_ready{vhost="/",queue="metered"} 20"#),

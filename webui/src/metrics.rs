@@ -170,6 +170,27 @@ fn alarm_figures(api: &Management, exposition: &mut Exposition) {
     );
 }
 
+/// Which node and cluster the figures are of, and which build serves them, under RabbitMQ's
+/// names and labels: RabbitMQ's dashboards join every query on `rabbitmq_identity_info` to
+/// pick a cluster and name its nodes, so without it every panel is empty.
+fn identity_figures(api: &Management, exposition: &mut Exposition) {
+    let (node, cluster) = (api.node(), api.cluster_name());
+    exposition.family("rabbitmq_identity_info", Kind::Gauge, "The node and the cluster these figures are of");
+    let identity = [("rabbitmq_node", node.as_str()), ("rabbitmq_cluster", cluster.as_str())];
+    exposition.sample("rabbitmq_identity_info", &identity, 1.0);
+    exposition.family(
+        "rabbitmq_build_info",
+        Kind::Gauge,
+        "The build serving these figures: the RabbitMQ version it answers as, and its own",
+    );
+    let build = [
+        ("rabbitmq_version", crate::api::COMPATIBLE_RABBITMQ_VERSION),
+        ("product_name", "Warren"),
+        ("product_version", env!("CARGO_PKG_VERSION")),
+    ];
+    exposition.sample("rabbitmq_build_info", &build, 1.0);
+}
+
 /// The figures of the whole node: connections, channels, consumers, queues and their
 /// messages, message counters, memory, disk, delayed messages and the latency histograms.
 fn node_figures(api: &Management, exposition: &mut Exposition) {
@@ -185,6 +206,7 @@ fn node_figures(api: &Management, exposition: &mut Exposition) {
         broker.vhosts().iter().flat_map(|v| v.exchanges()).filter_map(|e| e.delayed().map(|d| d.pending())).sum();
     let (rss, fds) = process_figures();
     let totals = api.rates().totals();
+    identity_figures(api, exposition);
     exposition.single("rabbitmq_connections", Kind::Gauge, "Connections currently open", connections.len() as f64);
     exposition.single("rabbitmq_channels", Kind::Gauge, "Channels currently open", channels.len() as f64);
     exposition.single("rabbitmq_consumers", Kind::Gauge, "Consumers currently connected", consumers as f64);

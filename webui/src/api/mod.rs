@@ -23,6 +23,7 @@ mod queues;
 pub(crate) use bindings::to_exchange;
 pub use cluster::{ClusterView, NodeStatus};
 pub(crate) use messages::{read_log, ReplayQuery};
+pub(crate) use overview::COMPATIBLE_RABBITMQ_VERSION;
 pub(crate) use queues::{queue_json, QueueRow};
 
 use crate::authorization::{Caller, Rule};
@@ -117,6 +118,11 @@ impl Management {
     /// This node's name.
     pub fn node(&self) -> String {
         self.cluster.local_node()
+    }
+
+    /// The cluster's name (a broker alone: its node's, as in RabbitMQ).
+    pub(crate) fn cluster_name(&self) -> String {
+        self.cluster.cluster_name()
     }
 
     /// The cluster's nodes as the API lists them.
