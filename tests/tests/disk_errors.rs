@@ -3,7 +3,7 @@
 use lapin::options::*;
 use lapin::types::FieldTable;
 use lapin::BasicProperties;
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::Command;
 use warren_tests::*;
 
@@ -15,40 +15,50 @@ fn is_root() -> bool {
     Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0\n")).unwrap_or(false)
 }
 
-/// A tmpfs of a few MiB, unmounted on drop.
-struct TinyDisk<'a>(&'a Path);
+/// A tmpfs of a few MiB on a fresh directory, unmounted on drop.
+struct TinyDisk(tempfile::TempDir);
 
-impl<'a> TinyDisk<'a> {
-    fn mount(dir: &'a Path) -> Self {
-        let status = Command::new("mount").args(["-t", "tmpfs", "-o", TINY_DISK, "tmpfs"]).arg(dir).status();
-        assert!(status.is_ok_and(|s| s.success()), "mounting a tmpfs at {} failed", dir.display());
+impl TinyDisk {
+    fn mount() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let status = Command::new("mount").args(["-t", "tmpfs", "-o", TINY_DISK, "tmpfs"]).arg(dir.path()).status();
+        assert!(status.is_ok_and(|s| s.success()), "mounting a tmpfs at {} failed", dir.path().display());
         TinyDisk(dir)
     }
-}
 
-impl Drop for TinyDisk<'_> {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.0).status();
+    fn data_dir(&self) -> PathBuf {
+        self.0.path().join("data")
     }
 }
 
-#[tokio::test]
-async fn a_full_disk_nacks_publishes_and_keeps_what_was_confirmed() {
+impl Drop for TinyDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+/// A broker whose data directory is on a tiny disk, or nothing when this is not root. The
+/// disk alarm (default limit 50 MB) would block publishers before the disk fills: off, to test
+/// what a store that runs out of space does.
+async fn broker_on_a_tiny_disk() -> Option<(TinyDisk, TestBroker)> {
     if !is_root() {
         eprintln!("skipped: mounting a small tmpfs needs root (CI runs as root)");
-        return;
+        return None;
     }
-    let mount_point = tempfile::tempdir().expect("tempdir");
-    let _disk = TinyDisk::mount(mount_point.path());
-    let data_dir = mount_point.path().join("data");
-    // The disk alarm (default limit 50 MB) would block this publisher before the disk fills:
-    // off, to test what a store that runs out of space does.
-    let dir = data_dir.clone();
+    let disk = TinyDisk::mount();
+    let dir = disk.data_dir();
     let broker = start_broker_with(move |config| {
         config.data_dir = dir;
         config.resource_limits.disk_free_limit_bytes = 0;
     })
     .await;
+    Some((disk, broker))
+}
+
+#[tokio::test]
+async fn a_full_disk_nacks_publishes_and_keeps_what_was_confirmed() {
+    let Some((disk, broker)) = broker_on_a_tiny_disk().await else { return };
+    let data_dir = disk.data_dir();
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
     ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
@@ -104,18 +114,7 @@ async fn a_full_disk_nacks_publishes_and_keeps_what_was_confirmed() {
 /// channels, a consumer that could free the disk among them, carry on.
 #[tokio::test]
 async fn without_confirms_a_full_disk_closes_the_publishing_channel_not_the_connection() {
-    if !is_root() {
-        eprintln!("skipped: mounting a small tmpfs needs root (CI runs as root)");
-        return;
-    }
-    let mount_point = tempfile::tempdir().expect("tempdir");
-    let _disk = TinyDisk::mount(mount_point.path());
-    let dir = mount_point.path().join("data");
-    let broker = start_broker_with(move |config| {
-        config.data_dir = dir;
-        config.resource_limits.disk_free_limit_bytes = 0;
-    })
-    .await;
+    let Some((_disk, broker)) = broker_on_a_tiny_disk().await else { return };
     let conn = connect(&broker).await;
     let ch = channel(&conn).await;
     let durable = QueueDeclareOptions { durable: true, ..Default::default() };
