@@ -27,6 +27,37 @@ async fn a_request_without_valid_credentials_is_401_with_rabbitmqs_error_body() 
     assert_eq!(whoami.body, json!({"name": "guest", "tags": ["administrator"]}));
 }
 
+/// Bodies are read as RabbitMQ reads them: JSON whatever the `Content-Type` (curl scripts send
+/// none, or a form's), and one that is not JSON, or not what the route takes, is RabbitMQ's 400
+/// `{"error":"bad_request","reason":...}`, not a 415 or a 422 in plain text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_are_json_whatever_the_content_type_and_bad_ones_are_400_with_a_reason() {
+    let broker = start_broker().await;
+    let http = broker.http_addr.expect("management API");
+    let put = |path: &str, content_type: &str, body: &str| -> (u16, String) {
+        tokio::task::block_in_place(|| {
+            let request = ureq::put(&format!("http://{http}{path}"))
+                .set("authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
+                .set("content-type", content_type);
+            match request.send_string(body) {
+                Ok(response) => (response.status(), response.into_string().unwrap_or_default()),
+                Err(ureq::Error::Status(status, response)) => (status, response.into_string().unwrap_or_default()),
+                Err(error) => panic!("PUT {path}: {error}"),
+            }
+        })
+    };
+    let form = "application/x-www-form-urlencoded";
+    assert_eq!(put("/api/queues/%2F/plain", form, r#"{"durable": true}"#).0, 201, "declared whatever the type");
+    for body in ["{", r#"{"durable": "maybe"}"#, "[1]"] {
+        let (status, text) = put("/api/queues/%2F/bad", "application/json", body);
+        assert_eq!(status, 400, "{body}: {text}");
+        let answer: serde_json::Value = serde_json::from_str(&text).expect("a JSON answer");
+        assert_eq!(answer["error"], "bad_request", "{text}");
+        assert!(answer["reason"].as_str().is_some_and(|r| r.contains("line 1")), "says where: {text}");
+    }
+    broker.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_overview_vhosts_users_permissions_and_health_checks() {
     let broker = start_broker().await;

@@ -13,6 +13,7 @@ use crate::api::Management;
 use crate::authorization::Caller;
 use crate::error::ApiError;
 use crate::http_listener::OverTls;
+use crate::json_body::JsonBody;
 use crate::sessions::SESSION_TTL;
 use axum::extract::{ConnectInfo, State};
 use axum::http::request::Parts;
@@ -132,7 +133,7 @@ pub async fn login(
     State(api): State<Management>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     tls: Option<Extension<OverTls>>,
-    Json(form): Json<Login>,
+    JsonBody(form): JsonBody<Login>,
 ) -> Result<Response, ApiError> {
     let user =
         check_login(&api, &form.username, &form.password, peer.ip()).await.map_err(ApiError::without_challenge)?;

@@ -14,7 +14,8 @@
 //! - `rates`: the sampler behind `message_stats` and the charts;
 //! - `metrics`: Prometheus metrics (`/metrics`, `/metrics/per-object`);
 //! - `json_table`, `message_json`: field tables and messages in the API's JSON;
-//! - `error`: errors as RabbitMQ's API answers them (`{"error": ..., "reason": ...}`).
+//! - `error`: errors as RabbitMQ's API answers them (`{"error": ..., "reason": ...}`);
+//!   `json_body`: request bodies read as RabbitMQ reads them, refused in that shape.
 
 mod api;
 mod authentication;
@@ -23,6 +24,7 @@ mod error;
 mod feed;
 mod figures;
 pub mod http_listener;
+mod json_body;
 mod json_table;
 mod lenient;
 mod listing;

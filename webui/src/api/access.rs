@@ -9,6 +9,7 @@
 use super::Management;
 use crate::authorization::{Caller, Rule};
 use crate::error::ApiError;
+use crate::json_body::JsonBody;
 use crate::listing::ListQuery;
 use crate::route_table::RouteTable;
 use axum::extract::{Path, Query, State};
@@ -120,7 +121,7 @@ async fn user(State(api): State<Management>, Path(name): Path<String>) -> Result
 async fn put_user(
     State(api): State<Management>,
     Path(name): Path<String>,
-    Json(body): Json<Value>,
+    JsonBody(body): JsonBody<Value>,
 ) -> Result<StatusCode, ApiError> {
     let exists = api.broker().access().user(&name).is_some();
     api.broker().change_access(user_change(&name, &body, exists)?).await?;
@@ -162,7 +163,7 @@ async fn permission(
 async fn put_permission(
     State(api): State<Management>,
     Path((vhost, user)): Path<(String, String)>,
-    Json(body): Json<Value>,
+    JsonBody(body): JsonBody<Value>,
 ) -> Result<StatusCode, ApiError> {
     let existed = api.broker().access().permissions_of(&vhost, &user).is_some();
     let permissions = permission_spec(&body)?;
@@ -210,7 +211,7 @@ async fn change_limit(api: &Management, vhost: String, name: &str, value: Option
 async fn put_vhost_limit(
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
-    Json(body): Json<Value>,
+    JsonBody(body): JsonBody<Value>,
 ) -> Result<StatusCode, ApiError> {
     let value = body.get("value").cloned().ok_or_else(|| bad_request("'value' must be set"))?;
     change_limit(&api, vhost, &name, Some(value)).await?;

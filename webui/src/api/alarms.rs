@@ -7,6 +7,7 @@
 use super::Management;
 use crate::authorization::Rule;
 use crate::error::ApiError;
+use crate::json_body::JsonBody;
 use crate::route_table::RouteTable;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -85,7 +86,10 @@ fn text_of(value: &Value) -> String {
     }
 }
 
-async fn set_limits(State(api): State<Management>, Json(body): Json<LimitsBody>) -> Result<StatusCode, ApiError> {
+async fn set_limits(
+    State(api): State<Management>,
+    JsonBody(body): JsonBody<LimitsBody>,
+) -> Result<StatusCode, ApiError> {
     let bad = |e: warren_delivery::resource_alarm::BadSize| ApiError::new(StatusCode::BAD_REQUEST, e.to_string());
     let alarms = api.broker().alarms();
     let mut limits = alarms.limits();

@@ -6,6 +6,7 @@
 use super::Management;
 use crate::authorization::{Caller, ObjectOp, Rule};
 use crate::error::ApiError;
+use crate::json_body::JsonBody;
 use crate::json_table;
 use crate::listing::{field, ListQuery, Listed, SortKey};
 use crate::route_table::RouteTable;
@@ -238,7 +239,7 @@ struct BindingBody {
 async fn create(
     State(api): State<Management>,
     Path((vhost, source, kind, name)): Path<(String, String, String, String)>,
-    Json(body): Json<BindingBody>,
+    JsonBody(body): JsonBody<BindingBody>,
 ) -> Result<Response, ApiError> {
     let host = api.vhost(&vhost)?;
     let to = destination(&kind, &name)?;

@@ -5,6 +5,7 @@
 use super::Management;
 use crate::authorization::Rule;
 use crate::error::ApiError;
+use crate::json_body::JsonBody;
 use crate::route_table::RouteTable;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -84,7 +85,7 @@ struct NodeRequest {
 async fn add_replica(
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
-    Json(request): Json<NodeRequest>,
+    JsonBody(request): JsonBody<NodeRequest>,
 ) -> Result<StatusCode, ApiError> {
     change_replicas(&api, &vhost, &name, &request.node, ReplicaChange::Add).await
 }
@@ -92,7 +93,7 @@ async fn add_replica(
 async fn delete_replica(
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
-    Json(request): Json<NodeRequest>,
+    JsonBody(request): JsonBody<NodeRequest>,
 ) -> Result<StatusCode, ApiError> {
     change_replicas(&api, &vhost, &name, &request.node, ReplicaChange::Delete).await
 }
@@ -188,7 +189,7 @@ async fn forget_node(State(api): State<Management>, Path(node): Path<String>) ->
 /// inter-node address). Answers the cluster's nodes once this one votes in its metadata group.
 async fn join_cluster(
     State(api): State<Management>,
-    Json(request): Json<NodeRequest>,
+    JsonBody(request): JsonBody<NodeRequest>,
 ) -> Result<Json<Vec<String>>, ApiError> {
     let joined = api.cluster.join_cluster(&request.node).await;
     let nodes = joined.map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, why))?;

@@ -8,6 +8,7 @@ use super::overview::COMPATIBLE_RABBITMQ_VERSION;
 use super::Management;
 use crate::authorization::Rule;
 use crate::error::ApiError;
+use crate::json_body::JsonBody;
 use crate::json_table;
 use crate::route_table::RouteTable;
 use crate::streamed::{self, Piece};
@@ -220,7 +221,7 @@ async fn apply(
 
 /// Imports a definitions file: exchanges first, then queues, then bindings; answers what was
 /// applied and what was skipped, and why.
-async fn import(State(api): State<Management>, Json(body): Json<Value>) -> Result<Json<Value>, ApiError> {
+async fn import(State(api): State<Management>, JsonBody(body): JsonBody<Value>) -> Result<Json<Value>, ApiError> {
     if !body.is_object() {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "a definitions file is a JSON object"));
     }

@@ -5,6 +5,7 @@
 use super::{exchange_name, flag, Management};
 use crate::authorization::{Caller, ObjectOp, Rule};
 use crate::error::ApiError;
+use crate::json_body::JsonBody;
 use crate::json_table;
 use crate::listing::ListQuery;
 use crate::listing::{field, Listed, SortKey};
@@ -125,7 +126,7 @@ fn yes() -> bool {
 async fn declare(
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
-    Json(body): Json<ExchangeBody>,
+    JsonBody(body): JsonBody<ExchangeBody>,
 ) -> Result<StatusCode, ApiError> {
     let host = api.vhost(&vhost)?;
     let arguments = json_table::from_json(&body.arguments).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;

@@ -13,6 +13,7 @@
 use super::{exchange_name, Management};
 use crate::authorization::{Caller, ObjectOp, Rule};
 use crate::error::ApiError;
+use crate::json_body::JsonBody;
 use crate::message_json::{self, DEFAULT_TRUNCATE_BYTES};
 use crate::route_table::RouteTable;
 use amq_protocol::types::ShortString;
@@ -76,7 +77,7 @@ async fn publish(
     caller: Caller,
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
-    Json(body): Json<PublishBody>,
+    JsonBody(body): JsonBody<PublishBody>,
 ) -> Result<Json<Value>, ApiError> {
     let host = api.vhost(&vhost)?;
     let exchange = exchange_name(&name);
@@ -173,7 +174,7 @@ fn ack_mode(text: &str) -> Result<AckMode, ApiError> {
 async fn get_messages(
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
-    Json(body): Json<GetBody>,
+    JsonBody(body): JsonBody<GetBody>,
 ) -> Result<Json<Value>, ApiError> {
     let mode = ack_mode(&body.ackmode)?;
     if body.count == 0 || body.count > MAX_GET_COUNT {

@@ -6,6 +6,7 @@
 use super::{flag, message_stats, Management};
 use crate::authorization::{Caller, ObjectOp, Rule};
 use crate::error::ApiError;
+use crate::json_body::JsonBody;
 use crate::json_table;
 use crate::listing::{field, ListQuery, Listed, SortKey};
 use crate::route_table::RouteTable;
@@ -170,7 +171,7 @@ struct QueueBody {
 async fn declare(
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
-    Json(body): Json<QueueBody>,
+    JsonBody(body): JsonBody<QueueBody>,
 ) -> Result<StatusCode, ApiError> {
     let host = api.vhost(&vhost)?;
     let arguments = json_table::from_json(&body.arguments).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
