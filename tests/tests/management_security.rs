@@ -147,6 +147,37 @@ async fn the_live_feed_refuses_pages_of_another_origin() {
     assert!(own.is_ok(), "the UI's own origin opens it: {:?}", own.err());
 }
 
+/// A page of another origin (here another port of the same host, which a SameSite cookie does
+/// not tell apart) cannot change anything with the user's credentials: the API reads bodies
+/// whatever their Content-Type, as RabbitMQ does, so an HTML form could otherwise post one.
+/// Clients that are not browsers send no Origin and are not concerned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_another_origin_cannot_change_anything_through_the_api() {
+    let broker = start_broker().await;
+    let http = broker.http_addr.expect("the management API runs");
+    let put = |queue: &str, origin: Option<String>| -> (u16, String) {
+        tokio::task::block_in_place(|| {
+            let mut request = ureq::put(&format!("http://{http}/api/queues/%2F/{queue}"))
+                .set("authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
+                .set("content-type", "text/plain");
+            if let Some(origin) = &origin {
+                request = request.set("origin", origin);
+            }
+            match request.send_string(r#"{"durable": true}"#) {
+                Ok(response) => (response.status(), String::new()),
+                Err(ureq::Error::Status(status, response)) => (status, response.into_string().unwrap_or_default()),
+                Err(error) => panic!("PUT: {error}"),
+            }
+        })
+    };
+    let (status, text) = put("forged", Some("http://127.0.0.1:8080".to_string()));
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("another origin"), "{text}");
+    assert_eq!(api(&broker).get("/api/queues/%2F/forged").status, 404, "nothing was declared");
+    assert_eq!(put("from-the-ui", Some(format!("http://{http}"))).0, 201, "the UI's own origin");
+    assert_eq!(put("from-a-script", None).0, 201, "a client that is not a browser");
+}
+
 /// The next message of `feed`, if one comes within `within` (`None` once it is closed).
 async fn next_message(
     feed: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>,

@@ -29,7 +29,7 @@ use crate::http_listener::ConnectionSlot;
 use crate::listing::ListQuery;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use serde::Deserialize;
@@ -58,7 +58,7 @@ pub async fn upgrade(
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
-    if let Err(refused) = same_origin(&headers) {
+    if let Err(refused) = crate::same_origin::check(&headers, "the live feed") {
         return refused.into_response();
     }
     let slot = slot.map(|Extension(slot)| slot);
@@ -70,18 +70,6 @@ pub async fn upgrade(
             let _slot = slot;
             Feed::new(api, caller).run(socket).await;
         })
-}
-
-/// `Ok` if the request has no `Origin` (not a browser) or one whose host is the request's.
-fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(origin) = headers.get(header::ORIGIN) else { return Ok(()) };
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
-    let origin = origin.to_str().unwrap_or_default();
-    let origin_host = origin.split_once("://").map_or("", |(_, rest)| rest);
-    if !host.is_empty() && origin_host.eq_ignore_ascii_case(host) {
-        return Ok(());
-    }
-    Err(ApiError::new(StatusCode::FORBIDDEN, "the live feed is not open to pages of another origin"))
 }
 
 /// What the UI asked to be told.
@@ -249,28 +237,5 @@ async fn send(socket: &mut WebSocket, value: Value) -> Result<(), ()> {
     match tokio::time::timeout(SEND_TIMEOUT, socket.send(Message::Text(value.to_string().into()))).await {
         Ok(Ok(())) => Ok(()),
         _ => Err(()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn headers(origin: Option<&str>, host: &str) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        headers.insert(header::HOST, host.parse().expect("host"));
-        if let Some(origin) = origin {
-            headers.insert(header::ORIGIN, origin.parse().expect("origin"));
-        }
-        headers
-    }
-
-    #[test]
-    fn only_the_pages_own_origin_opens_the_feed() {
-        assert!(same_origin(&headers(Some("http://127.0.0.1:15672"), "127.0.0.1:15672")).is_ok());
-        assert!(same_origin(&headers(Some("https://Broker.example:443"), "broker.example:443")).is_ok());
-        assert!(same_origin(&headers(None, "127.0.0.1:15672")).is_ok(), "not a browser");
-        assert!(same_origin(&headers(Some("http://127.0.0.1:8080"), "127.0.0.1:15672")).is_err(), "another port");
-        assert!(same_origin(&headers(Some("null"), "127.0.0.1:15672")).is_err());
     }
 }

@@ -5,6 +5,7 @@
 //! - `route_table`: every route with its rule; `authorization`: the one layer that checks the
 //!   rules (RabbitMQ's tags, vhost access and permissions); `authentication`: HTTP Basic and
 //!   the UI's sessions (`sessions`); `security_headers`: what every answer carries;
+//!   `same_origin`: no changes (nor the live feed) from pages of another origin;
 //! - `api`: the routes and their JSON, a module per resource;
 //! - `feed`: the WebSocket live feed (`/ws`) the UI renders; `figures`: what it and the
 //!   overview show, read once a second for all;
@@ -32,6 +33,7 @@ mod message_json;
 mod metrics;
 pub mod rates;
 pub mod route_table;
+mod same_origin;
 mod security_headers;
 mod sessions;
 mod streamed;

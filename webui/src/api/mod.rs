@@ -180,13 +180,14 @@ pub fn route_rules() -> Vec<RouteRule> {
     route_table().rules()
 }
 
-/// The API's routes, behind the authorization layer and the security headers; no handler
-/// reads a body longer than the layer does.
+/// The API's routes, behind the authorization layer, the same-origin rule for changes and the
+/// security headers; no handler reads a body longer than the layer does.
 pub fn router(management: Management) -> Router {
     let body_limit = axum::extract::DefaultBodyLimit::max(crate::authorization::MAX_BODY_BYTES);
     route_table()
         .into_router(management)
         .layer(body_limit)
+        .layer(axum::middleware::from_fn(crate::same_origin::refuse_cross_origin_changes))
         .layer(axum::middleware::from_fn(crate::security_headers::add))
 }
 
