@@ -162,4 +162,12 @@ async fn the_vhost_may_follow_the_verb_as_in_rabbitmqctl() {
     assert_code(other, ACCESS_REFUSED, "configure is ^app\\. only");
     let queues = ok(&broker, &["list_queues", "name", "-p", "orders"]);
     assert_eq!(queues.lines().collect::<Vec<_>>(), ["name", "app.jobs"], "{queues}");
+    // rabbitmqctl's output flags, wherever they come: no header row, or JSON.
+    let silent = ok(&broker, &["list_queues", "-p", "orders", "name", "--silent"]);
+    assert_eq!(silent.lines().collect::<Vec<_>>(), ["app.jobs"], "{silent}");
+    let quiet = ok(&broker, &["-q", "list_queues", "-p", "orders", "name"]);
+    assert_eq!(quiet.lines().collect::<Vec<_>>(), ["name", "app.jobs"], "{quiet}");
+    let json = ok(&broker, &["list_queues", "-p", "orders", "name", "--formatter", "json"]);
+    let listed: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(listed, serde_json::json!([{"name": "app.jobs"}]), "{json}");
 }

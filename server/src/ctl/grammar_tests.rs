@@ -1,5 +1,5 @@
 //! The grammar of `warren ctl`: the global options (`-p`, `--url`, `--user`, `--password`,
-//! `--config`, `--format`) are taken before the verb, as warren ctl always took them, and
+//! `--config`, `--format`/`--formatter`, `-q`, `-s`) are taken before the verb, as warren ctl always took them, and
 //! after it, as rabbitmqctl takes them; verbs' own arguments named like them stay theirs.
 
 use super::{Ctl, Format, Verb};
@@ -116,4 +116,18 @@ fn a_missing_vhost_value_or_a_stray_argument_is_an_error() {
     assert!(parse(&["set_permissions", "bob", ".*", ".*", ".*", "-p"]).is_err());
     assert!(parse(&["set_permissions", "-p", "prod", "bob", ".*", ".*", ".*", "extra"]).is_err());
     assert!(parse(&["list_queues", "--colour", "red"]).is_err());
+}
+
+#[test]
+fn rabbitmqctls_output_flags_are_taken_anywhere_on_the_line() {
+    let ctl = parsed(&["list_queues", "-p", "prod", "name", "--formatter", "json"]);
+    assert_eq!((ctl.vhost.as_deref(), ctl.format), (Some("prod"), Format::Json));
+    assert_eq!(ctl.verb, Verb::ListQueues { columns: strings(&["name"]) });
+    assert_eq!(parsed(&["--formatter", "pretty_table", "list_vhosts"]).format, Format::Table);
+    let ctl = parsed(&["-q", "list_queues", "name", "--silent"]);
+    assert!(ctl.quiet && ctl.silent);
+    assert!(parsed(&["list_queues", "-s"]).silent);
+    assert_eq!(Format::Table.silenced(), Format::Rows, "--silent drops the header row");
+    assert_eq!(Format::Json.silenced(), Format::Json);
+    assert!(parse(&["--formatter", "rows", "status"]).is_err(), "the header-less table is --silent's, not a value");
 }

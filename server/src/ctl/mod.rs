@@ -60,8 +60,14 @@ pub struct Ctl {
     #[arg(long, global = true)]
     config: Option<std::path::PathBuf>,
     /// How lists and messages are printed.
-    #[arg(long, value_enum, default_value = "table", global = true)]
+    #[arg(long, visible_alias = "formatter", value_enum, default_value = "table", global = true)]
     format: Format,
+    /// Accepted as rabbitmqctl takes it; `warren ctl` prints no informational messages.
+    #[arg(short = 'q', long, global = true)]
+    quiet: bool,
+    /// Tables without their header row (and, as `--quiet`, no informational messages).
+    #[arg(short = 's', long, global = true)]
+    silent: bool,
     #[command(subcommand)]
     verb: Verb,
 }
@@ -485,7 +491,8 @@ pub fn run(args: impl IntoIterator<Item = String>) -> Result<(), CtlError> {
     let password = setting(&ctl.password, &file.password, "WARREN_CTL_PASSWORD", "guest");
     let vhost = setting(&ctl.vhost, &file.vhost, "WARREN_CTL_VHOST", "/");
     let client = Client::new(&url, &user, &password);
-    dispatch(&client, &vhost, ctl.format, &ctl.verb)
+    let format = if ctl.silent { ctl.format.silenced() } else { ctl.format };
+    dispatch(&client, &vhost, format, &ctl.verb)
 }
 
 fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result<(), CtlError> {

@@ -1,15 +1,30 @@
-//! How `warren ctl` prints: aligned tables (a header row, then one row per item) or, with
-//! `--format json`, the items as JSON objects of the columns asked for.
+//! How `warren ctl` prints: aligned tables (a header row, then one row per item; the rows
+//! alone with `--silent`) or, with `--format json`, the items as JSON objects of the columns
+//! asked for.
 
 use serde_json::{Map, Value};
 
-/// `--format`.
+/// `--format` (or rabbitmqctl's `--formatter`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
-    /// Aligned columns.
+    /// Aligned columns (rabbitmqctl's `pretty_table` is taken as this).
+    #[value(alias = "pretty_table")]
     Table,
     /// JSON.
     Json,
+    /// Aligned columns without the header row: `--silent`, as rabbitmqctl's.
+    #[value(skip)]
+    Rows,
+}
+
+impl Format {
+    /// The format `--silent` turns this one into: a table loses its header row.
+    pub fn silenced(self) -> Format {
+        match self {
+            Format::Table => Format::Rows,
+            other => other,
+        }
+    }
 }
 
 /// Writes `text` to stdout; a closed pipe (`warren ctl ... | head`) is not an error.
@@ -38,7 +53,7 @@ pub fn print(format: Format, columns: &[String], items: &[Value], pick: impl Fn(
                 .collect();
             say(&format!("{}\n", serde_json::to_string_pretty(&objects).unwrap_or_default()));
         }
-        Format::Table => {
+        Format::Table | Format::Rows => {
             let text: Vec<Vec<String>> = rows.iter().map(|row| row.iter().map(cell).collect()).collect();
             let widths: Vec<usize> = columns
                 .iter()
@@ -49,7 +64,8 @@ pub fn print(format: Format, columns: &[String], items: &[Value], pick: impl Fn(
                 let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
                 format!("{}\n", padded.join("  ").trim_end())
             };
-            let mut out = line(columns.iter().map(String::as_str).collect());
+            let mut out =
+                if format == Format::Rows { String::new() } else { line(columns.iter().map(String::as_str).collect()) };
             for row in &text {
                 out.push_str(&line(row.iter().map(String::as_str).collect()));
             }
