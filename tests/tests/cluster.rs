@@ -163,6 +163,33 @@ async fn a_leader_change_is_one_info_line_per_member_and_is_counted() {
     }
 }
 
+/// `node-is-quorum-critical` as RabbitMQ answers it: with all three members of a quorum queue
+/// running, stopping one costs nothing (200); with one already down, stopping another would
+/// cost the queue its majority (503, naming it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_is_quorum_critical_once_a_queue_has_no_member_to_spare() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start_cluster(dir.path(), false).await;
+    let ch = cluster.connect(0).await.create_channel().await.expect("channel");
+    declare_when_formed(&ch, "spare").await;
+    wait_for_status(&cluster, 0, "spare", "three members", |s| s.matches("member: ").count() == 3).await;
+    let api = warren_tests::http::Api::new(cluster.nodes[0].as_ref().expect("running").http_addr.expect("API"));
+    let check = "/api/health/checks/node-is-quorum-critical";
+    assert_eq!(api.get(check).status, 200, "{:?}", api.get(check).body);
+    cluster.nodes[2].take().expect("running").kill9();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let critical = loop {
+        let answer = api.get(check);
+        if answer.status == 503 || Instant::now() > deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(critical.status, 503, "{:?}", critical.body);
+    let queues = critical.body["queues"].as_array().cloned().unwrap_or_default();
+    assert!(queues.iter().any(|q| q["name"] == "spare" && q["type"] == "quorum"), "{:?}", critical.body);
+}
+
 /// What the checker has received so far: (number, redelivered), in order.
 type Seen = std::sync::Arc<std::sync::Mutex<Vec<(u64, bool)>>>;
 

@@ -85,6 +85,27 @@ async fn the_overview_vhosts_users_permissions_and_health_checks() {
     assert_eq!((missing.status, missing.body["status"].as_str()), (503, Some("failed")));
     assert_eq!(api.get("/api/aliveness-test/%2F").body["status"], "ok");
     assert_eq!(api.get("/api/aliveness-test/nowhere").status, 404);
+    assert_eq!(api.get("/api/health/checks/protocol-listener/amqp").status, 200);
+    assert_eq!(api.get("/api/health/checks/protocol-listener/amqp091").status, 200, "RabbitMQ's other name");
+    let stream = api.get("/api/health/checks/protocol-listener/stream");
+    assert_eq!((stream.status, stream.body["missing"].as_str()), (503, Some("stream")));
+    assert_eq!(api.get("/api/health/checks/virtual-hosts").body["status"], "ok");
+    assert_eq!(api.get("/api/health/checks/node-is-quorum-critical").body["status"], "ok", "no quorum queue yet");
+    // RabbitMQ's rule: a queue whose running members are no more than a bare majority is
+    // critical, a one-member quorum queue on a node alone among them.
+    let quorum = json!({"durable": true, "arguments": {"x-queue-type": "quorum"}});
+    assert_eq!(api.put("/api/queues/%2F/alone", quorum).status, 201);
+    // The queue's Raft member starts just after the declare's answer.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let critical = loop {
+        let answer = api.get("/api/health/checks/node-is-quorum-critical");
+        if answer.status == 503 || Instant::now() > deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(critical.status, 503, "{:?}", critical.body);
+    assert_eq!(critical.body["queues"], json!([{"name": "alone", "virtual_host": "/", "type": "quorum"}]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

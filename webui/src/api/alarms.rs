@@ -1,6 +1,5 @@
-//! Resource alarms: RabbitMQ's health checks (`GET /api/health/checks/alarms` and
-//! `local-alarms`: 200 without an alarm, 503 naming them), this node's memory and disk figures
-//! in `GET /api/nodes`, and `GET` / `PUT /api/resource-limits` (Warren's), which reads and
+//! Resource alarms: this node's memory and disk figures in `GET /api/nodes` (their health
+//! checks are in `health.rs`), and `GET` / `PUT /api/resource-limits` (Warren's), which reads and
 //! changes the thresholds at run time, as `rabbitmqctl set_vm_memory_high_watermark` and
 //! `set_disk_free_limit` do (administrators only: one change blocks every publisher).
 
@@ -11,7 +10,6 @@ use crate::json_body::JsonBody;
 use crate::route_table::RouteTable;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -19,24 +17,11 @@ use warren_delivery::resource_alarm::{parse_size_bytes, ResourceLimits};
 
 /// The alarm routes.
 pub(super) fn routes(table: &mut RouteTable) {
-    table
-        .get("/api/health/checks/alarms", Rule::Management, health)
-        .get("/api/health/checks/local-alarms", Rule::Management, health)
-        .get("/api/resource-limits", Rule::Monitoring, limits)
-        .put("/api/resource-limits", Rule::Administrator, set_limits);
-}
-
-/// Healthy without an alarm; 503 with the alarms in effect otherwise, as RabbitMQ answers.
-/// Warren's nodes each watch their own resources, so both checks answer for this node.
-async fn health(State(api): State<Management>) -> Response {
-    let state = api.broker().alarms().state();
-    if !state.any() {
-        return Json(json!({ "status": "ok" })).into_response();
-    }
-    let node = api.node();
-    let alarms: Vec<Value> = state.resources().into_iter().map(|r| json!({ "node": node, "resource": r })).collect();
-    let body = json!({ "status": "failed", "reason": "There are alarms in effect in the cluster", "alarms": alarms });
-    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+    table.get("/api/resource-limits", Rule::Monitoring, limits).put(
+        "/api/resource-limits",
+        Rule::Administrator,
+        set_limits,
+    );
 }
 
 /// This node's memory and disk figures, with RabbitMQ's names for `/api/nodes`.

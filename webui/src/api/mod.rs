@@ -16,6 +16,7 @@ mod cluster;
 mod connections;
 mod definitions;
 mod exchanges;
+mod health;
 mod messages;
 mod overview;
 mod queues;
@@ -159,6 +160,7 @@ pub fn route_table() -> RouteTable {
     overview::routes(&mut table);
     access::routes(&mut table);
     alarms::routes(&mut table);
+    health::routes(&mut table);
     exchanges::routes(&mut table);
     queues::routes(&mut table);
     bindings::routes(&mut table);

@@ -1,17 +1,15 @@
 //! The broker as a whole: `GET /api/overview`, `/api/vhosts[/{vhost}]` (and their creation and
-//! deletion), and RabbitMQ's health checks
-//! `/api/health/checks/port-listener/{port}` and `/api/aliveness-test/{vhost}` (the alarm
-//! checks are in `alarms.rs`).
+//! deletion). The health checks are in `health.rs`.
 
 use super::{message_stats, Management};
-use crate::authorization::{Caller, ObjectOp, Rule, ALIVENESS_QUEUE};
+use crate::authorization::{Caller, Rule};
 use crate::error::ApiError;
 use crate::listing::ListQuery;
 use crate::rates::QueueRates;
 use crate::route_table::RouteTable;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Json;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -29,9 +27,7 @@ pub(super) fn routes(table: &mut RouteTable) {
         .get("/api/vhosts", Rule::Management, vhosts)
         .get("/api/vhosts/{vhost}", Rule::Vhost, vhost)
         .put("/api/vhosts/{vhost}", Rule::Administrator, put_vhost)
-        .delete("/api/vhosts/{vhost}", Rule::Administrator, delete_vhost)
-        .get("/api/health/checks/port-listener/{port}", Rule::Management, port_listener)
-        .get("/api/aliveness-test/{vhost}", Rule::Object(ObjectOp::AlivenessTest), aliveness);
+        .delete("/api/vhosts/{vhost}", Rule::Administrator, delete_vhost);
 }
 
 /// Ready and unacknowledged messages of `vhosts`' queues.
@@ -127,31 +123,4 @@ async fn put_vhost(
 async fn delete_vhost(State(api): State<Management>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
     api.broker().change_access(AccessChange::DeleteVhost { name }).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// Healthy if this node listens on `port`; 503 otherwise, naming the ports it listens on to a
-/// monitor (the overview shows the listeners to monitors only).
-async fn port_listener(caller: Caller, State(api): State<Management>, Path(port): Path<u16>) -> Response {
-    let ports: Vec<u16> = api.listeners().iter().map(|l| l.addr.port()).collect();
-    if ports.contains(&port) {
-        return Json(json!({ "status": "ok", "port": port })).into_response();
-    }
-    let mut body =
-        json!({ "status": "failed", "reason": format!("No active listener on port {port}"), "missing": port });
-    if caller.is_monitor() {
-        body["ports"] = json!(ports);
-    }
-    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
-}
-
-/// RabbitMQ's aliveness test: a message through a queue of `vhost` and back.
-async fn aliveness(State(api): State<Management>, Path(vhost): Path<String>) -> Result<Response, ApiError> {
-    let host = api.vhost(&vhost)?;
-    let failed = |why: String| {
-        (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "failed", "reason": why }))).into_response()
-    };
-    match super::messages::round_trip(&host, ALIVENESS_QUEUE).await {
-        Ok(()) => Ok(Json(json!({ "status": "ok" })).into_response()),
-        Err(why) => Ok(failed(why)),
-    }
 }
