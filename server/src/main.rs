@@ -15,7 +15,7 @@ async fn main() -> anyhow::Result<()> {
     if args.next().as_deref() == Some("ctl") {
         if let Err(error) = warren_server::ctl::run(args) {
             eprintln!("warren ctl: {error}");
-            std::process::exit(2);
+            std::process::exit(error.exit_code());
         }
         return Ok(());
     }

@@ -171,3 +171,67 @@ async fn the_vhost_may_follow_the_verb_as_in_rabbitmqctl() {
     let listed: serde_json::Value = serde_json::from_str(&json).expect("JSON");
     assert_eq!(listed, serde_json::json!([{"name": "app.jobs"}]), "{json}");
 }
+
+/// `warren ctl VERB` at `url`: (exit code, stdout, stderr).
+fn exit_code_of(url: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let output = tokio::task::block_in_place(|| {
+        std::process::Command::new(warren_tests::process::warren_binary())
+            .args(["ctl", "--url", url])
+            .args(args)
+            .output()
+    })
+    .expect("warren ctl runs");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).to_string();
+    (output.status.code(), text(&output.stdout), text(&output.stderr))
+}
+
+/// rabbitmq-diagnostics' health checks: 0 when healthy, 69 (EX_UNAVAILABLE) with the reason
+/// when not, and a node that cannot be reached fails them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_check_verbs_exit_as_rabbitmq_diagnostics_does() {
+    const UNAVAILABLE: Option<i32> = Some(69);
+    let broker = start_broker().await;
+    let url = format!("http://{}", broker.http_addr.expect("management API"));
+    let amqp_port = broker.amqp_addr.port().to_string();
+    for verb in [
+        &["ping"][..],
+        &["check_running"],
+        &["check_local_alarms"],
+        &["check_alarms"],
+        &["check_port_listener", &amqp_port],
+        &["check_protocol_listener", "amqp"],
+        &["check_port_connectivity"],
+        &["check_virtual_hosts"],
+        &["check_if_node_is_quorum_critical"],
+        &["await_startup", "--timeout", "5"],
+    ] {
+        let (code, out, err) = exit_code_of(&url, verb);
+        assert_eq!(code, Some(0), "{verb:?}: {out}{err}");
+    }
+    let (code, _, err) = exit_code_of(&url, &["check_port_listener", "1"]);
+    assert_eq!(code, UNAVAILABLE, "{err}");
+    assert!(err.contains("No active listener on port 1"), "{err}");
+    let (code, _, err) = exit_code_of(&url, &["check_protocol_listener", "stream"]);
+    assert_eq!(code, UNAVAILABLE, "{err}");
+
+    let conn = connect(&broker).await;
+    let quorum = table(&[("x-queue-type", text("quorum"))]);
+    channel(&conn).await.queue_declare("lonely".into(), durable(), quorum).await.expect("declare");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (code, err) = loop {
+        let (code, _, err) = exit_code_of(&url, &["check_if_node_is_quorum_critical"]);
+        if code == UNAVAILABLE || std::time::Instant::now() > deadline {
+            break (code, err);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(code, UNAVAILABLE, "{err}");
+    assert!(err.contains("lonely"), "names the queue: {err}");
+    broker.shutdown().await;
+
+    let (code, _, err) = exit_code_of(&url, &["ping"]);
+    assert_eq!(code, UNAVAILABLE, "a stopped node fails the check: {err}");
+    let (code, _, err) = exit_code_of(&url, &["await_startup", "--timeout", "1"]);
+    assert_eq!(code, UNAVAILABLE, "{err}");
+    assert!(err.contains("did not start"), "{err}");
+}

@@ -14,7 +14,7 @@ fn user_path(user: &str) -> String {
 /// `add_user USER PASSWORD`: a new user, with no tags and no permissions.
 pub fn add_user(client: &Client, user: &str, password: &str) -> Result<(), CtlError> {
     if client.get_if_exists(&user_path(user))?.is_some() {
-        return Err(CtlError(format!("user '{user}' already exists (change_password changes its password)")));
+        return Err(CtlError::Failed(format!("user '{user}' already exists (change_password changes its password)")));
     }
     client.send("PUT", &user_path(user), &json!({ "password": password, "tags": "" }))?;
     say(&format!("Adding user \"{user}\" ...\n"));
@@ -29,9 +29,13 @@ pub fn delete_user(client: &Client, user: &str) -> Result<(), CtlError> {
 }
 
 fn existing_user(client: &Client, user: &str) -> Result<Value, CtlError> {
-    client
-        .get(&user_path(user))
-        .map_err(|e| if e.0.contains(" 404") { CtlError(format!("no user '{user}'")) } else { e })
+    client.get(&user_path(user)).map_err(|e| {
+        if e.to_string().contains(" 404") {
+            CtlError::Failed(format!("no user '{user}'"))
+        } else {
+            e
+        }
+    })
 }
 
 /// `change_password USER PASSWORD` (its tags stay).
@@ -96,8 +100,9 @@ pub fn clear_permissions(client: &Client, vhost: &str, user: &str) -> Result<(),
 /// (`{"max-connections": 10, "max-queues": 100}`; a negative value is no limit), as
 /// rabbitmqctl sets them.
 pub fn set_vhost_limits(client: &Client, vhost: &str, definition: &str) -> Result<(), CtlError> {
-    let limits: serde_json::Map<String, Value> = serde_json::from_str(definition)
-        .map_err(|e| CtlError(format!("the limits are a JSON object such as '{{\"max-connections\": 10}}': {e}")))?;
+    let limits: serde_json::Map<String, Value> = serde_json::from_str(definition).map_err(|e| {
+        CtlError::Failed(format!("the limits are a JSON object such as '{{\"max-connections\": 10}}': {e}"))
+    })?;
     let current = client.get(&format!("/api/vhost-limits/{}", encode(vhost)))?;
     let set: Vec<String> = current[0]["value"].as_object().map(|v| v.keys().cloned().collect()).unwrap_or_default();
     for name in set.iter().filter(|name| !limits.contains_key(*name)) {

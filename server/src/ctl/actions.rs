@@ -13,7 +13,7 @@ fn queue_path(vhost: &str, queue: &str) -> String {
 fn json_argument(text: &Option<String>) -> Result<Value, CtlError> {
     match text {
         None => Ok(json!({})),
-        Some(text) => serde_json::from_str(text).map_err(|e| CtlError(format!("--arguments is not JSON: {e}"))),
+        Some(text) => serde_json::from_str(text).map_err(|e| CtlError::Failed(format!("--arguments is not JSON: {e}"))),
     }
 }
 
@@ -179,7 +179,7 @@ pub fn publish(
     let answer = client.send("POST", &format!("/api/exchanges/{}/{exchange_segment}/publish", encode(vhost)), &body)?;
     match answer["routed"].as_bool() {
         Some(true) => say("message published and routed\n"),
-        _ => return Err(CtlError("message published, but no queue took it (unroutable)".into())),
+        _ => return Err(CtlError::Failed("message published, but no queue took it (unroutable)".into())),
     }
     Ok(())
 }
@@ -244,7 +244,7 @@ pub fn export_definitions(client: &Client, file: &str) -> Result<(), CtlError> {
         say(&text);
         return Ok(());
     }
-    std::fs::write(file, text).map_err(|e| CtlError(format!("cannot write {file}: {e}")))?;
+    std::fs::write(file, text).map_err(|e| CtlError::Failed(format!("cannot write {file}: {e}")))?;
     say(&format!("exported definitions to {file}\n"));
     Ok(())
 }
@@ -252,11 +252,13 @@ pub fn export_definitions(client: &Client, file: &str) -> Result<(), CtlError> {
 /// `import_definitions FILE` (`-`: standard input).
 pub fn import_definitions(client: &Client, file: &str) -> Result<(), CtlError> {
     let text = if file == "-" {
-        std::io::read_to_string(std::io::stdin()).map_err(|e| CtlError(format!("cannot read standard input: {e}")))?
+        std::io::read_to_string(std::io::stdin())
+            .map_err(|e| CtlError::Failed(format!("cannot read standard input: {e}")))?
     } else {
-        std::fs::read_to_string(file).map_err(|e| CtlError(format!("cannot read {file}: {e}")))?
+        std::fs::read_to_string(file).map_err(|e| CtlError::Failed(format!("cannot read {file}: {e}")))?
     };
-    let definitions: Value = serde_json::from_str(&text).map_err(|e| CtlError(format!("{file} is not JSON: {e}")))?;
+    let definitions: Value =
+        serde_json::from_str(&text).map_err(|e| CtlError::Failed(format!("{file} is not JSON: {e}")))?;
     let report = client.send("POST", "/api/definitions", &definitions)?;
     say(&format!("imported {} definitions\n", report["applied"]));
     for skipped in report["skipped"].as_array().into_iter().flatten() {

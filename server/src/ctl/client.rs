@@ -39,17 +39,40 @@ impl Client {
 
     fn answer(&self, url: &str, sent: Result<ureq::Response, ureq::Error>) -> Result<Value, CtlError> {
         let response = sent.map_err(|e| self.failed(url, e))?;
-        let text = response.into_string().map_err(|e| CtlError(format!("{url}: cannot read the answer: {e}")))?;
+        let text =
+            response.into_string().map_err(|e| CtlError::Failed(format!("{url}: cannot read the answer: {e}")))?;
         if text.trim().is_empty() {
             return Ok(Value::Null);
         }
-        serde_json::from_str(&text).map_err(|e| CtlError(format!("{url}: the answer is not JSON: {e}")))
+        serde_json::from_str(&text).map_err(|e| CtlError::Failed(format!("{url}: the answer is not JSON: {e}")))
     }
 
     /// `GET path`.
     pub fn get(&self, path: &str) -> Result<Value, CtlError> {
         let (url, request) = self.request("GET", path);
         self.answer(&url, request.call())
+    }
+
+    /// A health check at `path`: `Ok` with the API's answer when healthy (200),
+    /// [`CtlError::Unhealthy`] with its reason when it answers 503, or a broker that cannot be
+    /// reached (a node that is not running fails every check).
+    pub fn check(&self, path: &str) -> Result<Value, CtlError> {
+        let (url, request) = self.request("GET", path);
+        match request.call() {
+            Err(ureq::Error::Status(503, response)) => {
+                let body: Value = response.into_json().unwrap_or(Value::Null);
+                Err(CtlError::Unhealthy(unhealthy_text(&body)))
+            }
+            Err(ureq::Error::Transport(transport)) => {
+                Err(CtlError::Unhealthy(format!("the node at {} is not reachable: {transport}", self.url)))
+            }
+            sent => self.answer(&url, sent),
+        }
+    }
+
+    /// The API's root URL.
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
     /// `GET path`, or `None` if the API answers 404.
@@ -78,19 +101,36 @@ impl Client {
 
     fn failed(&self, url: &str, error: ureq::Error) -> CtlError {
         match error {
-            ureq::Error::Status(401, _) => {
-                CtlError(format!("{url}: 401 not authorised: check --user and --password (user '{}')", self.user))
-            }
+            ureq::Error::Status(401, _) => CtlError::Failed(format!(
+                "{url}: 401 not authorised: check --user and --password (user '{}')",
+                self.user
+            )),
             ureq::Error::Status(status, response) => {
                 let body: Value = response.into_json().unwrap_or(Value::Null);
                 let reason = body["reason"].as_str().unwrap_or("");
-                CtlError(format!("{url}: {status} {reason}"))
+                CtlError::Failed(format!("{url}: {status} {reason}"))
             }
-            ureq::Error::Transport(transport) => CtlError(format!(
+            ureq::Error::Transport(transport) => CtlError::Failed(format!(
                 "cannot reach the management API at {}: {transport} (is the broker running with --http-listen? \
                  give --url http://HOST:PORT)",
                 self.url
             )),
         }
+    }
+}
+
+/// A failed health check's answer as one line: its reason, then what it names.
+fn unhealthy_text(body: &Value) -> String {
+    let reason = body["reason"].as_str().unwrap_or("the health check failed");
+    let mut named = Vec::new();
+    for key in ["alarms", "queues", "missing"] {
+        if !body[key].is_null() {
+            named.push(format!("{key}: {}", body[key]));
+        }
+    }
+    if named.is_empty() {
+        reason.to_string()
+    } else {
+        format!("{reason} ({})", named.join("; "))
     }
 }

@@ -59,7 +59,7 @@ impl Replicated {
 pub fn replica_status(client: &Client, vhost: &str, queue: &str, kind: Replicated) -> Result<(), CtlError> {
     let info = client.get(&format!("/api/queues/{}/{}", encode(vhost), encode(queue)))?;
     if info["type"].as_str() != Some(kind.queue_type().name()) {
-        return Err(CtlError(format!("'{queue}' is not a {}", kind.noun())));
+        return Err(CtlError::Failed(format!("'{queue}' is not a {}", kind.noun())));
     }
     let (leader_role, member_role, leader_is_member) = kind.roles();
     let leader = info["leader"].as_str();

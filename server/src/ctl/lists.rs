@@ -179,7 +179,7 @@ pub fn list(
         .map(|column| {
             listing.columns.iter().find(|(name, _)| name == column).map(|(_, path)| *path).ok_or_else(|| {
                 let known: Vec<&str> = listing.columns.iter().map(|(name, _)| *name).collect();
-                CtlError(format!("unknown column '{column}': the columns are {}", known.join(", ")))
+                CtlError::Failed(format!("unknown column '{column}': the columns are {}", known.join(", ")))
             })
         })
         .collect::<Result<Vec<&str>, CtlError>>()?;

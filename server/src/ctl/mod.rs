@@ -10,7 +10,8 @@
 //!
 //! - `client`: the HTTP client and its errors; `output`: tables and JSON;
 //! - `lists`: the list verbs; `actions`: the others; `cluster`: the cluster verbs;
-//!   `super_streams`: `add_super_stream`, `add_partitions` and `delete_super_stream`.
+//!   `super_streams`: `add_super_stream`, `add_partitions` and `delete_super_stream`;
+//!   `health`: rabbitmq-diagnostics' health checks (`ping`, `check_*`, `await_startup`).
 
 mod access;
 mod actions;
@@ -18,6 +19,7 @@ mod client;
 mod cluster;
 #[cfg(test)]
 mod grammar_tests;
+mod health;
 mod lists;
 mod output;
 mod super_streams;
@@ -330,6 +332,39 @@ enum Verb {
     /// The cluster's nodes and which are running.
     #[command(name = "cluster_status")]
     ClusterStatus,
+    /// Health check: the node answers (exit code 69 when a check fails, as rabbitmq-diagnostics).
+    Ping,
+    /// Health check: the node is running.
+    #[command(name = "check_running")]
+    CheckRunning,
+    /// Health check: no resource alarm on this node.
+    #[command(name = "check_local_alarms")]
+    CheckLocalAlarms,
+    /// Health check: no resource alarm in the cluster.
+    #[command(name = "check_alarms")]
+    CheckAlarms,
+    /// Health check: a listener is active on PORT.
+    #[command(name = "check_port_listener")]
+    CheckPortListener { port: u16 },
+    /// Health check: a listener for PROTOCOL (amqp, amqp/ssl, http, https, clustering) is active.
+    #[command(name = "check_protocol_listener")]
+    CheckProtocolListener { protocol: String },
+    /// Health check: every listener of the node accepts a connection.
+    #[command(name = "check_port_connectivity")]
+    CheckPortConnectivity,
+    /// Health check: every virtual host is running.
+    #[command(name = "check_virtual_hosts")]
+    CheckVirtualHosts,
+    /// Health check: stopping this node would cost no quorum queue its quorum.
+    #[command(name = "check_if_node_is_quorum_critical")]
+    CheckIfNodeIsQuorumCritical,
+    /// Waits until the node answers.
+    #[command(name = "await_startup")]
+    AwaitStartup {
+        /// How long to wait, in seconds.
+        #[arg(long, short = 't', default_value_t = 300)]
+        timeout: u64,
+    },
     /// A quorum queue's members and leader.
     #[command(name = "quorum_status")]
     QuorumStatus {
@@ -452,8 +487,25 @@ const DEFAULT_PARTITIONS: u32 = 3;
 
 /// A ctl run failed; the text says what to fix.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct CtlError(String);
+pub enum CtlError {
+    /// The verb could not be carried out (exit code 2).
+    #[error("{0}")]
+    Failed(String),
+    /// A health check found the node unhealthy (exit code 69, EX_UNAVAILABLE, as
+    /// rabbitmq-diagnostics' checks exit).
+    #[error("{0}")]
+    Unhealthy(String),
+}
+
+impl CtlError {
+    /// The process's exit code for this failure.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CtlError::Failed(_) => 2,
+            CtlError::Unhealthy(_) => 69,
+        }
+    }
+}
 
 /// A `--header NAME=VALUE` of `publish`.
 fn header_pair(text: &str) -> Result<(String, String), String> {
@@ -476,13 +528,13 @@ pub fn run(args: impl IntoIterator<Item = String>) -> Result<(), CtlError> {
             say(&help.to_string());
             return Ok(());
         }
-        Err(error) => return Err(CtlError(error.to_string())),
+        Err(error) => return Err(CtlError::Failed(error.to_string())),
     };
     let file: CtlFile = match &ctl.config {
         Some(path) => {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| CtlError(format!("cannot read {}: {e}", path.display())))?;
-            toml::from_str(&text).map_err(|e| CtlError(format!("{}: {e}", path.display())))?
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| CtlError::Failed(format!("cannot read {}: {e}", path.display())))?;
+            toml::from_str(&text).map_err(|e| CtlError::Failed(format!("{}: {e}", path.display())))?
         }
         None => CtlFile::default(),
     };
@@ -570,6 +622,17 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
         }
         Verb::DeleteSuperStream { name } => super_streams::delete_super_stream(client, vhost, name),
         Verb::ClusterStatus => cluster::cluster_status(client),
+        Verb::Ping | Verb::CheckRunning => health::run(client, &health::Check::Running),
+        Verb::CheckLocalAlarms => health::run(client, &health::Check::LocalAlarms),
+        Verb::CheckAlarms => health::run(client, &health::Check::Alarms),
+        Verb::CheckPortListener { port } => health::run(client, &health::Check::PortListener(*port)),
+        Verb::CheckProtocolListener { protocol } => {
+            health::run(client, &health::Check::ProtocolListener(protocol.clone()))
+        }
+        Verb::CheckPortConnectivity => health::port_connectivity(client),
+        Verb::CheckVirtualHosts => health::run(client, &health::Check::VirtualHosts),
+        Verb::CheckIfNodeIsQuorumCritical => health::run(client, &health::Check::QuorumCritical),
+        Verb::AwaitStartup { timeout } => health::await_startup(client, std::time::Duration::from_secs(*timeout)),
         Verb::QuorumStatus { queue } => cluster::replica_status(client, vhost, queue, Replicated::QuorumQueue),
         Verb::AddMember { queue, node } => {
             cluster::change_member(client, vhost, queue, node, Replicated::QuorumQueue, true)

@@ -40,18 +40,20 @@ impl Partitions {
         };
         let total = existing.len() + keys.len();
         if keys.is_empty() || total > MAX_PARTITIONS {
-            return Err(CtlError(format!("a super stream has 1 to {MAX_PARTITIONS} partitions, not {total}")));
+            return Err(CtlError::Failed(format!("a super stream has 1 to {MAX_PARTITIONS} partitions, not {total}")));
         }
         if let Some(taken) = keys.iter().find(|key| existing.contains(key)) {
-            return Err(CtlError(format!("the super stream already has a partition with routing key '{taken}'")));
+            return Err(CtlError::Failed(format!(
+                "the super stream already has a partition with routing key '{taken}'"
+            )));
         }
         if let Some(empty) = keys.iter().position(String::is_empty) {
-            return Err(CtlError(format!("--routing-keys: key {} is empty", empty + 1)));
+            return Err(CtlError::Failed(format!("--routing-keys: key {} is empty", empty + 1)));
         }
         let mut sorted = keys.clone();
         sorted.sort();
         if let Some(pair) = sorted.windows(2).find(|pair| pair[0] == pair[1]) {
-            return Err(CtlError(format!("--routing-keys: '{}' is given twice", pair[0])));
+            return Err(CtlError::Failed(format!("--routing-keys: '{}' is given twice", pair[0])));
         }
         Ok(keys)
     }
@@ -128,7 +130,7 @@ fn partitions_of(client: &Client, vhost: &str, name: &str) -> Result<Vec<(u64, S
     let exchange_path = format!("/api/exchanges/{}/{}", encode(vhost), encode(name));
     let exchange = client.get(&exchange_path)?;
     if exchange["arguments"][SUPER_STREAM_ARGUMENT] != json!(true) {
-        return Err(CtlError(format!("'{name}' is an exchange but not a super stream")));
+        return Err(CtlError::Failed(format!("'{name}' is an exchange but not a super stream")));
     }
     let bindings = client.get(&format!("{exchange_path}/bindings/source"))?;
     let mut partitions: Vec<(u64, String, String)> = bindings
@@ -151,7 +153,7 @@ fn partitions_of(client: &Client, vhost: &str, name: &str) -> Result<Vec<(u64, S
 pub fn add_partitions(client: &Client, vhost: &str, name: &str, partitions: &Partitions) -> Result<(), CtlError> {
     let existing = partitions_of(client, vhost, name)?;
     let Some((_, first, _)) = existing.first() else {
-        return Err(CtlError(format!("super stream '{name}' has no partitions to take the arguments of")));
+        return Err(CtlError::Failed(format!("super stream '{name}' has no partitions to take the arguments of")));
     };
     let existing_keys: Vec<String> = existing.iter().map(|(_, _, key)| key.clone()).collect();
     let keys = partitions.keys(existing.len(), &existing_keys)?;
