@@ -5,6 +5,7 @@
 //! one a value came from, so that a value from the TOML file can beat an environment variable
 //! but not a flag.
 
+use crate::logging::{LogFormat, LogSettings};
 use crate::tls::TlsSettings;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
@@ -99,6 +100,15 @@ pub struct Cli {
     /// with the x-consumer-timeout argument.
     #[arg(long, env = "WARREN_CONSUMER_TIMEOUT", value_name = "MS", default_value_t = warren_amqp::config::DEFAULT_CONSUMER_TIMEOUT_MS)]
     pub consumer_timeout: u64,
+
+    /// Log lines as text, or as one JSON object a line (timestamp, level, target, fields).
+    #[arg(long, env = "WARREN_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// File the log is appended to instead of standard error; reopened on SIGUSR1, so that
+    /// logrotate can move it away (as after RabbitMQ's rotate_logs).
+    #[arg(long, env = "WARREN_LOG_FILE", value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
 
     /// Largest message body accepted, in bytes; larger publishes get 406 PRECONDITION_FAILED.
     #[arg(long, env = "WARREN_MAX_MESSAGE_SIZE", default_value_t = 128 * 1024 * 1024)]
@@ -246,6 +256,8 @@ struct FileSettings {
     frame_max: Option<u32>,
     heartbeat: Option<u16>,
     consumer_timeout: Option<u64>,
+    log_format: Option<LogFormat>,
+    log_file: Option<PathBuf>,
     max_message_size: Option<u64>,
     handshake_timeout_ms: Option<u64>,
     node_name: Option<String>,
@@ -407,6 +419,8 @@ pub struct Config {
     pub https_listen: Option<SocketAddr>,
     /// Certificate, key and client verification of the TLS listeners.
     pub tls: TlsSettings,
+    /// The log's format and file.
+    pub log: LogSettings,
 }
 
 impl Default for Config {
@@ -425,6 +439,7 @@ impl Default for Config {
             amqps_listen: None,
             https_listen: None,
             tls: TlsSettings::default(),
+            log: LogSettings::default(),
         }
     }
 }
@@ -522,6 +537,10 @@ impl Config {
             amqps_listen,
             https_listen,
             tls,
+            log: LogSettings {
+                format: pick(m, "log_format", cli.log_format, file.log_format),
+                file: pick_optional(m, "log_file", cli.log_file.clone(), file.log_file.clone()),
+            },
         })
     }
 }

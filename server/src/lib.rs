@@ -1,12 +1,13 @@
 //! warren-server: the `warren` broker process.
 //!
 //! Configuration, the listeners, and the lifecycle: start, run, shut down gracefully. The
-//! binary (`main.rs`) adds logging and signal handling; tests start brokers through [`start`].
+//! binary (`main.rs`) adds logging (`logging`) and signal handling; tests start brokers through [`start`].
 
 pub mod allocator;
 pub mod cluster;
 pub mod config;
 pub mod ctl;
+pub mod logging;
 pub mod open_files;
 pub mod tls;
 

@@ -6,7 +6,6 @@ use anyhow::Context;
 /// of freed message memory after a burst, and allocation was a tenth of the message path.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use tracing_subscriber::EnvFilter;
 use warren_server::Config;
 
 #[tokio::main]
@@ -21,10 +20,6 @@ async fn main() -> anyhow::Result<()> {
     }
     let huge_pages = warren_server::allocator::disable_transparent_huge_pages();
     warren_server::allocator::purge_freed_memory_at_once();
-    let filter = log_filter();
-    // Colour codes only on a terminal: logs redirected to files or read by tests stay plain.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
     let config = match Config::from_args() {
         Ok(config) => config,
         Err(error) => {
@@ -32,6 +27,14 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
+    match warren_server::logging::init(&config.log) {
+        Ok(Some(file)) => warren_server::logging::reopen_on_sigusr1(file).context("installing the SIGUSR1 handler")?,
+        Ok(None) => {}
+        Err(error) => {
+            eprintln!("warren: cannot open the log file: {error}");
+            std::process::exit(2);
+        }
+    }
     if let Err(error) = huge_pages {
         tracing::warn!(%error, "cannot turn transparent huge pages off; memory per queue will be higher");
     }
@@ -61,21 +64,4 @@ async fn wait_for_signal() -> anyhow::Result<()> {
         _ = terminate.recv() => {}
     }
     Ok(())
-}
-
-/// The log level when `RUST_LOG` does not say.
-const DEFAULT_LOG_FILTER: &str = "info";
-/// openraft logs its routine work at INFO (a snapshot built, a vote, a replication step):
-/// hundreds of lines a second under load, from every quorum queue's and stream's group. Its
-/// warnings and errors are kept; a `RUST_LOG` that names openraft decides for itself.
-const OPENRAFT_LOG_DIRECTIVE: &str = "openraft=warn";
-
-/// `RUST_LOG` (or [`DEFAULT_LOG_FILTER`]), with openraft held to warnings unless it is named.
-fn log_filter() -> EnvFilter {
-    let asked = std::env::var("RUST_LOG").unwrap_or_default();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
-    match OPENRAFT_LOG_DIRECTIVE.parse() {
-        Ok(directive) if !asked.contains("openraft") => filter.add_directive(directive),
-        _ => filter,
-    }
 }
