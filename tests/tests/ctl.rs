@@ -170,6 +170,26 @@ async fn the_vhost_may_follow_the_verb_as_in_rabbitmqctl() {
     let json = ok(&broker, &["list_queues", "-p", "orders", "name", "--formatter", "json"]);
     let listed: serde_json::Value = serde_json::from_str(&json).expect("JSON");
     assert_eq!(listed, serde_json::json!([{"name": "app.jobs"}]), "{json}");
+
+    let permissions = ok(&broker, &["list_user_permissions", "app", "--silent"]);
+    let rows: Vec<Vec<&str>> = permissions.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows, [vec!["orders", r"^app\.", ".*", ".*"]], "{permissions}");
+
+    // close_all_connections closes the vhost's (-p) connections, or every one with --global.
+    let root = connect(&broker).await;
+    ok(&broker, &["close_all_connections", "-p", "orders", "maintenance"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while app.status().connected() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!app.status().connected(), "the connection to orders is closed");
+    assert!(root.status().connected(), "the connection to / is not");
+    ok(&broker, &["close_all_connections", "--global", "maintenance"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while root.status().connected() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!root.status().connected(), "--global closes every connection");
 }
 
 /// `warren ctl VERB` at `url`: (exit code, stdout, stderr).

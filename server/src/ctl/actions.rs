@@ -156,6 +156,22 @@ pub fn close_connection(client: &Client, name: &str, reason: &str) -> Result<(),
     Ok(())
 }
 
+/// `close_all_connections`: the connections of `vhost` (every vhost's when `None`).
+pub fn close_all_connections(client: &Client, vhost: Option<&str>, reason: &str) -> Result<(), CtlError> {
+    let connections = client.get("/api/connections")?;
+    let mut closed = 0;
+    for connection in connections.as_array().into_iter().flatten() {
+        let (Some(name), in_vhost) = (connection["name"].as_str(), connection["vhost"].as_str()) else { continue };
+        if vhost.is_some_and(|wanted| in_vhost != Some(wanted)) {
+            continue;
+        }
+        close_connection(client, name, reason)?;
+        closed += 1;
+    }
+    say(&format!("closed {closed} connection(s)\n"));
+    Ok(())
+}
+
 /// `publish`.
 pub fn publish(
     client: &Client,

@@ -1,6 +1,6 @@
 //! The list verbs (`list_queues`, `list_exchanges`, `list_bindings`, `list_connections`,
 //! `list_channels`, `list_consumers`, `list_users`, `list_vhosts`, `list_permissions`,
-//! `list_vhost_limits`): rabbitmqctl's names for
+//! `list_user_permissions`, `list_vhost_limits`): rabbitmqctl's names for
 //! the columns, read from the API's JSON; any of them may be asked for, in any order.
 
 use super::client::{encode, Client};
@@ -10,7 +10,8 @@ use serde_json::Value;
 
 /// What one list verb lists.
 pub struct Listing {
-    /// The API path; `{vhost}` stands for the encoded virtual host.
+    /// The API path; `{scope}` stands for the encoded virtual host (the user, for
+    /// `list_user_permissions`).
     path: &'static str,
     /// The columns shown when none are asked for (rabbitmqctl's).
     defaults: &'static [&'static str],
@@ -20,7 +21,7 @@ pub struct Listing {
 
 /// `list_queues`.
 pub const QUEUES: Listing = Listing {
-    path: "/api/queues/{vhost}",
+    path: "/api/queues/{scope}",
     defaults: &["name", "messages"],
     columns: &[
         ("name", "name"),
@@ -44,7 +45,7 @@ pub const QUEUES: Listing = Listing {
 
 /// `list_exchanges`.
 pub const EXCHANGES: Listing = Listing {
-    path: "/api/exchanges/{vhost}",
+    path: "/api/exchanges/{scope}",
     defaults: &["name", "type"],
     columns: &[
         ("name", "name"),
@@ -58,7 +59,7 @@ pub const EXCHANGES: Listing = Listing {
 
 /// `list_bindings`.
 pub const BINDINGS: Listing = Listing {
-    path: "/api/bindings/{vhost}",
+    path: "/api/bindings/{scope}",
     defaults: &["source_name", "source_kind", "destination_name", "destination_kind", "routing_key", "arguments"],
     columns: &[
         ("source_name", "source"),
@@ -116,7 +117,7 @@ pub const CHANNELS: Listing = Listing {
 
 /// `list_consumers`.
 pub const CONSUMERS: Listing = Listing {
-    path: "/api/consumers/{vhost}",
+    path: "/api/consumers/{scope}",
     defaults: &["queue_name", "channel_name", "consumer_tag", "ack_required", "prefetch_count", "active", "arguments"],
     columns: &[
         ("queue_name", "queue.name"),
@@ -144,14 +145,21 @@ pub const VHOSTS: Listing = Listing {
 
 /// `list_permissions`: the permissions in the vhost.
 pub const PERMISSIONS: Listing = Listing {
-    path: "/api/vhosts/{vhost}/permissions",
+    path: "/api/vhosts/{scope}/permissions",
     defaults: &["user", "configure", "write", "read"],
     columns: &[("user", "user"), ("vhost", "vhost"), ("configure", "configure"), ("write", "write"), ("read", "read")],
 };
 
+/// `list_user_permissions USER`: the user's permissions in every vhost.
+pub const USER_PERMISSIONS: Listing = Listing {
+    path: "/api/users/{scope}/permissions",
+    defaults: &["vhost", "configure", "write", "read"],
+    columns: &[("vhost", "vhost"), ("configure", "configure"), ("write", "write"), ("read", "read")],
+};
+
 /// `list_vhost_limits`.
 pub const VHOST_LIMITS: Listing = Listing {
-    path: "/api/vhost-limits/{vhost}",
+    path: "/api/vhost-limits/{scope}",
     defaults: &["vhost", "limits"],
     columns: &[("vhost", "vhost"), ("limits", "value")],
 };
@@ -168,7 +176,7 @@ fn read(item: &Value, path: &str) -> Value {
 pub fn list(
     client: &Client,
     listing: &Listing,
-    vhost: &str,
+    scope: &str,
     columns: &[String],
     format: Format,
 ) -> Result<(), CtlError> {
@@ -183,7 +191,7 @@ pub fn list(
             })
         })
         .collect::<Result<Vec<&str>, CtlError>>()?;
-    let items = client.get(&listing.path.replace("{vhost}", &encode(vhost)))?;
+    let items = client.get(&listing.path.replace("{scope}", &encode(scope)))?;
     let items = items.as_array().cloned().unwrap_or_default();
     print(format, &columns, &items, |item, column| {
         let index = columns.iter().position(|c| c == column).unwrap_or(0);

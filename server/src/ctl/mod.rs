@@ -115,6 +115,9 @@ enum Verb {
     /// Permissions in the vhost (-p).
     #[command(name = "list_permissions")]
     ListPermissions { columns: Vec<String> },
+    /// A user's permissions in every vhost (default columns: vhost configure write read).
+    #[command(name = "list_user_permissions")]
+    ListUserPermissions { user: String, columns: Vec<String> },
     /// The vhost's (-p) limits.
     #[command(name = "list_vhost_limits")]
     ListVhostLimits { columns: Vec<String> },
@@ -282,6 +285,16 @@ enum Verb {
         /// What the client is told.
         #[arg(default_value = "Closed via warren ctl")]
         reason: String,
+    },
+    /// Closes every client connection of the vhost (-p), or of every vhost with --global,
+    /// telling each why.
+    #[command(name = "close_all_connections")]
+    CloseAllConnections {
+        /// What the clients are told.
+        explanation: String,
+        /// Every vhost's connections, not the vhost's (-p) alone.
+        #[arg(long)]
+        global: bool,
     },
     /// Publishes a message to an exchange ("" for the default exchange).
     Publish {
@@ -560,6 +573,9 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
         Verb::ListUsers { columns } => list(&lists::USERS, columns),
         Verb::ListVhosts { columns } => list(&lists::VHOSTS, columns),
         Verb::ListPermissions { columns } => list(&lists::PERMISSIONS, columns),
+        Verb::ListUserPermissions { user, columns } => {
+            lists::list(client, &lists::USER_PERMISSIONS, user, columns, format)
+        }
         Verb::ListVhostLimits { columns } => list(&lists::VHOST_LIMITS, columns),
         Verb::AddUser { user, password } => access::add_user(client, user, password),
         Verb::DeleteUser { user } => access::delete_user(client, user),
@@ -591,6 +607,9 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
             actions::bind(client, vhost, source, destination, destination_type == "exchange", routing_key, arguments)
         }
         Verb::CloseConnection { name, reason } => actions::close_connection(client, name, reason),
+        Verb::CloseAllConnections { explanation, global } => {
+            actions::close_all_connections(client, (!global).then_some(vhost), explanation)
+        }
         Verb::Publish { exchange, routing_key, payload, transient, headers } => {
             actions::publish(client, vhost, exchange, routing_key, payload, !transient, headers)
         }
