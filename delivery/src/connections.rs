@@ -86,12 +86,16 @@ impl ConnectionInfo {
 
     /// Channel `number` was opened, served by `session`.
     pub fn channel_opened(&self, number: u16, session: Arc<Session>) {
-        self.channels.lock().insert(number, session);
+        if self.channels.lock().insert(number, session).is_none() {
+            crate::churn::CHANNELS_OPENED.add();
+        }
     }
 
     /// Channel `number` closed.
     pub fn channel_closed(&self, number: u16) {
-        self.channels.lock().remove(&number);
+        if self.channels.lock().remove(&number).is_some() {
+            crate::churn::CHANNELS_CLOSED.add();
+        }
     }
 
     /// Its open channels, by number.
@@ -150,6 +154,11 @@ impl Drop for Registered {
         if let Some(registry) = self.registry.upgrade() {
             registry.by_id.write().remove(&self.info.id);
         }
+        // Its channels end with it.
+        for _ in self.info.channels.lock().iter() {
+            crate::churn::CHANNELS_CLOSED.add();
+        }
+        crate::churn::CONNECTIONS_CLOSED.add();
     }
 }
 
@@ -170,6 +179,7 @@ impl Connections {
             close_request: watch::Sender::new(None),
         });
         self.by_id.write().insert(id, Arc::clone(&info));
+        crate::churn::CONNECTIONS_OPENED.add();
         Registered { info, registry: Arc::downgrade(self) }
     }
 

@@ -6,6 +6,7 @@
 
 pub mod access;
 pub mod broker;
+pub mod churn;
 pub mod client_text;
 pub mod connections;
 pub mod consumer;

@@ -509,6 +509,42 @@ async fn prometheus_metrics_count_what_happens() {
     assert!(identity.ends_with(" 1"), "{identity}");
     let build = text.lines().find(|l| l.starts_with("rabbitmq_build_info{")).expect("rabbitmq_build_info");
     assert!(build.contains("rabbitmq_version=\"") && build.contains("product_name=\"Warren\""), "{build}");
+    // Churn: counted since the process started (other tests in this binary count too).
+    assert!(sample(&text, "rabbitmq_process_max_fds") > Some(0.0));
+    let before = |name: &str| sample(&text, name).unwrap_or_else(|| panic!("{name} is exposed"));
+    let churn = [
+        "rabbitmq_connections_opened_total",
+        "rabbitmq_connections_closed_total",
+        "rabbitmq_channels_opened_total",
+        "rabbitmq_channels_closed_total",
+        "rabbitmq_queues_declared_total",
+        "rabbitmq_queues_created_total",
+        "rabbitmq_queues_deleted_total",
+    ];
+    let counted: Vec<f64> = churn.iter().map(|name| before(name)).collect();
+    {
+        let conn = connect(&broker).await;
+        let ch = channel(&conn).await;
+        ch.queue_declare("churned".into(), QueueDeclareOptions::default(), FieldTable::default())
+            .await
+            .expect("declare");
+        ch.queue_delete("churned".into(), Default::default()).await.expect("delete");
+        conn.close(200, "bye".into()).await.expect("close");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = scrape("/metrics");
+        let grown: Vec<bool> = churn.iter().zip(&counted).map(|(name, was)| sample(&now, name) > Some(*was)).collect();
+        if grown.iter().all(|g| *g) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "every churn counter grows: {:?}",
+            churn.iter().zip(grown).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let per_object = scrape("/metrics/per-object");
     assert!(
         per_object.contains(r#"rabbitmq_detailed_queue_messages_ready{vhost="/",queue="metered"} 20"#),

@@ -191,6 +191,54 @@ fn identity_figures(api: &Management, exposition: &mut Exposition) {
     exposition.sample("rabbitmq_build_info", &build, 1.0);
 }
 
+/// The churn counters (see `warren_delivery::churn`), under RabbitMQ's names.
+const CHURN: [(&str, &str, &warren_delivery::churn::Counter); 7] = {
+    use warren_delivery::churn::*;
+    [
+        (
+            "rabbitmq_connections_opened_total",
+            "Client connections accepted since the node started",
+            &CONNECTIONS_OPENED,
+        ),
+        (
+            "rabbitmq_connections_closed_total",
+            "Client connections ended since the node started, however they ended",
+            &CONNECTIONS_CLOSED,
+        ),
+        ("rabbitmq_channels_opened_total", "Channels opened since the node started", &CHANNELS_OPENED),
+        (
+            "rabbitmq_channels_closed_total",
+            "Channels closed since the node started, their connections' ends included",
+            &CHANNELS_CLOSED,
+        ),
+        (
+            "rabbitmq_queues_declared_total",
+            "Successful queue declares since the node started, passive ones included",
+            &QUEUES_DECLARED,
+        ),
+        ("rabbitmq_queues_created_total", "Queues created since the node started", &QUEUES_CREATED),
+        ("rabbitmq_queues_deleted_total", "Queues deleted since the node started, however they went", &QUEUES_DELETED),
+    ]
+};
+
+fn churn_figures(exposition: &mut Exposition) {
+    for (name, help, counter) in CHURN {
+        exposition.single(name, Kind::Counter, help, counter.total() as f64);
+    }
+    exposition.single("rabbitmq_process_max_fds", Kind::Gauge, "Open file descriptors allowed", max_fds());
+}
+
+/// The soft limit on open files (`Max open files` in /proc/self/limits); 0 if unknown.
+fn max_fds() -> f64 {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|limits| {
+            let line = limits.lines().find(|l| l.starts_with("Max open files"))?.to_string();
+            line.trim_start_matches("Max open files").split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .unwrap_or(0.0)
+}
+
 /// The figures of the whole node: connections, channels, consumers, queues and their
 /// messages, message counters, memory, disk, delayed messages and the latency histograms.
 fn node_figures(api: &Management, exposition: &mut Exposition) {
@@ -207,6 +255,7 @@ fn node_figures(api: &Management, exposition: &mut Exposition) {
     let (rss, fds) = process_figures();
     let totals = api.rates().totals();
     identity_figures(api, exposition);
+    churn_figures(exposition);
     exposition.single("rabbitmq_connections", Kind::Gauge, "Connections currently open", connections.len() as f64);
     exposition.single("rabbitmq_channels", Kind::Gauge, "Channels currently open", channels.len() as f64);
     exposition.single("rabbitmq_consumers", Kind::Gauge, "Consumers currently connected", consumers as f64);
