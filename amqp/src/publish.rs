@@ -26,12 +26,17 @@ struct Batch {
     marks: Vec<DurableMark>,
     /// When its first publish was settled, for the confirm latency.
     started: Option<std::time::Instant>,
+    /// Publishes its acks cover (counted as confirmed once they are sent as acks).
+    acked: u64,
 }
 
 impl Batch {
     fn encode(&self, channel: u16, durable: bool) -> Bytes {
         if let Some(started) = self.started {
             warren_delivery::message_store::CONFIRM_LATENCY.record(started.elapsed());
+        }
+        if durable {
+            warren_delivery::node_counters::MESSAGES_CONFIRMED.add_many(self.acked);
         }
         let mut out = BytesMut::new();
         for outcome in &self.outcomes {
@@ -90,6 +95,7 @@ impl Confirms {
     pub fn settle(&mut self, sequence: u64, stored: bool) {
         self.batch.started.get_or_insert_with(std::time::Instant::now);
         let outcomes = &mut self.batch.outcomes;
+        self.batch.acked += u64::from(stored);
         match (outcomes.last_mut(), stored) {
             (Some(Outcome::AckUpTo(upto)), true) => *upto = sequence,
             (_, true) => outcomes.push(Outcome::AckUpTo(sequence)),

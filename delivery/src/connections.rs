@@ -87,14 +87,14 @@ impl ConnectionInfo {
     /// Channel `number` was opened, served by `session`.
     pub fn channel_opened(&self, number: u16, session: Arc<Session>) {
         if self.channels.lock().insert(number, session).is_none() {
-            crate::churn::CHANNELS_OPENED.add();
+            crate::node_counters::CHANNELS_OPENED.add();
         }
     }
 
     /// Channel `number` closed.
     pub fn channel_closed(&self, number: u16) {
         if self.channels.lock().remove(&number).is_some() {
-            crate::churn::CHANNELS_CLOSED.add();
+            crate::node_counters::CHANNELS_CLOSED.add();
         }
     }
 
@@ -156,9 +156,9 @@ impl Drop for Registered {
         }
         // Its channels end with it.
         for _ in self.info.channels.lock().iter() {
-            crate::churn::CHANNELS_CLOSED.add();
+            crate::node_counters::CHANNELS_CLOSED.add();
         }
-        crate::churn::CONNECTIONS_CLOSED.add();
+        crate::node_counters::CONNECTIONS_CLOSED.add();
     }
 }
 
@@ -179,7 +179,7 @@ impl Connections {
             close_request: watch::Sender::new(None),
         });
         self.by_id.write().insert(id, Arc::clone(&info));
-        crate::churn::CONNECTIONS_OPENED.add();
+        crate::node_counters::CONNECTIONS_OPENED.add();
         Registered { info, registry: Arc::downgrade(self) }
     }
 

@@ -6,7 +6,6 @@
 
 pub mod access;
 pub mod broker;
-pub mod churn;
 pub mod client_text;
 pub mod connections;
 pub mod consumer;
@@ -23,6 +22,7 @@ pub mod message;
 pub mod message_store;
 pub mod metadata;
 pub mod node;
+pub mod node_counters;
 pub mod properties;
 pub mod queue;
 pub mod quorum;

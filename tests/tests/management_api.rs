@@ -509,8 +509,10 @@ async fn prometheus_metrics_count_what_happens() {
     assert!(identity.ends_with(" 1"), "{identity}");
     let build = text.lines().find(|l| l.starts_with("rabbitmq_build_info{")).expect("rabbitmq_build_info");
     assert!(build.contains("rabbitmq_version=\"") && build.contains("product_name=\"Warren\""), "{build}");
-    // Churn: counted since the process started (other tests in this binary count too).
+    // The node's counters: since the process started (other tests in this binary count too).
     assert!(sample(&text, "rabbitmq_process_max_fds") > Some(0.0));
+    assert!(sample(&text, "rabbitmq_global_messages_confirmed_total") >= Some(20.0), "the 20 confirms");
+    assert!(sample(&text, "rabbitmq_global_messages_routed_total") >= Some(20.0), "the 20 routed publishes");
     let before = |name: &str| sample(&text, name).unwrap_or_else(|| panic!("{name} is exposed"));
     let churn = [
         "rabbitmq_connections_opened_total",
@@ -520,6 +522,8 @@ async fn prometheus_metrics_count_what_happens() {
         "rabbitmq_queues_declared_total",
         "rabbitmq_queues_created_total",
         "rabbitmq_queues_deleted_total",
+        "rabbitmq_global_messages_unroutable_dropped_total",
+        "rabbitmq_global_messages_unroutable_returned_total",
     ];
     let counted: Vec<f64> = churn.iter().map(|name| before(name)).collect();
     {
@@ -529,6 +533,16 @@ async fn prometheus_metrics_count_what_happens() {
             .await
             .expect("declare");
         ch.queue_delete("churned".into(), Default::default()).await.expect("delete");
+        for mandatory in [false, true] {
+            let options = BasicPublishOptions { mandatory, ..Default::default() };
+            ch.basic_publish("".into(), "nowhere".into(), options, b"lost", BasicProperties::default())
+                .await
+                .expect("publish");
+        }
+        // A round trip: both publishes were handled before the connection goes.
+        ch.queue_declare("churned".into(), QueueDeclareOptions::default(), FieldTable::default())
+            .await
+            .expect("declare");
         conn.close(200, "bye".into()).await.expect("close");
     }
     let deadline = Instant::now() + Duration::from_secs(5);

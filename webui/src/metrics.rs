@@ -191,9 +191,9 @@ fn identity_figures(api: &Management, exposition: &mut Exposition) {
     exposition.sample("rabbitmq_build_info", &build, 1.0);
 }
 
-/// The churn counters (see `warren_delivery::churn`), under RabbitMQ's names.
-const CHURN: [(&str, &str, &warren_delivery::churn::Counter); 7] = {
-    use warren_delivery::churn::*;
+/// The node's counters (see `warren_delivery::node_counters`), under RabbitMQ's names.
+const NODE_COUNTERS: [(&str, &str, &warren_delivery::node_counters::Counter); 11] = {
+    use warren_delivery::node_counters::*;
     [
         (
             "rabbitmq_connections_opened_total",
@@ -218,11 +218,23 @@ const CHURN: [(&str, &str, &warren_delivery::churn::Counter); 7] = {
         ),
         ("rabbitmq_queues_created_total", "Queues created since the node started", &QUEUES_CREATED),
         ("rabbitmq_queues_deleted_total", "Queues deleted since the node started, however they went", &QUEUES_DELETED),
+        ("rabbitmq_global_messages_routed_total", "Publishes routed to at least one queue or stream", &MESSAGES_ROUTED),
+        (
+            "rabbitmq_global_messages_unroutable_dropped_total",
+            "Publishes that reached no queue and were dropped (not mandatory)",
+            &MESSAGES_UNROUTABLE_DROPPED,
+        ),
+        (
+            "rabbitmq_global_messages_unroutable_returned_total",
+            "Publishes that reached no queue and were returned to their publisher (mandatory)",
+            &MESSAGES_UNROUTABLE_RETURNED,
+        ),
+        ("rabbitmq_global_messages_confirmed_total", "Publishes confirmed to their publishers", &MESSAGES_CONFIRMED),
     ]
 };
 
-fn churn_figures(exposition: &mut Exposition) {
-    for (name, help, counter) in CHURN {
+fn node_counter_figures(exposition: &mut Exposition) {
+    for (name, help, counter) in NODE_COUNTERS {
         exposition.single(name, Kind::Counter, help, counter.total() as f64);
     }
     exposition.single("rabbitmq_process_max_fds", Kind::Gauge, "Open file descriptors allowed", max_fds());
@@ -255,7 +267,7 @@ fn node_figures(api: &Management, exposition: &mut Exposition) {
     let (rss, fds) = process_figures();
     let totals = api.rates().totals();
     identity_figures(api, exposition);
-    churn_figures(exposition);
+    node_counter_figures(exposition);
     exposition.single("rabbitmq_connections", Kind::Gauge, "Connections currently open", connections.len() as f64);
     exposition.single("rabbitmq_channels", Kind::Gauge, "Channels currently open", channels.len() as f64);
     exposition.single("rabbitmq_consumers", Kind::Gauge, "Consumers currently connected", consumers as f64);

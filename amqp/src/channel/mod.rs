@@ -415,6 +415,7 @@ impl Channel {
         let TxOp::Publish { mandatory, message } = op else { return Ok(()) };
         let outcome = ctx.vhost.publish(message.exchange.as_str(), Arc::clone(&message))?;
         let sequence = self.confirms.as_mut().map(Confirms::next_sequence);
+        count_fate(outcome.routed, mandatory);
         if !outcome.routed && mandatory {
             let ret = basic::Return {
                 reply_code: ReplyCode::NoRoute.code(),
@@ -533,4 +534,14 @@ fn method_with_content(channel: u16, method: AMQPClass, message: &Message, frame
     crate::frame::put_method(&mut out, channel, method);
     crate::frame::put_content(&mut out, channel, message.properties.raw(), &message.body, frame_max);
     out.freeze()
+}
+
+/// Counts what became of a publish: routed, or unroutable and returned (mandatory) or dropped.
+fn count_fate(routed: bool, mandatory: bool) {
+    use warren_delivery::node_counters::{MESSAGES_ROUTED, MESSAGES_UNROUTABLE_DROPPED, MESSAGES_UNROUTABLE_RETURNED};
+    match (routed, mandatory) {
+        (true, _) => MESSAGES_ROUTED.add(),
+        (false, true) => MESSAGES_UNROUTABLE_RETURNED.add(),
+        (false, false) => MESSAGES_UNROUTABLE_DROPPED.add(),
+    }
 }

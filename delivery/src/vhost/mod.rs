@@ -461,7 +461,7 @@ impl VirtualHost {
             let queue = queue::factory::declare(definition, self.storage.as_ref(), self.queue_context())?;
             self.pause_at("queue storage created");
             self.queues.write().insert(queue.name().to_string(), Arc::clone(&queue));
-            crate::churn::QUEUES_CREATED.add();
+            crate::node_counters::QUEUES_CREATED.add();
             queue
         };
         if stored {
@@ -499,7 +499,7 @@ impl VirtualHost {
     }
 
     fn declared(queue: Arc<Queue>) -> DeclaredQueue {
-        crate::churn::QUEUES_DECLARED.add();
+        crate::node_counters::QUEUES_DECLARED.add();
         DeclaredQueue { message_count: queue.message_count(), consumer_count: queue.consumer_count(), queue }
     }
 
@@ -549,7 +549,7 @@ impl VirtualHost {
                 tracing::error!(exchange = exchange.name(), %error, "auto-deleted exchange stays in the stored definitions");
             }
         }
-        crate::churn::QUEUES_DELETED.add();
+        crate::node_counters::QUEUES_DELETED.add();
         DeletedQueue { message_count, consumers }
     }
 
