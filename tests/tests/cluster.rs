@@ -63,14 +63,21 @@ async fn declare_on_a_publish_on_b_consume_on_c() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_declare_is_answered_once_every_reachable_node_has_applied_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cluster = start_cluster(dir.path(), false).await;
+/// Three nodes, formed (a queue declared through A), with a connection and a channel on A and
+/// a connection to C.
+async fn formed_with_clients_on_a_and_c(dir: &Path) -> (Cluster, Connection, lapin::Channel, Connection) {
+    let cluster = start_cluster(dir, false).await;
     let a = cluster.connect(0).await;
     let ch = a.create_channel().await.expect("channel");
     declare_when_formed(&ch, "formed").await;
     let c = cluster.connect(2).await;
+    (cluster, a, ch, c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declare_is_answered_once_every_reachable_node_has_applied_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cluster, _a, ch, c) = formed_with_clients_on_a_and_c(dir.path()).await;
     let c_node = cluster.nodes[2].as_ref().expect("running");
     for round in 0..10 {
         // C stops for a moment (too short to count as down): without the wait, A's -ok would
@@ -94,11 +101,7 @@ async fn a_declare_is_answered_once_every_reachable_node_has_applied_it() {
 async fn a_declare_waits_for_a_reachable_node_however_slow_it_is() {
     const PAUSE: Duration = Duration::from_millis(3_000);
     let dir = tempfile::tempdir().expect("tempdir");
-    let cluster = start_cluster(dir.path(), false).await;
-    let a = cluster.connect(0).await;
-    let ch = a.create_channel().await.expect("channel");
-    declare_when_formed(&ch, "formed").await;
-    let c = cluster.connect(2).await;
+    let (cluster, _a, ch, c) = formed_with_clients_on_a_and_c(dir.path()).await;
     let c_node = cluster.nodes[2].as_ref().expect("running");
     c_node.signal("STOP");
     let started = Instant::now();
