@@ -106,6 +106,7 @@ async fn the_overview_vhosts_users_permissions_and_health_checks() {
     };
     assert_eq!(critical.status, 503, "{:?}", critical.body);
     assert_eq!(critical.body["queues"], json!([{"name": "alone", "virtual_host": "/", "type": "quorum"}]));
+    assert_eq!(critical.body["queues_not_shown"], 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

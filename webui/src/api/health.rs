@@ -16,6 +16,10 @@ use serde_json::{json, Value};
 use std::collections::HashSet;
 use warren_delivery::quorum::LOCAL_NODE_ID;
 
+/// Critical queues named in one answer at most; the rest are counted (`queues_not_shown`), so
+/// that a node with 100,000 quorum queues answers in kilobytes, not megabytes.
+const MAX_CRITICAL_QUEUES_SHOWN: usize = 1_000;
+
 /// The health-check routes.
 pub(super) fn routes(table: &mut RouteTable) {
     table
@@ -105,7 +109,7 @@ async fn quorum_critical(caller: Caller, State(api): State<Management>) -> Respo
     let here = api.cluster.node_id(&api.node());
     // A broker alone gives its groups' one member LOCAL_NODE_ID.
     let is_here = |id: u64| Some(id) == here || id == LOCAL_NODE_ID;
-    let mut critical = Vec::new();
+    let (mut critical, mut not_shown) = (Vec::new(), 0usize);
     for vhost in api.broker().vhosts().iter().filter(|v| caller.may_see_vhost(api.broker(), v.name())) {
         for queue in vhost.queues() {
             let Some(group) = queue.replicas() else { continue };
@@ -114,17 +118,22 @@ async fn quorum_critical(caller: Caller, State(api): State<Management>) -> Respo
                 continue;
             }
             let up = members.iter().filter(|&&id| running.contains(&id) || is_here(id)).count();
-            if up <= members.len() / 2 + 1 {
-                let kind = queue.arguments().queue_type.name();
-                critical.push(json!({ "name": queue.name(), "virtual_host": vhost.name(), "type": kind }));
+            if up > members.len() / 2 + 1 {
+                continue;
             }
+            if critical.len() == MAX_CRITICAL_QUEUES_SHOWN {
+                not_shown += 1;
+                continue;
+            }
+            let kind = queue.arguments().queue_type.name();
+            critical.push(json!({ "name": queue.name(), "virtual_host": vhost.name(), "type": kind }));
         }
     }
     if critical.is_empty() {
         return ok(json!({}));
     }
     let reason = "There are quorum queues that would lose their quorum if the target node is shut down";
-    failed(reason, json!({ "queues": critical }))
+    failed(reason, json!({ "queues": critical, "queues_not_shown": not_shown }))
 }
 
 /// RabbitMQ's aliveness test: a message through a queue of `vhost` and back.
