@@ -132,7 +132,7 @@ async fn quorum_critical(caller: Caller, State(api): State<Management>) -> Respo
     if critical.is_empty() {
         return ok(json!({}));
     }
-    let reason = "There are quorum queues that would lose their quorum if the target node is shut down";
+    let reason = "stopping this node would leave quorum queues with fewer than a majority of their members running";
     failed(reason, json!({ "queues": critical, "queues_not_shown": not_shown }))
 }
 
