@@ -50,7 +50,12 @@ async fn a_stopped_node_is_forgotten() {
     let stream = table(&[("x-queue-type", text("stream"))]);
     a.create_channel().await.expect("channel").queue_declare("log".into(), durable(), stream).await.expect("stream");
     let stream_status = |cluster: &Cluster| tokio::task::block_in_place(|| ctl(cluster, 0, &["stream_status", "log"]));
-    assert!(stream_status(&cluster).contains("warren@c"), "{}", stream_status(&cluster));
+    // The stream's group starts on its members just after the declare is answered.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !stream_status(&cluster).contains("warren@c") {
+        assert!(Instant::now() < deadline, "C holds a replica: {}", stream_status(&cluster));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let refused = tokio::task::block_in_place(|| try_ctl(&cluster, 0, &["forget_cluster_node", "warren@c"]));
     assert!(refused.is_err_and(|e| e.contains("running")), "a running node is not forgotten");
