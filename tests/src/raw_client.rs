@@ -2,7 +2,7 @@
 //! (garbage, truncated or oversized frames, methods out of order) and see the exact reply.
 
 use amq_protocol::frame::{gen_frame, parse_frame, AMQPFrame, WriteContext};
-use amq_protocol::protocol::{channel, connection, AMQPClass};
+use amq_protocol::protocol::{channel, connection, queue, AMQPClass};
 use amq_protocol::types::{FieldTable, LongString};
 use bytes::BytesMut;
 use std::net::SocketAddr;
@@ -224,5 +224,22 @@ impl RawClient {
         let (ch, ok) = self.expect_method().await;
         assert_eq!(ch, id);
         assert!(matches!(ok, AMQPClass::Channel(channel::AMQPMethod::OpenOk(_))), "{ok:?}");
+    }
+
+    /// Declares queue `name` (durable if `durable`, no arguments) on channel `id` and waits
+    /// for declare-ok.
+    pub async fn declare_queue(&mut self, id: u16, name: &str, durable: bool) {
+        let declare = queue::Declare {
+            queue: name.into(),
+            passive: false,
+            durable,
+            exclusive: false,
+            auto_delete: false,
+            nowait: false,
+            arguments: FieldTable::default(),
+        };
+        self.send_method(id, AMQPClass::Queue(queue::AMQPMethod::Declare(declare))).await;
+        let (_, ok) = self.expect_method().await;
+        assert!(matches!(ok, AMQPClass::Queue(queue::AMQPMethod::DeclareOk(_))), "{ok:?}");
     }
 }

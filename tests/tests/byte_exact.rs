@@ -1,7 +1,6 @@
 //! Properties are delivered as the exact bytes published, whatever their order or encoding.
 
-use amq_protocol::protocol::{basic, queue, AMQPClass};
-use amq_protocol::types::FieldTable;
+use amq_protocol::protocol::{basic, AMQPClass};
 use warren_tests::raw_client::RawClient;
 use warren_tests::start_broker;
 
@@ -38,17 +37,7 @@ async fn properties_come_back_byte_for_byte() {
     let broker = start_broker().await;
     let mut client = RawClient::handshake(broker.amqp_addr).await;
     client.open_channel(1).await;
-    let declare = queue::Declare {
-        queue: "exact".into(),
-        passive: false,
-        durable: false,
-        exclusive: false,
-        auto_delete: false,
-        nowait: false,
-        arguments: FieldTable::default(),
-    };
-    client.send_method(1, AMQPClass::Queue(queue::AMQPMethod::Declare(declare))).await;
-    client.expect_method().await;
+    client.declare_queue(1, "exact", false).await;
     let publish =
         basic::Publish { exchange: "".into(), routing_key: "exact".into(), mandatory: false, immediate: false };
     client.send_method(1, AMQPClass::Basic(basic::AMQPMethod::Publish(publish))).await;

@@ -444,23 +444,12 @@ async fn deleting_a_queue_under_a_consumer_cancels_it() {
 /// its definitions between the two.
 #[tokio::test]
 async fn delete_ok_comes_before_the_cancel_of_the_deleting_channels_consumer() {
-    use amq_protocol::protocol::{basic, channel as ch_method, queue, AMQPClass};
+    use amq_protocol::protocol::{basic, queue, AMQPClass};
     use warren_tests::raw_client::RawClient;
     let broker = start_broker().await;
     let mut client = RawClient::handshake(broker.amqp_addr).await;
-    client.send_method(1, AMQPClass::Channel(ch_method::AMQPMethod::Open(ch_method::Open {}))).await;
-    client.expect_method().await;
-    let declare = queue::Declare {
-        queue: "deleted-under-me".into(),
-        durable: true,
-        passive: false,
-        exclusive: false,
-        auto_delete: false,
-        nowait: false,
-        arguments: FieldTable::default(),
-    };
-    client.send_method(1, AMQPClass::Queue(queue::AMQPMethod::Declare(declare))).await;
-    client.expect_method().await;
+    client.open_channel(1).await;
+    client.declare_queue(1, "deleted-under-me", true).await;
     let consume = basic::Consume {
         queue: "deleted-under-me".into(),
         consumer_tag: "mine".into(),
