@@ -56,10 +56,13 @@ fn queue_dirs(data_dir: &Path) -> Vec<String> {
     entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()
 }
 
-/// Declares a durable queue and returns the name of the data directory it got.
-async fn declare_durable(ch: &lapin::Channel, data_dir: &Path, name: &str) -> String {
+/// Declares a durable queue, publishes `bodies` to it (persistent, confirmed) and returns
+/// the name of the data directory it got (its first persistent message creates it).
+async fn declare_durable(ch: &lapin::Channel, data_dir: &Path, name: &str, bodies: &[&str]) -> String {
     let before = queue_dirs(data_dir);
     ch.queue_declare(name.into(), durable(), FieldTable::default()).await.expect("declare");
+    assert_eq!(queue_dirs(data_dir), before, "a declare alone creates no file");
+    publish_persistent(ch, name, bodies).await;
     let mut new: Vec<String> = queue_dirs(data_dir).into_iter().filter(|d| !before.contains(d)).collect();
     assert_eq!(new.len(), 1, "one new data directory for {name}");
     new.remove(0)
@@ -118,9 +121,9 @@ async fn a_damaged_queue_record_is_left_out_and_the_broker_starts_with_the_rest(
     let broker = start_broker_in(dir.path()).await;
     let conn = connect(&broker).await;
     let ch = confirm_channel(&conn).await;
-    let healthy_dir = declare_durable(&ch, dir.path(), "healthy").await;
-    let deep_dir = declare_durable(&ch, dir.path(), "deep").await;
-    let odd_dir = declare_durable(&ch, dir.path(), "odd").await;
+    let healthy_dir = declare_durable(&ch, dir.path(), "healthy", &["h1", "h2", "h3"]).await;
+    let deep_dir = declare_durable(&ch, dir.path(), "deep", &["d1", "d2"]).await;
+    let odd_dir = declare_durable(&ch, dir.path(), "odd", &["o1"]).await;
     let durable_exchange = ExchangeDeclareOptions { durable: true, ..Default::default() };
     ch.exchange_declare("dx".into(), ExchangeKind::Direct, durable_exchange, FieldTable::default()).await.expect("dx");
     for queue in ["healthy", "deep"] {
@@ -128,9 +131,6 @@ async fn a_damaged_queue_record_is_left_out_and_the_broker_starts_with_the_rest(
             .await
             .expect("bind");
     }
-    publish_persistent(&ch, "healthy", &["h1", "h2", "h3"]).await;
-    publish_persistent(&ch, "deep", &["d1", "d2"]).await;
-    publish_persistent(&ch, "odd", &["o1"]).await;
     broker.shutdown().await;
 
     // Damage two queue records by hand: one nested 40 levels, one with a value of no known type.

@@ -78,11 +78,18 @@ pub struct LoadedDefinitions {
     pub left_out: Vec<LeftOut>,
     /// Whether there was a definitions file at all.
     pub found: bool,
+    /// The generation of the journal that follows the file (0 for a file written before
+    /// there were journals).
+    pub generation: u64,
+    /// Where reading the journal stopped before its end (the byte, and why), if it did.
+    pub journal_damage: Option<(u64, String)>,
 }
 
 /// The document split into raw records; unknown sections are ignored.
 #[derive(Deserialize)]
 struct RawDocument {
+    #[serde(default)]
+    journal: u64,
     #[serde(default)]
     exchanges: Vec<Box<RawValue>>,
     #[serde(default)]
@@ -151,7 +158,7 @@ pub fn binding_name(source: &str, destination: &str) -> String {
 /// cannot be split into records.
 pub(super) fn read(bytes: &[u8]) -> Result<LoadedDefinitions, String> {
     let document: RawDocument = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-    let mut loaded = LoadedDefinitions { found: true, ..LoadedDefinitions::default() };
+    let mut loaded = LoadedDefinitions { found: true, generation: document.journal, ..LoadedDefinitions::default() };
     read_records(document.exchanges, &mut loaded.definitions.exchanges, &mut loaded.left_out);
     read_records(document.queues, &mut loaded.definitions.queues, &mut loaded.left_out);
     read_records(document.bindings, &mut loaded.definitions.bindings, &mut loaded.left_out);

@@ -7,12 +7,14 @@
 
 pub(crate) mod codec;
 mod commit_wait;
+mod lazy_store;
 mod log_store;
 mod transient_store;
 
 pub use commit_wait::CommitTracker;
 
 pub use crate::message::MESSAGE_OVERHEAD_BYTES;
+pub use lazy_store::LazyLogStore;
 pub use log_store::{LogStore, LogStoreConfig};
 pub use transient_store::{PageFile, TransientStore, TRANSIENT_MEMORY_BUDGET_BYTES};
 

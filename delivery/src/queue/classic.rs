@@ -61,7 +61,11 @@ pub(super) fn recover(
     storage: &VhostStorage,
     context: QueueContext,
 ) -> BrokerResult<Arc<Queue>> {
-    let mut store = storage.open_queue(&definition.name).map_err(|e| internal_error("cannot recover a queue", e))?;
+    let opened = storage.open_queue(&definition.name).map_err(|e| internal_error("cannot recover a queue", e))?;
+    let Some(mut store) = opened else {
+        // It never held a persistent message: there is nothing to recover.
+        return declare(definition, arguments, Some(storage), context);
+    };
     // Only these arguments need each message's properties; a plain queue recovers from
     // offsets alone, without reading its backlog.
     let read_each =

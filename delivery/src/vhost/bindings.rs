@@ -1,7 +1,9 @@
 //! Bindings: binding and unbinding as RabbitMQ answers them, and auto-delete exchanges, which
 //! go when their last binding goes.
 
+use super::persistence::durable;
 use super::{refuse_default_exchange, refuse_too_long, VirtualHost};
+use crate::definitions::DefinitionsChange;
 use crate::direct_reply_to;
 use crate::error::{BrokerError, BrokerResult};
 use crate::exchange::{Binding, Destination, Exchange};
@@ -21,10 +23,18 @@ impl VirtualHost {
             Destination::Queue(name) => self.queue(name)?.check_owner(connection)?,
         }
         let exchange = self.exchange(source)?;
-        if exchange.bind(binding)? && exchange.definition().durable {
-            self.save_definitions()?;
-        }
-        Ok(())
+        let pending = {
+            let _lifecycle = self.lifecycle.lock();
+            let record = self.binding_record(&exchange, &binding);
+            if !exchange.bind(binding)? {
+                return Ok(());
+            }
+            match record {
+                Some(record) => self.record(DefinitionsChange::PutBinding(record))?,
+                None => return Ok(()),
+            }
+        };
+        durable(pending)
     }
 
     /// `queue.unbind` / `exchange.unbind` from `connection`. As in RabbitMQ, unbinding what is
@@ -42,15 +52,22 @@ impl VirtualHost {
                 }
             }
         }
-        if !exchange.unbind(binding) {
-            return Ok(());
+        let pending = {
+            let _lifecycle = self.lifecycle.lock();
+            let record = self.binding_record(&exchange, binding);
+            if !exchange.unbind(binding) {
+                return Ok(());
+            }
+            match record {
+                _ if is_unused_auto_delete(&exchange) => None,
+                Some(record) => Some(self.record(DefinitionsChange::RemoveBinding(record))?),
+                None => return Ok(()),
+            }
+        };
+        match pending {
+            Some(pending) => durable(pending),
+            None => self.remove_exchange(&exchange),
         }
-        if is_unused_auto_delete(&exchange) {
-            self.remove_exchange(&exchange)?;
-        } else if exchange.definition().durable {
-            self.save_definitions()?;
-        }
-        Ok(())
     }
 
     /// Removes every binding to `destination`; returns the auto-delete exchanges this left

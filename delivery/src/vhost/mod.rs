@@ -34,6 +34,9 @@ mod bindings;
 mod persistence;
 mod routing;
 
+use crate::definitions::{DefinitionsChange, PendingChange};
+use persistence::durable;
+
 pub use routing::PublishOutcome;
 
 /// A queue just deleted: how many messages it held, and its consumers, which are cancelled
@@ -114,6 +117,8 @@ mod limits;
 pub use limits::VhostLimits;
 #[cfg(test)]
 mod lifecycle_tests;
+#[cfg(test)]
+mod persistence_tests;
 
 impl VirtualHost {
     /// A virtual host kept in memory, with the standard exchanges.
@@ -275,22 +280,26 @@ impl VirtualHost {
         members: Option<InitialMembers>,
     ) -> BrokerResult<()> {
         refuse_default_exchange(&definition.name)?;
-        let durable = definition.durable;
-        {
+        let pending = {
             let _lifecycle = self.lifecycle.lock();
             self.refuse_if_deleted()?;
-            let mut exchanges = self.exchanges.write();
-            if let Some(existing) = exchanges.get(&definition.name) {
-                return equivalence::check_exchange(existing.definition(), &definition, &self.name);
+            let record = {
+                let mut exchanges = self.exchanges.write();
+                if let Some(existing) = exchanges.get(&definition.name) {
+                    return equivalence::check_exchange(existing.definition(), &definition, &self.name);
+                }
+                refuse_reserved_name("exchange", &definition.name)?;
+                let exchange = self.new_exchange(definition, members)?;
+                let record = exchange.definition().durable.then(|| persistence::exchange_record(exchange.definition()));
+                exchanges.insert(exchange.name().to_string(), Arc::new(exchange));
+                record
+            };
+            match record {
+                Some(record) => self.record(DefinitionsChange::PutExchange(record))?,
+                None => return Ok(()),
             }
-            refuse_reserved_name("exchange", &definition.name)?;
-            let exchange = self.new_exchange(definition, members)?;
-            exchanges.insert(exchange.name().to_string(), Arc::new(exchange));
-        }
-        if durable {
-            self.save_definitions()?;
-        }
-        Ok(())
+        };
+        durable(pending)
     }
 
     /// `exchange.declare` with passive set: the exchange must exist (404); the default
@@ -361,40 +370,39 @@ impl VirtualHost {
     }
 
     /// Removes an exchange (its own bindings go with it) and every binding that leads to it,
-    /// which may leave an auto-delete source with none: that goes too, and so on. Durable
-    /// definitions are saved once at the end if any durable exchange went.
+    /// which may leave an auto-delete source with none: that goes too, and so on. Each
+    /// durable exchange's removal is recorded (with the bindings from and to it).
     fn remove_exchange(&self, exchange: &Arc<Exchange>) -> BrokerResult<()> {
         let mut doomed = vec![Arc::clone(exchange)];
-        let mut durable_removed = false;
+        let mut pending = Vec::new();
         while let Some(exchange) = doomed.pop() {
-            if !self.unregister_exchange(&exchange) {
-                continue;
-            }
-            durable_removed |= exchange.definition().durable;
+            let Some(removal) = self.unregister_exchange(&exchange) else { continue };
+            pending.push(removal);
             let destination = Destination::Exchange(exchange.name().into());
             doomed.extend(self.unbind_everywhere(&destination));
         }
-        if durable_removed {
-            self.save_definitions()?;
-        }
-        Ok(())
+        pending.into_iter().try_for_each(|removal| durable(removal?))
     }
 
-    /// Takes `exchange` out of the name map (if it is still the one there) and destroys the
-    /// messages a delayed exchange holds; returns whether it was there.
-    fn unregister_exchange(&self, exchange: &Arc<Exchange>) -> bool {
+    /// Takes `exchange` out of the name map (if it is still the one there), records that a
+    /// durable one went, and destroys the messages a delayed exchange holds; `None` if it
+    /// was not there.
+    fn unregister_exchange(&self, exchange: &Arc<Exchange>) -> Option<BrokerResult<PendingChange>> {
         let _lifecycle = self.lifecycle.lock();
         {
             let mut exchanges = self.exchanges.write();
             if !exchanges.get(exchange.name()).is_some_and(|e| Arc::ptr_eq(e, exchange)) {
-                return false;
+                return None;
             }
             exchanges.remove(exchange.name());
         }
         if let Some(delayed) = exchange.delayed() {
             delayed.destroy();
         }
-        true
+        if !exchange.definition().durable {
+            return Some(Ok(PendingChange::default()));
+        }
+        Some(self.record(DefinitionsChange::RemoveExchange { name: exchange.name().to_string() }))
     }
 
     /// `queue.declare` (not passive) from `connection`. An empty name gets a server-generated
@@ -448,8 +456,7 @@ impl VirtualHost {
             existing.touch();
             return Ok(Self::declared(existing));
         }
-        let stored = is_stored(&definition);
-        let queue = {
+        let (queue, pending) = {
             let _lifecycle = self.lifecycle.lock();
             if let Ok(existing) = self.queue(&definition.name) {
                 // Declared by another connection meanwhile: answer as for an existing queue.
@@ -462,12 +469,19 @@ impl VirtualHost {
             self.pause_at("queue storage created");
             self.queues.write().insert(queue.name().to_string(), Arc::clone(&queue));
             crate::node_counters::QUEUES_CREATED.add();
-            queue
+            let pending = self.record_queue(&queue)?;
+            (queue, pending)
         };
-        if stored {
-            self.save_definitions()?;
-        }
+        durable(pending)?;
         Ok(Self::declared(queue))
+    }
+
+    /// Records a durable queue's new record (nothing for one that is not stored).
+    fn record_queue(&self, queue: &Queue) -> BrokerResult<PendingChange> {
+        if !is_stored(queue.definition()) {
+            return Ok(PendingChange::default());
+        }
+        self.record(DefinitionsChange::PutQueue(persistence::queue_record(queue)))
     }
 
     /// A stand-in for a queue that lives on `homes` (declared through the cluster's metadata
@@ -475,19 +489,16 @@ impl VirtualHost {
     /// of that name held here already stays (this node is one of its homes).
     pub fn declare_remote_queue(&self, definition: QueueDefinition, homes: Vec<u64>) -> BrokerResult<()> {
         let arguments = queue::QueueArguments::parse(&definition.arguments)?;
-        let stored = is_stored(&definition);
-        {
+        let pending = {
             let _lifecycle = self.lifecycle.lock();
             if self.queue(&definition.name).is_ok() {
                 return Ok(());
             }
             let queue = queue::factory::remote(definition, arguments, homes, self.queue_context());
-            self.queues.write().insert(queue.name().to_string(), queue);
-        }
-        if stored {
-            self.save_definitions()?;
-        }
-        Ok(())
+            self.queues.write().insert(queue.name().to_string(), Arc::clone(&queue));
+            self.record_queue(&queue)?
+        };
+        durable(pending)
     }
 
     /// `queue.declare` with passive set: the queue must exist and be accessible.
@@ -517,32 +528,41 @@ impl VirtualHost {
         queue.check_owner(connection)?;
         let condition = DeleteCondition { if_unused, if_empty };
         condition.check(&self.name, name, queue.consumer_count(), queue.message_count())?;
-        let deleted = self.take_queue(&queue);
-        if is_stored(queue.definition()) {
-            self.save_definitions()?;
-        }
+        let (deleted, pending) = self.take_queue(&queue);
+        durable(pending?)?;
         Ok(deleted)
     }
 
     /// Removes `queue` and cancels its consumers; the number of messages it held.
     fn remove_queue(&self, queue: &Arc<Queue>) -> u32 {
-        self.take_queue(queue).message_count
+        let (deleted, pending) = self.take_queue(queue);
+        if let Err(error) = pending.and_then(durable) {
+            tracing::error!(queue = queue.name(), %error, "a deleted queue may come back after a restart");
+        }
+        deleted.message_count
     }
 
-    /// Removes `queue` (its name, bindings and the auto-delete exchanges they held); its
-    /// consumers are cancelled when the answer is dropped.
-    fn take_queue(&self, queue: &Arc<Queue>) -> DeletedQueue {
-        let (message_count, consumers) = {
+    /// Removes `queue` (its name, bindings and the auto-delete exchanges they held) and
+    /// records that a durable one went; its consumers are cancelled when the answer is
+    /// dropped.
+    fn take_queue(&self, queue: &Arc<Queue>) -> (DeletedQueue, BrokerResult<PendingChange>) {
+        let (message_count, consumers, pending) = {
             let _lifecycle = self.lifecycle.lock();
             {
                 let mut queues = self.queues.write();
                 if !queues.get(queue.name()).is_some_and(|q| Arc::ptr_eq(q, queue)) {
-                    return DeletedQueue::default();
+                    return (DeletedQueue::default(), Ok(PendingChange::default()));
                 }
                 queues.remove(queue.name());
             }
             self.pause_at("queue removed from the name map");
-            queue.mark_deleted()
+            let (message_count, consumers) = queue.mark_deleted();
+            let pending = if is_stored(queue.definition()) {
+                self.record(DefinitionsChange::RemoveQueue { name: queue.name().to_string() })
+            } else {
+                Ok(PendingChange::default())
+            };
+            (message_count, consumers, pending)
         };
         for exchange in self.unbind_everywhere(&Destination::Queue(queue.name().into())) {
             if let Err(error) = self.remove_exchange(&exchange) {
@@ -550,7 +570,7 @@ impl VirtualHost {
             }
         }
         crate::node_counters::QUEUES_DELETED.add();
-        DeletedQueue { message_count, consumers }
+        (DeletedQueue { message_count, consumers }, pending)
     }
 
     /// This node stops being a home of `queue` (its member of the queue's group was
@@ -582,7 +602,7 @@ impl VirtualHost {
     /// Puts what `make` builds from the queue called `name` in its place: the old one is
     /// marked deleted (its consumers cancelled), bindings (by name) are untouched.
     fn swap_queue(&self, name: &str, make: impl FnOnce(&Arc<Queue>) -> BrokerResult<Arc<Queue>>) {
-        let consumers = {
+        let (consumers, pending) = {
             let _lifecycle = self.lifecycle.lock();
             let Ok(old) = self.queue(name) else { return };
             let new = match make(&old) {
@@ -593,13 +613,13 @@ impl VirtualHost {
                 }
             };
             let (_, consumers) = old.mark_deleted();
-            self.queues.write().insert(name.to_string(), new);
-            consumers
+            self.queues.write().insert(name.to_string(), Arc::clone(&new));
+            (consumers, self.record_queue(&new))
         };
         for consumer in consumers {
             consumer.session().cancelled_by_broker(&consumer);
         }
-        if let Err(error) = self.save_definitions() {
+        if let Err(error) = pending.and_then(durable) {
             tracing::error!(%error, queue = name, "a replaced queue stays as it was in the stored definitions");
         }
     }
@@ -628,11 +648,6 @@ impl VirtualHost {
             return;
         }
         self.remove_queue(queue);
-        if is_stored(queue.definition()) {
-            if let Err(error) = self.save_definitions() {
-                tracing::error!(%error, "{what} queue stays in the stored definitions");
-            }
-        }
     }
 
     /// Whether it was deleted (its connections are closing).
@@ -675,8 +690,10 @@ impl VirtualHost {
         self.storage.as_ref().map(VhostStorage::dir)
     }
 
-    /// The broker is stopping: every queue makes what it stores durable.
+    /// The broker is stopping: every queue makes what it stores durable, and the definitions
+    /// file takes in its journal.
     pub fn close(&self) {
+        self.compact_definitions();
         for queue in self.queues() {
             queue.close();
         }

@@ -1,13 +1,13 @@
-//! A virtual host's durable definitions: restoring them at start, saving them after changes.
+//! A virtual host's durable definitions: restoring them at start, recording each change.
 
 use super::{is_standard_exchange, is_stored, VirtualHost};
 use crate::definitions::{
-    binding_name, BindingRecord, Definitions, EntityKind, ExchangeRecord, LeftOut, LoadedDefinitions, QueueRecord,
+    binding_name, BindingRecord, Definitions, DefinitionsChange, EntityKind, ExchangeRecord, LeftOut,
+    LoadedDefinitions, PendingChange, QueueRecord,
 };
 use crate::error::{internal_error, BrokerResult};
 use crate::exchange::{Binding, DelayedMessages, Destination, Exchange, ExchangeDefinition};
-use crate::queue::{self, QueueArguments, QueueDefinition};
-use std::collections::HashSet;
+use crate::queue::{self, Queue, QueueArguments, QueueDefinition};
 use std::sync::{Arc, Weak};
 
 impl VirtualHost {
@@ -17,7 +17,7 @@ impl VirtualHost {
     /// stored definitions, so the rest of the virtual host comes back.
     pub(super) fn restore(&self, loaded: LoadedDefinitions) -> BrokerResult<()> {
         let Some(storage) = &self.storage else { return Ok(()) };
-        let LoadedDefinitions { definitions, mut left_out, found } = loaded;
+        let LoadedDefinitions { definitions, mut left_out, found, generation, journal_damage } = loaded;
         let mut kept = Definitions::default();
         let mut exchanges = Vec::new();
         for record in definitions.exchanges {
@@ -77,7 +77,7 @@ impl VirtualHost {
             tracing::info!(queue = queue.name(), messages = queue.message_count(), "recovered queue");
             self.queues.write().insert(queue.name().to_string(), queue);
         }
-        for record in kept.bindings {
+        for record in kept.bindings.iter().cloned() {
             let destination = if record.to_exchange {
                 Destination::Exchange(record.destination.as_str().into())
             } else {
@@ -86,92 +86,113 @@ impl VirtualHost {
             let binding = Binding { destination, routing_key: record.routing_key, arguments: record.arguments };
             self.exchange(&record.source)?.bind(binding)?;
         }
-        if !left_out.is_empty() {
-            // The left-out records are in the unreadable file now; the definitions file
-            // drops them, so the next start does not set them aside again.
-            self.save_definitions()?;
-        }
-        Ok(())
-    }
-
-    /// Writes the durable definitions, if this virtual host is on disk. The caller waits for
-    /// the write (a declare is answered once it is stored), but other clients do not: see
-    /// [`without_stalling_others`].
-    pub(super) fn save_definitions(&self) -> BrokerResult<()> {
-        let Some(storage) = &self.storage else { return Ok(()) };
-        if self.is_deleted() {
-            // Its files are gone; writing the definitions would bring its directory back.
-            return Ok(());
-        }
-        without_stalling_others(|| storage.save(|| self.durable_definitions()))
+        // The left-out records are in the unreadable file now; the definitions written here
+        // drop them, so the next start does not set them aside again.
+        storage
+            .start_recording(&kept, generation, journal_damage.as_ref())
             .map_err(|e| internal_error("cannot save definitions", e))
     }
 
-    fn durable_definitions(&self) -> Definitions {
-        let exchanges = self.exchanges();
-        let queues = self.queues();
-        let durable_exchanges: HashSet<&str> =
-            exchanges.iter().filter(|e| e.definition().durable).map(|e| e.name()).collect();
-        let durable_queues: HashSet<&str> =
-            queues.iter().filter(|q| is_stored(q.definition())).map(|q| q.name()).collect();
-        let durable_exchange = |name: &str| durable_exchanges.contains(name);
-        let durable_queue = |name: &str| durable_queues.contains(name);
+    /// Records `change` of the durable definitions, if this virtual host is on disk. Called
+    /// under the lifecycle lock, together with the change itself, so that changes are
+    /// recorded in the order they are made; the caller then makes it durable with
+    /// [`durable`], without the lock.
+    pub(super) fn record(&self, change: DefinitionsChange) -> BrokerResult<PendingChange> {
+        let Some(storage) = &self.storage else { return Ok(PendingChange::default()) };
+        if self.is_deleted() {
+            // Its files are gone; recording would bring its directory back.
+            return Ok(PendingChange::default());
+        }
+        storage.record(change).map_err(|e| internal_error("cannot save definitions", e))
+    }
+
+    /// Folds the journal of changes into the definitions file (a clean stop).
+    pub(super) fn compact_definitions(&self) {
+        let Some(storage) = &self.storage else { return };
+        if self.is_deleted() {
+            return;
+        }
+        if let Err(error) = storage.compact_now() {
+            tracing::warn!(vhost = %self.name, %error, "definitions left in their journal (read back at start)");
+        }
+    }
+
+    /// A durable binding's record, if both its ends are durable (only those are stored).
+    pub(super) fn binding_record(&self, source: &Exchange, binding: &Binding) -> Option<BindingRecord> {
+        if !source.definition().durable {
+            return None;
+        }
+        let (destination, to_exchange, durable) = match &binding.destination {
+            Destination::Queue(name) => {
+                (name.to_string(), false, self.queue(name).is_ok_and(|q| is_stored(q.definition())))
+            }
+            Destination::Exchange(name) => {
+                (name.to_string(), true, self.exchange(name).is_ok_and(|e| e.definition().durable))
+            }
+        };
+        durable.then(|| BindingRecord {
+            source: source.name().to_string(),
+            destination,
+            to_exchange,
+            routing_key: binding.routing_key.clone(),
+            arguments: binding.arguments.clone(),
+        })
+    }
+
+    /// Folds the durable definitions out of the live exchanges and queues: what the
+    /// recorded set must equal (tests compare the two).
+    #[cfg(test)]
+    pub(super) fn durable_definitions(&self) -> Definitions {
         let mut definitions = Definitions::default();
-        for exchange in &exchanges {
+        for exchange in self.exchanges() {
             let d = exchange.definition();
             if d.durable && !is_standard_exchange(&d.name) {
-                definitions.exchanges.push(ExchangeRecord {
-                    name: d.name.clone(),
-                    kind: d.type_name().to_string(),
-                    auto_delete: d.auto_delete,
-                    internal: d.internal,
-                    arguments: d.arguments.clone(),
-                });
+                definitions.exchanges.push(exchange_record(d));
             }
-            if !d.durable {
-                continue;
-            }
-            for binding in exchange.bindings() {
-                let (destination, to_exchange) = match &binding.destination {
-                    Destination::Queue(name) => (name.to_string(), false),
-                    Destination::Exchange(name) => (name.to_string(), true),
-                };
-                let durable = if to_exchange { durable_exchange(&destination) } else { durable_queue(&destination) };
-                if durable {
-                    definitions.bindings.push(BindingRecord {
-                        source: d.name.clone(),
-                        destination,
-                        to_exchange,
-                        routing_key: binding.routing_key,
-                        arguments: binding.arguments,
-                    });
-                }
-            }
+            definitions.bindings.extend(exchange.bindings().iter().filter_map(|b| self.binding_record(&exchange, b)));
         }
-        for queue in &queues {
-            let d = queue.definition();
-            if is_stored(d) {
-                definitions.queues.push(QueueRecord {
-                    name: d.name.clone(),
-                    auto_delete: d.auto_delete,
-                    arguments: d.arguments.clone(),
-                    homes: queue.homes().map(<[u64]>::to_vec).unwrap_or_default(),
-                });
-            }
-        }
+        definitions.queues =
+            self.queues().iter().filter(|q| is_stored(q.definition())).map(|q| queue_record(q)).collect();
         definitions
     }
 }
 
-/// Runs `write` (a whole definitions file: encoded, written, fsynced twice) so that it holds
-/// up no other client: on a multi-thread runtime the worker thread first hands its other
-/// tasks to another worker, so one tenant declaring thousands of durable queues never stalls
-/// another tenant's confirms. Elsewhere (a current-thread runtime, or no runtime) it just runs.
-fn without_stalling_others<T>(write: impl FnOnce() -> T) -> T {
+/// A durable exchange's record.
+pub(super) fn exchange_record(d: &ExchangeDefinition) -> ExchangeRecord {
+    ExchangeRecord {
+        name: d.name.clone(),
+        kind: d.type_name().to_string(),
+        auto_delete: d.auto_delete,
+        internal: d.internal,
+        arguments: d.arguments.clone(),
+    }
+}
+
+/// A durable queue's record (where it lives, if not here).
+pub(super) fn queue_record(queue: &Queue) -> QueueRecord {
+    let d = queue.definition();
+    QueueRecord {
+        name: d.name.clone(),
+        auto_delete: d.auto_delete,
+        arguments: d.arguments.clone(),
+        homes: queue.homes().map(<[u64]>::to_vec).unwrap_or_default(),
+    }
+}
+
+/// Makes a recorded change durable (the journal is synced) so that it holds up no other
+/// client: on a multi-thread runtime the worker thread first hands its other tasks to another
+/// worker, so one tenant declaring thousands of durable queues never stalls another tenant's
+/// confirms. Elsewhere (a current-thread runtime, or no runtime) it just runs.
+pub(super) fn durable(pending: PendingChange) -> BrokerResult<()> {
     use tokio::runtime::{Handle, RuntimeFlavor};
+    if pending.is_empty() {
+        // Nothing to sync: handing the worker's tasks over would only cost a thread.
+        return Ok(());
+    }
+    let wait = || pending.wait().map_err(|e| internal_error("cannot save definitions", e));
     match Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(write),
-        _ => write(),
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(wait),
+        _ => wait(),
     }
 }
 
