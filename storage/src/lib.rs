@@ -7,6 +7,7 @@
 //!
 //! The on-disk format is specified in `storage/README.md`. Start at [`Log`].
 
+mod alternating_file;
 mod config;
 mod damage;
 mod entry_file;
@@ -29,6 +30,7 @@ mod time_index;
 mod truncate;
 mod writeback;
 
+pub use alternating_file::AlternatingFile;
 pub use config::{
     FlushPolicy, LogConfig, DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_INTERVAL_MS, DEFAULT_INDEX_INTERVAL_BYTES,
     DEFAULT_MAX_RECORD_BYTES, DEFAULT_SEGMENT_BYTES, DEFAULT_WRITE_BUFFER_BYTES, MAX_SEGMENT_BYTES,

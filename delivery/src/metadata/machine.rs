@@ -25,7 +25,7 @@ use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use tokio::sync::watch;
-use warren_storage::SnapshotFile;
+use warren_storage::{AlternatingFile, SnapshotFile};
 
 openraft::declare_raft_types!(
     /// The metadata group's Raft types: entries carry [`MetaCommand`]s and apply to a
@@ -97,7 +97,11 @@ struct Shared {
     node_id: u64,
     broker: Weak<Broker>,
     replication: Arc<dyn Replication>,
-    file: SnapshotFile,
+    /// The applied state, rewritten in place after every applied batch.
+    file: AlternatingFile,
+    /// Where releases before the alternating file kept it (read once, removed after the
+    /// first write).
+    legacy: Mutex<Option<SnapshotFile>>,
     applied: Mutex<Applied>,
     /// The results of commands proposed by this node, by log index, until taken.
     results: Mutex<BTreeMap<u64, MetaResult>>,
@@ -131,11 +135,14 @@ impl MetaStateMachine {
         replication: Arc<dyn Replication>,
         applied_path: impl Into<PathBuf>,
     ) -> Result<Self, warren_storage::StorageError> {
-        let file = SnapshotFile::new(applied_path);
-        let applied: Applied = match file.read()? {
+        let applied_path = applied_path.into();
+        let file = AlternatingFile::new(&applied_path);
+        let legacy = SnapshotFile::new(applied_path);
+        let applied: Applied = match file.read()?.or(legacy.read()?) {
             Some(bytes) => decode_applied(&bytes)?,
             None => Applied::default(),
         };
+        let legacy = legacy.path().exists().then_some(legacy);
         for (name, address) in &applied.joined {
             replication.add_node(name, address);
         }
@@ -148,12 +155,23 @@ impl MetaStateMachine {
             broker: Arc::downgrade(broker),
             replication,
             file,
+            legacy: Mutex::new(legacy),
             applied: Mutex::new(applied),
             results: Mutex::new(BTreeMap::new()),
             applied_index: watch::Sender::new(index),
             leader_changes: Mutex::new(LeaderChanges::new(GROUP_LABEL)),
         };
         Ok(MetaStateMachine { shared: Arc::new(shared) })
+    }
+
+    /// Removes the applied state kept at `applied_path` (`join_cluster` starts the member
+    /// afresh).
+    pub fn remove_applied(applied_path: &std::path::Path) -> std::io::Result<()> {
+        AlternatingFile::new(applied_path).remove()?;
+        match std::fs::remove_file(applied_path) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
+            _ => Ok(()),
+        }
     }
 
     /// Waits until the entry at `index` is applied here; then the result of this node's own
@@ -175,7 +193,15 @@ impl MetaStateMachine {
         let mut bytes = vec![APPLIED_FORMAT_VERSION];
         bytes =
             postcard::to_extend(&applied, bytes).map_err(|e| warren_storage::StorageError::Failed(e.to_string()))?;
-        self.shared.file.write(&bytes)
+        self.shared.file.write(&bytes)?;
+        if let Some(legacy) = self.shared.legacy.lock().take() {
+            if let Err(error) = std::fs::remove_file(legacy.path()) {
+                if error.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(file = %legacy.path().display(), %error, "cannot remove the replaced applied state");
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Applies one command to this node's virtual host.
@@ -406,5 +432,42 @@ impl RaftStateMachine<MetaRaft> for MetaStateMachine {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<MetaRaft>>, StorageError<u64>> {
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message_store::LogStoreConfig;
+    use crate::quorum::SingleNode;
+
+    fn applied_at(index: u64) -> Applied {
+        Applied { last_applied: Some(LogId::new(openraft::CommittedLeaderId::new(1, 1), index)), ..Applied::default() }
+    }
+
+    fn encoded(applied: &Applied) -> Vec<u8> {
+        postcard::to_extend(applied, vec![APPLIED_FORMAT_VERSION]).expect("encodes")
+    }
+
+    #[tokio::test]
+    async fn the_applied_state_of_a_release_before_the_alternating_file_is_read_then_replaced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = Broker::open(&dir.path().join("data"), LogStoreConfig::default()).expect("broker");
+        let path = dir.path().join("metadata-applied");
+        SnapshotFile::new(&path).write(&encoded(&applied_at(41))).expect("the old release's file");
+
+        let mut machine = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path).expect("open");
+        let (last, _) = machine.applied_state().await.expect("applied state");
+        assert_eq!(last.map(|id| id.index), Some(41), "read from the old file");
+        *machine.shared.applied.lock() = applied_at(42);
+        machine.save().expect("save");
+        assert!(!path.exists(), "the old file goes once the new one holds the state");
+
+        let mut reopened = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path).expect("reopen");
+        let (last, _) = reopened.applied_state().await.expect("applied state");
+        assert_eq!(last.map(|id| id.index), Some(42));
+        MetaStateMachine::remove_applied(&path).expect("remove");
+        let mut fresh = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path).expect("open afresh");
+        assert_eq!(fresh.applied_state().await.expect("applied state").0, None, "join_cluster starts afresh");
     }
 }

@@ -15,7 +15,7 @@
 //! 4. learns the other nodes and their addresses from the answer, and records them with its
 //!    seed.
 
-use super::metadata_group::{self, MetadataStartError, METADATA_DIR_FILES};
+use super::metadata_group::{self, MetadataStartError};
 use super::nodes::Nodes;
 use super::peer_address::PeerAddress;
 use super::raft_router::{JoinDesk, RaftRouter};
@@ -239,17 +239,7 @@ impl Joiner {
                 tracing::warn!(%error, "the metadata member replaced by join_cluster stopped uncleanly");
             }
         }
-        let dir = metadata_group::cluster_dir(&self.data_dir);
-        for name in METADATA_DIR_FILES {
-            let path = dir.join(name);
-            let removed = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
-            match removed {
-                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(JoinError::Io { path, source: error });
-                }
-                _ => {}
-            }
-        }
+        metadata_group::remove_member_files(&self.data_dir).map_err(|(path, source)| JoinError::Io { path, source })?;
         let initialize = false;
         metadata_group::start(
             cluster,

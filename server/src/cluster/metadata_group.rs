@@ -29,8 +29,6 @@ const CLUSTER_DIR: &str = "cluster";
 const LOG_DIR: &str = "metadata-log";
 /// The metadata state machine's applied state, in the cluster's files.
 const APPLIED_FILE: &str = "metadata-applied";
-/// What this node's metadata member keeps in the cluster's files (`join_cluster` removes it).
-pub const METADATA_DIR_FILES: [&str; 2] = [LOG_DIR, APPLIED_FILE];
 /// The file naming the cluster the data directory belongs to.
 const CLUSTER_NAME_FILE: &str = "cluster-name";
 
@@ -61,6 +59,20 @@ pub enum MetadataStartError {
     /// The Raft log, state machine or Raft itself failed.
     #[error("the cluster's metadata group cannot start: {0}")]
     Raft(String),
+}
+
+/// Removes what this node's metadata member keeps in the cluster's files of `data_dir` (its
+/// log and applied state): `join_cluster` starts it afresh. The path that could not be
+/// removed, and why.
+pub fn remove_member_files(data_dir: &Path) -> Result<(), (PathBuf, std::io::Error)> {
+    let dir = cluster_dir(data_dir);
+    let log = dir.join(LOG_DIR);
+    match std::fs::remove_dir_all(&log) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err((log, error)),
+        _ => {}
+    }
+    let applied = dir.join(APPLIED_FILE);
+    MetaStateMachine::remove_applied(&applied).map_err(|error| (applied, error))
 }
 
 /// The cluster's files in data directory `data_dir`.
