@@ -72,7 +72,7 @@ def await_queue(args):
             connection.close()
             print(f"queue {args.await_queue} declared passively {time.monotonic() - started:.2f} s after the start")
             return 0
-        except (pika.exceptions.AMQPError, OSError):
+        except Exception:  # not up yet: refused, reset, or a handshake that timed out
             time.sleep(0.01)
     print(f"queue {args.await_queue} not there after 600 s")
     return 1

@@ -1,5 +1,6 @@
 //! Exchanges: their definitions, their bindings, and routing a message to destinations.
 
+mod binding_table;
 pub mod delayed;
 mod headers_match;
 pub mod replicated_delays;
@@ -14,6 +15,7 @@ pub use topic_trie::TopicTrie;
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::Message;
 use amq_protocol::types::{AMQPValue, FieldTable};
+use binding_table::BindingTable;
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -157,7 +159,7 @@ enum Router {
 
 #[derive(Debug)]
 struct Bindings {
-    all: Vec<Binding>,
+    all: BindingTable,
     router: Router,
     /// A super stream's partitions, in order (empty for other exchanges).
     partitions: Vec<Destination>,
@@ -184,7 +186,7 @@ impl Exchange {
         };
         let super_stream =
             definition.kind == ExchangeKind::Direct && super_stream::is_super_stream(&definition.arguments);
-        let bindings = Bindings { all: Vec::new(), router, partitions: Vec::new() };
+        let bindings = Bindings { all: BindingTable::default(), router, partitions: Vec::new() };
         Exchange { definition, bindings: RwLock::new(bindings), delayed: None, super_stream }
     }
 
@@ -226,9 +228,9 @@ impl Exchange {
             Router::Topic(trie) => trie.insert(&binding.routing_key, destination),
             Router::Headers(list) => list.push((HeadersMatcher::compile(&binding.arguments)?, destination)),
         }
-        bindings.all.push(binding);
+        bindings.all.insert(binding);
         if self.super_stream {
-            bindings.partitions = super_stream::partitions_of(&bindings.all);
+            bindings.partitions = super_stream::partitions_of(bindings.all.iter());
         }
         Ok(true)
     }
@@ -241,19 +243,18 @@ impl Exchange {
     /// Removes a binding; returns whether it existed.
     pub fn unbind(&self, binding: &Binding) -> bool {
         let mut bindings = self.bindings.write();
-        let Some(position) = bindings.all.iter().position(|b| b == binding) else {
+        if !bindings.all.remove(binding) {
             return false;
-        };
-        bindings.all.remove(position);
+        }
         let Bindings { all, router, partitions } = &mut *bindings;
         Self::unindex(router, all, binding);
         if self.super_stream {
-            *partitions = super_stream::partitions_of(all);
+            *partitions = super_stream::partitions_of(all.iter());
         }
         true
     }
 
-    fn unindex(router: &mut Router, remaining: &[Binding], binding: &Binding) {
+    fn unindex(router: &mut Router, remaining: &BindingTable, binding: &Binding) {
         let destination = &binding.destination;
         match router {
             Router::Direct(map) => {
@@ -269,9 +270,7 @@ impl Exchange {
             Router::Fanout => {}
             Router::Topic(trie) => {
                 // Another binding with the same key and destination (other arguments) keeps it.
-                let still_bound =
-                    remaining.iter().any(|b| b.routing_key == binding.routing_key && &b.destination == destination);
-                if !still_bound {
+                if !remaining.routes(&binding.routing_key, destination) {
                     trie.remove(&binding.routing_key, destination);
                 }
             }
@@ -287,8 +286,7 @@ impl Exchange {
 
     /// Removes every binding to `destination`; returns how many there were.
     pub fn unbind_destination(&self, destination: &Destination) -> usize {
-        let doomed: Vec<Binding> =
-            self.bindings.read().all.iter().filter(|b| &b.destination == destination).cloned().collect();
+        let doomed = self.bindings.read().all.to_destination(destination);
         doomed.iter().filter(|b| self.unbind(b)).count()
     }
 
@@ -299,7 +297,7 @@ impl Exchange {
 
     /// A copy of this exchange's bindings.
     pub fn bindings(&self) -> Vec<Binding> {
-        self.bindings.read().all.clone()
+        self.bindings.read().all.iter().cloned().collect()
     }
 
     /// Appends the destinations `message` is routed to (possibly with repeats).

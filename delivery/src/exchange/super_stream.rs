@@ -29,9 +29,8 @@ pub fn is_super_stream(arguments: &FieldTable) -> bool {
 
 /// The partitions in order: each binding's destination, by `x-stream-partition-order`, then
 /// by when it was bound (bindings without the argument come last).
-pub(super) fn partitions_of(bindings: &[Binding]) -> Vec<Destination> {
+pub(super) fn partitions_of<'a>(bindings: impl Iterator<Item = &'a Binding>) -> Vec<Destination> {
     let mut ordered: Vec<(u64, usize, &Destination)> = bindings
-        .iter()
         .enumerate()
         .map(|(bound, binding)| (partition_order(binding).unwrap_or(u64::MAX), bound, &binding.destination))
         .collect();
@@ -101,7 +100,7 @@ mod tests {
     #[test]
     fn partitions_follow_their_order_argument() {
         let bindings = [bound("s-2", Some(2)), bound("s-0", Some(0)), bound("extra", None), bound("s-1", Some(1))];
-        let names: Vec<String> = partitions_of(&bindings)
+        let names: Vec<String> = partitions_of(bindings.iter())
             .into_iter()
             .map(|d| match d {
                 Destination::Queue(name) | Destination::Exchange(name) => name.to_string(),
