@@ -63,13 +63,16 @@ fn assert_recorded_as_live(vhost: &VirtualHost, step: &str) {
     assert_eq!(sorted(recorded), sorted(vhost.durable_definitions()), "after {step}");
 }
 
+/// A named change made to a virtual host.
+type Step = (&'static str, Box<dyn Fn(&VirtualHost)>);
+
 #[test]
 fn every_change_is_recorded_as_the_live_definitions_say_and_survives_a_crash() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (broker, vhost) = open_vhost(dir.path());
     let mut headers = FieldTable::default();
     headers.insert("x-match".into(), AMQPValue::LongString("any".into()));
-    let steps: Vec<(&str, Box<dyn Fn(&VirtualHost)>)> = vec![
+    let steps: Vec<Step> = vec![
         (
             "exchanges",
             Box::new(|v| {
