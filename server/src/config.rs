@@ -126,6 +126,11 @@ pub struct Cli {
     #[arg(long, env = "WARREN_CLUSTER_NAME", default_value = DEFAULT_CLUSTER_NAME)]
     pub cluster_name: String,
 
+    /// Metadata changes between two snapshots of the cluster's catalog; the metadata log is
+    /// purged behind each (a node that fell further behind receives the snapshot).
+    #[arg(long, env = "WARREN_METADATA_SNAPSHOT_INTERVAL", value_name = "ENTRIES", default_value_t = warren_delivery::metadata::DEFAULT_SNAPSHOT_INTERVAL_ENTRIES)]
+    pub metadata_snapshot_interval: u64,
+
     /// Address of the inter-node listener; none (the default) and no --peers is a one-node cluster.
     #[arg(long, env = "WARREN_CLUSTER_LISTEN", value_name = "ADDR")]
     pub cluster_listen: Option<SocketAddr>,
@@ -262,6 +267,7 @@ struct FileSettings {
     handshake_timeout_ms: Option<u64>,
     node_name: Option<String>,
     cluster_name: Option<String>,
+    metadata_snapshot_interval: Option<u64>,
     cluster_listen: Option<SocketAddr>,
     peers: Option<Vec<PeerAddress>>,
     cluster_secret_file: Option<PathBuf>,
@@ -363,6 +369,8 @@ pub struct ClusterSettings {
     pub node_name: String,
     /// The cluster's name.
     pub cluster_name: String,
+    /// Metadata changes between two snapshots of the catalog.
+    pub metadata_snapshot_interval_entries: u64,
     /// Inter-node listener address, if any.
     pub listen: Option<SocketAddr>,
     /// The seed list, without this node.
@@ -383,6 +391,7 @@ impl Default for ClusterSettings {
         ClusterSettings {
             node_name: warren_delivery::node::default_name(),
             cluster_name: DEFAULT_CLUSTER_NAME.to_string(),
+            metadata_snapshot_interval_entries: warren_delivery::metadata::DEFAULT_SNAPSHOT_INTERVAL_ENTRIES,
             listen: None,
             peers: Vec::new(),
             secret: None,
@@ -570,7 +579,14 @@ fn cluster_settings(m: &ArgMatches, cli: &Cli, file: &FileSettings) -> Result<Cl
     peers.retain(|peer| peer.name != node_name);
     let secret_file =
         pick_optional(m, "cluster_secret_file", cli.cluster_secret_file.clone(), file.cluster_secret_file.clone());
-    let mut settings = ClusterSettings { node_name, cluster_name, listen, peers, secret: None };
+    let metadata_snapshot_interval_entries =
+        pick(m, "metadata_snapshot_interval", cli.metadata_snapshot_interval, file.metadata_snapshot_interval);
+    if metadata_snapshot_interval_entries == 0 {
+        let message = "must be at least 1 (metadata changes between two snapshots)".to_string();
+        return Err(ConfigError::Invalid { key: "metadata_snapshot_interval", message });
+    }
+    let mut settings =
+        ClusterSettings { node_name, cluster_name, metadata_snapshot_interval_entries, listen, peers, secret: None };
     if settings.is_networked() {
         let path = secret_file.ok_or(ConfigError::ClusterSecretRequired)?;
         settings.secret = Some(ClusterSecret::read(&path)?);

@@ -281,12 +281,25 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         router.set_forwarder(Arc::clone(broker.forwarder()));
     }
     if let Some(replication) = &replication {
-        let (dir, name) = (&config.data_dir, &config.cluster.cluster_name);
+        let dir = &config.data_dir;
+        let settings = cluster::metadata_group::MetadataSettings {
+            cluster_name: config.cluster.cluster_name.clone(),
+            snapshot_interval_entries: config.cluster.metadata_snapshot_interval_entries,
+        };
         let may_initialize = joined_seeds.is_empty();
-        cluster::metadata_group::start(replication, &router, &broker, dir, name, log_config.clone(), may_initialize)
-            .await?;
+        cluster::metadata_group::start(
+            replication,
+            &router,
+            &broker,
+            dir,
+            &settings,
+            log_config.clone(),
+            may_initialize,
+        )
+        .await?;
         router.set_join_desk(cluster::join::Desk::new(Arc::clone(&nodes), router.clone()));
-        replication.set_joiner(cluster::join::Joiner::new(replication, router.clone(), &broker, dir, name, log_config));
+        let joiner = cluster::join::Joiner::new(replication, router.clone(), &broker, dir, &settings, log_config);
+        replication.set_joiner(joiner);
         replication.watch_peers();
     }
     let (shutdown, shutdown_rx) = watch::channel(false);

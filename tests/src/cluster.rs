@@ -61,6 +61,11 @@ pub const NAMES: [&str; 3] = ["warren@a", "warren@b", "warren@c"];
 /// through a [`FaultProxy`] (the node whose name sorts first dials: it is told the proxy's
 /// address as its peer's).
 pub async fn start_cluster(dir: &Path, proxied: bool) -> Cluster {
+    start_cluster_with(dir, proxied, &[]).await
+}
+
+/// [`start_cluster`] with `extra` arguments given to every node.
+pub async fn start_cluster_with(dir: &Path, proxied: bool, extra: &[&str]) -> Cluster {
     let secret = dir.join("secret");
     std::fs::write(&secret, "the cluster's shared secret\n").expect("secret");
     let secret = secret.to_string_lossy().to_string();
@@ -89,7 +94,8 @@ pub async fn start_cluster(dir: &Path, proxied: bool) -> Cluster {
         let peers = peers.join(",");
         let args =
             ["--node-name", name, "--peers", &peers, "--cluster-listen", &listen, "--cluster-secret-file", &secret];
-        starts.push((dir.join(name), args.iter().map(|a| a.to_string()).collect::<Vec<String>>()));
+        let args = args.iter().chain(extra).map(|a| a.to_string()).collect::<Vec<String>>();
+        starts.push((dir.join(name), args));
     }
     let nodes = tokio::task::block_in_place(|| starts.iter().map(|(dir, args)| Some(start_node(dir, args))).collect());
     Cluster { nodes, starts, proxies, secret }

@@ -547,3 +547,60 @@ async fn deduplication_recognises_a_retry_after_the_leader_dies() {
         .collect();
     assert_eq!(got, (0..60).collect::<Vec<u64>>(), "each key once, in publish order, after the failover");
 }
+
+/// Metadata changes between two catalog snapshots in [`a_node_back_after_the_log_was_purged_installs_the_catalog`]:
+/// small, so that a thousand changes purge the log well past the stopped node.
+const SMALL_SNAPSHOT_INTERVAL: &str = "64";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_back_after_the_log_was_purged_installs_the_catalog() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let extra = ["--metadata-snapshot-interval", SMALL_SNAPSHOT_INTERVAL];
+    let mut cluster = start_cluster_with(dir.path(), false, &extra).await;
+    let a = cluster.connect(0).await;
+    let ch = a.create_channel().await.expect("channel");
+    declare_when_formed(&ch, "formed").await;
+    for name in ["kept", "doomed"] {
+        ch.queue_declare(name.into(), durable(), FieldTable::default()).await.expect("declare");
+    }
+    let c = cluster.connect(2).await;
+    assert!(passive_count(&c, "doomed").await.is_some(), "C knows the queues before it stops");
+    drop(c);
+    cluster.nodes[2].take().expect("running").kill9();
+
+    // More changes than the log keeps behind a snapshot (1,024 entries), while C is down.
+    for i in 0..600 {
+        let name = format!("churn-{i}");
+        ch.queue_declare(name.as_str().into(), durable(), FieldTable::default()).await.expect("declare");
+        ch.queue_delete(name.as_str().into(), QueueDeleteOptions::default()).await.expect("delete");
+    }
+    ch.queue_delete("doomed".into(), QueueDeleteOptions::default()).await.expect("delete");
+    ch.queue_declare("after".into(), durable(), FieldTable::default()).await.expect("declare");
+    ch.queue_bind("after".into(), "amq.direct".into(), "k".into(), Default::default(), FieldTable::default())
+        .await
+        .expect("bind");
+
+    cluster.restart(2);
+    let c = cluster.connect(2).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while passive_count(&c, "after").await.is_none() {
+        assert!(Instant::now() < deadline, "C never learned of the queue declared while it was down");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let installed = cluster.nodes[2].as_ref().expect("running").log_lines();
+    assert!(
+        installed.iter().any(|line| line.contains("installing the catalog's snapshot")),
+        "C caught up from the snapshot, the log behind it being purged"
+    );
+    assert_eq!(passive_count(&c, "doomed").await, None, "the queue deleted while C was down is gone there too");
+    assert!(passive_count(&c, "churn-599").await.is_none() && passive_count(&c, "kept").await.is_some());
+    let on_c = c.create_channel().await.expect("channel");
+    on_c.basic_publish("amq.direct".into(), "k".into(), Default::default(), b"via C", BasicProperties::default())
+        .await
+        .expect("publish");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while passive_count(&a, "after").await != Some(1) {
+        assert!(Instant::now() < deadline, "C routes by the binding made while it was down");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

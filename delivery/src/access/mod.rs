@@ -271,8 +271,9 @@ impl AccessControl {
         file.write(&bytes).map_err(|e| crate::error::internal_error("cannot store access control", e))
     }
 
-    /// The whole state as the changes that rebuild it (what the file holds).
-    fn as_changes(&self) -> Vec<AccessChange> {
+    /// The whole state as the changes that rebuild it (what the file and the catalog's
+    /// snapshot hold).
+    pub(crate) fn as_changes(&self) -> Vec<AccessChange> {
         let state = self.state.read();
         let users = state.users.values().map(|user| AccessChange::PutUser {
             name: user.name.clone(),

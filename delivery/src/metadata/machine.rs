@@ -5,9 +5,12 @@
 //! The virtual hosts keep their definitions on disk as they always do; the state machine
 //! only remembers, durably, the last entry it applied, so that a restart does not apply
 //! anything twice (a delete replayed over a queue declared again later would lose its
-//! messages). Snapshots are not taken: definitions change rarely, and the log keeps them all.
+//! messages). Every so many entries openraft asks for a snapshot ([`CatalogSnapshot`], the
+//! catalog as it stands once the entries so far are applied) and purges the log behind it; a
+//! node that fell behind the purge installs the snapshot instead.
 
 use super::command::{DefinitionOp, MetaCommand, MetaOutcome, MetaResult};
+use super::snapshot::CatalogSnapshot;
 use crate::broker::Broker;
 use crate::error::{BrokerError, ReplyCode};
 use crate::exchange::ExchangeDefinition;
@@ -40,6 +43,22 @@ const GROUP_LABEL: &str = "metadata";
 /// Results of this node's own commands kept for their proposer, at most: one that is never
 /// taken (its client went away) is dropped after this many newer ones.
 const RESULTS_KEPT: usize = 4096;
+/// The snapshot file's format version.
+const SAVED_SNAPSHOT_FORMAT_VERSION: u8 = 1;
+
+/// A snapshot as kept in its file: openraft's metadata and the encoded [`CatalogSnapshot`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedSnapshot {
+    meta: SnapshotMeta<u64, BasicNode>,
+    data: Vec<u8>,
+}
+
+impl SavedSnapshot {
+    fn to_raft(&self) -> Snapshot<MetaRaft> {
+        Snapshot { meta: self.meta.clone(), snapshot: Box::new(Cursor::new(self.data.clone())) }
+    }
+}
+
 /// The applied-state file's format version (1: without the forgotten nodes; 2: without the
 /// joined ones).
 const APPLIED_FORMAT_VERSION: u8 = 3;
@@ -102,6 +121,8 @@ struct Shared {
     /// Where releases before the alternating file kept it (read once, removed after the
     /// first write).
     legacy: Mutex<Option<SnapshotFile>>,
+    /// The current snapshot, replaced atomically (held while it is written).
+    snapshot: Mutex<SnapshotFile>,
     applied: Mutex<Applied>,
     /// The results of commands proposed by this node, by log index, until taken.
     results: Mutex<BTreeMap<u64, MetaResult>>,
@@ -128,7 +149,7 @@ fn storage_error(error: impl std::error::Error + 'static) -> StorageError<u64> {
 
 impl MetaStateMachine {
     /// The state machine of node `node_id`, applying to `broker`'s virtual hosts, its applied
-    /// state kept in `applied_path`.
+    /// state kept in `applied_path` and its current snapshot beside it.
     pub fn open(
         node_id: u64,
         broker: &Arc<Broker>,
@@ -136,6 +157,7 @@ impl MetaStateMachine {
         applied_path: impl Into<PathBuf>,
     ) -> Result<Self, warren_storage::StorageError> {
         let applied_path = applied_path.into();
+        let snapshot = SnapshotFile::new(snapshot_path(&applied_path));
         let file = AlternatingFile::new(&applied_path);
         let legacy = SnapshotFile::new(applied_path);
         let applied: Applied = match file.read()?.or(legacy.read()?) {
@@ -156,6 +178,7 @@ impl MetaStateMachine {
             replication,
             file,
             legacy: Mutex::new(legacy),
+            snapshot: Mutex::new(snapshot),
             applied: Mutex::new(applied),
             results: Mutex::new(BTreeMap::new()),
             applied_index: watch::Sender::new(index),
@@ -168,10 +191,13 @@ impl MetaStateMachine {
     /// afresh).
     pub fn remove_applied(applied_path: &std::path::Path) -> std::io::Result<()> {
         AlternatingFile::new(applied_path).remove()?;
-        match std::fs::remove_file(applied_path) {
-            Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
-            _ => Ok(()),
+        for path in [applied_path.to_path_buf(), snapshot_path(applied_path)] {
+            match std::fs::remove_file(path) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+                _ => {}
+            }
         }
+        Ok(())
     }
 
     /// Waits until the entry at `index` is applied here; then the result of this node's own
@@ -333,6 +359,67 @@ impl MetaStateMachine {
         }
     }
 
+    /// The catalog as it stands now, after the last applied entry.
+    fn take_snapshot(&self) -> Result<SavedSnapshot, String> {
+        let broker = self.shared.broker.upgrade().ok_or("the broker is stopping")?;
+        let applied = self.shared.applied.lock().clone();
+        let catalog = CatalogSnapshot::capture(&broker, self.shared.node_id, applied.forgotten, applied.joined);
+        let data = catalog.encode().map_err(|e| e.to_string())?;
+        let snapshot_id =
+            applied.last_applied.map_or_else(|| "none".into(), |id| format!("{}-{}", id.leader_id, id.index));
+        let meta = SnapshotMeta { last_log_id: applied.last_applied, last_membership: applied.membership, snapshot_id };
+        Ok(SavedSnapshot { meta, data })
+    }
+
+    fn store_snapshot(&self, snapshot: &SavedSnapshot) -> Result<(), warren_storage::StorageError> {
+        let bytes = postcard::to_extend(snapshot, vec![SAVED_SNAPSHOT_FORMAT_VERSION])
+            .map_err(|e| warren_storage::StorageError::Failed(format!("cannot encode the metadata snapshot: {e}")))?;
+        self.shared.snapshot.lock().write(&bytes)
+    }
+
+    fn current_snapshot(&self) -> Result<Option<SavedSnapshot>, warren_storage::StorageError> {
+        let Some(bytes) = self.shared.snapshot.lock().read()? else { return Ok(None) };
+        let undecodable = |why: String| warren_storage::StorageError::Failed(format!("metadata snapshot: {why}"));
+        match bytes.split_first() {
+            Some((&SAVED_SNAPSHOT_FORMAT_VERSION, rest)) => {
+                postcard::from_bytes(rest).map(Some).map_err(|e| undecodable(e.to_string()))
+            }
+            _ => Err(undecodable("unknown format".into())),
+        }
+    }
+
+    /// Makes this node's catalog the snapshot's (see [`CatalogSnapshot::changes_from`]): a
+    /// change refused here is logged and skipped, as an entry refused here would be.
+    fn install(&self, snapshot: &SavedSnapshot) -> Result<(), String> {
+        let meta = &snapshot.meta;
+        let catalog = CatalogSnapshot::decode(&snapshot.data).map_err(|e| e.to_string())?;
+        let broker = self.shared.broker.upgrade().ok_or("the broker is stopping")?;
+        let changes = catalog.changes_from(&broker, self.shared.node_id);
+        tracing::info!(index = ?meta.last_log_id.map(|id| id.index), changes = changes.len(), "installing the catalog's snapshot");
+        for command in changes {
+            if let Err(error) = self.apply_command(&command) {
+                tracing::warn!(vhost = command.vhost, op = ?command.op, %error, "a change of the catalog's snapshot is refused here");
+            }
+        }
+        {
+            let mut applied = self.shared.applied.lock();
+            applied.last_applied = meta.last_log_id;
+            applied.membership = meta.last_membership.clone();
+            applied.forgotten = catalog.forgotten.clone();
+            applied.joined = catalog.joined.clone();
+        }
+        for (name, address) in &catalog.joined {
+            self.shared.replication.add_node(name, address);
+        }
+        for node in &catalog.forgotten {
+            self.shared.replication.forget_node(*node);
+        }
+        self.save().map_err(|e| e.to_string())?;
+        self.store_snapshot(snapshot).map_err(|e| e.to_string())?;
+        self.shared.applied_index.send_replace(meta.last_log_id.map_or(0, |id| id.index));
+        Ok(())
+    }
+
     fn apply_entry(&self, log_id: LogId<u64>, payload: EntryPayload<MetaRaft>) -> MetaResult {
         let result = match payload {
             EntryPayload::Normal(command) => {
@@ -381,13 +468,36 @@ async fn drop_replica_when_out(vhost: Arc<crate::vhost::VirtualHost>, queue: Arc
     vhost.replace_with_stand_in(&queue, homes);
 }
 
-/// Snapshots are not taken (see the module documentation): a request builds an empty one,
-/// which openraft never needs, since the log is never purged.
-pub struct MetaSnapshotBuilder;
+fn snapshot_error(meta: Option<&SnapshotMeta<u64, BasicNode>>, error: impl ToString) -> StorageError<u64> {
+    let error = std::io::Error::other(error.to_string());
+    StorageError::from(StorageIOError::write_snapshot(meta.map(SnapshotMeta::signature), &error))
+}
+
+/// The current snapshot's file, beside the applied state's.
+fn snapshot_path(applied_path: &std::path::Path) -> PathBuf {
+    let mut name = applied_path.file_name().unwrap_or_default().to_os_string();
+    name.push(".snapshot");
+    applied_path.with_file_name(name)
+}
+
+/// Writes the snapshot taken when openraft asked (between two applied batches, so it is the
+/// catalog at its index) and hands it over.
+pub struct MetaSnapshotBuilder {
+    machine: MetaStateMachine,
+    taken: Option<Result<SavedSnapshot, String>>,
+}
 
 impl RaftSnapshotBuilder<MetaRaft> for MetaSnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<MetaRaft>, StorageError<u64>> {
-        Ok(Snapshot { meta: SnapshotMeta::default(), snapshot: Box::new(Cursor::new(Vec::new())) })
+        let taken = self.taken.take().unwrap_or_else(|| Err("built twice".into()));
+        let snapshot = taken.map_err(|e| snapshot_error(None, e))?;
+        let (machine, saved) = (self.machine.clone(), snapshot.clone());
+        let stored = tokio::task::spawn_blocking(move || machine.store_snapshot(&saved)).await;
+        match stored {
+            Ok(Ok(())) => Ok(snapshot.to_raft()),
+            Ok(Err(error)) => Err(snapshot_error(Some(&snapshot.meta), error)),
+            Err(join) => Err(snapshot_error(Some(&snapshot.meta), join)),
+        }
     }
 }
 
@@ -415,7 +525,7 @@ impl RaftStateMachine<MetaRaft> for MetaStateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        MetaSnapshotBuilder
+        MetaSnapshotBuilder { machine: self.clone(), taken: Some(self.take_snapshot()) }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
@@ -424,14 +534,16 @@ impl RaftStateMachine<MetaRaft> for MetaStateMachine {
 
     async fn install_snapshot(
         &mut self,
-        _meta: &SnapshotMeta<u64, BasicNode>,
-        _snapshot: Box<Cursor<Vec<u8>>>,
+        meta: &SnapshotMeta<u64, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<u64>> {
-        Err(storage_error(std::io::Error::other("the metadata group does not take snapshots")))
+        let saved = SavedSnapshot { meta: meta.clone(), data: snapshot.into_inner() };
+        self.install(&saved).map_err(|e| snapshot_error(Some(meta), e))
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<MetaRaft>>, StorageError<u64>> {
-        Ok(None)
+        let current = self.current_snapshot().map_err(|e| snapshot_error(None, e))?;
+        Ok(current.as_ref().map(SavedSnapshot::to_raft))
     }
 }
 

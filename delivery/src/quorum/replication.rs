@@ -40,6 +40,14 @@ impl InitialMembers {
         InitialMembers { leader: JOINING_LEADER, members: BTreeMap::new() }
     }
 
+    /// The members `ids` of a group that formed already (a node catching up from the
+    /// catalog's snapshot): nobody initializes it, and a member among them waits for the
+    /// group's leader.
+    pub fn formed(ids: impl IntoIterator<Item = u64>) -> Self {
+        let members = ids.into_iter().map(|id| (id, BasicNode::default())).collect();
+        InitialMembers { leader: JOINING_LEADER, members }
+    }
+
     /// Whether these are [`InitialMembers::joining`]'s.
     pub fn is_joining(&self) -> bool {
         self.leader == JOINING_LEADER && self.members.is_empty()

@@ -142,9 +142,8 @@ impl VirtualHost {
     }
 
     /// Folds the durable definitions out of the live exchanges and queues: what the
-    /// recorded set must equal (tests compare the two).
-    #[cfg(test)]
-    pub(super) fn durable_definitions(&self) -> Definitions {
+    /// recorded set must equal (tests compare the two), and what the catalog's snapshot holds.
+    pub(crate) fn durable_definitions(&self) -> Definitions {
         let mut definitions = Definitions::default();
         for exchange in self.exchanges() {
             let d = exchange.definition();

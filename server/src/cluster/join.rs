@@ -15,7 +15,7 @@
 //! 4. learns the other nodes and their addresses from the answer, and records them with its
 //!    seed.
 
-use super::metadata_group::{self, MetadataStartError};
+use super::metadata_group::{self, MetadataSettings, MetadataStartError};
 use super::nodes::Nodes;
 use super::peer_address::PeerAddress;
 use super::raft_router::{JoinDesk, RaftRouter};
@@ -153,7 +153,7 @@ pub struct Joiner {
     router: RaftRouter,
     broker: Weak<Broker>,
     data_dir: PathBuf,
-    cluster_name: String,
+    settings: MetadataSettings,
     log_config: LogConfig,
 }
 
@@ -164,7 +164,7 @@ impl Joiner {
         router: RaftRouter,
         broker: &Arc<Broker>,
         data_dir: &Path,
-        cluster_name: &str,
+        settings: &MetadataSettings,
         log_config: LogConfig,
     ) -> Self {
         Joiner {
@@ -172,7 +172,7 @@ impl Joiner {
             router,
             broker: Arc::downgrade(broker),
             data_dir: data_dir.to_path_buf(),
-            cluster_name: cluster_name.to_string(),
+            settings: settings.clone(),
             log_config,
         }
     }
@@ -246,7 +246,7 @@ impl Joiner {
             &self.router,
             broker,
             &self.data_dir,
-            &self.cluster_name,
+            &self.settings,
             self.log_config.clone(),
             initialize,
         )

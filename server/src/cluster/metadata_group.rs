@@ -29,6 +29,9 @@ const CLUSTER_DIR: &str = "cluster";
 const LOG_DIR: &str = "metadata-log";
 /// The metadata state machine's applied state, in the cluster's files.
 const APPLIED_FILE: &str = "metadata-applied";
+/// Entries kept in the log behind a snapshot, so that a node a little behind catches up from
+/// the log rather than from a whole snapshot.
+const LOG_KEPT_BEHIND_SNAPSHOT_ENTRIES: u64 = 1024;
 /// The file naming the cluster the data directory belongs to.
 const CLUSTER_NAME_FILE: &str = "cluster-name";
 
@@ -80,6 +83,15 @@ pub fn cluster_dir(data_dir: &Path) -> PathBuf {
     data_dir.join(CLUSTER_DIR)
 }
 
+/// How the metadata member runs: the cluster's name and the entries between two snapshots.
+#[derive(Debug, Clone)]
+pub struct MetadataSettings {
+    /// The cluster's name (a data directory of another cluster is refused).
+    pub cluster_name: String,
+    /// Entries between two snapshots of the catalog.
+    pub snapshot_interval_entries: u64,
+}
+
 /// Starts this node's metadata member over `broker`, routes the group's RPCs and proposals to
 /// it, and makes `broker`'s definition changes go through it. The group is initialized here
 /// if `may_initialize`, its log is empty and this node's name sorts first.
@@ -88,10 +100,11 @@ pub async fn start(
     router: &RaftRouter,
     broker: &Arc<Broker>,
     data_dir: &Path,
-    cluster_name: &str,
+    settings: &MetadataSettings,
     log_config: LogConfig,
     may_initialize: bool,
 ) -> Result<Arc<Metadata>, MetadataStartError> {
+    let cluster_name = settings.cluster_name.as_str();
     let dir = cluster_dir(data_dir);
     check_cluster_name(&dir, cluster_name)?;
     let raft_error = |e: &dyn std::fmt::Display| MetadataStartError::Raft(e.to_string());
@@ -101,8 +114,12 @@ pub async fn start(
     let machine = MetaStateMachine::open(node_id, broker, Arc::clone(&replication), dir.join(APPLIED_FILE))
         .map_err(|e| raft_error(&e))?;
     let fresh = log.clone().get_log_state().await.map_err(|e| raft_error(&e))?.last_log_id.is_none();
-    let config =
-        Config { cluster_name: cluster_name.to_string(), snapshot_policy: SnapshotPolicy::Never, ..Default::default() };
+    let config = Config {
+        cluster_name: cluster_name.to_string(),
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(settings.snapshot_interval_entries),
+        max_in_snapshot_log_to_keep: LOG_KEPT_BEHIND_SNAPSHOT_ENTRIES,
+        ..Default::default()
+    };
     let config = fit_to_transport(&config).map_err(|e| raft_error(&e))?;
     let network = GroupNetwork::<MetaRaft>::new(cluster.transport().clone(), RaftGroupId::new(METADATA_GROUP));
     let raft = Raft::new(node_id, Arc::new(config), network, log, machine.clone()).await.map_err(|e| raft_error(&e))?;
