@@ -261,6 +261,8 @@ impl Connection {
     }
 
     fn handle_connection_frame(&mut self, frame: RawFrame) -> Result<(), BrokerError> {
+        // A close for a frame that is not a method blames none (class and method 0).
+        self.current_method = (0, 0);
         match frame.kind {
             frame::FRAME_HEARTBEAT if frame.channel == 0 => return Ok(()),
             frame::FRAME_METHOD if frame.channel == 0 => {}
@@ -298,6 +300,14 @@ impl Connection {
     /// failed too often waits its turn (sent once the wait is over, see
     /// [`Connection::complete_pending`]); a right password never waits.
     fn start_ok(&mut self, start_ok: connection::StartOk) -> Result<(), BrokerError> {
+        let offered = sasl::mechanisms(self.certificate_login.is_some());
+        if !offered.split_whitespace().any(|m| m == start_ok.mechanism.as_str()) {
+            // The specification: close "without sending any further data" (RabbitMQ does too).
+            let mechanism = client_text::sanitize(start_ok.mechanism.as_str(), client_text::MAX_TEXT_BYTES);
+            tracing::info!(peer = %self.peer, %mechanism, "client chose a mechanism not offered; closing the socket");
+            self.phase = Phase::Closed;
+            return Ok(());
+        }
         let login = crate::login::log_in(&self.broker, &start_ok, self.peer, self.certificate_login.as_deref());
         match login {
             Ok(user) => self.logged_in(user, start_ok),
@@ -433,7 +443,8 @@ impl Connection {
         match frame.kind {
             frame::FRAME_METHOD => {}
             frame::FRAME_HEARTBEAT => {
-                return Err(BrokerError::new(ReplyCode::FrameError, "heartbeat frame on a non-zero channel"))
+                self.current_method = (0, 0);
+                return Err(BrokerError::new(ReplyCode::FrameError, "heartbeat frame on a non-zero channel"));
             }
             kind => {
                 let channel = self.channels.get_mut(&id).ok_or_else(|| channel_not_open(id))?;
@@ -691,3 +702,6 @@ fn shown_client_properties(properties: &amq_protocol::types::FieldTable) -> Vec<
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

@@ -114,12 +114,13 @@ impl PendingContent {
         Ok(())
     }
 
-    /// Takes a body frame's payload; a body longer than announced is 501 FRAME_ERROR.
+    /// Takes a body frame's payload; a body longer than announced is badly-formatted content,
+    /// 505 UNEXPECTED_FRAME (AMQP 0-9-1, 4.2.6).
     pub fn body(&mut self, piece: Bytes) -> Result<(), BrokerError> {
         let expected = self.header.as_ref().map_or(0, |h| h.body_size) as usize;
         if self.body.len() + piece.len() > expected {
             return Err(BrokerError::new(
-                ReplyCode::FrameError,
+                ReplyCode::UnexpectedFrame,
                 format!("body frames carry more than the {expected} bytes announced"),
             ));
         }

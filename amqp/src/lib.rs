@@ -20,6 +20,8 @@ mod publisher_block;
 pub mod sasl;
 pub mod server_properties;
 mod table_fields;
+#[cfg(test)]
+mod test_client;
 pub mod tls;
 mod write_batch;
 

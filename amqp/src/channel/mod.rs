@@ -6,6 +6,8 @@
 //! `channel.close` or `connection.close` with the reply code the error carries.
 
 mod definitions;
+#[cfg(test)]
+mod tests;
 
 use crate::content::PendingContent;
 use crate::outbox::{ChannelSink, LateReplies, Outbound, Outbox};
