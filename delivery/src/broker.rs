@@ -247,6 +247,11 @@ impl Broker {
         }
     }
 
+    /// The cluster's metadata group, if this node is in a cluster.
+    pub fn metadata(&self) -> Option<Arc<crate::metadata::Metadata>> {
+        self.metadata.read().clone()
+    }
+
     /// Every virtual host.
     pub fn vhosts(&self) -> Vec<Arc<VirtualHost>> {
         let mut vhosts: Vec<Arc<VirtualHost>> = self.vhosts.read().values().cloned().collect();

@@ -15,6 +15,7 @@ pub mod direct_reply_to;
 mod equivalence;
 pub mod error;
 pub mod exchange;
+pub mod feature_flags;
 pub mod field_table;
 mod field_value;
 pub mod log_browser;

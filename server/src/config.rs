@@ -131,6 +131,11 @@ pub struct Cli {
     #[arg(long, env = "WARREN_METADATA_SNAPSHOT_INTERVAL", value_name = "ENTRIES", default_value_t = warren_delivery::metadata::DEFAULT_SNAPSHOT_INTERVAL_ENTRIES)]
     pub metadata_snapshot_interval: u64,
 
+    /// Test-only: this node knows machine versions as the release before the newest feature
+    /// flags did (for tests of clusters of mixed releases).
+    #[arg(long, hide = true)]
+    pub pretend_previous_release: bool,
+
     /// Address of the inter-node listener; none (the default) and no --peers is a one-node cluster.
     #[arg(long, env = "WARREN_CLUSTER_LISTEN", value_name = "ADDR")]
     pub cluster_listen: Option<SocketAddr>,
@@ -371,6 +376,8 @@ pub struct ClusterSettings {
     pub cluster_name: String,
     /// Metadata changes between two snapshots of the catalog.
     pub metadata_snapshot_interval_entries: u64,
+    /// Test-only: the node knows machine versions as the previous release did.
+    pub pretend_previous_release: bool,
     /// Inter-node listener address, if any.
     pub listen: Option<SocketAddr>,
     /// The seed list, without this node.
@@ -392,6 +399,7 @@ impl Default for ClusterSettings {
             node_name: warren_delivery::node::default_name(),
             cluster_name: DEFAULT_CLUSTER_NAME.to_string(),
             metadata_snapshot_interval_entries: warren_delivery::metadata::DEFAULT_SNAPSHOT_INTERVAL_ENTRIES,
+            pretend_previous_release: false,
             listen: None,
             peers: Vec::new(),
             secret: None,
@@ -585,8 +593,15 @@ fn cluster_settings(m: &ArgMatches, cli: &Cli, file: &FileSettings) -> Result<Cl
         let message = "must be at least 1 (metadata changes between two snapshots)".to_string();
         return Err(ConfigError::Invalid { key: "metadata_snapshot_interval", message });
     }
-    let mut settings =
-        ClusterSettings { node_name, cluster_name, metadata_snapshot_interval_entries, listen, peers, secret: None };
+    let mut settings = ClusterSettings {
+        node_name,
+        cluster_name,
+        metadata_snapshot_interval_entries,
+        pretend_previous_release: cli.pretend_previous_release,
+        listen,
+        peers,
+        secret: None,
+    };
     if settings.is_networked() {
         let path = secret_file.ok_or(ConfigError::ClusterSecretRequired)?;
         settings.secret = Some(ClusterSecret::read(&path)?);

@@ -219,6 +219,9 @@ const LATENESS_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_
 /// Creates the data directory, binds the listener and starts serving.
 pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
     warren_delivery::node::set_local_name(&config.cluster.node_name)?;
+    if config.cluster.pretend_previous_release {
+        warren_delivery::feature_flags::pretend_previous_release();
+    }
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
     let listener = TcpListener::bind(config.amqp_listen)

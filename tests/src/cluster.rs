@@ -66,6 +66,11 @@ pub async fn start_cluster(dir: &Path, proxied: bool) -> Cluster {
 
 /// [`start_cluster`] with `extra` arguments given to every node.
 pub async fn start_cluster_with(dir: &Path, proxied: bool, extra: &[&str]) -> Cluster {
+    start_cluster_per_node(dir, proxied, |_| extra.iter().map(|a| a.to_string()).collect()).await
+}
+
+/// [`start_cluster`] with the arguments `extra(node)` given to each node.
+pub async fn start_cluster_per_node(dir: &Path, proxied: bool, extra: impl Fn(usize) -> Vec<String>) -> Cluster {
     let secret = dir.join("secret");
     std::fs::write(&secret, "the cluster's shared secret\n").expect("secret");
     let secret = secret.to_string_lossy().to_string();
@@ -94,7 +99,8 @@ pub async fn start_cluster_with(dir: &Path, proxied: bool, extra: &[&str]) -> Cl
         let peers = peers.join(",");
         let args =
             ["--node-name", name, "--peers", &peers, "--cluster-listen", &listen, "--cluster-secret-file", &secret];
-        let args = args.iter().chain(extra).map(|a| a.to_string()).collect::<Vec<String>>();
+        let mut args = args.iter().map(|a| a.to_string()).collect::<Vec<String>>();
+        args.extend(extra(me));
         starts.push((dir.join(name), args));
     }
     let nodes = tokio::task::block_in_place(|| starts.iter().map(|(dir, args)| Some(start_node(dir, args))).collect());

@@ -604,3 +604,67 @@ async fn a_node_back_after_the_log_was_purged_installs_the_catalog() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The switch that makes a node know machine versions as the previous release did.
+const PREVIOUS_RELEASE: &str = "--pretend-previous-release";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feature_flag_waits_for_every_node_and_a_node_that_does_not_know_it_refuses_to_apply() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // C runs the previous release: the new cluster cannot start with the newest flag on.
+    let previous_on_c = |node: usize| if node == 2 { vec![PREVIOUS_RELEASE.to_string()] } else { Vec::new() };
+    let mut cluster = start_cluster_per_node(dir.path(), false, previous_on_c).await;
+    let a = cluster.connect(0).await;
+    let ch = a.create_channel().await.expect("channel");
+    declare_when_formed(&ch, "formed").await;
+    let flags = tokio::task::block_in_place(|| ctl(&cluster, 0, &["list_feature_flags"]));
+    assert!(flags.contains("catalog_snapshots") && flags.contains("disabled"), "{flags}");
+    let refused = tokio::task::block_in_place(|| try_ctl(&cluster, 0, &["enable_feature_flag", "catalog_snapshots"]));
+    let refused = refused.expect_err("refused while C does not know it");
+    assert!(refused.contains("409") && refused.contains("warren@c") && refused.contains("upgrade"), "{refused}");
+
+    // The mixed cluster works: a queue declared on A takes a publish through C.
+    ch.queue_declare("mixed".into(), durable(), FieldTable::default()).await.expect("declare");
+    let c = cluster.connect(2).await;
+    let on_c = c.create_channel().await.expect("channel");
+    on_c.basic_publish("".into(), "mixed".into(), Default::default(), b"via C", BasicProperties::default())
+        .await
+        .expect("publish");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while passive_count(&a, "mixed").await != Some(1) {
+        assert!(Instant::now() < deadline, "a publish through C reaches the queue on A");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // C is upgraded: the flag can be enabled, and every node has it.
+    drop((on_c, c));
+    cluster.nodes[2].take().expect("running").kill9();
+    cluster.starts[2].1.retain(|arg| arg != PREVIOUS_RELEASE);
+    cluster.restart(2);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !tokio::task::block_in_place(|| ctl(&cluster, 0, &["cluster_status"])).contains("warren@c running") {
+        assert!(Instant::now() < deadline, "the upgraded C rejoins");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::task::block_in_place(|| ctl(&cluster, 0, &["enable_feature_flag", "all"]));
+    for node in 0..3 {
+        let flags = tokio::task::block_in_place(|| ctl(&cluster, node, &["list_feature_flags"]));
+        assert!(flags.contains("catalog_snapshots") && flags.contains("enabled"), "node {node}: {flags}");
+    }
+
+    // C back on the previous release refuses the catalog it would apply wrongly, and says why.
+    cluster.nodes[2].take().expect("running").kill9();
+    let (data_dir, args) = cluster.starts[2].clone();
+    let output = tokio::task::block_in_place(|| {
+        std::process::Command::new(warren_tests::process::warren_binary())
+            .args(["--amqp-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data_dir)
+            .args(&args)
+            .arg(PREVIOUS_RELEASE)
+            .output()
+            .expect("run warren")
+    });
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "a node behind the catalog's version does not run: {said}");
+    assert!(said.contains("machine version 2") && said.contains("upgrade this node"), "{said}");
+}

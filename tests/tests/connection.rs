@@ -64,13 +64,21 @@ async fn start_announces_product_and_capabilities() {
 }
 
 #[tokio::test]
-async fn bad_credentials_and_unknown_mechanisms_are_refused_with_403() {
+async fn bad_credentials_are_refused_with_403_and_a_mechanism_not_offered_gets_the_socket_closed() {
     let broker = start_broker().await;
-    for (mechanism, response) in [("PLAIN", &b"\0guest\0wrong"[..]), ("PLAIN", b"\0nobody\0guest"), ("EXTERNAL", b"")] {
+    for (mechanism, response) in [("PLAIN", &b"\0guest\0wrong"[..]), ("PLAIN", b"\0nobody\0guest")] {
         let (mut client, _) = raw_after_start(&broker).await;
         client.send_method(0, start_ok(mechanism, response)).await;
         let (code, _, _) = client.expect_connection_close().await;
         assert_eq!(code, 403, "{mechanism} {response:?}");
+    }
+    // AMQP 0-9-1, start-ok's mechanism: "the server MUST close the connection without sending
+    // any further data" (RabbitMQ does so). EXTERNAL is offered only with a client certificate.
+    for mechanism in ["EXTERNAL", "CRAM-MD5"] {
+        let (mut client, _) = raw_after_start(&broker).await;
+        client.send_method(0, start_ok(mechanism, b"")).await;
+        let next = client.next().await;
+        assert!(matches!(next, Next::Closed), "{mechanism}: {next:?}");
     }
     let uri = format!("amqp://guest:wrong@{}/%2f", broker.amqp_addr);
     assert!(lapin::Connection::connect(&uri, lapin::ConnectionProperties::default()).await.is_err());

@@ -137,6 +137,14 @@ pub enum DefinitionOp {
         /// Where its pending set is replicated.
         members: InitialMembers,
     },
+    /// The catalog's machine version changes to `version` (a feature flag was enabled): the
+    /// entries after this one apply with its semantics, and a node that does not know it
+    /// stops applying and says why. (Last of the ops, so that logs written before it existed
+    /// still decode.)
+    SetMachineVersion {
+        /// The new version.
+        version: u16,
+    },
 }
 
 /// A definition change in `vhost`, proposed by node `origin`.

@@ -10,6 +10,7 @@
 use super::command::{DefinitionOp, MetaCommand, MetaOutcome};
 use super::machine::{MetaRaft, MetaStateMachine};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
+use crate::feature_flags::CATALOG_SNAPSHOTS;
 use crate::quorum::{ClusterFuture, Replication};
 use openraft::Raft;
 use std::sync::Arc;
@@ -139,6 +140,42 @@ impl Metadata {
         let op =
             DefinitionOp::DeleteMember { name: queue.to_string(), node_id: crate::node::NodeId::of(node).raft_id() };
         self.change(vhost, op).await.map(|_| ())
+    }
+
+    /// The catalog's machine version in effect on this node.
+    pub fn machine_version(&self) -> u16 {
+        self.machine.machine_version()
+    }
+
+    /// Moves the catalog to machine version `version` on every node (a feature flag is
+    /// enabled); the caller has checked that every node knows it.
+    pub async fn set_machine_version(&self, version: u16) -> BrokerResult<()> {
+        self.change("", DefinitionOp::SetMachineVersion { version }).await.map(|_| ())
+    }
+
+    /// Snapshots the catalog every `interval_entries` applied entries, once the cluster has
+    /// enabled [`CATALOG_SNAPSHOTS`] (a node of an earlier release could not install one);
+    /// openraft then purges the log behind each snapshot.
+    pub fn snapshot_every(self: &Arc<Self>, interval_entries: u64) {
+        let (metadata, mut applied) = (Arc::downgrade(self), self.machine.applied_index());
+        tokio::spawn(async move {
+            let mut requested_at = 0;
+            while applied.changed().await.is_ok() {
+                let index = *applied.borrow_and_update();
+                let Some(metadata) = metadata.upgrade() else { return };
+                if !CATALOG_SNAPSHOTS.enabled_at(metadata.machine_version()) {
+                    continue;
+                }
+                let last = metadata.raft.metrics().borrow().snapshot.map_or(0, |id| id.index);
+                if index.saturating_sub(last.max(requested_at)) < interval_entries {
+                    continue;
+                }
+                requested_at = index;
+                if let Err(error) = metadata.raft.trigger().snapshot().await {
+                    tracing::warn!(%error, "cannot snapshot the catalog");
+                }
+            }
+        });
     }
 
     /// Submits `command` to the leader (this node's member, or through forwarding); returns

@@ -82,6 +82,7 @@ pub(super) fn apply_here(vhost: &VirtualHost, op: &DefinitionOp) -> Option<MetaR
         | DefinitionOp::ForgetNode { .. }
         | DefinitionOp::AddNode { .. }
         | DefinitionOp::DeclareReplicatedExchange { .. }
+        | DefinitionOp::SetMachineVersion { .. }
         | DefinitionOp::Access(_) => return None,
     };
     Some(outcome)

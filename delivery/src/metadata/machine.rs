@@ -14,6 +14,7 @@ use super::snapshot::CatalogSnapshot;
 use crate::broker::Broker;
 use crate::error::{BrokerError, ReplyCode};
 use crate::exchange::ExchangeDefinition;
+use crate::feature_flags::{check_known, Machine, FIRST_MACHINE_VERSION};
 use crate::queue::{ConnectionId, QueueArguments, QueueDefinition};
 use crate::quorum::leader_changes::LeaderChanges;
 use crate::quorum::Replication;
@@ -60,17 +61,40 @@ impl SavedSnapshot {
 }
 
 /// The applied-state file's format version (1: without the forgotten nodes; 2: without the
-/// joined ones).
-const APPLIED_FORMAT_VERSION: u8 = 3;
+/// joined ones; 3: without the machine version).
+const APPLIED_FORMAT_VERSION: u8 = 4;
 
 /// What the state machine keeps on disk.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Applied {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, BasicNode>,
     /// Nodes that left the cluster (`forget_cluster_node`), by Raft id.
     forgotten: BTreeSet<u64>,
     /// Nodes that joined the cluster after it formed (`join_cluster`): name, then address.
+    joined: Vec<(String, String)>,
+    /// The catalog's machine version in effect after the last applied entry.
+    machine_version: u16,
+}
+
+impl Default for Applied {
+    fn default() -> Self {
+        Applied {
+            last_applied: None,
+            membership: StoredMembership::default(),
+            forgotten: BTreeSet::new(),
+            joined: Vec::new(),
+            machine_version: FIRST_MACHINE_VERSION,
+        }
+    }
+}
+
+/// The applied state as format 3 stored it.
+#[derive(Debug, Deserialize)]
+struct AppliedV3 {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, BasicNode>,
+    forgotten: BTreeSet<u64>,
     joined: Vec<(String, String)>,
 }
 
@@ -95,14 +119,15 @@ fn decode_applied(bytes: &[u8]) -> Result<Applied, warren_storage::StorageError>
     };
     match bytes.split_first() {
         Some((&APPLIED_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(undecodable),
+        Some((3, rest)) => {
+            let v3: AppliedV3 = postcard::from_bytes(rest).map_err(undecodable)?;
+            let AppliedV3 { last_applied, membership, forgotten, joined } = v3;
+            Ok(Applied { last_applied, membership, forgotten, joined, ..Applied::default() })
+        }
         Some((2, rest)) => {
             let v2: AppliedV2 = postcard::from_bytes(rest).map_err(undecodable)?;
-            Ok(Applied {
-                last_applied: v2.last_applied,
-                membership: v2.membership,
-                forgotten: v2.forgotten,
-                joined: Vec::new(),
-            })
+            let AppliedV2 { last_applied, membership, forgotten } = v2;
+            Ok(Applied { last_applied, membership, forgotten, ..Applied::default() })
         }
         Some((1, rest)) => {
             let v1: AppliedV1 = postcard::from_bytes(rest).map_err(undecodable)?;
@@ -165,6 +190,8 @@ impl MetaStateMachine {
             None => Applied::default(),
         };
         let legacy = legacy.path().exists().then_some(legacy);
+        check_known(Machine::Catalog, applied.machine_version)
+            .map_err(|e| warren_storage::StorageError::Failed(e.to_string()))?;
         for (name, address) in &applied.joined {
             replication.add_node(name, address);
         }
@@ -198,6 +225,16 @@ impl MetaStateMachine {
             }
         }
         Ok(())
+    }
+
+    /// The catalog's machine version in effect here.
+    pub fn machine_version(&self) -> u16 {
+        self.shared.applied.lock().machine_version
+    }
+
+    /// The index of the last entry applied here, as it moves.
+    pub fn applied_index(&self) -> watch::Receiver<u64> {
+        self.shared.applied_index.subscribe()
     }
 
     /// Waits until the entry at `index` is applied here; then the result of this node's own
@@ -234,8 +271,15 @@ impl MetaStateMachine {
     fn apply_command(&self, command: &MetaCommand) -> MetaResult {
         let broker =
             self.shared.broker.upgrade().ok_or_else(|| BrokerError::new(ReplyCode::InternalError, "stopping"))?;
-        if let DefinitionOp::Access(change) = &command.op {
-            return broker.apply_access(change).map(|()| MetaOutcome::default());
+        match &command.op {
+            DefinitionOp::Access(change) => return broker.apply_access(change).map(|()| MetaOutcome::default()),
+            DefinitionOp::SetMachineVersion { version } => {
+                // apply() has refused a version this node does not know.
+                self.shared.applied.lock().machine_version = *version;
+                tracing::info!(version, "the catalog's machine version changed");
+                return Ok(MetaOutcome::default());
+            }
+            _ => {}
         }
         let vhost = broker
             .vhost(&command.vhost)
@@ -363,7 +407,8 @@ impl MetaStateMachine {
     fn take_snapshot(&self) -> Result<SavedSnapshot, String> {
         let broker = self.shared.broker.upgrade().ok_or("the broker is stopping")?;
         let applied = self.shared.applied.lock().clone();
-        let catalog = CatalogSnapshot::capture(&broker, self.shared.node_id, applied.forgotten, applied.joined);
+        let catalog = CatalogSnapshot::capture(&broker, self.shared.node_id, applied.forgotten, applied.joined)
+            .at_machine_version(applied.machine_version);
         let data = catalog.encode().map_err(|e| e.to_string())?;
         let snapshot_id =
             applied.last_applied.map_or_else(|| "none".into(), |id| format!("{}-{}", id.leader_id, id.index));
@@ -393,6 +438,7 @@ impl MetaStateMachine {
     fn install(&self, snapshot: &SavedSnapshot) -> Result<(), String> {
         let meta = &snapshot.meta;
         let catalog = CatalogSnapshot::decode(&snapshot.data).map_err(|e| e.to_string())?;
+        check_known(Machine::Catalog, catalog.machine_version).map_err(|e| e.to_string())?;
         let broker = self.shared.broker.upgrade().ok_or("the broker is stopping")?;
         let changes = catalog.changes_from(&broker, self.shared.node_id);
         tracing::info!(index = ?meta.last_log_id.map(|id| id.index), changes = changes.len(), "installing the catalog's snapshot");
@@ -407,6 +453,7 @@ impl MetaStateMachine {
             applied.membership = meta.last_membership.clone();
             applied.forgotten = catalog.forgotten.clone();
             applied.joined = catalog.joined.clone();
+            applied.machine_version = catalog.machine_version;
         }
         for (name, address) in &catalog.joined {
             self.shared.replication.add_node(name, address);
@@ -418,6 +465,16 @@ impl MetaStateMachine {
         self.store_snapshot(snapshot).map_err(|e| e.to_string())?;
         self.shared.applied_index.send_replace(meta.last_log_id.map_or(0, |id| id.index));
         Ok(())
+    }
+
+    /// Refuses an entry that moves the catalog to a machine version this node does not know.
+    fn check_version(entry: &openraft::Entry<MetaRaft>) -> Result<(), crate::feature_flags::NewerVersion> {
+        match &entry.payload {
+            EntryPayload::Normal(MetaCommand { op: DefinitionOp::SetMachineVersion { version }, .. }) => {
+                check_known(Machine::Catalog, *version)
+            }
+            _ => Ok(()),
+        }
     }
 
     fn apply_entry(&self, log_id: LogId<u64>, payload: EntryPayload<MetaRaft>) -> MetaResult {
@@ -516,12 +573,25 @@ impl RaftStateMachine<MetaRaft> for MetaStateMachine {
         I: IntoIterator<Item = openraft::Entry<MetaRaft>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let results: Vec<MetaResult> =
-            entries.into_iter().map(|entry| self.apply_entry(entry.log_id, entry.payload)).collect();
+        let mut results = Vec::new();
+        let mut refused = None;
+        for entry in entries {
+            if let Err(error) = Self::check_version(&entry) {
+                // Applied no further: with semantics this release does not know, this node
+                // would diverge from the others.
+                tracing::error!(index = entry.log_id.index, %error, "the catalog's log cannot be applied further here");
+                refused = Some(error);
+                break;
+            }
+            results.push(self.apply_entry(entry.log_id, entry.payload));
+        }
         self.save().map_err(storage_error)?;
         let index = self.shared.applied.lock().last_applied.map_or(0, |id| id.index);
         self.shared.applied_index.send_replace(index);
-        Ok(results)
+        match refused {
+            Some(error) => Err(storage_error(std::io::Error::other(error.to_string()))),
+            None => Ok(results),
+        }
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -559,6 +629,27 @@ mod tests {
 
     fn encoded(applied: &Applied) -> Vec<u8> {
         postcard::to_extend(applied, vec![APPLIED_FORMAT_VERSION]).expect("encodes")
+    }
+
+    #[test]
+    fn an_applied_state_of_format_3_reads_at_the_first_machine_version() {
+        #[derive(Serialize)]
+        struct Format3 {
+            last_applied: Option<LogId<u64>>,
+            membership: StoredMembership<u64, BasicNode>,
+            forgotten: BTreeSet<u64>,
+            joined: Vec<(String, String)>,
+        }
+        let written = Format3 {
+            last_applied: applied_at(7).last_applied,
+            membership: StoredMembership::default(),
+            forgotten: BTreeSet::from([9]),
+            joined: vec![("warren@d".into(), "127.0.0.1:1".into())],
+        };
+        let read = decode_applied(&postcard::to_extend(&written, vec![3]).expect("encodes")).expect("decodes");
+        assert_eq!(read.last_applied.map(|id| id.index), Some(7));
+        assert_eq!((read.forgotten, read.joined), (written.forgotten, written.joined));
+        assert_eq!(read.machine_version, FIRST_MACHINE_VERSION);
     }
 
     #[tokio::test]

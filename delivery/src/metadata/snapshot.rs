@@ -17,6 +17,7 @@ use crate::access::AccessChange;
 use crate::broker::Broker;
 use crate::definitions::{BindingRecord, Definitions, ExchangeRecord, QueueRecord};
 use crate::exchange::DELAYED_TYPE;
+use crate::feature_flags::FIRST_MACHINE_VERSION;
 use crate::queue::QueueArguments;
 use crate::quorum::InitialMembers;
 use amq_protocol::types::FieldTable;
@@ -39,6 +40,14 @@ pub struct CatalogSnapshot {
     pub forgotten: BTreeSet<u64>,
     /// Nodes that joined after the cluster formed: name, then address.
     pub joined: Vec<(String, String)>,
+    /// The catalog's machine version at the snapshot (snapshots of format 1 written before
+    /// machine versions hold none: the first).
+    #[serde(default = "first_machine_version")]
+    pub machine_version: u16,
+}
+
+fn first_machine_version() -> u16 {
+    FIRST_MACHINE_VERSION
 }
 
 /// One vhost's durable definitions in a [`CatalogSnapshot`].
@@ -95,7 +104,14 @@ impl CatalogSnapshot {
             vhosts,
             forgotten,
             joined,
+            machine_version: FIRST_MACHINE_VERSION,
         }
+    }
+
+    /// This snapshot, taken at catalog machine version `version`.
+    pub fn at_machine_version(mut self, version: u16) -> Self {
+        self.machine_version = version;
+        self
     }
 
     /// The document's bytes.

@@ -15,11 +15,14 @@ use openraft::storage::RaftLogStorage;
 use openraft::{Config, Raft, SnapshotPolicy};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
+use warren_delivery::feature_flags::{newest_common_version, Machine};
 use warren_delivery::metadata::{MetaRaft, MetaStateMachine, Metadata};
 use warren_delivery::quorum::Replication;
 use warren_delivery::Broker;
 use warren_storage::raft::RaftLog;
 use warren_storage::LogConfig;
+use warren_webui::ClusterView;
 
 /// The metadata group's name on the wire.
 pub const METADATA_GROUP: &str = "metadata";
@@ -116,7 +119,8 @@ pub async fn start(
     let fresh = log.clone().get_log_state().await.map_err(|e| raft_error(&e))?.last_log_id.is_none();
     let config = Config {
         cluster_name: cluster_name.to_string(),
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(settings.snapshot_interval_entries),
+        // Snapshots are asked for once every node can install one (Metadata::snapshot_every).
+        snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: LOG_KEPT_BEHIND_SNAPSHOT_ENTRIES,
         ..Default::default()
     };
@@ -124,7 +128,8 @@ pub async fn start(
     let network = GroupNetwork::<MetaRaft>::new(cluster.transport().clone(), RaftGroupId::new(METADATA_GROUP));
     let raft = Raft::new(node_id, Arc::new(config), network, log, machine.clone()).await.map_err(|e| raft_error(&e))?;
     let first = cluster.node_names().into_iter().next();
-    if may_initialize && fresh && first.as_deref() == Some(cluster.transport().node_name()) {
+    let initializes = may_initialize && fresh && first.as_deref() == Some(cluster.transport().node_name());
+    if initializes {
         if let Err(error) = raft.initialize(cluster.members()).await {
             tracing::info!(%error, "the metadata group was initialized already");
         }
@@ -132,9 +137,48 @@ pub async fn start(
     }
     let forwarding = Arc::clone(cluster) as Arc<dyn warren_delivery::metadata::MetaForwarding>;
     let metadata = Metadata::new(raft, machine, forwarding, replication);
+    metadata.snapshot_every(settings.snapshot_interval_entries);
+    if initializes {
+        enable_common_versions(Arc::clone(cluster), Arc::clone(&metadata));
+    }
     router.set_metadata(Arc::clone(&metadata));
     broker.join_metadata(&metadata);
     Ok(metadata)
+}
+
+/// How long a new cluster's first node waits for every seed to say which machine versions
+/// it knows.
+const FORMATION_VERSIONS_WAIT: Duration = Duration::from_secs(60);
+/// Between two asks of the seeds' machine versions while the cluster forms.
+const FORMATION_VERSIONS_RETRY: Duration = Duration::from_secs(1);
+
+/// A cluster formed by nodes of one release starts with every feature flag they all know
+/// enabled, as RabbitMQ's does: the first node asks every seed, and moves the catalog to the
+/// newest version they share. A seed that does not answer in time leaves the flags to the
+/// operator (`warren ctl enable_feature_flag all`).
+fn enable_common_versions(cluster: Arc<ClusterReplication>, metadata: Arc<Metadata>) {
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + FORMATION_VERSIONS_WAIT;
+        while tokio::time::Instant::now() < deadline {
+            let nodes = ClusterView::machine_versions(&*cluster).await;
+            if let Some(version) = newest_common_version(Machine::Catalog, &nodes) {
+                if version <= metadata.machine_version() {
+                    return;
+                }
+                match metadata.set_machine_version(version).await {
+                    Ok(()) => {
+                        return tracing::info!(
+                            version,
+                            "the new cluster's catalog is at the newest version its nodes share"
+                        )
+                    }
+                    Err(error) => tracing::debug!(%error, "cannot set the new cluster's machine version yet"),
+                }
+            }
+            tokio::time::sleep(FORMATION_VERSIONS_RETRY).await;
+        }
+        tracing::info!("not every seed said which versions it knows: enable the feature flags with warren ctl enable_feature_flag all");
+    });
 }
 
 /// Records the cluster's name in a new data directory; refuses one of another cluster.

@@ -213,6 +213,9 @@ impl RaftRouter {
             PeerRequest::ReadStream { group, from, max_bytes } => {
                 PeerResponse::StreamRead(self.read_stream(&group, from, max_bytes))
             }
+            PeerRequest::MachineVersions => {
+                PeerResponse::MachineVersions(warren_delivery::feature_flags::known_versions())
+            }
             // Forwarded operations are one-way, in order: as a request, one would be out of it.
             PeerRequest::Forwarded(_) => {
                 tracing::debug!("a forwarded operation sent as a request was ignored");

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
+use warren_delivery::feature_flags::{self, NodeVersions};
 use warren_delivery::metadata::{MetaCommand, MetaForwarding};
 use warren_delivery::queue::LeaderLocator;
 use warren_delivery::quorum::{
@@ -303,6 +304,29 @@ impl warren_webui::ClusterView for ClusterReplication {
 
     fn cluster_name(&self) -> String {
         self.cluster_name.clone()
+    }
+
+    fn machine_versions(&self) -> ClusterFuture<Vec<NodeVersions>> {
+        let (transport, me, nodes) = (self.transport.clone(), self.node_name.clone(), self.node_names());
+        Box::pin(async move {
+            let asked = nodes.into_iter().map(|node| {
+                let transport = transport.clone();
+                let local = node == me;
+                async move {
+                    if local {
+                        return NodeVersions { node, known: Ok(feature_flags::known_versions()) };
+                    }
+                    let answer = transport.request_within(&node, PeerRequest::MachineVersions, PROPOSAL_TIMEOUT).await;
+                    let known = match answer {
+                        Ok(PeerResponse::MachineVersions(known)) => Ok(known),
+                        Ok(other) => Err(format!("unexpected answer: {other:?}")),
+                        Err(error) => Err(error.to_string()),
+                    };
+                    NodeVersions { node, known }
+                }
+            });
+            futures_util::future::join_all(asked).await
+        })
     }
 
     fn join_cluster(&self, target: &str) -> ClusterFuture<Result<Vec<String>, String>> {

@@ -83,6 +83,10 @@ pub enum PeerRequest {
         /// Payload bytes wanted, about.
         max_bytes: u32,
     },
+    /// The newest version of each replicated state machine this node knows. Answered with
+    /// [`PeerResponse::MachineVersions`]; a node of a release before machine versions cannot
+    /// read the request (last of the requests, so that the others still decode there).
+    MachineVersions,
 }
 
 /// An answer to a [`PeerRequest`].
@@ -108,6 +112,8 @@ pub enum PeerResponse {
     Joined(Result<Vec<PeerAddress>, String>),
     /// The answer to [`PeerRequest::ReadStream`].
     StreamRead(Result<StreamChunk, String>),
+    /// The answer to [`PeerRequest::MachineVersions`]: by machine name.
+    MachineVersions(Vec<(String, u16)>),
 }
 
 /// The transport as the broker uses it.

@@ -1,6 +1,6 @@
 //! The cluster verbs of rabbitmqctl, rabbitmq-queues and rabbitmq-streams: `cluster_status`,
 //! `join_cluster`, `forget_cluster_node`, `quorum_status`, `add_member`, `delete_member`,
-//! `grow`, `shrink`, `stream_status`, `add_replica`, `delete_replica`.
+//! `grow`, `shrink`, `stream_status`, `add_replica`, `delete_replica`; `enable_feature_flag`.
 
 use super::client::{encode, Client};
 use super::output::say;
@@ -14,6 +14,22 @@ pub fn cluster_status(client: &Client) -> Result<(), CtlError> {
     for node in nodes.as_array().into_iter().flatten() {
         let running = if node["running"].as_bool() == Some(true) { "running" } else { "down" };
         say(&format!("{} {running}\n", node["name"].as_str().unwrap_or("?")));
+    }
+    Ok(())
+}
+
+/// `enable_feature_flag NAME`, or `all`: each flag not enabled yet, oldest first.
+pub fn enable_feature_flag(client: &Client, name: &str) -> Result<(), CtlError> {
+    let names: Vec<String> = if name == "all" {
+        let flags = client.get("/api/feature-flags")?;
+        let disabled = flags.as_array().into_iter().flatten().filter(|flag| flag["state"] != "enabled");
+        disabled.filter_map(|flag| flag["name"].as_str().map(str::to_string)).collect()
+    } else {
+        vec![name.to_string()]
+    };
+    for name in names {
+        client.send("PUT", &format!("/api/feature-flags/{}/enable", encode(&name)), &json!({}))?;
+        say(&format!("Enabled feature flag {name}\n"));
     }
     Ok(())
 }

@@ -164,6 +164,21 @@ pub const VHOST_LIMITS: Listing = Listing {
     columns: &[("vhost", "vhost"), ("limits", "value")],
 };
 
+/// `list_feature_flags`.
+pub const FEATURE_FLAGS: Listing = Listing {
+    path: "/api/feature-flags",
+    defaults: &["name", "state"],
+    columns: &[
+        ("name", "name"),
+        ("state", "state"),
+        ("stability", "stability"),
+        ("provided_by", "provided_by"),
+        ("desc", "desc"),
+        ("machine", "machine"),
+        ("machine_version", "machine_version"),
+    ],
+};
+
 /// The field at `path` (dots between names) of `item`; `=text` is the text itself.
 fn read(item: &Value, path: &str) -> Value {
     if let Some(constant) = path.strip_prefix('=') {

@@ -345,6 +345,13 @@ enum Verb {
     /// The cluster's nodes and which are running.
     #[command(name = "cluster_status")]
     ClusterStatus,
+    /// The feature flags and whether each is enabled (columns: name, state, stability,
+    /// provided_by, desc, machine, machine_version).
+    #[command(name = "list_feature_flags")]
+    ListFeatureFlags { columns: Vec<String> },
+    /// Enables feature flag NAME (all: every flag) once every node of the cluster supports it.
+    #[command(name = "enable_feature_flag")]
+    EnableFeatureFlag { name: String },
     /// Health check: the node answers (exit code 69 when a check fails, as rabbitmq-diagnostics).
     Ping,
     /// Health check: the node is running.
@@ -641,6 +648,8 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
         }
         Verb::DeleteSuperStream { name } => super_streams::delete_super_stream(client, vhost, name),
         Verb::ClusterStatus => cluster::cluster_status(client),
+        Verb::ListFeatureFlags { columns } => list(&lists::FEATURE_FLAGS, columns),
+        Verb::EnableFeatureFlag { name } => cluster::enable_feature_flag(client, name),
         Verb::Ping | Verb::CheckRunning => health::run(client, &health::Check::Running),
         Verb::CheckLocalAlarms => health::run(client, &health::Check::LocalAlarms),
         Verb::CheckAlarms => health::run(client, &health::Check::Alarms),

@@ -13,6 +13,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
+use warren_delivery::feature_flags::{self, NodeVersions};
 use warren_delivery::queue::QueueType;
 use warren_delivery::quorum::ClusterFuture;
 use warren_delivery::{Queue, VirtualHost};
@@ -34,6 +35,12 @@ pub trait ClusterView: Send + Sync + 'static {
         Box::pin(async {
             Err("this node has no inter-node listener: start it with --cluster-listen and --cluster-secret-file".into())
         })
+    }
+    /// The machine versions every node of the cluster knows (what enabling a feature flag
+    /// checks); this node's alone by default.
+    fn machine_versions(&self) -> ClusterFuture<Vec<NodeVersions>> {
+        let local = NodeVersions { node: self.local_node(), known: Ok(feature_flags::known_versions()) };
+        Box::pin(async move { vec![local] })
     }
 }
 

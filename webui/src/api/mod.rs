@@ -16,6 +16,7 @@ mod cluster;
 mod connections;
 mod definitions;
 mod exchanges;
+mod feature_flags;
 mod health;
 mod messages;
 mod overview;
@@ -168,6 +169,7 @@ pub fn route_table() -> RouteTable {
     definitions::routes(&mut table);
     messages::routes(&mut table);
     cluster::routes(&mut table);
+    feature_flags::routes(&mut table);
     crate::metrics::routes(&mut table);
     table
         .post("/api/login", Rule::Public, crate::authentication::login)

@@ -1,0 +1,212 @@
+//! Machine versions and the feature flags that switch them, as RabbitMQ's: a replicated state
+//! machine's entries are applied with the semantics of the machine version in effect where
+//! they lie in the log, and the version changes only through an entry of the log itself, which
+//! the cluster appends once every member runs a release that knows the new version
+//! (`warren ctl enable_feature_flag`). A node never applies an entry of a version newer than it
+//! knows: it stops and says to upgrade it. A cluster formed by nodes of one release starts
+//! with every flag they all know enabled; a cluster upgraded node by node keeps its old
+//! versions until the operator enables the new flags.
+//!
+//! Each flag is declared once, in [`FEATURE_FLAGS`]; the versions a release knows, what the API
+//! lists and what `enable_feature_flag` checks all follow from that table.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A replicated state machine that has versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Machine {
+    /// The cluster's catalog (the metadata group).
+    Catalog,
+}
+
+impl Machine {
+    /// Every machine, for the versions a node announces.
+    pub const ALL: [Machine; 1] = [Machine::Catalog];
+
+    /// Its name between nodes and in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Machine::Catalog => "catalog",
+        }
+    }
+
+    /// The machine called `name`.
+    pub fn named(name: &str) -> Option<Machine> {
+        Machine::ALL.into_iter().find(|machine| machine.name() == name)
+    }
+}
+
+/// The version of every machine before any flag: what releases before machine versions
+/// wrote and applied.
+pub const FIRST_MACHINE_VERSION: u16 = 1;
+
+/// A feature flag: enabling it moves `machine` to `version`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeatureFlag {
+    /// Its name (`enable_feature_flag NAME`).
+    pub name: &'static str,
+    /// What it brings.
+    pub description: &'static str,
+    /// The machine it versions.
+    pub machine: Machine,
+    /// The machine version it switches to.
+    pub version: u16,
+}
+
+/// The catalog's snapshots ([`crate::metadata::CatalogSnapshot`]): a release before them
+/// cannot install one, so the log is not purged until every node can.
+pub const CATALOG_SNAPSHOTS: FeatureFlag = FeatureFlag {
+    name: "catalog_snapshots",
+    description: "The metadata group snapshots the catalog and purges its log behind the snapshot; a node that \
+                  fell behind installs the snapshot",
+    machine: Machine::Catalog,
+    version: 2,
+};
+
+/// Every feature flag, oldest first.
+pub const FEATURE_FLAGS: &[FeatureFlag] = &[CATALOG_SNAPSHOTS];
+
+impl FeatureFlag {
+    /// Whether the flag is enabled where its machine is at `version`.
+    pub fn enabled_at(&self, version: u16) -> bool {
+        version >= self.version
+    }
+}
+
+/// The flag called `name`.
+pub fn flag(name: &str) -> Option<&'static FeatureFlag> {
+    FEATURE_FLAGS.iter().find(|flag| flag.name == name)
+}
+
+/// Set by the test-only switch that makes this node behave as the release before the newest
+/// flags (see [`pretend_previous_release`]).
+static PREVIOUS_RELEASE: AtomicBool = AtomicBool::new(false);
+
+/// Makes this node know each machine's versions as the previous release did: the newest
+/// version of each machine is unknown to it. For tests of mixed-release clusters only.
+pub fn pretend_previous_release() {
+    PREVIOUS_RELEASE.store(true, Ordering::Relaxed);
+}
+
+/// The newest version of `machine` this node knows.
+pub fn newest_version(machine: Machine) -> u16 {
+    let mut versions: Vec<u16> = FEATURE_FLAGS.iter().filter(|f| f.machine == machine).map(|f| f.version).collect();
+    versions.sort_unstable();
+    if PREVIOUS_RELEASE.load(Ordering::Relaxed) {
+        versions.pop();
+    }
+    versions.last().copied().unwrap_or(FIRST_MACHINE_VERSION)
+}
+
+/// The newest version of every machine this node knows, by machine name: what it tells the
+/// other nodes.
+pub fn known_versions() -> Vec<(String, u16)> {
+    Machine::ALL.into_iter().map(|machine| (machine.name().to_string(), newest_version(machine))).collect()
+}
+
+/// Why a node may not apply something of `machine`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the {machine} is at machine version {found} and this node knows versions up to {known}: upgrade this node to \
+     the release of the others"
+)]
+pub struct NewerVersion {
+    /// The machine's name.
+    pub machine: &'static str,
+    /// The version met.
+    pub found: u16,
+    /// The newest this node knows.
+    pub known: u16,
+}
+
+/// Refuses `version` of `machine` if this node does not know it.
+pub fn check_known(machine: Machine, version: u16) -> Result<(), NewerVersion> {
+    let known = newest_version(machine);
+    if version > known {
+        return Err(NewerVersion { machine: machine.name(), found: version, known });
+    }
+    Ok(())
+}
+
+/// The machine versions one node knows, as it answered when asked, or why it did not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeVersions {
+    /// The node's name.
+    pub node: String,
+    /// Its newest version of each machine, by machine name ([`known_versions`]).
+    pub known: Result<Vec<(String, u16)>, String>,
+}
+
+impl NodeVersions {
+    /// The newest version of `machine` the node knows (a node that does not list the machine
+    /// runs a release from before its versions: the first).
+    fn version_of(&self, machine: Machine) -> Result<u16, &str> {
+        let known = self.known.as_ref().map_err(String::as_str)?;
+        let listed = known.iter().find(|(name, _)| name == machine.name()).map(|(_, version)| *version);
+        Ok(listed.unwrap_or(FIRST_MACHINE_VERSION))
+    }
+}
+
+/// Why `flag` cannot be enabled on the cluster of `nodes`, if it cannot: a node that did not
+/// answer, or that runs a release that does not know the flag's version.
+pub fn why_not_enabled(flag: &FeatureFlag, nodes: &[NodeVersions]) -> Option<String> {
+    let mut reasons = Vec::new();
+    for node in nodes {
+        match node.version_of(flag.machine) {
+            Ok(version) if version >= flag.version => {}
+            Ok(_) => reasons.push(format!("node {} runs a release without it: upgrade it first", node.node)),
+            Err(why) => reasons.push(format!("node {} did not say what it supports ({why})", node.node)),
+        }
+    }
+    (!reasons.is_empty()).then(|| format!("feature flag '{}' cannot be enabled: {}", flag.name, reasons.join("; ")))
+}
+
+/// The newest version of `machine` that every one of `nodes` knows, if every one answered.
+pub fn newest_common_version(machine: Machine, nodes: &[NodeVersions]) -> Option<u16> {
+    nodes.iter().map(|node| node.version_of(machine).ok()).min().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_flag_names_a_version_above_the_first_and_names_are_unique() {
+        for (i, flag) in FEATURE_FLAGS.iter().enumerate() {
+            assert!(flag.version > FIRST_MACHINE_VERSION, "{}", flag.name);
+            assert!(FEATURE_FLAGS[..i].iter().all(|other| other.name != flag.name), "{}", flag.name);
+        }
+    }
+
+    #[test]
+    fn a_version_above_the_newest_known_is_refused_with_the_fix() {
+        let newest = newest_version(Machine::Catalog);
+        assert!(check_known(Machine::Catalog, newest).is_ok());
+        let error = check_known(Machine::Catalog, newest + 1).expect_err("newer");
+        assert!(error.to_string().contains("upgrade this node"), "{error}");
+        assert_eq!(Machine::named("catalog"), Some(Machine::Catalog));
+    }
+
+    fn node(name: &str, known: Result<Vec<(String, u16)>, String>) -> NodeVersions {
+        NodeVersions { node: name.into(), known }
+    }
+
+    #[test]
+    fn a_flag_is_enabled_only_when_every_node_knows_its_version() {
+        let current = || Ok(vec![("catalog".to_string(), CATALOG_SNAPSHOTS.version)]);
+        let nodes = [node("warren@a", current()), node("warren@b", current())];
+        assert_eq!(why_not_enabled(&CATALOG_SNAPSHOTS, &nodes), None);
+        assert_eq!(newest_common_version(Machine::Catalog, &nodes), Some(CATALOG_SNAPSHOTS.version));
+
+        let older = [node("warren@a", current()), node("warren@c", Ok(vec![("catalog".into(), 1)]))];
+        let why = why_not_enabled(&CATALOG_SNAPSHOTS, &older).expect("refused");
+        assert!(why.contains("warren@c") && why.contains("upgrade it") && !why.contains("warren@a"), "{why}");
+        assert_eq!(newest_common_version(Machine::Catalog, &older), Some(1));
+
+        let before_versions = [node("warren@d", Ok(Vec::new()))];
+        assert_eq!(newest_common_version(Machine::Catalog, &before_versions), Some(FIRST_MACHINE_VERSION));
+        let silent = [node("warren@a", current()), node("warren@e", Err("unreachable".into()))];
+        assert!(why_not_enabled(&CATALOG_SNAPSHOTS, &silent).expect("refused").contains("warren@e"));
+        assert_eq!(newest_common_version(Machine::Catalog, &silent), None);
+    }
+}
