@@ -668,3 +668,25 @@ async fn a_feature_flag_waits_for_every_node_and_a_node_that_does_not_know_it_re
     assert!(!output.status.success(), "a node behind the catalog's version does not run: {said}");
     assert!(said.contains("machine version 2") && said.contains("upgrade this node"), "{said}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_connections_exclusive_queue_is_locked_in_a_cluster_as_on_one_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let owner = cluster.connect(0).await;
+    let ch = owner.create_channel().await.expect("channel");
+    declare_when_formed(&ch, "formed").await;
+    let exclusive = QueueDeclareOptions { exclusive: true, ..Default::default() };
+    ch.queue_declare("mine".into(), exclusive, FieldTable::default()).await.expect("declare exclusive");
+    // Changes naming it stay on its node, checked against the connection that asks.
+    let other = cluster.connect(0).await;
+    let bind = |ch: lapin::Channel| async move {
+        ch.queue_bind("mine".into(), "amq.fanout".into(), "".into(), Default::default(), FieldTable::default()).await
+    };
+    assert_code(bind(other.create_channel().await.expect("channel")).await, 405, "bind");
+    let delete = other.create_channel().await.expect("channel");
+    assert_code(delete.queue_delete("mine".into(), QueueDeleteOptions::default()).await, 405, "delete");
+    bind(ch.clone()).await.expect("its owner binds it");
+    let deleted = ch.queue_delete("mine".into(), QueueDeleteOptions::default()).await.expect("its owner deletes it");
+    assert_eq!(deleted, 0);
+}

@@ -1,15 +1,13 @@
-//! The methods of classes exchange and queue: declares, deletes, binds and purges, made here
-//! or, in a cluster, through the metadata group (the channel's reply then waits for it).
+//! The methods of classes exchange and queue: declares, deletes, binds and purges. Every
+//! definition change goes through `warren_delivery::metadata::change_for`, which makes it
+//! here or through the cluster's metadata group (the channel's reply then waits for it); the
+//! channel does not ask which. Exclusive queues are the connection's, on this node.
 
 use super::{short, Channel, ConnectionContext};
 use crate::pending_reply::{Answer, PendingReply};
 use amq_protocol::protocol::{exchange, queue, AMQPClass};
-use amq_protocol::types::{FieldTable, ShortString};
-use std::sync::Arc;
-use warren_delivery::exchange::{Binding, Destination, ExchangeDefinition};
-use warren_delivery::metadata::{DefinitionOp, MetaOutcome};
-use warren_delivery::vhost::DeleteCondition;
-use warren_delivery::{direct_reply_to, BrokerError, BrokerResult, QueueDefinition, Reply, ReplyCode, VirtualHost};
+use warren_delivery::metadata::{change_for, Changed, DefinitionOp, MetaOutcome};
+use warren_delivery::{direct_reply_to, BrokerError, BrokerResult, QueueDefinition, Reply, VirtualHost};
 
 impl Channel {
     pub(super) fn exchange_method(
@@ -17,9 +15,15 @@ impl Channel {
         ctx: &ConnectionContext,
         method: exchange::AMQPMethod,
     ) -> BrokerResult<()> {
-        let vhost = &ctx.vhost;
-        let (nowait, ok) = match method {
-            exchange::AMQPMethod::Declare(d) if !d.passive && ctx.vhost.metadata().is_some() => {
+        match method {
+            exchange::AMQPMethod::Declare(d) if d.passive => {
+                ctx.vhost.declare_exchange_passive(d.exchange.as_str())?;
+                if !d.nowait {
+                    self.reply(ctx, AMQPClass::Exchange(exchange::AMQPMethod::DeclareOk(exchange::DeclareOk {})));
+                }
+                Ok(())
+            }
+            exchange::AMQPMethod::Declare(d) => {
                 let op = DefinitionOp::DeclareExchange {
                     name: d.exchange.to_string(),
                     kind: d.kind.to_string(),
@@ -29,33 +33,14 @@ impl Channel {
                     arguments: d.arguments,
                 };
                 let ok = |_| AMQPClass::Exchange(exchange::AMQPMethod::DeclareOk(exchange::DeclareOk {}));
-                return self.change_definitions(ctx, op, d.nowait, ok);
-            }
-            exchange::AMQPMethod::Declare(d) => {
-                if d.passive {
-                    vhost.declare_exchange_passive(d.exchange.as_str())?;
-                } else {
-                    vhost.declare_exchange(ExchangeDefinition::declared(
-                        d.exchange.as_str(),
-                        d.kind.as_str(),
-                        d.durable,
-                        d.auto_delete,
-                        d.internal,
-                        d.arguments,
-                    )?)?;
-                }
-                (d.nowait, exchange::AMQPMethod::DeclareOk(exchange::DeclareOk {}))
-            }
-            exchange::AMQPMethod::Delete(d) if ctx.vhost.metadata().is_some() => {
-                let op = DefinitionOp::DeleteExchange { name: d.exchange.to_string(), if_unused: d.if_unused };
-                let ok = |_| AMQPClass::Exchange(exchange::AMQPMethod::DeleteOk(exchange::DeleteOk {}));
-                return self.change_definitions(ctx, op, d.nowait, ok);
+                self.change_definitions(ctx, op, d.nowait, ok)
             }
             exchange::AMQPMethod::Delete(d) => {
-                vhost.delete_exchange(d.exchange.as_str(), d.if_unused)?;
-                (d.nowait, exchange::AMQPMethod::DeleteOk(exchange::DeleteOk {}))
+                let op = DefinitionOp::DeleteExchange { name: d.exchange.to_string(), if_unused: d.if_unused };
+                let ok = |_| AMQPClass::Exchange(exchange::AMQPMethod::DeleteOk(exchange::DeleteOk {}));
+                self.change_definitions(ctx, op, d.nowait, ok)
             }
-            exchange::AMQPMethod::Bind(b) if ctx.vhost.metadata().is_some() => {
+            exchange::AMQPMethod::Bind(b) => {
                 let op = DefinitionOp::Bind {
                     source: b.source.to_string(),
                     destination: b.destination.to_string(),
@@ -64,13 +49,9 @@ impl Channel {
                     arguments: b.arguments,
                 };
                 let ok = |_| AMQPClass::Exchange(exchange::AMQPMethod::BindOk(exchange::BindOk {}));
-                return self.change_definitions(ctx, op, b.nowait, ok);
+                self.change_definitions(ctx, op, b.nowait, ok)
             }
-            exchange::AMQPMethod::Bind(b) => {
-                vhost.bind(b.source.as_str(), exchange_binding(b.destination, b.routing_key, b.arguments), ctx.id)?;
-                (b.nowait, exchange::AMQPMethod::BindOk(exchange::BindOk {}))
-            }
-            exchange::AMQPMethod::Unbind(u) if ctx.vhost.metadata().is_some() => {
+            exchange::AMQPMethod::Unbind(u) => {
                 let op = DefinitionOp::Unbind {
                     source: u.source.to_string(),
                     destination: u.destination.to_string(),
@@ -79,23 +60,15 @@ impl Channel {
                     arguments: u.arguments,
                 };
                 let ok = |_| AMQPClass::Exchange(exchange::AMQPMethod::UnbindOk(exchange::UnbindOk {}));
-                return self.change_definitions(ctx, op, u.nowait, ok);
+                self.change_definitions(ctx, op, u.nowait, ok)
             }
-            exchange::AMQPMethod::Unbind(u) => {
-                let binding = exchange_binding(u.destination, u.routing_key, u.arguments);
-                vhost.unbind(u.source.as_str(), &binding, ctx.id)?;
-                (u.nowait, exchange::AMQPMethod::UnbindOk(exchange::UnbindOk {}))
-            }
-            other => return Err(BrokerError::command_invalid(format!("{other:?} is sent by servers, not clients"))),
-        };
-        if !nowait {
-            self.reply(ctx, AMQPClass::Exchange(ok));
+            other => Err(BrokerError::command_invalid(format!("{other:?} is sent by servers, not clients"))),
         }
-        Ok(())
     }
 
-    /// In a cluster, a definition change goes through the metadata group: the channel's
-    /// reply (or, with `nowait`, its next method) waits until it is applied on this node.
+    /// Makes a definition change through [`change_for`]: on this node alone its `-ok` goes
+    /// at once; in a cluster the channel's reply (or, with `nowait`, its next method) waits
+    /// until the change is applied on this node and on every reachable one.
     pub(super) fn change_definitions(
         &mut self,
         ctx: &ConnectionContext,
@@ -103,22 +76,23 @@ impl Channel {
         nowait: bool,
         ok: impl FnOnce(MetaOutcome) -> AMQPClass + Send + 'static,
     ) -> BrokerResult<()> {
-        let Some(metadata) = ctx.vhost.metadata() else {
-            return Err(BrokerError::new(ReplyCode::InternalError, "this node is not in a cluster"));
-        };
-        let vhost = ctx.vhost.name().to_string();
-        self.pending = Some(PendingReply::new(self.id, async move {
-            let outcome = metadata.change(&vhost, op).await?;
-            Ok(if nowait { Answer::Nothing } else { Answer::Method(ok(outcome)) })
-        }));
+        match change_for(&ctx.vhost, op, ctx.id) {
+            Reply::Now(changed) => {
+                let Changed { outcome, deleted } = changed?;
+                if !nowait {
+                    self.reply(ctx, ok(outcome));
+                }
+                // Only now are a deleted queue's consumers cancelled: delete-ok first.
+                drop(deleted);
+            }
+            Reply::Later(changed) => {
+                self.pending = Some(PendingReply::new(self.id, async move {
+                    let outcome = changed.await?.outcome;
+                    Ok(if nowait { Answer::Nothing } else { Answer::Method(ok(outcome)) })
+                }));
+            }
+        }
         Ok(())
-    }
-
-    /// Whether `name` is an exclusive queue of this node (those stay out of the cluster's
-    /// definitions).
-    pub(super) fn is_exclusive_here(&self, ctx: &ConnectionContext, name: &ShortString) -> bool {
-        let name = self.queue_name(name).unwrap_or_default();
-        ctx.vhost.queue(&name).is_ok_and(|q| q.definition().exclusive_owner.is_some())
     }
 
     /// `server_named`: a declare's name was generated by [`name_server_named_queue`].
@@ -137,7 +111,49 @@ impl Channel {
                 let ok = queue::DeclareOk { queue: d.queue, message_count: 0, consumer_count: 1 };
                 (d.nowait, queue::AMQPMethod::DeclareOk(ok))
             }
-            queue::AMQPMethod::Declare(d) if !d.passive && !d.exclusive && ctx.vhost.metadata().is_some() => {
+            queue::AMQPMethod::Declare(d) if d.passive => {
+                let declared = vhost.declare_queue_passive(&self.queue_name(&d.queue)?, ctx.id)?.queue;
+                let name = declared.name().to_string();
+                self.last_queue = Some(name.clone());
+                let declare_ok = move |(message_count, consumer_count)| {
+                    queue::AMQPMethod::DeclareOk(queue::DeclareOk { queue: short(name), message_count, consumer_count })
+                };
+                match declared.counts() {
+                    Reply::Now(counts) => (d.nowait, declare_ok(counts?)),
+                    Reply::Later(_) if d.nowait => return Ok(()),
+                    // A queue of another node: its home answers the counts.
+                    Reply::Later(counts) => {
+                        self.pending = Some(PendingReply::new(self.id, async move {
+                            counts.await.map(|counts| Answer::Method(AMQPClass::Queue(declare_ok(counts))))
+                        }));
+                        return Ok(());
+                    }
+                }
+            }
+            queue::AMQPMethod::Declare(d) if d.exclusive => {
+                // The connection's own queue: it stays on this node, out of the catalog.
+                let definition = QueueDefinition {
+                    name: d.queue.to_string(),
+                    durable: d.durable,
+                    exclusive_owner: Some(ctx.id),
+                    auto_delete: d.auto_delete,
+                    arguments: d.arguments,
+                };
+                let declared = if server_named {
+                    vhost.declare_generated_queue(definition, ctx.id)?
+                } else {
+                    vhost.declare_queue(definition, ctx.id)?
+                };
+                let name = declared.queue.name().to_string();
+                self.last_queue = Some(name.clone());
+                let ok = queue::DeclareOk {
+                    queue: short(name),
+                    message_count: declared.message_count,
+                    consumer_count: declared.consumer_count,
+                };
+                (d.nowait, queue::AMQPMethod::DeclareOk(ok))
+            }
+            queue::AMQPMethod::Declare(d) => {
                 let name = d.queue.to_string();
                 if !server_named {
                     VirtualHost::check_queue_name(&name)?;
@@ -159,48 +175,7 @@ impl Channel {
                 };
                 return self.change_definitions(ctx, op, d.nowait, ok);
             }
-            queue::AMQPMethod::Declare(d) if d.passive => {
-                let declared = vhost.declare_queue_passive(&self.queue_name(&d.queue)?, ctx.id)?.queue;
-                let name = declared.name().to_string();
-                self.last_queue = Some(name.clone());
-                let declare_ok = move |(message_count, consumer_count)| {
-                    queue::AMQPMethod::DeclareOk(queue::DeclareOk { queue: short(name), message_count, consumer_count })
-                };
-                match declared.counts() {
-                    Reply::Now(counts) => (d.nowait, declare_ok(counts?)),
-                    Reply::Later(_) if d.nowait => return Ok(()),
-                    // A queue of another node: its home answers the counts.
-                    Reply::Later(counts) => {
-                        self.pending = Some(PendingReply::new(self.id, async move {
-                            counts.await.map(|counts| Answer::Method(AMQPClass::Queue(declare_ok(counts))))
-                        }));
-                        return Ok(());
-                    }
-                }
-            }
-            queue::AMQPMethod::Declare(d) => {
-                let definition = QueueDefinition {
-                    name: d.queue.to_string(),
-                    durable: d.durable,
-                    exclusive_owner: d.exclusive.then_some(ctx.id),
-                    auto_delete: d.auto_delete,
-                    arguments: d.arguments,
-                };
-                let declared = if server_named {
-                    vhost.declare_generated_queue(definition, ctx.id)?
-                } else {
-                    vhost.declare_queue(definition, ctx.id)?
-                };
-                let name = declared.queue.name().to_string();
-                self.last_queue = Some(name.clone());
-                let ok = queue::DeclareOk {
-                    queue: short(name),
-                    message_count: declared.message_count,
-                    consumer_count: declared.consumer_count,
-                };
-                (d.nowait, queue::AMQPMethod::DeclareOk(ok))
-            }
-            queue::AMQPMethod::Bind(b) if ctx.vhost.metadata().is_some() => {
+            queue::AMQPMethod::Bind(b) => {
                 let op = DefinitionOp::Bind {
                     source: b.exchange.to_string(),
                     destination: self.queue_name(&b.queue)?,
@@ -211,12 +186,7 @@ impl Channel {
                 let ok = |_| AMQPClass::Queue(queue::AMQPMethod::BindOk(queue::BindOk {}));
                 return self.change_definitions(ctx, op, b.nowait, ok);
             }
-            queue::AMQPMethod::Bind(b) => {
-                let binding = queue_binding(&self.queue_name(&b.queue)?, b.routing_key, b.arguments);
-                vhost.bind(b.exchange.as_str(), binding, ctx.id)?;
-                (b.nowait, queue::AMQPMethod::BindOk(queue::BindOk {}))
-            }
-            queue::AMQPMethod::Unbind(u) if ctx.vhost.metadata().is_some() => {
+            queue::AMQPMethod::Unbind(u) => {
                 let op = DefinitionOp::Unbind {
                     source: u.exchange.to_string(),
                     destination: self.queue_name(&u.queue)?,
@@ -226,11 +196,6 @@ impl Channel {
                 };
                 let ok = |_| AMQPClass::Queue(queue::AMQPMethod::UnbindOk(queue::UnbindOk {}));
                 return self.change_definitions(ctx, op, false, ok);
-            }
-            queue::AMQPMethod::Unbind(u) => {
-                let queue = self.queue_name(&u.queue)?;
-                vhost.unbind(u.exchange.as_str(), &queue_binding(&queue, u.routing_key, u.arguments), ctx.id)?;
-                (false, queue::AMQPMethod::UnbindOk(queue::UnbindOk {}))
             }
             queue::AMQPMethod::Purge(p) => {
                 let purge_ok =
@@ -249,30 +214,17 @@ impl Channel {
                     }
                 }
             }
-            queue::AMQPMethod::Delete(d)
-                if ctx.vhost.metadata().is_some() && !self.is_exclusive_here(ctx, &d.queue) =>
-            {
-                let name = self.queue_name(&d.queue)?;
-                let condition = DeleteCondition { if_unused: d.if_unused, if_empty: d.if_empty };
-                let vhost = Arc::clone(&ctx.vhost);
-                let nowait = d.nowait;
-                self.pending = Some(PendingReply::new(self.id, async move {
-                    let message_count = warren_delivery::metadata::delete_queue(&vhost, &name, condition).await?;
-                    let ok = AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk { message_count }));
-                    Ok(if nowait { Answer::Nothing } else { Answer::Method(ok) })
-                }));
-                return Ok(());
-            }
             queue::AMQPMethod::Delete(d) => {
-                let name = self.queue_name(&d.queue)?;
-                let deleted = vhost.delete_queue(&name, d.if_unused, d.if_empty, ctx.id)?;
-                if !d.nowait {
+                let op = DefinitionOp::DeleteQueue {
+                    name: self.queue_name(&d.queue)?,
+                    if_unused: d.if_unused,
+                    if_empty: d.if_empty,
+                };
+                let ok = |deleted: MetaOutcome| {
                     let message_count = deleted.message_count;
-                    self.reply(ctx, AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk { message_count })));
-                }
-                // Only now are its consumers cancelled: delete-ok first, as in RabbitMQ.
-                drop(deleted);
-                return Ok(());
+                    AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk { message_count }))
+                };
+                return self.change_definitions(ctx, op, d.nowait, ok);
             }
             other => return Err(BrokerError::command_invalid(format!("{other:?} is sent by servers, not clients"))),
         };
@@ -294,16 +246,4 @@ pub(super) fn name_server_named_queue(method: &mut AMQPClass) -> bool {
         }
         _ => false,
     }
-}
-
-pub(super) fn exchange_binding(destination: ShortString, routing_key: ShortString, arguments: FieldTable) -> Binding {
-    Binding {
-        destination: Destination::Exchange(destination.as_str().into()),
-        routing_key: routing_key.to_string(),
-        arguments,
-    }
-}
-
-pub(super) fn queue_binding(queue: &str, routing_key: ShortString, arguments: FieldTable) -> Binding {
-    Binding { destination: Destination::Queue(queue.into()), routing_key: routing_key.to_string(), arguments }
 }

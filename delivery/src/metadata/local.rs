@@ -1,48 +1,111 @@
-//! A definition change made on one node's virtual host: what every node does when it applies
-//! the metadata group's entry, and what a broker without a cluster does at once. Changes
-//! about the cluster itself (members, nodes) are the state machine's; a broker on its own
-//! refuses them.
+//! The one way a front end (a channel, the management API) changes definitions: [`change_for`]
+//! makes a [`DefinitionOp`] through the cluster's metadata group when this node is in one,
+//! here at once otherwise; the front ends never ask which. What every node does when it applies
+//! the group's entry is the same code ([`apply_here`]). Changes about the cluster itself
+//! (members, nodes) are the state machine's; a broker on its own refuses them. Exclusive queues
+//! are their connection's, on this node: changes naming one stay here, checked against the
+//! connection that asks.
 
 use super::command::{DefinitionOp, MetaOutcome, MetaResult};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::exchange::{Binding, Destination, ExchangeDefinition};
-use crate::queue::{ConnectionId, QueueDefinition};
-use crate::vhost::{DeleteCondition, VirtualHost};
+use crate::queue::{ConnectionId, QueueDefinition, Reply};
+use crate::vhost::{DeleteCondition, DeletedQueue, VirtualHost};
 use amq_protocol::types::FieldTable;
 use std::sync::Arc;
 
 /// Definitions replicated by the cluster are never exclusive: no connection owns them.
 const ANYONE: ConnectionId = ConnectionId(0);
 
-/// Makes `op` in `vhost`: through the cluster's metadata group when this node is in one
-/// (every node then makes it), here at once otherwise. The management API's declares,
-/// deletes and binds go through here, as the AMQP methods do through their channel.
-pub async fn change(vhost: &Arc<VirtualHost>, op: DefinitionOp) -> BrokerResult<MetaOutcome> {
-    match vhost.metadata() {
-        Some(metadata) => metadata.change(vhost.name(), op).await,
-        None => apply_here(vhost, &op).unwrap_or_else(|| {
-            Err(BrokerError::new(ReplyCode::NotAllowed, "this node is not in a cluster: there is no other node"))
-        }),
+/// What a change made for a client leaves to its channel.
+#[must_use = "dropping it cancels a deleted queue's consumers"]
+pub struct Changed {
+    /// What the `-ok` answers.
+    pub outcome: MetaOutcome,
+    /// A queue deleted here, held until the `-ok` is out: its consumers are told after, as
+    /// RabbitMQ does.
+    pub deleted: Option<DeletedQueue>,
+}
+
+impl From<MetaOutcome> for Changed {
+    fn from(outcome: MetaOutcome) -> Self {
+        Changed { outcome, deleted: None }
     }
 }
 
-/// Deletes queue `name` of `vhost` as [`change`] does, if `condition` holds of it. Where it
-/// lives decides the condition (a stand-in here knows only this node's clients: its home
-/// node's counts are asked), and then every node deletes it alike. The messages it held.
-pub async fn delete_queue(vhost: &Arc<VirtualHost>, name: &str, condition: DeleteCondition) -> BrokerResult<u32> {
+/// Makes `op` in `vhost` for client connection `connection`: through the cluster's metadata
+/// group when this node is in one (every node then makes it; [`Reply::Later`], once it is
+/// applied here and on every reachable node), here at once otherwise ([`Reply::Now`]), so that
+/// a channel on its own node answers without waiting. A change naming an exclusive queue of
+/// this node stays here. A `queue.delete` with `if-unused` or `if-empty` is checked where the
+/// queue lives (a stand-in knows only this node's clients), then made alike everywhere.
+pub fn change_for(
+    vhost: &Arc<VirtualHost>,
+    op: DefinitionOp,
+    connection: ConnectionId,
+) -> Reply<BrokerResult<Changed>> {
+    let Some(metadata) = vhost.metadata().filter(|_| !stays_here(vhost, &op)) else {
+        return Reply::Now(make_here(vhost, &op, connection));
+    };
+    let vhost = Arc::clone(vhost);
+    Reply::Later(Box::pin(async move {
+        let op = match op {
+            DefinitionOp::DeleteQueue { name, if_unused, if_empty } => {
+                let condition = DeleteCondition { if_unused, if_empty };
+                check_at_home(&vhost, &name, condition).await?;
+                DefinitionOp::DeleteQueue { name, if_unused: false, if_empty: false }
+            }
+            op => op,
+        };
+        metadata.change(vhost.name(), op).await.map(Changed::from)
+    }))
+}
+
+/// [`change_for`] on behalf of no connection (the management API), awaited.
+pub async fn change(vhost: &Arc<VirtualHost>, op: DefinitionOp) -> BrokerResult<MetaOutcome> {
+    change_for(vhost, op, ANYONE).wait().await.map(|changed| changed.outcome)
+}
+
+/// Whether `op` names an exclusive queue of this node: it is its connection's, and the change
+/// stays here.
+fn stays_here(vhost: &VirtualHost, op: &DefinitionOp) -> bool {
+    let queue = match op {
+        DefinitionOp::DeleteQueue { name, .. } => name,
+        DefinitionOp::Bind { destination, to_exchange: false, .. }
+        | DefinitionOp::Unbind { destination, to_exchange: false, .. } => destination,
+        _ => return false,
+    };
+    vhost.queue(queue).is_ok_and(|queue| queue.definition().exclusive_owner.is_some())
+}
+
+/// `op` made here for `connection`.
+fn make_here(vhost: &VirtualHost, op: &DefinitionOp, connection: ConnectionId) -> BrokerResult<Changed> {
+    if let DefinitionOp::DeleteQueue { name, if_unused, if_empty } = op {
+        let deleted = vhost.delete_queue(name, *if_unused, *if_empty, connection)?;
+        let outcome = MetaOutcome { message_count: deleted.message_count, consumer_count: 0 };
+        return Ok(Changed { outcome, deleted: Some(deleted) });
+    }
+    match apply_here(vhost, op, connection) {
+        Some(result) => result.map(Changed::from),
+        None => Err(BrokerError::new(ReplyCode::NotAllowed, "this node is not in a cluster: there is no other node")),
+    }
+}
+
+/// Checks `condition` of queue `name` where it lives (its counts, asked of its home node).
+async fn check_at_home(vhost: &VirtualHost, name: &str, condition: DeleteCondition) -> BrokerResult<()> {
     if condition.if_unused || condition.if_empty {
         if let Ok(queue) = vhost.queue(name) {
             let (messages, consumers) = queue.counts().wait().await?;
             condition.check(vhost.name(), name, consumers, messages)?;
         }
     }
-    let op = DefinitionOp::DeleteQueue { name: name.to_string(), if_unused: false, if_empty: false };
-    Ok(change(vhost, op).await?.message_count)
+    Ok(())
 }
 
-/// Applies `op` to `vhost` as a node-local change; `None` for the changes that are not one
-/// (queue declares in a cluster decide where the queue lives; members and nodes).
-pub(super) fn apply_here(vhost: &VirtualHost, op: &DefinitionOp) -> Option<MetaResult> {
+/// Applies `op` to `vhost` as a node-local change for `connection`; `None` for the changes
+/// that are not one (queue declares in a cluster decide where the queue lives; members and
+/// nodes). What every node does with the metadata group's entry, for [`ANYONE`].
+pub(super) fn apply_here(vhost: &VirtualHost, op: &DefinitionOp, connection: ConnectionId) -> Option<MetaResult> {
     let outcome = match op {
         DefinitionOp::DeclareExchange { name, kind, durable, auto_delete, internal, arguments } => {
             ExchangeDefinition::declared(name, kind, *durable, *auto_delete, *internal, arguments.clone())
@@ -60,21 +123,21 @@ pub(super) fn apply_here(vhost: &VirtualHost, op: &DefinitionOp) -> Option<MetaR
                 auto_delete: *auto_delete,
                 arguments: arguments.clone(),
             };
-            vhost.declare_proposed_queue(definition, ANYONE).map(|declared| MetaOutcome {
+            vhost.declare_proposed_queue(definition, connection).map(|declared| MetaOutcome {
                 message_count: declared.message_count,
                 consumer_count: declared.consumer_count,
             })
         }
         DefinitionOp::DeleteQueue { name, if_unused, if_empty } => vhost
-            .delete_queue(name, *if_unused, *if_empty, ANYONE)
+            .delete_queue(name, *if_unused, *if_empty, connection)
             .map(|deleted| MetaOutcome { message_count: deleted.message_count, consumer_count: 0 }),
         DefinitionOp::Bind { source, destination, to_exchange, routing_key, arguments } => {
             let binding = binding(destination, *to_exchange, routing_key, arguments);
-            vhost.bind(source, binding, ANYONE).map(|()| MetaOutcome::default())
+            vhost.bind(source, binding, connection).map(|()| MetaOutcome::default())
         }
         DefinitionOp::Unbind { source, destination, to_exchange, routing_key, arguments } => {
             let binding = binding(destination, *to_exchange, routing_key, arguments);
-            vhost.unbind(source, &binding, ANYONE).map(|()| MetaOutcome::default())
+            vhost.unbind(source, &binding, connection).map(|()| MetaOutcome::default())
         }
         DefinitionOp::DeclareQueue { members: Some(_), .. }
         | DefinitionOp::AddMember { .. }

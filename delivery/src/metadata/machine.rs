@@ -335,7 +335,9 @@ impl MetaStateMachine {
                 drop(applied);
                 self.shared.replication.add_node(name, address);
             }
-            other => return super::local::apply_here(&vhost, other).unwrap_or(Ok(MetaOutcome::default())),
+            other => {
+                return super::local::apply_here(&vhost, other, ConnectionId(0)).unwrap_or(Ok(MetaOutcome::default()))
+            }
         }
         Ok(MetaOutcome::default())
     }

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 use warren_delivery::metadata::DefinitionOp;
-use warren_delivery::vhost::{DeleteCondition, VirtualHost};
+use warren_delivery::vhost::VirtualHost;
 use warren_delivery::Queue;
 
 /// The connection the API acts as: none, so another connection's exclusive queue is locked.
@@ -195,8 +195,12 @@ async fn remove(
 ) -> Result<StatusCode, ApiError> {
     let host = api.vhost(&vhost)?;
     host.queue(&name)?;
-    let condition = DeleteCondition { if_unused: flag(flags.get("if-unused")), if_empty: flag(flags.get("if-empty")) };
-    warren_delivery::metadata::delete_queue(&host, &name, condition).await?;
+    let op = DefinitionOp::DeleteQueue {
+        name,
+        if_unused: flag(flags.get("if-unused")),
+        if_empty: flag(flags.get("if-empty")),
+    };
+    warren_delivery::metadata::change(&host, op).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
