@@ -4,6 +4,7 @@
 # 1,000 shows whether a declare's cost grows with what is already declared.
 #
 #   bench/declare-rate.sh [--queues N] [--binary PATH] [--cluster] [--rabbitmq]
+#   bench/declare-rate.sh --churn CHANGES [--clients K] [--binary PATH] [--cluster]
 #
 # Starts a release Warren (or PATH) on a fresh data directory and free ports (with
 # --cluster, three nodes on one machine, declared through the first); with
@@ -11,6 +12,8 @@
 # (apt-get install rabbitmq-server; started here if it is not running), with a fresh vhost.
 # Prints the blocks, the totals and Warren's data directory size, then restarts Warren
 # and prints how long until the last queue could be declared passively again.
+# With --churn: CHANGES definition changes (durable declare/delete from K clients at once),
+# then the size of each node's metadata log and definitions, and the time to restart.
 # Needs pika: tests/python/.venv (made by tests/cross_client.sh) or a python3 that has it.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,13 +21,17 @@ QUEUES=10000
 BINARY=
 RABBITMQ=
 CLUSTER=
+CHURN=
+CLIENTS=4
 while [ $# -gt 0 ]; do
 	case $1 in
 	--queues) QUEUES=$2; shift 2 ;;
+	--churn) CHURN=$2; shift 2 ;;
+	--clients) CLIENTS=$2; shift 2 ;;
 	--binary) BINARY=$2; shift 2 ;;
 	--rabbitmq) RABBITMQ=1; shift ;;
 	--cluster) CLUSTER=1; shift ;;
-	*) echo "usage: $0 [--queues N] [--binary PATH] [--cluster] [--rabbitmq]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--queues N | --churn CHANGES [--clients K]] [--binary PATH] [--cluster] [--rabbitmq]" >&2; exit 2 ;;
 	esac
 done
 cd "$ROOT"
@@ -76,15 +83,25 @@ start() {
 	echo "warren accepting connections after $((($(date +%s%N) - began) / 1000000)) ms"
 }
 start
-echo "== Warren ($BINARY), $QUEUES durable queues with a binding each"
-"$PYTHON" bench/declare-rate.py 127.0.0.1 "$PORT" --queues "$QUEUES"
-echo "data directory: $(du -sh "$DATA/data" | cut -f1)"
+if [ -n "$CHURN" ]; then
+	echo "== Warren ($BINARY), $CHURN definition changes from $CLIENTS clients"
+	"$PYTHON" bench/declare-rate.py 127.0.0.1 "$PORT" --churn "$CHURN" --clients "$CLIENTS"
+	AWAITED=declare-rate-kept
+else
+	echo "== Warren ($BINARY), $QUEUES durable queues with a binding each"
+	"$PYTHON" bench/declare-rate.py 127.0.0.1 "$PORT" --queues "$QUEUES"
+	AWAITED=$(printf 'declare-rate-%07d' "$QUEUES")
+fi
+for dir in "$DATA"/data*; do
+	echo "data directory $(basename "$dir"): $(du -sh "$dir" | cut -f1)" \
+		"(metadata log: $(du -sh "$dir/cluster/metadata-log" 2>/dev/null | cut -f1 || echo none))"
+done
 kill -TERM "$PID" ${OTHERS[*]}
 wait "$PID" ${OTHERS[*]} || true
 PID=
-echo "== Warren restart with $QUEUES durable queues"
+echo "== Warren restart"
 start
-"$PYTHON" bench/declare-rate.py 127.0.0.1 "$PORT" --await-queue "$(printf 'declare-rate-%07d' "$QUEUES")"
+"$PYTHON" bench/declare-rate.py 127.0.0.1 "$PORT" --await-queue "$AWAITED"
 kill -TERM "$PID" ${OTHERS[*]}
 wait "$PID" ${OTHERS[*]} || true
 PID=

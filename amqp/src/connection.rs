@@ -304,7 +304,7 @@ impl Connection {
         if !offered.split_whitespace().any(|m| m == start_ok.mechanism.as_str()) {
             // The specification: close "without sending any further data" (RabbitMQ does too).
             let mechanism = client_text::sanitize(start_ok.mechanism.as_str(), client_text::MAX_TEXT_BYTES);
-            tracing::info!(peer = %self.peer, %mechanism, "client chose a mechanism not offered; closing the socket");
+            tracing::info!(peer = %self.peer, %mechanism, "closing connection: the client chose a mechanism not offered");
             self.phase = Phase::Closed;
             return Ok(());
         }

@@ -167,6 +167,16 @@ pub async fn declare_when_formed(ch: &lapin::Channel, name: &str) {
     ch.queue_declare(name.into(), durable(), quorum()).await.expect("declare on a formed cluster");
 }
 
+/// Waits up to 10 s until queue `name` holds `count` messages, as `conn` sees it; `what` names
+/// the wait in the failure.
+pub async fn await_count(conn: &Connection, name: &str, count: u32, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while passive_count(conn, name).await != Some(count) {
+        assert!(Instant::now() < deadline, "{what}: queue {name} never held {count}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 pub async fn passive_count(conn: &Connection, name: &str) -> Option<u32> {
     let ch = conn.create_channel().await.ok()?;
     let passive = QueueDeclareOptions { passive: true, ..Default::default() };

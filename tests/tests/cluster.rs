@@ -563,6 +563,12 @@ async fn a_node_back_after_the_log_was_purged_installs_the_catalog() {
     for name in ["kept", "doomed"] {
         ch.queue_declare(name.into(), durable(), FieldTable::default()).await.expect("declare");
     }
+    // A new cluster enables its flags once every node has said what it knows.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !tokio::task::block_in_place(|| ctl(&cluster, 0, &["list_feature_flags"])).contains("enabled") {
+        assert!(Instant::now() < deadline, "the new cluster enables catalog_snapshots");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let c = cluster.connect(2).await;
     assert!(passive_count(&c, "doomed").await.is_some(), "C knows the queues before it stops");
     drop(c);
@@ -598,11 +604,7 @@ async fn a_node_back_after_the_log_was_purged_installs_the_catalog() {
     on_c.basic_publish("amq.direct".into(), "k".into(), Default::default(), b"via C", BasicProperties::default())
         .await
         .expect("publish");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while passive_count(&a, "after").await != Some(1) {
-        assert!(Instant::now() < deadline, "C routes by the binding made while it was down");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    await_count(&a, "after", 1, "C routes by the binding made while it was down").await;
 }
 
 /// The switch that makes a node know machine versions as the previous release did.
@@ -630,11 +632,7 @@ async fn a_feature_flag_waits_for_every_node_and_a_node_that_does_not_know_it_re
     on_c.basic_publish("".into(), "mixed".into(), Default::default(), b"via C", BasicProperties::default())
         .await
         .expect("publish");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while passive_count(&a, "mixed").await != Some(1) {
-        assert!(Instant::now() < deadline, "a publish through C reaches the queue on A");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    await_count(&a, "mixed", 1, "a publish through C reaches the queue on A").await;
 
     // C is upgraded: the flag can be enabled, and every node has it.
     drop((on_c, c));

@@ -15,7 +15,7 @@ use amq_protocol::types::FieldTable;
 use std::sync::Arc;
 
 /// Definitions replicated by the cluster are never exclusive: no connection owns them.
-const ANYONE: ConnectionId = ConnectionId(0);
+pub(super) const ANYONE: ConnectionId = ConnectionId(0);
 
 /// What a change made for a client leaves to its channel.
 #[must_use = "dropping it cancels a deleted queue's consumers"]

@@ -5,11 +5,14 @@
 //! The virtual hosts keep their definitions on disk as they always do; the state machine
 //! only remembers, durably, the last entry it applied, so that a restart does not apply
 //! anything twice (a delete replayed over a queue declared again later would lose its
-//! messages). Every so many entries openraft asks for a snapshot ([`CatalogSnapshot`], the
-//! catalog as it stands once the entries so far are applied) and purges the log behind it; a
-//! node that fell behind the purge installs the snapshot instead.
+//! messages). Once every node can install one (the `catalog_snapshots` feature flag), a
+//! snapshot ([`CatalogSnapshot`], the catalog as it stands once the entries so far are
+//! applied) is taken every so many entries and openraft purges the log behind it; a node that
+//! fell behind the purge installs the snapshot instead. The catalog's machine version is kept
+//! with the applied state, and an entry that moves it beyond what this node knows is not applied.
 
 use super::command::{DefinitionOp, MetaCommand, MetaOutcome, MetaResult};
+use super::local::ANYONE;
 use super::snapshot::CatalogSnapshot;
 use crate::broker::Broker;
 use crate::error::{BrokerError, ReplyCode};
@@ -335,9 +338,7 @@ impl MetaStateMachine {
                 drop(applied);
                 self.shared.replication.add_node(name, address);
             }
-            other => {
-                return super::local::apply_here(&vhost, other, ConnectionId(0)).unwrap_or(Ok(MetaOutcome::default()))
-            }
+            other => return super::local::apply_here(&vhost, other, ANYONE).unwrap_or(Ok(MetaOutcome::default())),
         }
         Ok(MetaOutcome::default())
     }
