@@ -5,6 +5,8 @@
 #
 #   bench/declare-rate.sh [--queues N] [--binary PATH] [--cluster] [--rabbitmq]
 #   bench/declare-rate.sh --churn CHANGES [--clients K] [--binary PATH] [--cluster]
+#   (and --node-args "ARGS": more arguments for every node, e.g. --pretend-previous-release
+#   to run as a cluster whose catalog_snapshots flag is off)
 #
 # Starts a release Warren (or PATH) on a fresh data directory and free ports (with
 # --cluster, three nodes on one machine, declared through the first); with
@@ -23,11 +25,13 @@ RABBITMQ=
 CLUSTER=
 CHURN=
 CLIENTS=4
+NODE_ARGS=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--queues) QUEUES=$2; shift 2 ;;
 	--churn) CHURN=$2; shift 2 ;;
 	--clients) CLIENTS=$2; shift 2 ;;
+	--node-args) NODE_ARGS=$2; shift 2 ;;
 	--binary) BINARY=$2; shift 2 ;;
 	--rabbitmq) RABBITMQ=1; shift ;;
 	--cluster) CLUSTER=1; shift ;;
@@ -68,12 +72,12 @@ start() {
 		OTHERS=()
 		for n in b c; do
 			"$BINARY" --amqp-listen "127.0.0.1:${N_AMQP[$n]}" --http-listen "127.0.0.1:${N_HTTP[$n]}" \
-				--data-dir "$DATA/data-$n" $(cluster_args $n) >>"$DATA/warren-$n.log" 2>&1 &
+				--data-dir "$DATA/data-$n" $(cluster_args $n) $NODE_ARGS >>"$DATA/warren-$n.log" 2>&1 &
 			OTHERS+=($!)
 		done
 	fi
 	"$BINARY" --amqp-listen "127.0.0.1:$PORT" --http-listen "127.0.0.1:$HTTP" --data-dir "$DATA/data" \
-		"${CLUSTER_ARGS[@]}" >>"$DATA/warren.log" 2>&1 &
+		"${CLUSTER_ARGS[@]}" $NODE_ARGS >>"$DATA/warren.log" 2>&1 &
 	PID=$!
 	local began=$(date +%s%N)
 	for _ in $(seq 6000); do

@@ -32,6 +32,10 @@ const CLUSTER_DIR: &str = "cluster";
 const LOG_DIR: &str = "metadata-log";
 /// The metadata state machine's applied state, in the cluster's files.
 const APPLIED_FILE: &str = "metadata-applied";
+/// Segment size of the metadata log: its entries are small (about 65 bytes for a declare), so
+/// that a purge behind each snapshot frees whole segments often and the log stays a few
+/// megabytes (a 64 MiB segment would hold a million changes before the first could go).
+const LOG_SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
 /// Entries kept in the log behind a snapshot, so that a node a little behind catches up from
 /// the log rather than from a whole snapshot.
 const LOG_KEPT_BEHIND_SNAPSHOT_ENTRIES: u64 = 1024;
@@ -111,6 +115,7 @@ pub async fn start(
     let dir = cluster_dir(data_dir);
     check_cluster_name(&dir, cluster_name)?;
     let raft_error = |e: &dyn std::fmt::Display| MetadataStartError::Raft(e.to_string());
+    let log_config = LogConfig { segment_bytes: LOG_SEGMENT_BYTES, ..log_config };
     let log = RaftLog::<MetaRaft>::open(dir.join(LOG_DIR), log_config).map_err(|e| raft_error(&e))?;
     let replication: Arc<dyn Replication> = Arc::clone(cluster) as Arc<dyn Replication>;
     let node_id = replication.node_id();
