@@ -11,13 +11,14 @@
 //! fell behind the purge installs the snapshot instead. The catalog's machine version is kept
 //! with the applied state, and an entry that moves it beyond what this node knows is not applied.
 
+use super::applied_state::{decode_applied, Applied};
 use super::command::{DefinitionOp, MetaCommand, MetaOutcome, MetaResult};
 use super::local::ANYONE;
 use super::snapshot::CatalogSnapshot;
 use crate::broker::Broker;
 use crate::error::{BrokerError, ReplyCode};
 use crate::exchange::ExchangeDefinition;
-use crate::feature_flags::{check_known, Machine, FIRST_MACHINE_VERSION};
+use crate::feature_flags::{check_known, Machine};
 use crate::queue::{ConnectionId, QueueArguments, QueueDefinition};
 use crate::quorum::leader_changes::LeaderChanges;
 use crate::quorum::Replication;
@@ -27,7 +28,7 @@ use openraft::{
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
@@ -60,83 +61,6 @@ struct SavedSnapshot {
 impl SavedSnapshot {
     fn to_raft(&self) -> Snapshot<MetaRaft> {
         Snapshot { meta: self.meta.clone(), snapshot: Box::new(Cursor::new(self.data.clone())) }
-    }
-}
-
-/// The applied-state file's format version (1: without the forgotten nodes; 2: without the
-/// joined ones; 3: without the machine version).
-const APPLIED_FORMAT_VERSION: u8 = 4;
-
-/// What the state machine keeps on disk.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Applied {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, BasicNode>,
-    /// Nodes that left the cluster (`forget_cluster_node`), by Raft id.
-    forgotten: BTreeSet<u64>,
-    /// Nodes that joined the cluster after it formed (`join_cluster`): name, then address.
-    joined: Vec<(String, String)>,
-    /// The catalog's machine version in effect after the last applied entry.
-    machine_version: u16,
-}
-
-impl Default for Applied {
-    fn default() -> Self {
-        Applied {
-            last_applied: None,
-            membership: StoredMembership::default(),
-            forgotten: BTreeSet::new(),
-            joined: Vec::new(),
-            machine_version: FIRST_MACHINE_VERSION,
-        }
-    }
-}
-
-/// The applied state as format 3 stored it.
-#[derive(Debug, Deserialize)]
-struct AppliedV3 {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, BasicNode>,
-    forgotten: BTreeSet<u64>,
-    joined: Vec<(String, String)>,
-}
-
-/// The applied state as format 2 stored it.
-#[derive(Debug, Deserialize)]
-struct AppliedV2 {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, BasicNode>,
-    forgotten: BTreeSet<u64>,
-}
-
-/// The applied state as format 1 stored it.
-#[derive(Debug, Deserialize)]
-struct AppliedV1 {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, BasicNode>,
-}
-
-fn decode_applied(bytes: &[u8]) -> Result<Applied, warren_storage::StorageError> {
-    let undecodable = |e: postcard::Error| {
-        warren_storage::StorageError::Failed(format!("metadata applied state does not decode: {e}"))
-    };
-    match bytes.split_first() {
-        Some((&APPLIED_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(undecodable),
-        Some((3, rest)) => {
-            let v3: AppliedV3 = postcard::from_bytes(rest).map_err(undecodable)?;
-            let AppliedV3 { last_applied, membership, forgotten, joined } = v3;
-            Ok(Applied { last_applied, membership, forgotten, joined, ..Applied::default() })
-        }
-        Some((2, rest)) => {
-            let v2: AppliedV2 = postcard::from_bytes(rest).map_err(undecodable)?;
-            let AppliedV2 { last_applied, membership, forgotten } = v2;
-            Ok(Applied { last_applied, membership, forgotten, ..Applied::default() })
-        }
-        Some((1, rest)) => {
-            let v1: AppliedV1 = postcard::from_bytes(rest).map_err(undecodable)?;
-            Ok(Applied { last_applied: v1.last_applied, membership: v1.membership, ..Applied::default() })
-        }
-        _ => Err(warren_storage::StorageError::Failed("unknown metadata applied-state format".into())),
     }
 }
 
@@ -255,10 +179,7 @@ impl MetaStateMachine {
     }
 
     fn save(&self) -> Result<(), warren_storage::StorageError> {
-        let applied = self.shared.applied.lock().clone();
-        let mut bytes = vec![APPLIED_FORMAT_VERSION];
-        bytes =
-            postcard::to_extend(&applied, bytes).map_err(|e| warren_storage::StorageError::Failed(e.to_string()))?;
+        let bytes = self.shared.applied.lock().encode()?;
         self.shared.file.write(&bytes)?;
         if let Some(legacy) = self.shared.legacy.lock().take() {
             if let Err(error) = std::fs::remove_file(legacy.path()) {
@@ -631,28 +552,7 @@ mod tests {
     }
 
     fn encoded(applied: &Applied) -> Vec<u8> {
-        postcard::to_extend(applied, vec![APPLIED_FORMAT_VERSION]).expect("encodes")
-    }
-
-    #[test]
-    fn an_applied_state_of_format_3_reads_at_the_first_machine_version() {
-        #[derive(Serialize)]
-        struct Format3 {
-            last_applied: Option<LogId<u64>>,
-            membership: StoredMembership<u64, BasicNode>,
-            forgotten: BTreeSet<u64>,
-            joined: Vec<(String, String)>,
-        }
-        let written = Format3 {
-            last_applied: applied_at(7).last_applied,
-            membership: StoredMembership::default(),
-            forgotten: BTreeSet::from([9]),
-            joined: vec![("warren@d".into(), "127.0.0.1:1".into())],
-        };
-        let read = decode_applied(&postcard::to_extend(&written, vec![3]).expect("encodes")).expect("decodes");
-        assert_eq!(read.last_applied.map(|id| id.index), Some(7));
-        assert_eq!((read.forgotten, read.joined), (written.forgotten, written.joined));
-        assert_eq!(read.machine_version, FIRST_MACHINE_VERSION);
+        applied.encode().expect("encodes")
     }
 
     #[tokio::test]

@@ -15,6 +15,7 @@
 //! Every node applies every command; classic queues and streams live on the node they were
 //! declared on (commands about them only act there), quorum queues on their members.
 
+mod applied_state;
 mod command;
 mod fence;
 mod handle;
