@@ -99,9 +99,58 @@ pub fn newest_version(machine: Machine) -> u16 {
 }
 
 /// The newest version of every machine this node knows, by machine name: what it tells the
-/// other nodes.
+/// other nodes (the group machines' too, so that a release whose flags move them can see who
+/// knows what).
 pub fn known_versions() -> Vec<(String, u16)> {
-    Machine::ALL.into_iter().map(|machine| (machine.name().to_string(), newest_version(machine))).collect()
+    let catalog = Machine::ALL.into_iter().map(|machine| (machine.name().to_string(), newest_version(machine)));
+    let groups = GroupMachine::ALL.into_iter().map(|machine| (machine.name().to_string(), machine.newest_version()));
+    catalog.chain(groups).collect()
+}
+
+/// The state machine a quorum group runs: a quorum queue's (which a replicated delayed
+/// exchange runs too, with other settings) or a replicated stream's. Each has a version of its
+/// own, kept in its state and snapshots and moved only by an entry of its group's log
+/// (`quorum::Op::SetMachineVersion`), checked where it is applied ([`check_group_version`]).
+///
+/// Every release so far runs them at [`FIRST_MACHINE_VERSION`] and no flag moves them yet. The
+/// check is what lets a later release's flag move them safely: a node of this release that
+/// meets the version entry stops the group there and says to upgrade, instead of misreading
+/// the entries that follow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GroupMachine {
+    /// A quorum queue's (and a replicated delayed exchange's).
+    QuorumQueue,
+    /// A replicated stream's.
+    Stream,
+}
+
+impl GroupMachine {
+    /// Every group machine.
+    pub const ALL: [GroupMachine; 2] = [GroupMachine::QuorumQueue, GroupMachine::Stream];
+
+    /// Its name between nodes and in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupMachine::QuorumQueue => "quorum_queue",
+            GroupMachine::Stream => "stream",
+        }
+    }
+
+    /// The newest version of it this node knows.
+    pub fn newest_version(self) -> u16 {
+        match self {
+            GroupMachine::QuorumQueue | GroupMachine::Stream => FIRST_MACHINE_VERSION,
+        }
+    }
+}
+
+/// Refuses `version` of group machine `machine` if this node does not know it.
+pub fn check_group_version(machine: GroupMachine, version: u16) -> Result<(), NewerVersion> {
+    let known = machine.newest_version();
+    if version > known {
+        return Err(NewerVersion { machine: machine.name(), found: version, known });
+    }
+    Ok(())
 }
 
 /// Why a node may not apply something of `machine`.
@@ -175,6 +224,17 @@ mod tests {
         for (i, flag) in FEATURE_FLAGS.iter().enumerate() {
             assert!(flag.version > FIRST_MACHINE_VERSION, "{}", flag.name);
             assert!(FEATURE_FLAGS[..i].iter().all(|other| other.name != flag.name), "{}", flag.name);
+        }
+    }
+
+    #[test]
+    fn a_group_machine_refuses_a_version_it_does_not_know_and_is_announced() {
+        for machine in GroupMachine::ALL {
+            assert!(check_group_version(machine, FIRST_MACHINE_VERSION).is_ok());
+            let error = check_group_version(machine, machine.newest_version() + 1).expect_err("newer");
+            assert!(error.to_string().contains(machine.name()) && error.to_string().contains("upgrade"), "{error}");
+            let announced = known_versions().into_iter().find(|(name, _)| name == machine.name());
+            assert_eq!(announced, Some((machine.name().to_string(), machine.newest_version())));
         }
     }
 

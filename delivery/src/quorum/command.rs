@@ -7,6 +7,7 @@
 //! durable before the next, so one op per entry would cost an fsync (and, in a cluster, a
 //! round of replication) per publish. The proposer puts every op waiting into one entry.
 
+use crate::feature_flags::{check_group_version, GroupMachine, NewerVersion};
 use serde::{Deserialize, Serialize};
 
 /// A message's id: where its [`Op::Enqueue`] is in the log, [`message_id`] of its entry's
@@ -166,6 +167,24 @@ pub enum Op {
     /// A change to the consumer groups of the super stream whose first partition this
     /// replicated stream is. A quorum queue ignores it.
     Group(crate::stream::GroupOp),
+    /// The group's state machine moves to machine `version`
+    /// ([`crate::feature_flags::GroupMachine`]): the entries after it are applied with that
+    /// version's semantics. A node that does not know the version stops the group here. (Last,
+    /// so that logs written before it existed still decode.)
+    SetMachineVersion {
+        /// The new version.
+        version: u16,
+    },
+}
+
+impl Op {
+    /// The machine version this op moves to, if it is [`Op::SetMachineVersion`].
+    pub fn machine_version(&self) -> Option<u16> {
+        match self {
+            Op::SetMachineVersion { version } => Some(*version),
+            _ => None,
+        }
+    }
 }
 
 /// A command: the leader's clock when it proposed it, and the operation.
@@ -196,6 +215,14 @@ pub struct CommandBatch {
     pub at_ms: u64,
     /// What to do, in order.
     pub ops: Vec<Op>,
+}
+
+impl CommandBatch {
+    /// Refuses the batch if it moves `machine` to a version this node does not know: applied
+    /// with semantics this release does not know, its replica would diverge from the others.
+    pub fn check_machine_version(&self, machine: GroupMachine) -> Result<(), NewerVersion> {
+        self.ops.iter().filter_map(Op::machine_version).try_for_each(|version| check_group_version(machine, version))
+    }
 }
 
 impl From<Command> for CommandBatch {

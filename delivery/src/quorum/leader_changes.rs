@@ -34,6 +34,11 @@ impl LeaderChanges {
         LeaderChanges { group: group.into(), leader: None }
     }
 
+    /// The group's name.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
     /// The blank entry `log_id` of a new leader was applied here; whether it was reported as
     /// a change. Entries the member applies again at startup (`replayed`) are changes of the
     /// past: remembered, not reported.

@@ -17,11 +17,12 @@ use super::leader_changes::LeaderChanges;
 use super::settings::Settings;
 use super::snapshot::{decode_versioned, Checkpoint, Checkpoints, StateSnapshot, SAVED_SNAPSHOT_FORMAT_VERSION};
 use super::state::QueueState;
+use crate::feature_flags::GroupMachine;
 use bytes::Bytes;
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
     BasicNode, Config, ConfigError, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotPolicy,
-    StorageError, StoredMembership,
+    StorageError, StorageIOError, StoredMembership,
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -350,7 +351,18 @@ impl RaftStateMachine<QuorumRaft> for QuorumStateMachine {
         I::IntoIter: OptionalSend,
     {
         let mut machine = self.shared.machine.lock();
-        Ok(entries.into_iter().map(|entry| machine.apply_entry(entry.log_id, entry.payload)).collect())
+        let mut responses = Vec::new();
+        for entry in entries {
+            if let EntryPayload::Normal(batch) = &entry.payload {
+                if let Err(error) = batch.check_machine_version(GroupMachine::QuorumQueue) {
+                    let group = machine.leader_changes.group();
+                    tracing::error!(group, index = entry.log_id.index, %error, "the group's log cannot be applied further here");
+                    return Err(StorageError::from(StorageIOError::apply(entry.log_id, &error)));
+                }
+            }
+            responses.push(machine.apply_entry(entry.log_id, entry.payload));
+        }
+        Ok(responses)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {

@@ -19,14 +19,21 @@ use super::settings::Settings;
 use super::state::{MessageState, PendingDeadLetter, QueueState};
 use crate::consumer::TagFilter;
 use crate::dedup_window::DedupEntries;
+use crate::feature_flags::FIRST_MACHINE_VERSION;
 use bytes::Bytes;
 use openraft::{BasicNode, LogId, StoredMembership};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
 /// The first byte of an encoded snapshot: its format version (2: without tags and filters,
-/// 3: without the deduplication window; both still read).
+/// 3: without the deduplication window; both still read). A state at the first machine
+/// version is written in this format, which every release since it reads, so that a node of
+/// an earlier release can install it while a cluster is upgraded.
 pub const SNAPSHOT_FORMAT_VERSION: u8 = 4;
+/// The format of a snapshot of a state at a later machine version: format 4's, then the
+/// version. Only nodes that know that version install one: the version moves once every
+/// node does.
+pub const SNAPSHOT_FORMAT_WITH_MACHINE_VERSION: u8 = 5;
 /// Entries between two checkpoints at least; more when the queue holds more messages (a
 /// checkpoint costs time and memory in proportion to them).
 pub const DEFAULT_CHECKPOINT_INTERVAL_ENTRIES: u64 = 4096;
@@ -52,6 +59,14 @@ pub struct StateSnapshot {
     filters: Vec<(ConsumerKey, TagFilter)>,
     /// The deduplication keys seen lately, oldest first.
     dedup: DedupEntries,
+    /// The machine version the state applies entries with (written after the rest, in
+    /// format 5 only).
+    #[serde(skip, default = "first_machine_version")]
+    machine_version: u16,
+}
+
+fn first_machine_version() -> u16 {
+    FIRST_MACHINE_VERSION
 }
 
 /// A snapshot as format 3 wrote it: as [`StateSnapshot`] without the deduplication window.
@@ -78,6 +93,7 @@ impl From<StateSnapshotV3> for StateSnapshot {
             tags,
             filters,
             dedup: DedupEntries::default(),
+            machine_version: FIRST_MACHINE_VERSION,
         }
     }
 }
@@ -129,6 +145,7 @@ impl StateSnapshot {
             tags: parts.tags.iter().map(|(id, tag)| (*id, tag.clone())).collect(),
             filters: parts.consumers.filters().iter().map(|(key, f)| (*key, f.clone())).collect(),
             dedup: parts.dedup.entries(),
+            machine_version: parts.machine_version,
         }
     }
 
@@ -138,7 +155,9 @@ impl StateSnapshot {
         let messages = self.messages.into_iter().collect();
         let dead_lettering = self.dead_lettering.into_iter().collect();
         let tags = self.tags.into_iter().collect();
-        Ok(QueueState::from_parts(settings, self.clock_ms, messages, consumers, dead_lettering, tags, self.dedup)?)
+        let state =
+            QueueState::from_parts(settings, self.clock_ms, messages, consumers, dead_lettering, tags, self.dedup)?;
+        Ok(state.at_machine_version(self.machine_version))
     }
 
     /// Messages the snapshot lists.
@@ -146,16 +165,30 @@ impl StateSnapshot {
         self.messages.len()
     }
 
-    /// The version byte, then postcard.
-    pub fn encode(&self) -> Result<Vec<u8>, QuorumError> {
-        postcard::to_extend(self, vec![SNAPSHOT_FORMAT_VERSION]).map_err(QuorumError::Encode)
+    /// The machine version the state applies entries with.
+    pub fn machine_version(&self) -> u16 {
+        self.machine_version
     }
 
-    /// Reads what [`StateSnapshot::encode`] wrote (or format 2 did).
+    /// The format byte, then postcard: format 4 at the first machine version, 5 (with the
+    /// version) past it.
+    pub fn encode(&self) -> Result<Vec<u8>, QuorumError> {
+        if self.machine_version == FIRST_MACHINE_VERSION {
+            return postcard::to_extend(self, vec![SNAPSHOT_FORMAT_VERSION]).map_err(QuorumError::Encode);
+        }
+        postcard::to_extend(&(self, self.machine_version), vec![SNAPSHOT_FORMAT_WITH_MACHINE_VERSION])
+            .map_err(QuorumError::Encode)
+    }
+
+    /// Reads what [`StateSnapshot::encode`] wrote (or formats 2 and 3 did).
     pub fn decode(bytes: &[u8]) -> Result<Self, QuorumError> {
         match bytes.split_first() {
             Some((2, rest)) => decode_whole::<StateSnapshotV2>(rest).map(StateSnapshot::from),
             Some((3, rest)) => decode_whole::<StateSnapshotV3>(rest).map(StateSnapshot::from),
+            Some((&SNAPSHOT_FORMAT_WITH_MACHINE_VERSION, rest)) => {
+                let (snapshot, machine_version) = decode_whole::<(StateSnapshot, u16)>(rest)?;
+                Ok(StateSnapshot { machine_version, ..snapshot })
+            }
             _ => decode_versioned(bytes, SNAPSHOT_FORMAT_VERSION),
         }
     }

@@ -13,6 +13,7 @@ use super::effect::Effect;
 use super::settings::Settings;
 use crate::consumer::TagFilter;
 use crate::dedup_window::{key_in, DedupEntries, DedupKey, DedupWindow};
+use crate::feature_flags::FIRST_MACHINE_VERSION;
 use crate::properties::Properties;
 use crate::queue::dead_letter::DeathReason;
 use crate::queue::{MessageRef, Overflow, ReadyList};
@@ -67,6 +68,8 @@ pub struct QueueState {
     tags: BTreeMap<MessageId, Vec<u8>>,
     /// Deduplication keys seen lately (`x-message-deduplication`).
     dedup: DedupWindow,
+    /// The machine version the entries are applied with ([`Op::SetMachineVersion`]).
+    machine_version: u16,
 }
 
 impl QueueState {
@@ -85,7 +88,14 @@ impl QueueState {
             dead_lettering_bytes: 0,
             tags: BTreeMap::new(),
             dedup: DedupWindow::default(),
+            machine_version: FIRST_MACHINE_VERSION,
         }
+    }
+
+    /// The machine version its entries are applied with. Every version so far applies every
+    /// op alike; a later one's differences branch on it here.
+    pub fn machine_version(&self) -> u16 {
+        self.machine_version
     }
 
     /// Applies the command of log entry `index`: the response for its proposer and the
@@ -106,6 +116,10 @@ impl QueueState {
             Op::Discard { consumer, ids } => self.settle(consumer, ids, Some(DeathReason::Rejected), &mut effects),
             Op::DeadLettered { ids } => self.dead_lettered(ids),
             Op::Purge => Response::Purged(self.purge()),
+            Op::SetMachineVersion { version } => {
+                self.machine_version = *version;
+                Response::Done
+            }
             Op::Expire | Op::CommitOffset { .. } | Op::Sync | Op::Group(_) => Response::Done,
         };
         // Returned messages may be past their TTL; one of 0 (due now) still lets a message
@@ -550,7 +564,14 @@ impl QueueState {
             dead_lettering: &self.dead_lettering,
             tags: &self.tags,
             dedup: &self.dedup,
+            machine_version: self.machine_version,
         }
+    }
+
+    /// This state, applying its entries with machine `version` (a snapshot's).
+    pub(super) fn at_machine_version(mut self, version: u16) -> Self {
+        self.machine_version = version;
+        self
     }
 
     pub(super) fn from_parts(
@@ -634,6 +655,7 @@ pub(super) struct StateParts<'a> {
     pub(super) dead_lettering: &'a BTreeMap<MessageId, PendingDeadLetter>,
     pub(super) tags: &'a BTreeMap<MessageId, Vec<u8>>,
     pub(super) dedup: &'a DedupWindow,
+    pub(super) machine_version: u16,
 }
 
 /// A snapshot names a holder that it does not list.

@@ -22,6 +22,7 @@ use super::tag;
 use super::PartitionGroups;
 use crate::consumer::message_tag;
 use crate::dedup_window::{key_in, DedupEntries, DedupSettings, DedupWindow};
+use crate::feature_flags::{GroupMachine, FIRST_MACHINE_VERSION};
 use crate::message::WireMessage;
 use crate::message_store::codec as message_codec;
 use crate::quorum::leader_changes::LeaderChanges;
@@ -52,7 +53,9 @@ const LOGS_KEPT_BELOW_SNAPSHOT: u64 = 512;
 /// replicated state without bound.
 pub const MAX_CONSUMER_GROUPS: usize = 10_000;
 /// The first byte of a snapshot file: its format version.
-const SNAPSHOT_FORMAT_VERSION: u8 = 1;
+const SNAPSHOT_FORMAT_VERSION: u8 = 2;
+/// The format of snapshot files before machine versions, still read.
+const FIRST_SNAPSHOT_FORMAT_VERSION: u8 = 1;
 
 /// openraft's configuration for a replicated stream's group: as a quorum queue's (heartbeats
 /// and elections driven by the cluster's failure detector), with snapshots rarer and some log
@@ -70,7 +73,7 @@ pub fn stream_raft_config(cluster_name: &str) -> Result<Config, Box<ConfigError>
 
 /// What a snapshot holds besides openraft's metadata: the state at its entry, but the log's
 /// records, which stay in the log.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct StreamSnapshot {
     /// The oldest offset the snapshotting replica held (retention removes older ones).
     first_offset: u64,
@@ -84,9 +87,39 @@ struct StreamSnapshot {
     dedup: DedupEntries,
     /// The consumer groups of the super stream this stream is the first partition of.
     partition_groups: PartitionGroups,
+    /// The machine version the state applies entries with: not in the snapshot's own
+    /// encoding, which a node of an earlier release must still read (see
+    /// [`SavedSnapshot::to_raft`]).
+    #[serde(skip, default = "first_machine_version")]
+    machine_version: u16,
 }
 
-/// A snapshot as kept in its file.
+impl Default for StreamSnapshot {
+    fn default() -> Self {
+        StreamSnapshot {
+            first_offset: 0,
+            next_offset: 0,
+            clock_ms: 0,
+            groups: Vec::new(),
+            dedup: DedupEntries::default(),
+            partition_groups: PartitionGroups::default(),
+            machine_version: FIRST_MACHINE_VERSION,
+        }
+    }
+}
+
+fn first_machine_version() -> u16 {
+    FIRST_MACHINE_VERSION
+}
+
+/// What a snapshot's id ends with when its state is past the first machine version: the
+/// version follows it, and the state is encoded with the version after it. A snapshot at the
+/// first version is as releases before machine versions sent it, so that they install it
+/// while a cluster is upgraded.
+const MACHINE_VERSION_ID_SUFFIX: &str = "-machine-v";
+
+/// A snapshot as kept in its file (format 2: then the machine version; format 1 was at the
+/// first).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct SavedSnapshot {
     meta: SnapshotMeta<u64, BasicNode>,
@@ -94,9 +127,46 @@ struct SavedSnapshot {
 }
 
 impl SavedSnapshot {
+    fn encode(&self) -> Result<Vec<u8>, QuorumError> {
+        postcard::to_extend(&(self, self.state.machine_version), vec![SNAPSHOT_FORMAT_VERSION])
+            .map_err(QuorumError::Encode)
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, QuorumError> {
+        match bytes.split_first() {
+            Some((&FIRST_SNAPSHOT_FORMAT_VERSION, rest)) => decode_whole(rest),
+            _ => {
+                let (saved, machine_version): (SavedSnapshot, u16) = decode_versioned(bytes, SNAPSHOT_FORMAT_VERSION)?;
+                Ok(SavedSnapshot { state: StreamSnapshot { machine_version, ..saved.state }, ..saved })
+            }
+        }
+    }
+
+    /// As openraft sends it to another replica: the state past the first machine version
+    /// carries it, and says so in the snapshot's id.
     fn to_raft(&self) -> Result<Snapshot<QuorumRaft>, QuorumError> {
-        let data = postcard::to_allocvec(&self.state).map_err(QuorumError::Encode)?;
-        Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(Cursor::new(data)) })
+        let version = self.state.machine_version;
+        let mut meta = self.meta.clone();
+        let data = if version == FIRST_MACHINE_VERSION {
+            postcard::to_allocvec(&self.state)
+        } else {
+            let id = meta.snapshot_id.split(MACHINE_VERSION_ID_SUFFIX).next().unwrap_or_default();
+            meta.snapshot_id = format!("{id}{MACHINE_VERSION_ID_SUFFIX}{version}");
+            postcard::to_allocvec(&(&self.state, version))
+        };
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data.map_err(QuorumError::Encode)?)) })
+    }
+
+    /// The state another replica sent with `meta` ([`SavedSnapshot::to_raft`]).
+    fn state_sent(meta: &SnapshotMeta<u64, BasicNode>, data: &[u8]) -> Result<StreamSnapshot, QuorumError> {
+        let version = meta.snapshot_id.rsplit_once(MACHINE_VERSION_ID_SUFFIX).and_then(|(_, v)| v.parse::<u16>().ok());
+        match version {
+            None => decode_whole(data),
+            Some(_) => {
+                let (state, machine_version): (StreamSnapshot, u16) = decode_whole(data)?;
+                Ok(StreamSnapshot { machine_version, ..state })
+            }
+        }
     }
 }
 
@@ -113,6 +183,9 @@ struct Applied {
     partition_groups: PartitionGroups,
     /// Whether entries applied since the groups were last published changed them.
     partition_groups_changed: bool,
+    /// The machine version entries are applied with ([`Op::SetMachineVersion`]). Every
+    /// version so far applies every op alike.
+    machine_version: u16,
     current: Option<SavedSnapshot>,
 }
 
@@ -128,6 +201,7 @@ impl Applied {
             dedup: DedupWindow::restore(state.dedup),
             partition_groups: state.partition_groups,
             partition_groups_changed: false,
+            machine_version: state.machine_version,
             current: saved,
         }
     }
@@ -140,6 +214,7 @@ impl Applied {
             groups: self.groups.iter().map(|(g, o)| (g.clone(), *o)).collect(),
             dedup: self.dedup.entries(),
             partition_groups: self.partition_groups.clone(),
+            machine_version: self.machine_version,
         }
     }
 
@@ -192,7 +267,7 @@ impl StreamStateMachine {
         replication: Arc<dyn Replication>,
     ) -> Result<Self, QuorumError> {
         let file = SnapshotFile::new(snapshot_path);
-        let saved = file.read()?.map(|bytes| decode_versioned(&bytes, SNAPSHOT_FORMAT_VERSION)).transpose()?;
+        let saved = file.read()?.map(|bytes| SavedSnapshot::decode(&bytes)).transpose()?;
         let (appended, _) = watch::channel(log.next_offset());
         let applied = Applied::restore(saved);
         let (partition_groups, _) = watch::channel(Arc::new(applied.partition_groups.clone()));
@@ -264,6 +339,11 @@ impl StreamStateMachine {
                 Vec::new()
             }
             EntryPayload::Normal(batch) => {
+                if let Err(error) = batch.check_machine_version(GroupMachine::Stream) {
+                    let group = &self.shared.group;
+                    tracing::error!(group, index = log_id.index, %error, "the group's log cannot be applied further here");
+                    return Err(warren_storage::StorageError::Failed(error.to_string()));
+                }
                 applied.clock_ms = applied.clock_ms.max(batch.at_ms);
                 let mut appending = Appending::new(self.shared.log.next_offset());
                 let responses = batch.ops.into_iter().map(|op| self.apply_op(applied, op, &mut appending)).collect();
@@ -285,6 +365,10 @@ impl StreamStateMachine {
             // A stream keeps its messages: only retention removes them.
             Op::Purge => Response::Purged(0),
             Op::Sync => Response::NextOffset(applied.next_offset),
+            Op::SetMachineVersion { version } => {
+                applied.machine_version = version;
+                Response::Done
+            }
             Op::Group(op) => {
                 applied.partition_groups.apply(&op);
                 applied.partition_groups_changed = true;
@@ -320,7 +404,7 @@ impl StreamStateMachine {
         if current.is_some() && current >= index(&saved) {
             return Ok(());
         }
-        let bytes = postcard::to_extend(&saved, vec![SNAPSHOT_FORMAT_VERSION]).map_err(QuorumError::Encode)?;
+        let bytes = saved.encode()?;
         let file = self.shared.file.clone();
         blocking(move || file.write(&bytes)).await?;
         self.shared.applied.lock().current = Some(saved);
@@ -354,7 +438,7 @@ impl StreamStateMachine {
     }
 
     async fn install(&self, meta: &SnapshotMeta<u64, BasicNode>, data: &[u8]) -> Result<(), QuorumError> {
-        let state: StreamSnapshot = decode_whole(data)?;
+        let state = SavedSnapshot::state_sent(meta, data)?;
         let sources = catch_up::sources(meta, self.shared.replication.node_id());
         let fetch = |node: u64, from: u64, max_bytes: u32| {
             self.shared.replication.read_stream(node, &self.shared.group, from, max_bytes)
@@ -540,5 +624,82 @@ impl super::OffsetStore for ReplicatedOffsets {
     /// means some deliveries come again).
     fn close(&self) -> Result<(), crate::message_store::StoreError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quorum::{CommandBatch, SingleNode};
+
+    fn open(dir: &std::path::Path) -> StreamStateMachine {
+        let log = Arc::new(Log::open(dir.join("log"), warren_storage::LogConfig::default()).expect("log opens"));
+        StreamStateMachine::open("s", dir.join("snapshot"), log, None, SingleNode::shared()).expect("opens")
+    }
+
+    fn entry(index: u64, op: Op) -> openraft::Entry<QuorumRaft> {
+        let log_id = LogId::new(openraft::CommittedLeaderId::new(1, 1), index);
+        openraft::Entry { log_id, payload: EntryPayload::Normal(CommandBatch { at_ms: 1_000, ops: vec![op] }) }
+    }
+
+    fn commit(group: &str, offset: u64) -> Op {
+        Op::CommitOffset { group: group.into(), offset }
+    }
+
+    #[tokio::test]
+    async fn a_replica_applies_the_machine_versions_it_knows_and_stops_at_a_newer_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut machine = open(dir.path());
+        let newest = GroupMachine::Stream.newest_version();
+        let known = vec![entry(1, commit("g", 5)), entry(2, Op::SetMachineVersion { version: newest })];
+        machine.apply(known).await.expect("applied");
+        assert_eq!(machine.shared.applied.lock().machine_version, newest);
+
+        let newer = vec![
+            entry(3, commit("g", 7)),
+            entry(4, Op::SetMachineVersion { version: newest + 1 }),
+            entry(5, commit("g", 9)),
+        ];
+        let error = machine.apply(newer).await.expect_err("a version this node does not know");
+        assert!(error.to_string().contains("upgrade this node"), "{error}");
+        assert_eq!(machine.last_applied().map(|id| id.index), Some(3), "applied up to the version entry");
+        assert_eq!(machine.group_offset("g"), Some(7));
+    }
+
+    fn saved(machine_version: u16) -> SavedSnapshot {
+        let state =
+            StreamSnapshot { next_offset: 42, groups: vec![("g".into(), 40)], machine_version, ..Default::default() };
+        let meta = SnapshotMeta { snapshot_id: "1-1-9".into(), ..Default::default() };
+        SavedSnapshot { meta, state }
+    }
+
+    #[test]
+    fn a_snapshot_at_the_first_machine_version_is_sent_as_earlier_releases_read_it() {
+        let first = saved(FIRST_MACHINE_VERSION);
+        let sent = first.to_raft().expect("encodes");
+        assert_eq!(sent.meta.snapshot_id, "1-1-9");
+        let earlier: StreamSnapshot = decode_whole(sent.snapshot.get_ref()).expect("an earlier release reads it");
+        assert_eq!(earlier, first.state);
+
+        let later = saved(2);
+        let sent = later.to_raft().expect("encodes");
+        assert_eq!(sent.meta.snapshot_id, format!("1-1-9{MACHINE_VERSION_ID_SUFFIX}2"));
+        let received = SavedSnapshot::state_sent(&sent.meta, sent.snapshot.get_ref()).expect("decodes");
+        assert_eq!(received, later.state);
+        let again = SavedSnapshot { meta: sent.meta.clone(), state: received }.to_raft().expect("encodes");
+        assert_eq!(again.meta.snapshot_id, sent.meta.snapshot_id, "the suffix is not repeated when passed on");
+    }
+
+    #[test]
+    fn a_snapshot_file_keeps_the_machine_version_and_one_of_the_first_format_still_reads() {
+        let later = saved(3);
+        let read = SavedSnapshot::decode(&later.encode().expect("encodes")).expect("decodes");
+        assert_eq!(read.state, later.state);
+
+        let first = saved(FIRST_MACHINE_VERSION);
+        let old_file = postcard::to_extend(&first, vec![FIRST_SNAPSHOT_FORMAT_VERSION]).expect("encodes");
+        let read = SavedSnapshot::decode(&old_file).expect("a file of the first format reads");
+        assert_eq!(read.state, first.state);
+        assert_eq!(read.meta, first.meta);
     }
 }

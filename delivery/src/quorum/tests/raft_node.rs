@@ -212,3 +212,46 @@ async fn a_snapshot_installed_on_another_replica_plus_the_rest_of_the_log_gives_
     let current = b.get_current_snapshot().await.expect("read").expect("kept");
     assert_eq!(current.meta, snapshot.meta);
 }
+
+#[tokio::test]
+async fn a_replica_applies_the_machine_versions_it_knows_and_stops_at_a_newer_one() {
+    use crate::feature_flags::GroupMachine;
+    use openraft::storage::RaftStateMachine;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tx, _effects) = unbounded_channel();
+    let mut machine = QuorumStateMachine::open("v", dir.path().join("v"), Settings::default(), 2, tx).expect("opens");
+    let newest = GroupMachine::QuorumQueue.newest_version();
+    let known = vec![entry(1, enqueue("a", None, None)), entry(2, Op::SetMachineVersion { version: newest })];
+    machine.apply(known).await.expect("applied");
+    assert_eq!(machine.read(QueueState::machine_version), newest);
+
+    let newer = vec![
+        entry(3, enqueue("b", None, None)),
+        entry(4, Op::SetMachineVersion { version: newest + 1 }),
+        entry(5, enqueue("c", None, None)),
+    ];
+    let error = machine.apply(newer).await.expect_err("a version this node does not know");
+    assert!(error.to_string().contains("upgrade this node"), "{error}");
+    assert_eq!(machine.last_applied().map(|id| id.index), Some(3), "applied up to the version entry");
+    assert_eq!(machine.read(QueueState::ready_count), 2);
+}
+
+#[test]
+fn a_state_past_the_first_machine_version_snapshots_with_it_and_one_at_the_first_as_before() {
+    use crate::feature_flags::FIRST_MACHINE_VERSION;
+    use crate::quorum::snapshot::{SNAPSHOT_FORMAT_VERSION, SNAPSHOT_FORMAT_WITH_MACHINE_VERSION};
+    let mut state = QueueState::new(Settings::default());
+    state.apply(1, &Command::new(1_000, enqueue("a", Some(3), None)));
+    let first = StateSnapshot::of(&state).encode().expect("encodes");
+    assert_eq!(first[0], SNAPSHOT_FORMAT_VERSION, "a node of an earlier release installs it");
+    assert_eq!(StateSnapshot::decode(&first).expect("decodes").machine_version(), FIRST_MACHINE_VERSION);
+
+    let later = state.at_machine_version(2);
+    let snapshot = StateSnapshot::of(&later);
+    let bytes = snapshot.encode().expect("encodes");
+    assert_eq!(bytes[0], SNAPSHOT_FORMAT_WITH_MACHINE_VERSION);
+    let read = StateSnapshot::decode(&bytes).expect("decodes");
+    assert_eq!(read, snapshot);
+    let restored = read.restore(Settings::default()).expect("restores");
+    assert_eq!((restored.machine_version(), restored.ready_count()), (2, 1));
+}
