@@ -1,15 +1,18 @@
 //! The broker's settings: command-line flags, then an optional TOML file, then environment
 //! variables, then defaults, in that order of precedence.
 //!
-//! clap reads flags and environment variables together; `ArgMatches::value_source` tells which
-//! one a value came from, so that a value from the TOML file can beat an environment variable
-//! but not a flag.
+//! Each setting is declared once, as a field of [`Cli`]: its flag, environment variable,
+//! default and help; the TOML file's keys are the fields' names, and README's settings table is
+//! made from the same declarations. The file's settings are read as flags placed before the
+//! command line's: a flag given twice takes its last value, so a flag beats the file, and a
+//! setting the file gives is present, so the environment variable (read only for an absent
+//! flag) does not replace it.
 
 use crate::logging::{LogFormat, LogSettings};
 use crate::tls::TlsSettings;
-use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
-use serde::Deserialize;
+use clap::builder::BoolishValueParser;
+use clap::{Arg, ArgMatches, Command, CommandFactory, FromArgMatches, Parser};
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -27,8 +30,7 @@ use crate::cluster::{ClusterSecret, PeerAddress};
 pub const DEFAULT_CLUSTER_NAME: &str = "warren";
 
 /// When appends to durable queues are fsynced, and so when publisher confirms go out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Fsync {
     /// Every append is fsynced before it is confirmed (slowest, one fsync per write).
     Always,
@@ -61,174 +63,189 @@ impl Fsync {
     after_help = "A running broker is managed with `warren ctl VERB ...`, rabbitmqctl's verbs (`warren ctl help` lists them)."
 )]
 pub struct Cli {
-    /// TOML configuration file.
+    /// TOML configuration file: keys as the flags' names with underscores (`amqp_listen =
+    /// "127.0.0.1:5673"`).
     #[arg(long, env = "WARREN_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
-    /// Address the AMQP listener binds (port 0 picks a free port).
-    #[arg(long, env = "WARREN_AMQP_LISTEN", default_value = "0.0.0.0:5672")]
+    /// AMQP listener address (port 0: any free port).
+    #[arg(long, value_name = "ADDR", env = "WARREN_AMQP_LISTEN", default_value = "0.0.0.0:5672")]
     pub amqp_listen: SocketAddr,
 
-    /// Address of the management HTTP API (RabbitMQ's shapes; what `warren ctl` talks to), or
-    /// `none`. A port that cannot be bound is logged and the broker runs without the API.
-    #[arg(long, env = "WARREN_HTTP_LISTEN", default_value = "0.0.0.0:15672", value_parser = parse_http_listen)]
+    /// Management HTTP API address (what `warren ctl` talks to), or `none`; an address that cannot
+    /// be bound is logged and the broker runs without the API.
+    #[arg(long, value_name = "ADDR", env = "WARREN_HTTP_LISTEN", default_value = "0.0.0.0:15672", value_parser = parse_http_listen)]
     pub http_listen: HttpListen,
 
-    /// Directory for the broker's data; created if missing.
-    #[arg(long, env = "WARREN_DATA_DIR", default_value = "./data")]
+    /// Data directory, created if missing.
+    #[arg(long, value_name = "DIR", env = "WARREN_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
 
-    /// When durable queues fsync: always, batch (group commit, the default) or never.
-    #[arg(long, env = "WARREN_FSYNC", value_enum, default_value = "batch")]
+    /// `always`, `batch` (group commit) or `never`: when durable queues fsync, and so when
+    /// publisher confirms go out (see Durability).
+    #[arg(long, value_name = "POLICY", env = "WARREN_FSYNC", value_enum, default_value = "batch")]
     pub fsync: Fsync,
 
-    /// Most channels a connection may have open at once, whatever their numbers (offered in connection.tune).
-    #[arg(long, env = "WARREN_CHANNEL_MAX", default_value_t = 2047)]
+    /// Most channels a connection may have open at once (any numbers), offered in
+    /// `connection.tune`.
+    #[arg(long, value_name = "N", env = "WARREN_CHANNEL_MAX", default_value_t = 2047)]
     pub channel_max: u16,
 
-    /// Largest frame in bytes, at least 4096 (offered in connection.tune).
-    #[arg(long, env = "WARREN_FRAME_MAX", default_value_t = 131_072,
+    /// Largest frame offered in `connection.tune`, at least 4096; larger frames are 501
+    /// FRAME_ERROR.
+    #[arg(long, value_name = "BYTES", env = "WARREN_FRAME_MAX", default_value_t = 131_072,
           value_parser = clap::value_parser!(u32).range(4096..))]
     pub frame_max: u32,
 
-    /// Heartbeat interval in seconds offered to clients (0 disables heartbeats).
-    #[arg(long, env = "WARREN_HEARTBEAT", default_value_t = 60)]
+    /// Heartbeat interval offered to clients; a client silent for two intervals is disconnected; 0
+    /// disables heartbeats.
+    #[arg(long, value_name = "SECS", env = "WARREN_HEARTBEAT", default_value_t = 60)]
     pub heartbeat: u16,
 
-    /// Milliseconds a delivery may stay unacknowledged before its channel is closed with 406
-    /// (0: never), as RabbitMQ's consumer_timeout; queues and consumers may set their own
-    /// with the x-consumer-timeout argument.
+    /// How long a delivery may stay unacknowledged before its channel is closed with 406
+    /// PRECONDITION_FAILED (RabbitMQ's `consumer_timeout`); 0 never; a queue or consumer argument
+    /// `x-consumer-timeout` overrides it.
     #[arg(long, env = "WARREN_CONSUMER_TIMEOUT", value_name = "MS", default_value_t = warren_amqp::config::DEFAULT_CONSUMER_TIMEOUT_MS)]
     pub consumer_timeout: u64,
 
-    /// Log lines as text, or as one JSON object a line (timestamp, level, target, fields).
-    #[arg(long, env = "WARREN_LOG_FORMAT", value_enum, default_value = "text")]
+    /// `text`, or `json`: one JSON object a line (`timestamp`, `level`, `target`, `fields` with
+    /// `message`), for log shippers.
+    #[arg(long, value_name = "FORMAT", env = "WARREN_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
 
-    /// File the log is appended to instead of standard error; reopened on SIGUSR1, so that
-    /// logrotate can move it away (as after RabbitMQ's rotate_logs).
+    /// The file the log is appended to; reopened on SIGUSR1, so logrotate can move it away
+    /// (`postrotate: kill -USR1 <pid>`, as after RabbitMQ's `rotate_logs`); Warren does not rotate
+    /// it itself. Default: standard error.
     #[arg(long, env = "WARREN_LOG_FILE", value_name = "PATH")]
     pub log_file: Option<PathBuf>,
 
-    /// Largest message body accepted, in bytes; larger publishes get 406 PRECONDITION_FAILED.
-    #[arg(long, env = "WARREN_MAX_MESSAGE_SIZE", default_value_t = 128 * 1024 * 1024)]
+    /// Largest message body accepted; larger publishes get 406 PRECONDITION_FAILED.
+    #[arg(long, value_name = "BYTES", env = "WARREN_MAX_MESSAGE_SIZE", default_value_t = 128 * 1024 * 1024)]
     pub max_message_size: u64,
 
-    /// Milliseconds a client has from connecting to connection.open.
-    #[arg(long, env = "WARREN_HANDSHAKE_TIMEOUT_MS", default_value_t = 10_000)]
+    /// Time a client has from connecting to `connection.open`.
+    #[arg(long, value_name = "MS", env = "WARREN_HANDSHAKE_TIMEOUT_MS", default_value_t = 10_000)]
     pub handshake_timeout_ms: u64,
 
-    /// This node's name in the cluster; peers list it in --peers. Default: warren@<host name>.
-    #[arg(long, env = "WARREN_NODE_NAME", default_value_t = warren_delivery::node::default_name())]
+    /// This node's name in the cluster (and in direct reply-to addresses); 1-255 bytes, no spaces
+    /// or commas. Default: `warren@<host name>`.
+    #[arg(long, value_name = "NAME", env = "WARREN_NODE_NAME", default_value_t = warren_delivery::node::default_name())]
     pub node_name: String,
 
-    /// The cluster's name; nodes of another cluster are refused.
-    #[arg(long, env = "WARREN_CLUSTER_NAME", default_value = DEFAULT_CLUSTER_NAME)]
+    /// The cluster's name; a peer of another cluster is refused.
+    #[arg(long, value_name = "NAME", env = "WARREN_CLUSTER_NAME", default_value = DEFAULT_CLUSTER_NAME)]
     pub cluster_name: String,
 
-    /// Metadata changes between two snapshots of the cluster's catalog; the metadata log is
-    /// purged behind each (a node that fell further behind receives the snapshot).
+    /// Metadata changes between two snapshots of the cluster's catalog; the metadata log is purged
+    /// behind each, and a node that fell further behind receives the snapshot.
     #[arg(long, env = "WARREN_METADATA_SNAPSHOT_INTERVAL", value_name = "ENTRIES", default_value_t = warren_delivery::metadata::DEFAULT_SNAPSHOT_INTERVAL_ENTRIES)]
     pub metadata_snapshot_interval: u64,
 
     /// Test-only: this node knows machine versions as the release before the newest feature
     /// flags did (for tests of clusters of mixed releases).
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, num_args = 0..=1, default_value = "false", default_missing_value = "true",
+          value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub pretend_previous_release: bool,
 
-    /// Address of the inter-node listener; none (the default) and no --peers is a one-node cluster.
+    /// Inter-node listener address; with no `--peers` either, the node is a one-node cluster.
     #[arg(long, env = "WARREN_CLUSTER_LISTEN", value_name = "ADDR")]
     pub cluster_listen: Option<SocketAddr>,
 
-    /// Seed list of other nodes, comma-separated: name@host:port (node names may hold @:
-    /// warren@a@10.0.0.1:25672). An entry naming this node is skipped.
-    #[arg(long, env = "WARREN_PEERS", value_delimiter = ',', value_name = "NAME@HOST:PORT,...")]
+    /// Seed list of other nodes, `name@host:port` each, split at the last `@`
+    /// (`warren@b@10.0.0.2:25672`); an entry naming this node is skipped, so every node can be
+    /// given the same list.
+    #[arg(long, env = "WARREN_PEERS", value_delimiter = ',', value_name = "NAME@HOST:PORT,...",
+          action = clap::ArgAction::Set)]
     pub peers: Vec<PeerAddress>,
 
-    /// File holding the cluster's shared secret, the same on every node; required with
-    /// --cluster-listen or --peers.
+    /// The cluster's shared secret (16-4096 bytes, trailing whitespace ignored), the same on every
+    /// node; required with `--cluster-listen` or `--peers`; a warning is logged if other users may
+    /// read it.
     #[arg(long, env = "WARREN_CLUSTER_SECRET_FILE", value_name = "PATH")]
     pub cluster_secret_file: Option<PathBuf>,
 
-    /// Most client connections at once; one more is refused with 530 NOT_ALLOWED at
-    /// connection.open, and logged. Default: no limit but the open-files limit.
+    /// Most client connections at once; one more is refused at `connection.open` with 530
+    /// NOT_ALLOWED "connection limit (N) is reached", and logged. Default: no limit but the
+    /// open-files limit.
     #[arg(long, env = "WARREN_MAX_CONNECTIONS", value_name = "N")]
     pub max_connections: Option<usize>,
 
-    /// Most management API connections (WebSockets included) at once, an eighth of them from
-    /// one address; more are answered 503. Never more than an eighth of the open-files limit.
+    /// Most management API connections at once (WebSockets included), an eighth of them from one
+    /// address, never more than an eighth of the open-files limit; more are answered 503.
     #[arg(long, env = "WARREN_HTTP_MAX_CONNECTIONS", default_value_t = warren_webui::http_listener::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
     pub http_max_connections: usize,
 
-    /// Memory use above which publishers are blocked (the memory alarm): a fraction of the
-    /// RAM, or of the cgroup's limit if lower (0.4), or a size (2GiB, 512MB, 1073741824).
+    /// The memory alarm's threshold, above which publishers are blocked: a fraction of the RAM (or
+    /// of the cgroup's memory limit when lower), or a size (`2GiB`, `512MB`, bytes); see Resource
+    /// alarms.
     #[arg(long, env = "WARREN_VM_MEMORY_HIGH_WATERMARK", default_value = "0.4", value_name = "FRACTION|SIZE")]
     pub vm_memory_high_watermark: MemoryWatermark,
 
-    /// Free space on the data directory's disk below which publishers are blocked (the disk
-    /// alarm): a size (50MB, 1GiB, bytes).
+    /// The disk alarm's threshold: free space on the data directory's disk below which publishers
+    /// are blocked (`kB`/`MB`/`GB` are powers of 1000, `KiB`/`MiB`/`GiB` of 1024).
     #[arg(long, env = "WARREN_DISK_FREE_LIMIT", default_value = "50MB", value_name = "SIZE",
           value_parser = parse_size_bytes)]
     pub disk_free_limit: u64,
 
-    /// Memory a classic queue's transient messages may take (bodies, properties, headers, plus 320 bytes each)
-    /// before the rest is paged to disk: a size (512MiB, 64MB, bytes).
+    /// Memory a classic queue's transient messages may take (bodies, properties and headers, plus
+    /// 320 bytes each) before the rest is paged to disk; see Flow control and paging.
     #[arg(long, env = "WARREN_QUEUE_MEMORY_BUDGET", default_value = "512MiB", value_name = "SIZE",
           value_parser = parse_size_bytes)]
     pub queue_memory_budget: u64,
 
-    /// The user a first start creates (tagged administrator, every permission in the default
+    /// The user a first start creates (tagged `administrator`, every permission in the default
     /// vhost); ignored once the data directory has users.
-    #[arg(long, env = "WARREN_DEFAULT_USER", default_value = warren_delivery::access::user::DEFAULT_USER)]
+    #[arg(long, value_name = "NAME", env = "WARREN_DEFAULT_USER", default_value = warren_delivery::access::user::DEFAULT_USER)]
     pub default_user: String,
 
-    /// That user's password.
-    #[arg(long, env = "WARREN_DEFAULT_PASS", default_value = warren_delivery::access::user::DEFAULT_PASSWORD,
-          hide_default_value = true)]
+    /// That user's password (stored hashed).
+    #[arg(long, value_name = "PASSWORD", env = "WARREN_DEFAULT_PASS", default_value = warren_delivery::access::user::DEFAULT_PASSWORD)]
     pub default_pass: String,
 
     /// The virtual host a first start creates.
-    #[arg(long, env = "WARREN_DEFAULT_VHOST", default_value = warren_delivery::DEFAULT_VHOST)]
+    #[arg(long, value_name = "NAME", env = "WARREN_DEFAULT_VHOST", default_value = warren_delivery::DEFAULT_VHOST)]
     pub default_vhost: String,
 
-    /// Address of the AMQPS (AMQP over TLS) listener, conventionally 0.0.0.0:5671; none (the
-    /// default): no TLS listener. Needs --ssl-cert-file and --ssl-key-file.
+    /// AMQP over TLS listener (conventionally `0.0.0.0:5671`); needs `--ssl-cert-file` and
+    /// `--ssl-key-file`; see TLS.
     #[arg(long, env = "WARREN_AMQPS_LISTEN", value_name = "ADDR")]
     pub amqps_listen: Option<SocketAddr>,
 
-    /// Address of the management API over HTTPS (same TLS settings); none (the default): off.
+    /// The management API and UI over HTTPS, with the same certificate.
     #[arg(long, env = "WARREN_HTTPS_LISTEN", value_name = "ADDR")]
     pub https_listen: Option<SocketAddr>,
 
-    /// The TLS listeners' certificate chain (PEM).
+    /// The TLS listeners' certificate chain, PEM.
     #[arg(long, env = "WARREN_SSL_CERT_FILE", value_name = "PATH")]
     pub ssl_cert_file: Option<PathBuf>,
 
-    /// The TLS listeners' private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    /// Its private key, PEM (PKCS#8, PKCS#1 or SEC1).
     #[arg(long, env = "WARREN_SSL_KEY_FILE", value_name = "PATH")]
     pub ssl_key_file: Option<PathBuf>,
 
-    /// CA certificates (PEM) that client certificates are verified against; without it,
-    /// clients are not asked for one.
+    /// CA certificates, PEM, that client certificates are verified against; without it clients are
+    /// not asked for one.
     #[arg(long, env = "WARREN_SSL_CA_FILE", value_name = "PATH")]
     pub ssl_ca_file: Option<PathBuf>,
 
-    /// Refuse TLS clients that present no certificate (needs --ssl-ca-file).
-    #[arg(long, env = "WARREN_SSL_FAIL_IF_NO_PEER_CERT")]
+    /// Refuse TLS clients without a certificate (needs `--ssl-ca-file`).
+    #[arg(long, env = "WARREN_SSL_FAIL_IF_NO_PEER_CERT", num_args = 0..=1, default_value = "false",
+          default_missing_value = "true", value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set, value_name = "BOOL")]
     pub ssl_fail_if_no_peer_cert: bool,
 
-    /// Which part of a client certificate's subject is the user name for SASL EXTERNAL:
-    /// distinguished_name (RFC 4514, `CN=alice,O=Example`) or common_name.
+    /// The user name SASL EXTERNAL takes from a client certificate: the subject's DN (RFC 4514,
+    /// `CN=alice,O=Example`) or `common_name`.
     #[arg(long, env = "WARREN_SSL_CERT_LOGIN_FROM", default_value = "distinguished_name", value_name = "PART")]
     pub ssl_cert_login_from: CertLoginFrom,
 
-    /// Users that may connect only from loopback, comma-separated; `none` for nobody.
+    /// Users that may log in only from loopback, as RabbitMQ's `loopback_users`; `none` for nobody.
     #[arg(
         long,
         env = "WARREN_LOOPBACK_USERS",
         value_delimiter = ',',
         default_value = "guest",
-        value_name = "USER,..."
+        value_name = "USER,...",
+        action = clap::ArgAction::Set
     )]
     pub loopback_users: Vec<String>,
 }
@@ -245,86 +262,6 @@ fn parse_http_listen(value: &str) -> Result<HttpListen, String> {
         .parse()
         .map(|addr| HttpListen(Some(addr)))
         .map_err(|_| format!("'{value}' is not an address like 0.0.0.0:15672, or none"))
-}
-
-impl<'de> Deserialize<'de> for HttpListen {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        parse_http_listen(&text).map_err(serde::de::Error::custom)
-    }
-}
-
-/// The TOML file: every key optional, named like the flags.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileSettings {
-    amqp_listen: Option<SocketAddr>,
-    http_listen: Option<HttpListen>,
-    data_dir: Option<PathBuf>,
-    fsync: Option<Fsync>,
-    channel_max: Option<u16>,
-    frame_max: Option<u32>,
-    heartbeat: Option<u16>,
-    consumer_timeout: Option<u64>,
-    log_format: Option<LogFormat>,
-    log_file: Option<PathBuf>,
-    max_message_size: Option<u64>,
-    handshake_timeout_ms: Option<u64>,
-    node_name: Option<String>,
-    cluster_name: Option<String>,
-    metadata_snapshot_interval: Option<u64>,
-    cluster_listen: Option<SocketAddr>,
-    peers: Option<Vec<PeerAddress>>,
-    cluster_secret_file: Option<PathBuf>,
-    max_connections: Option<usize>,
-    http_max_connections: Option<usize>,
-    #[serde(default, deserialize_with = "watermark_setting")]
-    vm_memory_high_watermark: Option<MemoryWatermark>,
-    #[serde(default, deserialize_with = "size_setting")]
-    disk_free_limit: Option<u64>,
-    #[serde(default, deserialize_with = "size_setting")]
-    queue_memory_budget: Option<u64>,
-    default_user: Option<String>,
-    default_pass: Option<String>,
-    default_vhost: Option<String>,
-    loopback_users: Option<Vec<String>>,
-    amqps_listen: Option<SocketAddr>,
-    https_listen: Option<SocketAddr>,
-    ssl_cert_file: Option<PathBuf>,
-    ssl_key_file: Option<PathBuf>,
-    ssl_ca_file: Option<PathBuf>,
-    ssl_fail_if_no_peer_cert: Option<bool>,
-    #[serde(default, deserialize_with = "login_from_setting")]
-    ssl_cert_login_from: Option<CertLoginFrom>,
-}
-
-fn login_from_setting<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<CertLoginFrom>, D::Error> {
-    let text: Option<String> = Option::deserialize(deserializer)?;
-    text.map(|text| text.parse().map_err(serde::de::Error::custom)).transpose()
-}
-
-/// A TOML value read as its text would be on the command line (`0.4` and `"0.4"` alike).
-fn setting_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Setting {
-        Text(String),
-        Whole(u64),
-        Fraction(f64),
-    }
-    Ok(match Setting::deserialize(deserializer)? {
-        Setting::Text(text) => text,
-        Setting::Whole(n) => n.to_string(),
-        Setting::Fraction(f) => format!("{f:?}"),
-    })
-}
-
-fn watermark_setting<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<MemoryWatermark>, D::Error> {
-    setting_text(deserializer)?.parse().map(Some).map_err(serde::de::Error::custom)
-}
-
-fn size_setting<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
-    parse_size_bytes(&setting_text(deserializer)?).map(Some).map_err(serde::de::Error::custom)
 }
 
 /// A configuration that cannot be used.
@@ -393,20 +330,6 @@ impl ClusterSettings {
     }
 }
 
-impl Default for ClusterSettings {
-    fn default() -> Self {
-        ClusterSettings {
-            node_name: warren_delivery::node::default_name(),
-            cluster_name: DEFAULT_CLUSTER_NAME.to_string(),
-            metadata_snapshot_interval_entries: warren_delivery::metadata::DEFAULT_SNAPSHOT_INTERVAL_ENTRIES,
-            pretend_previous_release: false,
-            listen: None,
-            peers: Vec::new(),
-            secret: None,
-        }
-    }
-}
-
 /// The settings the broker runs with.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -441,196 +364,202 @@ pub struct Config {
 }
 
 impl Default for Config {
+    /// The defaults the flags declare, whatever the environment holds.
     fn default() -> Self {
-        Config {
-            amqp_listen: ([0, 0, 0, 0], 5672).into(),
-            http_listen: Some(([0, 0, 0, 0], 15672).into()),
-            http_limits: warren_webui::HttpLimits::default(),
-            data_dir: PathBuf::from("./data"),
-            fsync: Fsync::Batch,
-            protocol: ProtocolConfig::default(),
-            cluster: ClusterSettings::default(),
-            resource_limits: ResourceLimits::default(),
-            access: AccessSettings::default(),
-            queue_memory_budget_bytes: warren_delivery::message_store::TRANSIENT_MEMORY_BUDGET_BYTES,
-            amqps_listen: None,
-            https_listen: None,
-            tls: TlsSettings::default(),
-            log: LogSettings::default(),
-        }
+        let command = Cli::command().mut_args(|arg| arg.env(None));
+        let matches = command
+            .try_get_matches_from(["warren"])
+            .map_err(|e| ConfigError::Invalid { key: "defaults", message: e.to_string() });
+        // The declared defaults are valid (tested): no file, no environment, no secret to read.
+        matches
+            .and_then(|matches| Config::from_matches(&matches))
+            .expect("the declared defaults are a valid configuration")
     }
 }
 
 impl Config {
-    /// Reads flags from the process's arguments and environment, then the TOML file.
+    /// Reads flags from the process's arguments and environment, then the TOML file. `--help`,
+    /// `--version` and a flag clap refuses print and exit, as clap does.
     pub fn from_args() -> Result<Self, ConfigError> {
-        Self::from_matches(Cli::command().get_matches())
+        let args: Vec<OsString> = std::env::args_os().collect();
+        match matches_with_file(&args) {
+            Ok(matches) => Self::from_matches(&matches),
+            Err(SettingsError::Usage(error)) => error.exit(),
+            Err(SettingsError::Config(error)) => Err(error),
+        }
     }
 
     /// Like [`Config::from_args`] with explicit arguments (the first is the program name).
     pub fn try_parse_from<I, T>(args: I) -> Result<Self, clap::Error>
     where
         I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
+        T: Into<OsString> + Clone,
     {
-        let matches = Cli::command().try_get_matches_from(args)?;
-        Self::from_matches(matches).map_err(|e| Cli::command().error(clap::error::ErrorKind::ValueValidation, e))
+        let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        let invalid = |error: ConfigError| Cli::command().error(clap::error::ErrorKind::ValueValidation, error);
+        let matches = matches_with_file(&args).map_err(|error| match error {
+            SettingsError::Usage(error) => error,
+            SettingsError::Config(error) => invalid(error),
+        })?;
+        Self::from_matches(&matches).map_err(invalid)
     }
 
-    fn from_matches(matches: ArgMatches) -> Result<Self, ConfigError> {
-        let cli = Cli::from_arg_matches(&matches)
+    fn from_matches(matches: &ArgMatches) -> Result<Self, ConfigError> {
+        let cli = Cli::from_arg_matches(matches)
             .map_err(|e| ConfigError::Invalid { key: "arguments", message: e.to_string() })?;
-        let file = match &cli.config {
-            Some(path) => read_file(path)?,
-            None => FileSettings::default(),
-        };
-        let m = &matches;
-        let cluster = cluster_settings(m, &cli, &file)?;
-        let frame_max = pick(m, "frame_max", cli.frame_max, file.frame_max);
-        if frame_max < 4096 {
-            return Err(ConfigError::Invalid { key: "frame_max", message: format!("{frame_max} is below 4096") });
+        let cluster = cluster_settings(&cli)?;
+        if cli.frame_max < 4096 {
+            return Err(ConfigError::Invalid { key: "frame_max", message: format!("{} is below 4096", cli.frame_max) });
         }
         let protocol = ProtocolConfig {
-            channel_max: pick(m, "channel_max", cli.channel_max, file.channel_max),
-            frame_max,
-            heartbeat_secs: pick(m, "heartbeat", cli.heartbeat, file.heartbeat),
-            consumer_timeout_ms: Some(pick(m, "consumer_timeout", cli.consumer_timeout, file.consumer_timeout))
-                .filter(|ms| *ms > 0),
-            max_message_bytes: pick(m, "max_message_size", cli.max_message_size, file.max_message_size),
-            handshake_timeout: Duration::from_millis(pick(
-                m,
-                "handshake_timeout_ms",
-                cli.handshake_timeout_ms,
-                file.handshake_timeout_ms,
-            )),
-            max_connections: pick_optional(m, "max_connections", cli.max_connections, file.max_connections),
+            channel_max: cli.channel_max,
+            frame_max: cli.frame_max,
+            heartbeat_secs: cli.heartbeat,
+            consumer_timeout_ms: Some(cli.consumer_timeout).filter(|ms| *ms > 0),
+            max_message_bytes: cli.max_message_size,
+            handshake_timeout: Duration::from_millis(cli.handshake_timeout_ms),
+            max_connections: cli.max_connections,
             ..ProtocolConfig::default()
         };
-        let access = access_settings(m, &cli, &file);
-        let tls = TlsSettings {
-            cert_file: pick_optional(m, "ssl_cert_file", cli.ssl_cert_file.clone(), file.ssl_cert_file.clone()),
-            key_file: pick_optional(m, "ssl_key_file", cli.ssl_key_file.clone(), file.ssl_key_file.clone()),
-            ca_file: pick_optional(m, "ssl_ca_file", cli.ssl_ca_file.clone(), file.ssl_ca_file.clone()),
-            fail_if_no_peer_cert: pick(
-                m,
-                "ssl_fail_if_no_peer_cert",
-                cli.ssl_fail_if_no_peer_cert,
-                file.ssl_fail_if_no_peer_cert,
-            ),
-            login_from: pick(m, "ssl_cert_login_from", cli.ssl_cert_login_from, file.ssl_cert_login_from),
-        };
-        let amqps_listen = pick_optional(m, "amqps_listen", cli.amqps_listen, file.amqps_listen);
-        let https_listen = pick_optional(m, "https_listen", cli.https_listen, file.https_listen);
+        let access = access_settings(&cli);
         Ok(Config {
-            amqp_listen: pick(m, "amqp_listen", cli.amqp_listen, file.amqp_listen),
-            http_listen: pick(m, "http_listen", cli.http_listen, file.http_listen).0,
-            http_limits: warren_webui::HttpLimits::with_max_connections(pick(
-                m,
-                "http_max_connections",
-                cli.http_max_connections,
-                file.http_max_connections,
-            )),
-            data_dir: pick(m, "data_dir", cli.data_dir, file.data_dir),
-            fsync: pick(m, "fsync", cli.fsync, file.fsync),
+            amqp_listen: cli.amqp_listen,
+            http_listen: cli.http_listen.0,
+            http_limits: warren_webui::HttpLimits::with_max_connections(cli.http_max_connections),
+            data_dir: cli.data_dir,
+            fsync: cli.fsync,
             protocol,
             cluster,
             resource_limits: ResourceLimits {
-                memory_high_watermark: pick(
-                    m,
-                    "vm_memory_high_watermark",
-                    cli.vm_memory_high_watermark,
-                    file.vm_memory_high_watermark,
-                ),
-                disk_free_limit_bytes: pick(m, "disk_free_limit", cli.disk_free_limit, file.disk_free_limit),
+                memory_high_watermark: cli.vm_memory_high_watermark,
+                disk_free_limit_bytes: cli.disk_free_limit,
             },
             access,
-            queue_memory_budget_bytes: usize::try_from(pick(
-                m,
-                "queue_memory_budget",
-                cli.queue_memory_budget,
-                file.queue_memory_budget,
-            ))
-            .unwrap_or(usize::MAX),
-            amqps_listen,
-            https_listen,
-            tls,
-            log: LogSettings {
-                format: pick(m, "log_format", cli.log_format, file.log_format),
-                file: pick_optional(m, "log_file", cli.log_file.clone(), file.log_file.clone()),
+            queue_memory_budget_bytes: usize::try_from(cli.queue_memory_budget).unwrap_or(usize::MAX),
+            amqps_listen: cli.amqps_listen,
+            https_listen: cli.https_listen,
+            tls: TlsSettings {
+                cert_file: cli.ssl_cert_file,
+                key_file: cli.ssl_key_file,
+                ca_file: cli.ssl_ca_file,
+                fail_if_no_peer_cert: cli.ssl_fail_if_no_peer_cert,
+                login_from: cli.ssl_cert_login_from,
             },
+            log: LogSettings { format: cli.log_format, file: cli.log_file },
         })
     }
 }
 
 /// The first start's user and vhost, and who may connect from loopback only.
-fn access_settings(m: &ArgMatches, cli: &Cli, file: &FileSettings) -> AccessSettings {
-    let mut loopback_users = pick(m, "loopback_users", cli.loopback_users.clone(), file.loopback_users.clone());
+fn access_settings(cli: &Cli) -> AccessSettings {
+    let mut loopback_users = cli.loopback_users.clone();
     loopback_users.retain(|user| !user.is_empty() && user != "none");
     AccessSettings {
-        default_user: pick(m, "default_user", cli.default_user.clone(), file.default_user.clone()),
-        default_pass: pick(m, "default_pass", cli.default_pass.clone(), file.default_pass.clone()),
-        default_vhost: pick(m, "default_vhost", cli.default_vhost.clone(), file.default_vhost.clone()),
+        default_user: cli.default_user.clone(),
+        default_pass: cli.default_pass.clone(),
+        default_vhost: cli.default_vhost.clone(),
         loopback_users,
     }
 }
 
 /// Node identity, listener, seed list and secret, checked; the secret is read only when the
 /// node talks to others, and is then required.
-fn cluster_settings(m: &ArgMatches, cli: &Cli, file: &FileSettings) -> Result<ClusterSettings, ConfigError> {
-    let node_name = pick(m, "node_name", cli.node_name.clone(), file.node_name.clone());
-    let cluster_name = pick(m, "cluster_name", cli.cluster_name.clone(), file.cluster_name.clone());
-    for (key, name) in [("node_name", &node_name), ("cluster_name", &cluster_name)] {
+fn cluster_settings(cli: &Cli) -> Result<ClusterSettings, ConfigError> {
+    for (key, name) in [("node_name", &cli.node_name), ("cluster_name", &cli.cluster_name)] {
         check_name(name).map_err(|e| ConfigError::Invalid { key, message: e.to_string() })?;
     }
-    let listen = pick_optional(m, "cluster_listen", cli.cluster_listen, file.cluster_listen);
-    let mut peers = pick(m, "peers", cli.peers.clone(), file.peers.clone());
-    peers.retain(|peer| peer.name != node_name);
-    let secret_file =
-        pick_optional(m, "cluster_secret_file", cli.cluster_secret_file.clone(), file.cluster_secret_file.clone());
-    let metadata_snapshot_interval_entries =
-        pick(m, "metadata_snapshot_interval", cli.metadata_snapshot_interval, file.metadata_snapshot_interval);
-    if metadata_snapshot_interval_entries == 0 {
+    if cli.metadata_snapshot_interval == 0 {
         let message = "must be at least 1 (metadata changes between two snapshots)".to_string();
         return Err(ConfigError::Invalid { key: "metadata_snapshot_interval", message });
     }
+    let mut peers = cli.peers.clone();
+    peers.retain(|peer| peer.name != cli.node_name);
     let mut settings = ClusterSettings {
-        node_name,
-        cluster_name,
-        metadata_snapshot_interval_entries,
+        node_name: cli.node_name.clone(),
+        cluster_name: cli.cluster_name.clone(),
+        metadata_snapshot_interval_entries: cli.metadata_snapshot_interval,
         pretend_previous_release: cli.pretend_previous_release,
-        listen,
+        listen: cli.cluster_listen,
         peers,
         secret: None,
     };
     if settings.is_networked() {
-        let path = secret_file.ok_or(ConfigError::ClusterSecretRequired)?;
-        settings.secret = Some(ClusterSecret::read(&path)?);
+        let path = cli.cluster_secret_file.as_ref().ok_or(ConfigError::ClusterSecretRequired)?;
+        settings.secret = Some(ClusterSecret::read(path)?);
     }
     Ok(settings)
 }
 
-/// A flag given on the command line wins; otherwise the file's value; otherwise clap's value
-/// (from the environment variable, or the default).
-fn pick<T>(matches: &ArgMatches, id: &str, from_clap: T, from_file: Option<T>) -> T {
-    if matches.value_source(id) == Some(ValueSource::CommandLine) {
-        from_clap
-    } else {
-        from_file.unwrap_or(from_clap)
-    }
+/// Why the arguments and the file make no settings.
+enum SettingsError {
+    /// What clap says of the arguments (`--help` and `--version` included).
+    Usage(clap::Error),
+    /// The file cannot be used.
+    Config(ConfigError),
 }
 
-/// [`pick`] for a setting with no default.
-fn pick_optional<T>(matches: &ArgMatches, id: &str, from_clap: Option<T>, from_file: Option<T>) -> Option<T> {
-    if matches.value_source(id) == Some(ValueSource::CommandLine) {
-        from_clap
-    } else {
-        from_file.or(from_clap)
+/// The matches of `args` with the settings of the TOML file they name (`--config`, or its
+/// environment variable) placed before them (see the module documentation).
+fn matches_with_file(args: &[OsString]) -> Result<ArgMatches, SettingsError> {
+    let command = Cli::command().args_override_self(true);
+    let given = command.clone().try_get_matches_from(args).map_err(SettingsError::Usage)?;
+    let Some(path) = given.get_one::<PathBuf>("config") else { return Ok(given) };
+    let from_file = file_arguments(path, &command).map_err(SettingsError::Config)?;
+    let program = args.first().cloned().unwrap_or_else(|| OsString::from("warren"));
+    // The file's settings alone first, so that a bad value is blamed on the file.
+    let file_only = std::iter::once(program.clone()).chain(from_file.iter().cloned());
+    if let Err(error) = command.clone().try_get_matches_from(file_only) {
+        let rendered = error.render().to_string();
+        let message = rendered.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
+        return Err(SettingsError::Config(ConfigError::Parse { path: path.clone(), message }));
     }
+    let together = std::iter::once(program).chain(from_file).chain(args.iter().skip(1).cloned());
+    command.try_get_matches_from(together).map_err(SettingsError::Usage)
 }
 
-fn read_file(path: &Path) -> Result<FileSettings, ConfigError> {
+/// The settings of the TOML file at `path` as flags of `command`: a key is a flag's name with
+/// underscores, and its value what the flag takes (a list for a comma-separated flag).
+fn file_arguments(path: &Path, command: &Command) -> Result<Vec<OsString>, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })
+    let parse = |message: String| ConfigError::Parse { path: path.into(), message };
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| parse(e.to_string()))?;
+    let settings: Vec<&Arg> = command.get_arguments().filter(|arg| is_file_setting(arg)).collect();
+    let mut arguments = Vec::with_capacity(table.len());
+    for (key, value) in &table {
+        let Some(arg) = settings.iter().find(|arg| arg.get_id() == key.as_str()) else {
+            let known: Vec<&str> =
+                settings.iter().filter(|arg| !arg.is_hide_set()).map(|arg| arg.get_id().as_str()).collect();
+            return Err(parse(format!("unknown key '{key}' (the keys are the flags' names: {})", known.join(", "))));
+        };
+        let text = setting_text(arg, value).map_err(|message| parse(format!("{key}: {message}")))?;
+        let long = arg.get_long().unwrap_or(key);
+        arguments.push(OsString::from(format!("--{long}={text}")));
+    }
+    Ok(arguments)
+}
+
+/// Whether `arg` may be set in the TOML file (every flag but the file itself and clap's own).
+pub fn is_file_setting(arg: &Arg) -> bool {
+    arg.get_long().is_some() && !matches!(arg.get_id().as_str(), "config" | "help" | "version")
+}
+
+/// A TOML value as its flag takes it: `0.4` and `"0.4"` alike; a list, for a comma-separated
+/// flag, joined with commas.
+fn setting_text(arg: &Arg, value: &toml::Value) -> Result<String, String> {
+    match value {
+        toml::Value::String(text) => Ok(text.clone()),
+        toml::Value::Integer(n) => Ok(n.to_string()),
+        toml::Value::Float(f) => Ok(format!("{f:?}")),
+        toml::Value::Boolean(b) => Ok(b.to_string()),
+        toml::Value::Array(items) if arg.get_value_delimiter() == Some(',') => {
+            let item = |item: &toml::Value| match item {
+                toml::Value::String(text) if !text.contains(',') => Ok(text.clone()),
+                _ => Err("each item of the list must be a string without commas".to_string()),
+            };
+            Ok(items.iter().map(item).collect::<Result<Vec<_>, _>>()?.join(","))
+        }
+        other => Err(format!("a {} is not a value of this setting", other.type_str())),
+    }
 }
 
 #[cfg(test)]
@@ -686,6 +615,26 @@ mod tests {
         let path = std::env::temp_dir().join(format!("warren-secret-{}-{tag}", std::process::id()));
         std::fs::write(&path, "a secret of at least sixteen bytes\n").expect("write secret");
         path.to_str().expect("utf-8 path").to_string()
+    }
+
+    #[test]
+    fn the_defaults_are_the_declared_ones_whatever_the_environment() {
+        let _env = ENV_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        std::env::set_var("WARREN_HEARTBEAT", "5");
+        let defaults = Config::default();
+        std::env::remove_var("WARREN_HEARTBEAT");
+        assert_eq!(defaults.protocol.heartbeat_secs, 60);
+        assert_eq!(defaults.amqp_listen, SocketAddr::from(([0, 0, 0, 0], 5672)));
+        assert_eq!(defaults.http_listen, Some(SocketAddr::from(([0, 0, 0, 0], 15672))));
+        assert_eq!(defaults.fsync, Fsync::Batch);
+        assert_eq!(defaults.cluster.cluster_name, DEFAULT_CLUSTER_NAME);
+        assert_eq!(defaults.queue_memory_budget_bytes, warren_delivery::message_store::TRANSIENT_MEMORY_BUDGET_BYTES);
+        let access = AccessSettings::default();
+        assert_eq!(
+            (defaults.access.default_user, defaults.access.loopback_users),
+            (access.default_user, access.loopback_users)
+        );
+        assert_eq!(defaults.resource_limits, ResourceLimits::default());
     }
 
     #[test]
@@ -775,6 +724,53 @@ mod tests {
         assert_eq!(from_flag.expect("valid").cluster.cluster_name, "from-flag");
         let _ = std::fs::remove_file(&file.0);
         let _ = std::fs::remove_file(&secret);
+    }
+
+    #[test]
+    fn every_kind_of_setting_is_read_from_the_file_and_a_flag_still_beats_it() {
+        let _env = ENV_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let secret = secret_file("kinds");
+        let mut file = tempfile_in_target();
+        writeln!(
+            file.1,
+            "http_listen = \"none\"\nfsync = \"always\"\nlog_format = \"json\"\nssl_fail_if_no_peer_cert = true\n\
+             loopback_users = [\"alice\", \"bob\"]\npeers = [\"warren@f@127.0.0.1:4000\", \"warren@g@127.0.0.1:4001\"]\n\
+             cluster_secret_file = {secret:?}\nqueue_memory_budget = \"64MiB\"\nmax_connections = 10"
+        )
+        .expect("write");
+        let path = file.0.to_str().expect("utf-8 path").to_string();
+        std::env::set_var("WARREN_SSL_FAIL_IF_NO_PEER_CERT", "false");
+        let config = Config::try_parse_from(["warren", "--config", &path]);
+        let flags = Config::try_parse_from(["warren", "--config", &path, "--peers", "warren@h@127.0.0.1:4002"]);
+        std::env::remove_var("WARREN_SSL_FAIL_IF_NO_PEER_CERT");
+        let config = config.expect("valid");
+        assert_eq!(config.http_listen, None);
+        assert_eq!(config.fsync, Fsync::Always);
+        assert_eq!(config.log.format, LogFormat::Json);
+        assert!(config.tls.fail_if_no_peer_cert, "the file beats the environment");
+        assert_eq!(config.access.loopback_users, ["alice", "bob"]);
+        assert_eq!(config.cluster.peers.len(), 2);
+        assert_eq!(config.queue_memory_budget_bytes, 64 << 20);
+        assert_eq!(config.protocol.max_connections, Some(10));
+        let peers: Vec<String> = flags.expect("valid").cluster.peers.iter().map(ToString::to_string).collect();
+        assert_eq!(peers, ["warren@h@127.0.0.1:4002"], "a flag replaces the file's list");
+        let _ = std::fs::remove_file(&file.0);
+        let _ = std::fs::remove_file(&secret);
+    }
+
+    #[test]
+    fn a_bad_value_in_the_file_is_blamed_on_the_file() {
+        let mut file = tempfile_in_target();
+        writeln!(file.1, "heartbeat = \"soon\"").expect("write");
+        let path = file.0.to_str().expect("utf-8 path").to_string();
+        let err = Config::try_parse_from(["warren", "--config", &path]).expect_err("not a number");
+        let text = err.to_string();
+        assert!(text.contains("invalid configuration file") && text.contains("soon"), "{text}");
+        let mut file = tempfile_in_target();
+        writeln!(file.1, "heartbeat = [1, 2]").expect("write");
+        let err = Config::try_parse_from(["warren", "--config", &path]).expect_err("not a list");
+        assert!(err.to_string().contains("heartbeat: a array is not a value"), "{err}");
+        let _ = std::fs::remove_file(&file.0);
     }
 
     fn tempfile_in_target() -> (PathBuf, std::fs::File) {

@@ -3,7 +3,6 @@
 //! reopened on SIGUSR1, so that logrotate can move it away as it does RabbitMQ's after
 //! `rabbitmqctl rotate_logs`; Warren does not rotate by itself).
 
-use serde::Deserialize;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -19,8 +18,7 @@ const DEFAULT_LOG_FILTER: &str = "info";
 const OPENRAFT_LOG_DIRECTIVE: &str = "openraft=warn";
 
 /// How log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum LogFormat {
     /// A line of text per event (time, level, target, message, fields).
     #[default]
