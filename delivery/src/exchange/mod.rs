@@ -2,9 +2,14 @@
 
 mod binding_table;
 pub mod delayed;
+mod direct;
+mod fanout;
+mod headers;
 mod headers_match;
 pub mod replicated_delays;
+mod router;
 pub mod super_stream;
+mod topic;
 mod topic_trie;
 
 pub use delayed::{DelayedMessages, HeldMessages};
@@ -17,7 +22,7 @@ use crate::message::Message;
 use amq_protocol::types::{AMQPValue, FieldTable};
 use binding_table::BindingTable;
 use parking_lot::RwLock;
-use std::collections::HashMap;
+use router::{router_for, Router};
 use std::sync::Arc;
 
 /// The routing algorithm of an exchange.
@@ -148,21 +153,11 @@ pub struct Binding {
     pub arguments: FieldTable,
 }
 
-/// The per-kind index that answers "which destinations does this message go to".
-#[derive(Debug)]
-enum Router {
-    Direct(HashMap<String, Vec<Destination>>),
-    Fanout,
-    Topic(TopicTrie<Destination>),
-    Headers(Vec<(HeadersMatcher, Destination)>),
-}
-
+/// An exchange's bindings and its type's index over them.
 #[derive(Debug)]
 struct Bindings {
     all: BindingTable,
-    router: Router,
-    /// A super stream's partitions, in order (empty for other exchanges).
-    partitions: Vec<Destination>,
+    router: Box<dyn Router>,
 }
 
 /// An exchange: its definition and its bindings.
@@ -171,23 +166,13 @@ pub struct Exchange {
     definition: ExchangeDefinition,
     bindings: RwLock<Bindings>,
     delayed: Option<Arc<dyn HeldMessages>>,
-    /// A direct exchange with `x-super-stream: true` (see [`super_stream`]).
-    super_stream: bool,
 }
 
 impl Exchange {
     /// A new exchange with no bindings.
     pub fn new(definition: ExchangeDefinition) -> Self {
-        let router = match definition.kind {
-            ExchangeKind::Direct => Router::Direct(HashMap::new()),
-            ExchangeKind::Fanout => Router::Fanout,
-            ExchangeKind::Topic => Router::Topic(TopicTrie::default()),
-            ExchangeKind::Headers => Router::Headers(Vec::new()),
-        };
-        let super_stream =
-            definition.kind == ExchangeKind::Direct && super_stream::is_super_stream(&definition.arguments);
-        let bindings = Bindings { all: BindingTable::default(), router, partitions: Vec::new() };
-        Exchange { definition, bindings: RwLock::new(bindings), delayed: None, super_stream }
+        let bindings = Bindings { all: BindingTable::default(), router: router_for(&definition) };
+        Exchange { definition, bindings: RwLock::new(bindings), delayed: None }
     }
 
     /// A delayed exchange, holding its messages in `delayed`.
@@ -212,26 +197,18 @@ impl Exchange {
 
     /// A super stream's partitions in order; `None` if it is not a super stream.
     pub fn partitions(&self) -> Option<Vec<Destination>> {
-        self.super_stream.then(|| self.bindings.read().partitions.clone())
+        self.bindings.read().router.partitions().map(<[Destination]>::to_vec)
     }
 
     /// Adds a binding; returns false if an identical one exists. Bad headers arguments are 406.
     pub fn bind(&self, binding: Binding) -> BrokerResult<bool> {
         let mut bindings = self.bindings.write();
-        if bindings.all.contains(&binding) {
+        let Bindings { all, router } = &mut *bindings;
+        if all.contains(&binding) {
             return Ok(false);
         }
-        let destination = binding.destination.clone();
-        match &mut bindings.router {
-            Router::Direct(map) => map.entry(binding.routing_key.clone()).or_default().push(destination),
-            Router::Fanout => {}
-            Router::Topic(trie) => trie.insert(&binding.routing_key, destination),
-            Router::Headers(list) => list.push((HeadersMatcher::compile(&binding.arguments)?, destination)),
-        }
-        bindings.all.insert(binding);
-        if self.super_stream {
-            bindings.partitions = super_stream::partitions_of(bindings.all.iter());
-        }
+        router.bind(&binding, all)?;
+        all.insert(binding);
         Ok(true)
     }
 
@@ -243,45 +220,12 @@ impl Exchange {
     /// Removes a binding; returns whether it existed.
     pub fn unbind(&self, binding: &Binding) -> bool {
         let mut bindings = self.bindings.write();
-        if !bindings.all.remove(binding) {
+        let Bindings { all, router } = &mut *bindings;
+        if !all.remove(binding) {
             return false;
         }
-        let Bindings { all, router, partitions } = &mut *bindings;
-        Self::unindex(router, all, binding);
-        if self.super_stream {
-            *partitions = super_stream::partitions_of(all.iter());
-        }
+        router.unbind(binding, all);
         true
-    }
-
-    fn unindex(router: &mut Router, remaining: &BindingTable, binding: &Binding) {
-        let destination = &binding.destination;
-        match router {
-            Router::Direct(map) => {
-                if let Some(list) = map.get_mut(&binding.routing_key) {
-                    if let Some(i) = list.iter().position(|d| d == destination) {
-                        list.remove(i);
-                    }
-                    if list.is_empty() {
-                        map.remove(&binding.routing_key);
-                    }
-                }
-            }
-            Router::Fanout => {}
-            Router::Topic(trie) => {
-                // Another binding with the same key and destination (other arguments) keeps it.
-                if !remaining.routes(&binding.routing_key, destination) {
-                    trie.remove(&binding.routing_key, destination);
-                }
-            }
-            Router::Headers(list) => {
-                if let Ok(matcher) = HeadersMatcher::compile(&binding.arguments) {
-                    if let Some(i) = list.iter().position(|(m, d)| m == &matcher && d == destination) {
-                        list.remove(i);
-                    }
-                }
-            }
-        }
     }
 
     /// Removes every binding to `destination`; returns how many there were.
@@ -303,25 +247,6 @@ impl Exchange {
     /// Appends the destinations `message` is routed to (possibly with repeats).
     pub fn route(&self, message: &Message, out: &mut Vec<Destination>) {
         let bindings = self.bindings.read();
-        if self.super_stream && !bindings.partitions.is_empty() {
-            if let Some(key) = super_stream::partition_key(message.properties.headers()) {
-                let index = super_stream::partition_index(&key, bindings.partitions.len());
-                out.push(bindings.partitions[index].clone());
-                return;
-            }
-        }
-        match &bindings.router {
-            Router::Direct(map) => {
-                if let Some(list) = map.get(message.routing_key.as_str()) {
-                    out.extend(list.iter().cloned());
-                }
-            }
-            Router::Fanout => out.extend(bindings.all.iter().map(|b| b.destination.clone())),
-            Router::Topic(trie) => trie.matches(message.routing_key.as_str(), out),
-            Router::Headers(list) => {
-                let headers = message.properties.headers();
-                out.extend(list.iter().filter(|(m, _)| m.matches(headers)).map(|(_, d)| d.clone()));
-            }
-        }
+        bindings.router.route(message, &bindings.all, out);
     }
 }

@@ -9,8 +9,12 @@
 //! publisher gets key partitioning with no client code and a key lands on the same partition
 //! whichever client published it. Adding partitions changes where keys go from then on.
 
+use super::binding_table::BindingTable;
+use super::router::Router;
 use super::{Binding, Destination};
+use crate::error::BrokerResult;
 use crate::field_value::{string_of, whole_number_within};
+use crate::message::Message;
 use amq_protocol::types::{AMQPValue, FieldTable};
 
 /// The exchange argument that makes a direct exchange a super stream.
@@ -22,6 +26,49 @@ pub const PARTITION_KEY_HEADER: &str = "x-partition-key";
 /// The murmur3 seed of RabbitMQ's stream clients' hash routing strategy.
 pub const PARTITION_HASH_SEED: u32 = 104_729;
 
+/// A super stream's routing: its partitions in order, around the direct exchange's router.
+#[derive(Debug)]
+pub(super) struct SuperStreamRouter {
+    by_key: Box<dyn Router>,
+    partitions: Vec<Destination>,
+}
+
+impl SuperStreamRouter {
+    /// Partitions over `by_key`, the router of a direct exchange.
+    pub(super) fn new(by_key: Box<dyn Router>) -> Self {
+        SuperStreamRouter { by_key, partitions: Vec::new() }
+    }
+}
+
+impl Router for SuperStreamRouter {
+    fn bind(&mut self, binding: &Binding, bound: &BindingTable) -> BrokerResult<()> {
+        self.by_key.bind(binding, bound)?;
+        self.partitions = partitions_of(bound.iter().chain(std::iter::once(binding)));
+        Ok(())
+    }
+
+    fn unbind(&mut self, binding: &Binding, remaining: &BindingTable) {
+        self.by_key.unbind(binding, remaining);
+        self.partitions = partitions_of(remaining.iter());
+    }
+
+    /// By the message's partition key if it has one, as RabbitMQ's stream clients pick;
+    /// otherwise by routing key.
+    fn route(&self, message: &Message, bound: &BindingTable, out: &mut Vec<Destination>) {
+        if !self.partitions.is_empty() {
+            if let Some(key) = partition_key(message.properties.headers()) {
+                out.push(self.partitions[partition_index(&key, self.partitions.len())].clone());
+                return;
+            }
+        }
+        self.by_key.route(message, bound, out);
+    }
+
+    fn partitions(&self) -> Option<&[Destination]> {
+        Some(&self.partitions)
+    }
+}
+
 /// Whether exchange arguments declare a super stream.
 pub fn is_super_stream(arguments: &FieldTable) -> bool {
     matches!(arguments.inner().get(SUPER_STREAM_ARGUMENT), Some(AMQPValue::Boolean(true)))
@@ -29,7 +76,7 @@ pub fn is_super_stream(arguments: &FieldTable) -> bool {
 
 /// The partitions in order: each binding's destination, by `x-stream-partition-order`, then
 /// by when it was bound (bindings without the argument come last).
-pub(super) fn partitions_of<'a>(bindings: impl Iterator<Item = &'a Binding>) -> Vec<Destination> {
+fn partitions_of<'a>(bindings: impl Iterator<Item = &'a Binding>) -> Vec<Destination> {
     let mut ordered: Vec<(u64, usize, &Destination)> = bindings
         .enumerate()
         .map(|(bound, binding)| (partition_order(binding).unwrap_or(u64::MAX), bound, &binding.destination))
@@ -51,7 +98,7 @@ fn partition_order(binding: &Binding) -> Option<u64> {
 
 /// The bytes of a message's partition key, if its headers carry one: a string as it is, a
 /// number as its decimal text.
-pub(super) fn partition_key(headers: Option<&FieldTable>) -> Option<Vec<u8>> {
+fn partition_key(headers: Option<&FieldTable>) -> Option<Vec<u8>> {
     let value = headers?.inner().get(PARTITION_KEY_HEADER)?;
     if let Some(text) = string_of(value) {
         return Some(text.to_vec());
