@@ -103,7 +103,8 @@ pub fn newest_version(machine: Machine) -> u16 {
 /// knows what).
 pub fn known_versions() -> Vec<(String, u16)> {
     let catalog = Machine::ALL.into_iter().map(|machine| (machine.name().to_string(), newest_version(machine)));
-    let groups = GroupMachine::ALL.into_iter().map(|machine| (machine.name().to_string(), machine.newest_version()));
+    let groups =
+        GroupMachineKind::ALL.into_iter().map(|machine| (machine.name().to_string(), machine.newest_version()));
     catalog.chain(groups).collect()
 }
 
@@ -117,35 +118,35 @@ pub fn known_versions() -> Vec<(String, u16)> {
 /// meets the version entry stops the group there and says to upgrade, instead of misreading
 /// the entries that follow it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum GroupMachine {
+pub enum GroupMachineKind {
     /// A quorum queue's (and a replicated delayed exchange's).
     QuorumQueue,
     /// A replicated stream's.
     Stream,
 }
 
-impl GroupMachine {
+impl GroupMachineKind {
     /// Every group machine.
-    pub const ALL: [GroupMachine; 2] = [GroupMachine::QuorumQueue, GroupMachine::Stream];
+    pub const ALL: [GroupMachineKind; 2] = [GroupMachineKind::QuorumQueue, GroupMachineKind::Stream];
 
     /// Its name between nodes and in messages.
     pub fn name(self) -> &'static str {
         match self {
-            GroupMachine::QuorumQueue => "quorum_queue",
-            GroupMachine::Stream => "stream",
+            GroupMachineKind::QuorumQueue => "quorum_queue",
+            GroupMachineKind::Stream => "stream",
         }
     }
 
     /// The newest version of it this node knows.
     pub fn newest_version(self) -> u16 {
         match self {
-            GroupMachine::QuorumQueue | GroupMachine::Stream => FIRST_MACHINE_VERSION,
+            GroupMachineKind::QuorumQueue | GroupMachineKind::Stream => FIRST_MACHINE_VERSION,
         }
     }
 }
 
 /// Refuses `version` of group machine `machine` if this node does not know it.
-pub fn check_group_version(machine: GroupMachine, version: u16) -> Result<(), NewerVersion> {
+pub fn check_group_version(machine: GroupMachineKind, version: u16) -> Result<(), NewerVersion> {
     let known = machine.newest_version();
     if version > known {
         return Err(NewerVersion { machine: machine.name(), found: version, known });
@@ -229,7 +230,7 @@ mod tests {
 
     #[test]
     fn a_group_machine_refuses_a_version_it_does_not_know_and_is_announced() {
-        for machine in GroupMachine::ALL {
+        for machine in GroupMachineKind::ALL {
             assert!(check_group_version(machine, FIRST_MACHINE_VERSION).is_ok());
             let error = check_group_version(machine, machine.newest_version() + 1).expect_err("newer");
             assert!(error.to_string().contains(machine.name()) && error.to_string().contains("upgrade"), "{error}");

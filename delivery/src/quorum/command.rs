@@ -7,7 +7,7 @@
 //! durable before the next, so one op per entry would cost an fsync (and, in a cluster, a
 //! round of replication) per publish. The proposer puts every op waiting into one entry.
 
-use crate::feature_flags::{check_group_version, GroupMachine, NewerVersion};
+use crate::feature_flags::{check_group_version, GroupMachineKind, NewerVersion};
 use serde::{Deserialize, Serialize};
 
 /// A message's id: where its [`Op::Enqueue`] is in the log, [`message_id`] of its entry's
@@ -168,7 +168,7 @@ pub enum Op {
     /// replicated stream is. A quorum queue ignores it.
     Group(crate::stream::GroupOp),
     /// The group's state machine moves to machine `version`
-    /// ([`crate::feature_flags::GroupMachine`]): the entries after it are applied with that
+    /// ([`crate::feature_flags::GroupMachineKind`]): the entries after it are applied with that
     /// version's semantics. A node that does not know the version stops the group here. (Last,
     /// so that logs written before it existed still decode.)
     SetMachineVersion {
@@ -220,7 +220,7 @@ pub struct CommandBatch {
 impl CommandBatch {
     /// Refuses the batch if it moves `machine` to a version this node does not know: applied
     /// with semantics this release does not know, its replica would diverge from the others.
-    pub fn check_machine_version(&self, machine: GroupMachine) -> Result<(), NewerVersion> {
+    pub fn check_machine_version(&self, machine: GroupMachineKind) -> Result<(), NewerVersion> {
         self.ops.iter().filter_map(Op::machine_version).try_for_each(|version| check_group_version(machine, version))
     }
 }

@@ -17,7 +17,7 @@ use super::leader_changes::LeaderChanges;
 use super::settings::Settings;
 use super::snapshot::{decode_versioned, Checkpoint, Checkpoints, StateSnapshot, SAVED_SNAPSHOT_FORMAT_VERSION};
 use super::state::QueueState;
-use crate::feature_flags::GroupMachine;
+use crate::feature_flags::GroupMachineKind;
 use bytes::Bytes;
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
@@ -354,7 +354,7 @@ impl RaftStateMachine<QuorumRaft> for QuorumStateMachine {
         let mut responses = Vec::new();
         for entry in entries {
             if let EntryPayload::Normal(batch) = &entry.payload {
-                if let Err(error) = batch.check_machine_version(GroupMachine::QuorumQueue) {
+                if let Err(error) = batch.check_machine_version(GroupMachineKind::QuorumQueue) {
                     let group = machine.leader_changes.group();
                     tracing::error!(group, index = entry.log_id.index, %error, "the group's log cannot be applied further here");
                     return Err(StorageError::from(StorageIOError::apply(entry.log_id, &error)));

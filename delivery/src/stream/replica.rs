@@ -22,7 +22,7 @@ use super::tag;
 use super::PartitionGroups;
 use crate::consumer::message_tag;
 use crate::dedup_window::{key_in, DedupEntries, DedupSettings, DedupWindow};
-use crate::feature_flags::{GroupMachine, FIRST_MACHINE_VERSION};
+use crate::feature_flags::{GroupMachineKind, FIRST_MACHINE_VERSION};
 use crate::message::WireMessage;
 use crate::message_store::codec as message_codec;
 use crate::quorum::leader_changes::LeaderChanges;
@@ -339,7 +339,7 @@ impl StreamStateMachine {
                 Vec::new()
             }
             EntryPayload::Normal(batch) => {
-                if let Err(error) = batch.check_machine_version(GroupMachine::Stream) {
+                if let Err(error) = batch.check_machine_version(GroupMachineKind::Stream) {
                     let group = &self.shared.group;
                     tracing::error!(group, index = log_id.index, %error, "the group's log cannot be applied further here");
                     return Err(warren_storage::StorageError::Failed(error.to_string()));
@@ -650,7 +650,7 @@ mod tests {
     async fn a_replica_applies_the_machine_versions_it_knows_and_stops_at_a_newer_one() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut machine = open(dir.path());
-        let newest = GroupMachine::Stream.newest_version();
+        let newest = GroupMachineKind::Stream.newest_version();
         let known = vec![entry(1, commit("g", 5)), entry(2, Op::SetMachineVersion { version: newest })];
         machine.apply(known).await.expect("applied");
         assert_eq!(machine.shared.applied.lock().machine_version, newest);

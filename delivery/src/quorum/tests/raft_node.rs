@@ -215,12 +215,12 @@ async fn a_snapshot_installed_on_another_replica_plus_the_rest_of_the_log_gives_
 
 #[tokio::test]
 async fn a_replica_applies_the_machine_versions_it_knows_and_stops_at_a_newer_one() {
-    use crate::feature_flags::GroupMachine;
+    use crate::feature_flags::GroupMachineKind;
     use openraft::storage::RaftStateMachine;
     let dir = tempfile::tempdir().expect("tempdir");
     let (tx, _effects) = unbounded_channel();
     let mut machine = QuorumStateMachine::open("v", dir.path().join("v"), Settings::default(), 2, tx).expect("opens");
-    let newest = GroupMachine::QuorumQueue.newest_version();
+    let newest = GroupMachineKind::QuorumQueue.newest_version();
     let known = vec![entry(1, enqueue("a", None, None)), entry(2, Op::SetMachineVersion { version: newest })];
     machine.apply(known).await.expect("applied");
     assert_eq!(machine.read(QueueState::machine_version), newest);
