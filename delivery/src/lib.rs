@@ -27,6 +27,7 @@ pub mod node_counters;
 pub mod properties;
 pub mod queue;
 pub mod quorum;
+pub mod raft_adapter;
 pub mod remote;
 pub mod resource_alarm;
 pub mod resource_usage;

@@ -96,7 +96,10 @@ impl Node {
         .expect("state machine opens");
         let network = GroupNetwork::new(self.transport.clone(), group.clone());
         let id = raft_node_id(self.name);
-        let raft = Raft::new(id, raft_config(), network, log, machine.clone()).await.expect("raft starts");
+        let raft =
+            Raft::new(id, raft_config(), network, log, warren_delivery::raft_adapter::Adapter::new(machine.clone()))
+                .await
+                .expect("raft starts");
         self.router.register(group.clone(), raft.clone());
         self.members.push((group.clone(), Member { raft, machine }));
     }

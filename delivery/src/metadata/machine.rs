@@ -22,10 +22,8 @@ use crate::feature_flags::{check_known, Machine};
 use crate::queue::{ConnectionId, QueueArguments, QueueDefinition};
 use crate::quorum::leader_changes::LeaderChanges;
 use crate::quorum::Replication;
-use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
-use openraft::{
-    BasicNode, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, StorageError, StorageIOError, StoredMembership,
-};
+use crate::raft_adapter::typ::{Entry, EntryPayload, LogId, SnapshotMeta, StoredMembership};
+use crate::raft_adapter::{MachineError, MachineSnapshot, SnapshotTaking, StateMachine};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -54,13 +52,13 @@ const SAVED_SNAPSHOT_FORMAT_VERSION: u8 = 1;
 /// A snapshot as kept in its file: openraft's metadata and the encoded [`CatalogSnapshot`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct SavedSnapshot {
-    meta: SnapshotMeta<u64, BasicNode>,
+    meta: SnapshotMeta,
     data: Vec<u8>,
 }
 
-impl SavedSnapshot {
-    fn to_raft(&self) -> Snapshot<MetaRaft> {
-        Snapshot { meta: self.meta.clone(), snapshot: Box::new(Cursor::new(self.data.clone())) }
+impl From<SavedSnapshot> for MachineSnapshot {
+    fn from(saved: SavedSnapshot) -> Self {
+        MachineSnapshot { meta: saved.meta, data: saved.data }
     }
 }
 
@@ -93,10 +91,6 @@ impl std::fmt::Debug for MetaStateMachine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MetaStateMachine").field("node_id", &self.shared.node_id).finish_non_exhaustive()
     }
-}
-
-fn storage_error(error: impl std::error::Error + 'static) -> StorageError<u64> {
-    StorageError::from(StorageIOError::write_state_machine(&error))
 }
 
 impl MetaStateMachine {
@@ -328,7 +322,7 @@ impl MetaStateMachine {
     }
 
     /// The catalog as it stands now, after the last applied entry.
-    fn take_snapshot(&self) -> Result<SavedSnapshot, String> {
+    fn take_snapshot_now(&self) -> Result<SavedSnapshot, String> {
         let broker = self.shared.broker.upgrade().ok_or("the broker is stopping")?;
         let applied = self.shared.applied.lock().clone();
         let catalog = CatalogSnapshot::capture(&broker, self.shared.node_id, applied.forgotten, applied.joined)
@@ -346,7 +340,7 @@ impl MetaStateMachine {
         self.shared.snapshot.lock().write(&bytes)
     }
 
-    fn current_snapshot(&self) -> Result<Option<SavedSnapshot>, warren_storage::StorageError> {
+    fn stored_snapshot(&self) -> Result<Option<SavedSnapshot>, warren_storage::StorageError> {
         let Some(bytes) = self.shared.snapshot.lock().read()? else { return Ok(None) };
         let undecodable = |why: String| warren_storage::StorageError::Failed(format!("metadata snapshot: {why}"));
         match bytes.split_first() {
@@ -359,7 +353,7 @@ impl MetaStateMachine {
 
     /// Makes this node's catalog the snapshot's (see [`CatalogSnapshot::changes_from`]): a
     /// change refused here is logged and skipped, as an entry refused here would be.
-    fn install(&self, snapshot: &SavedSnapshot) -> Result<(), String> {
+    fn install_saved(&self, snapshot: &SavedSnapshot) -> Result<(), String> {
         let meta = &snapshot.meta;
         let catalog = CatalogSnapshot::decode(&snapshot.data).map_err(|e| e.to_string())?;
         check_known(Machine::Catalog, catalog.machine_version).map_err(|e| e.to_string())?;
@@ -401,7 +395,7 @@ impl MetaStateMachine {
         }
     }
 
-    fn apply_entry(&self, log_id: LogId<u64>, payload: EntryPayload<MetaRaft>) -> MetaResult {
+    fn apply_entry(&self, log_id: LogId, payload: EntryPayload<MetaRaft>) -> MetaResult {
         let result = match payload {
             EntryPayload::Normal(command) => {
                 let result = self.apply_command(&command);
@@ -449,9 +443,8 @@ async fn drop_replica_when_out(vhost: Arc<crate::vhost::VirtualHost>, queue: Arc
     vhost.replace_with_stand_in(&queue, homes);
 }
 
-fn snapshot_error(meta: Option<&SnapshotMeta<u64, BasicNode>>, error: impl ToString) -> StorageError<u64> {
-    let error = std::io::Error::other(error.to_string());
-    StorageError::from(StorageIOError::write_snapshot(meta.map(SnapshotMeta::signature), &error))
+fn snapshot_error(error: impl ToString) -> MachineError {
+    MachineError::Snapshot(error.to_string())
 }
 
 /// The current snapshot's file, beside the applied state's.
@@ -461,83 +454,57 @@ fn snapshot_path(applied_path: &std::path::Path) -> PathBuf {
     applied_path.with_file_name(name)
 }
 
-/// Writes the snapshot taken when openraft asked (between two applied batches, so it is the
-/// catalog at its index) and hands it over.
-pub struct MetaSnapshotBuilder {
-    machine: MetaStateMachine,
-    taken: Option<Result<SavedSnapshot, String>>,
-}
-
-impl RaftSnapshotBuilder<MetaRaft> for MetaSnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<MetaRaft>, StorageError<u64>> {
-        let taken = self.taken.take().unwrap_or_else(|| Err("built twice".into()));
-        let snapshot = taken.map_err(|e| snapshot_error(None, e))?;
-        let (machine, saved) = (self.machine.clone(), snapshot.clone());
-        let stored = tokio::task::spawn_blocking(move || machine.store_snapshot(&saved)).await;
-        match stored {
-            Ok(Ok(())) => Ok(snapshot.to_raft()),
-            Ok(Err(error)) => Err(snapshot_error(Some(&snapshot.meta), error)),
-            Err(join) => Err(snapshot_error(Some(&snapshot.meta), join)),
-        }
-    }
-}
-
-impl RaftStateMachine<MetaRaft> for MetaStateMachine {
-    type SnapshotBuilder = MetaSnapshotBuilder;
-
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), StorageError<u64>> {
+impl StateMachine<MetaRaft> for MetaStateMachine {
+    fn applied_state(&self) -> (Option<LogId>, StoredMembership) {
         let applied = self.shared.applied.lock();
-        Ok((applied.last_applied, applied.membership.clone()))
+        (applied.last_applied, applied.membership.clone())
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<MetaResult>, StorageError<u64>>
-    where
-        I: IntoIterator<Item = openraft::Entry<MetaRaft>> + OptionalSend,
-        I::IntoIter: OptionalSend,
-    {
-        let mut results = Vec::new();
+    fn apply(&self, entries: Vec<Entry<MetaRaft>>) -> Result<Vec<MetaResult>, MachineError> {
+        let mut results = Vec::with_capacity(entries.len());
         let mut refused = None;
         for entry in entries {
             if let Err(error) = Self::check_version(&entry) {
                 // Applied no further: with semantics this release does not know, this node
                 // would diverge from the others.
                 tracing::error!(index = entry.log_id.index, %error, "the catalog's log cannot be applied further here");
-                refused = Some(error);
+                refused = Some(MachineError::Apply { log_id: entry.log_id, reason: error.to_string() });
                 break;
             }
             results.push(self.apply_entry(entry.log_id, entry.payload));
         }
-        self.save().map_err(storage_error)?;
+        self.save().map_err(|e| MachineError::State(e.to_string()))?;
         let index = self.shared.applied.lock().last_applied.map_or(0, |id| id.index);
         self.shared.applied_index.send_replace(index);
         match refused {
-            Some(error) => Err(storage_error(std::io::Error::other(error.to_string()))),
+            Some(error) => Err(error),
             None => Ok(results),
         }
     }
 
-    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        MetaSnapshotBuilder { machine: self.clone(), taken: Some(self.take_snapshot()) }
+    /// Taken at once, between two applied batches, so that it is the catalog at its index;
+    /// written to its file when openraft awaits it.
+    fn take_snapshot(&self) -> SnapshotTaking {
+        let (machine, taken) = (self.clone(), self.take_snapshot_now());
+        Box::pin(async move {
+            let snapshot = taken.map_err(snapshot_error)?;
+            let saved = snapshot.clone();
+            match tokio::task::spawn_blocking(move || machine.store_snapshot(&saved)).await {
+                Ok(Ok(())) => Ok(snapshot.into()),
+                Ok(Err(error)) => Err(snapshot_error(error)),
+                Err(join) => Err(snapshot_error(join)),
+            }
+        })
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn install(&self, snapshot: MachineSnapshot) -> Result<(), MachineError> {
+        let saved = SavedSnapshot { meta: snapshot.meta, data: snapshot.data };
+        self.install_saved(&saved).map_err(snapshot_error)
     }
 
-    async fn install_snapshot(
-        &mut self,
-        meta: &SnapshotMeta<u64, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), StorageError<u64>> {
-        let saved = SavedSnapshot { meta: meta.clone(), data: snapshot.into_inner() };
-        self.install(&saved).map_err(|e| snapshot_error(Some(meta), e))
-    }
-
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<MetaRaft>>, StorageError<u64>> {
-        let current = self.current_snapshot().map_err(|e| snapshot_error(None, e))?;
-        Ok(current.as_ref().map(SavedSnapshot::to_raft))
+    fn current_snapshot(&self) -> Result<Option<MachineSnapshot>, MachineError> {
+        let current = self.stored_snapshot().map_err(snapshot_error)?;
+        Ok(current.map(MachineSnapshot::from))
     }
 }
 
@@ -562,18 +529,18 @@ mod tests {
         let path = dir.path().join("metadata-applied");
         SnapshotFile::new(&path).write(&encoded(&applied_at(41))).expect("the old release's file");
 
-        let mut machine = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path).expect("open");
-        let (last, _) = machine.applied_state().await.expect("applied state");
+        let machine = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path).expect("open");
+        let (last, _) = machine.applied_state();
         assert_eq!(last.map(|id| id.index), Some(41), "read from the old file");
         *machine.shared.applied.lock() = applied_at(42);
         machine.save().expect("save");
         assert!(!path.exists(), "the old file goes once the new one holds the state");
 
-        let mut reopened = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path).expect("reopen");
-        let (last, _) = reopened.applied_state().await.expect("applied state");
+        let reopened = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path).expect("reopen");
+        let (last, _) = reopened.applied_state();
         assert_eq!(last.map(|id| id.index), Some(42));
         MetaStateMachine::remove_applied(&path).expect("remove");
-        let mut fresh = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path).expect("open afresh");
-        assert_eq!(fresh.applied_state().await.expect("applied state").0, None, "join_cluster starts afresh");
+        let fresh = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path).expect("open afresh");
+        assert_eq!(fresh.applied_state().0, None, "join_cluster starts afresh");
     }
 }

@@ -9,9 +9,8 @@ use crate::exchange::{Binding, Destination, ExchangeDefinition};
 use crate::message_store::LogStoreConfig;
 use crate::queue::{ConnectionId, QueueDefinition};
 use crate::quorum::{SingleNode, LOCAL_NODE_ID};
+use crate::raft_adapter::StateMachine;
 use amq_protocol::types::FieldTable;
-use openraft::storage::RaftStateMachine;
-use openraft::RaftSnapshotBuilder;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -121,26 +120,25 @@ async fn a_node_that_fell_behind_installs_the_snapshot_and_ends_with_the_same_ca
     let dir = tempfile::tempdir().expect("tempdir");
     let leader = open(&dir.path().join("leader"));
     ahead(&leader);
-    let mut leader_machine =
+    let leader_machine =
         MetaStateMachine::open(LOCAL_NODE_ID, &leader, SingleNode::shared(), dir.path().join("leader-applied"))
             .expect("machine");
-    let mut builder = leader_machine.get_snapshot_builder().await;
-    let snapshot = builder.build_snapshot().await.expect("snapshot");
+    let snapshot = leader_machine.take_snapshot().await.expect("snapshot");
 
     let follower = open(&dir.path().join("follower"));
     behind(&follower);
     assert_ne!(catalog(&follower), catalog(&leader), "the follower starts behind");
-    let mut machine =
+    let machine =
         MetaStateMachine::open(LOCAL_NODE_ID, &follower, SingleNode::shared(), dir.path().join("follower-applied"))
             .expect("machine");
-    machine.install_snapshot(&snapshot.meta, snapshot.snapshot).await.expect("install");
+    machine.install(snapshot.clone()).await.expect("install");
 
     assert_eq!(catalog(&follower), catalog(&leader));
     assert!(follower.vhost("gone").is_none(), "a vhost deleted since is gone");
     assert!(follower.access().user("bob").is_none(), "a user deleted since is gone");
     let vhost = follower.vhost("/").expect("vhost");
     assert!(vhost.queue("deleted-since").is_err() && vhost.exchange("retired").is_err());
-    let got = machine.get_current_snapshot().await.expect("read").expect("kept as the current snapshot");
+    let got = machine.current_snapshot().expect("read").expect("kept as the current snapshot");
     assert_eq!(got.meta, snapshot.meta);
 }
 
@@ -150,20 +148,20 @@ async fn the_current_snapshot_outlives_its_machine_and_installing_it_twice_chang
     let broker = open(&dir.path().join("data"));
     ahead(&broker);
     let applied = dir.path().join("applied");
-    let mut machine = MetaStateMachine::open(LOCAL_NODE_ID, &broker, SingleNode::shared(), &applied).expect("open");
-    let built = machine.get_snapshot_builder().await.build_snapshot().await.expect("snapshot");
+    let machine = MetaStateMachine::open(LOCAL_NODE_ID, &broker, SingleNode::shared(), &applied).expect("open");
+    let built = machine.take_snapshot().await.expect("snapshot");
     drop(machine);
 
-    let mut reopened = MetaStateMachine::open(LOCAL_NODE_ID, &broker, SingleNode::shared(), &applied).expect("reopen");
-    let current = reopened.get_current_snapshot().await.expect("read").expect("present after a restart");
+    let reopened = MetaStateMachine::open(LOCAL_NODE_ID, &broker, SingleNode::shared(), &applied).expect("reopen");
+    let current = reopened.current_snapshot().expect("read").expect("present after a restart");
     assert_eq!(current.meta, built.meta);
     let before = catalog(&broker);
-    reopened.install_snapshot(&current.meta, current.snapshot).await.expect("install over the same catalog");
+    reopened.install(current.clone()).await.expect("install over the same catalog");
     assert_eq!(catalog(&broker), before);
 
     MetaStateMachine::remove_applied(&applied).expect("remove");
-    let mut fresh = MetaStateMachine::open(LOCAL_NODE_ID, &broker, SingleNode::shared(), &applied).expect("afresh");
-    assert!(fresh.get_current_snapshot().await.expect("read").is_none(), "join_cluster starts without it");
+    let fresh = MetaStateMachine::open(LOCAL_NODE_ID, &broker, SingleNode::shared(), &applied).expect("afresh");
+    assert!(fresh.current_snapshot().expect("read").is_none(), "join_cluster starts without it");
 }
 
 #[test]

@@ -1,15 +1,14 @@
-//! The state machines a Raft group of Warren's can run, as one type for openraft: a quorum
-//! queue's ([`QuorumStateMachine`]) or a replicated stream's ([`StreamStateMachine`]). Both
-//! speak the same entries ([`QuorumRaft`]), so the cluster's transport, routing and proposal
-//! forwarding serve either without knowing which; only the state an entry builds differs.
+//! The state machines a Raft group of Warren's can run, as one type: a quorum queue's
+//! ([`QuorumStateMachine`]) or a replicated stream's ([`StreamStateMachine`]). Both speak the
+//! same entries ([`QuorumRaft`]), so the cluster's transport, routing and proposal forwarding
+//! serve either without knowing which; only the state an entry builds differs.
 
-use super::raft::{quorum_raft_config, QuorumRaft, QuorumSnapshotBuilder, QuorumStateMachine};
-use crate::stream::{StreamSnapshotBuilder, StreamStateMachine};
-use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
-use openraft::{
-    BasicNode, Config, ConfigError, LogId, OptionalSend, RaftSnapshotBuilder, StorageError, StoredMembership,
-};
-use std::io::Cursor;
+use super::raft::{quorum_raft_config, QuorumRaft, QuorumStateMachine};
+use super::Response;
+use crate::raft_adapter::typ::{Entry, LogId, StoredMembership};
+use crate::raft_adapter::{MachineError, MachineSnapshot, SnapshotTaking, StateMachine};
+use crate::stream::StreamStateMachine;
+use openraft::{Config, ConfigError};
 
 /// A group's state machine, of either kind.
 #[derive(Clone)]
@@ -20,30 +19,22 @@ pub enum GroupMachine {
     Stream(StreamStateMachine),
 }
 
-/// The snapshot builder of a [`GroupMachine`].
-pub enum GroupSnapshotBuilder {
-    /// A quorum queue's.
-    Queue(QuorumSnapshotBuilder),
-    /// A replicated stream's.
-    Stream(StreamSnapshotBuilder),
-}
-
 /// A state machine a [`super::QuorumGroup`] runs: it knows what it applied, and how its group
 /// should be configured.
 pub trait ReplicatedMachine: Clone + Send + Sync + 'static {
     /// The last entry applied on this node.
-    fn last_applied(&self) -> Option<LogId<u64>>;
+    fn last_applied(&self) -> Option<LogId>;
 
     /// Entries up to `index` were in the log when the node started (see
     /// [`QuorumStateMachine::skip_effects_through`]); nothing by default.
     fn replayed_through(&self, _index: u64) {}
 
-    /// As openraft runs it.
+    /// As the group runs it.
     fn into_group_machine(self) -> GroupMachine;
 }
 
 impl ReplicatedMachine for QuorumStateMachine {
-    fn last_applied(&self) -> Option<LogId<u64>> {
+    fn last_applied(&self) -> Option<LogId> {
         QuorumStateMachine::last_applied(self)
     }
 
@@ -57,7 +48,7 @@ impl ReplicatedMachine for QuorumStateMachine {
 }
 
 impl ReplicatedMachine for StreamStateMachine {
-    fn last_applied(&self) -> Option<LogId<u64>> {
+    fn last_applied(&self) -> Option<LogId> {
         StreamStateMachine::last_applied(self)
     }
 
@@ -85,64 +76,39 @@ impl GroupMachine {
     }
 }
 
-impl RaftSnapshotBuilder<QuorumRaft> for GroupSnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<QuorumRaft>, StorageError<u64>> {
+impl StateMachine<QuorumRaft> for GroupMachine {
+    fn applied_state(&self) -> (Option<LogId>, StoredMembership) {
         match self {
-            GroupSnapshotBuilder::Queue(builder) => builder.build_snapshot().await,
-            GroupSnapshotBuilder::Stream(builder) => builder.build_snapshot().await,
-        }
-    }
-}
-
-impl RaftStateMachine<QuorumRaft> for GroupMachine {
-    type SnapshotBuilder = GroupSnapshotBuilder;
-
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), StorageError<u64>> {
-        match self {
-            GroupMachine::Queue(machine) => machine.applied_state().await,
-            GroupMachine::Stream(machine) => machine.applied_state().await,
+            GroupMachine::Queue(machine) => machine.applied_state(),
+            GroupMachine::Stream(machine) => machine.applied_state(),
         }
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<super::Response>>, StorageError<u64>>
-    where
-        I: IntoIterator<Item = openraft::Entry<QuorumRaft>> + OptionalSend,
-        I::IntoIter: OptionalSend,
-    {
+    fn apply(&self, entries: Vec<Entry<QuorumRaft>>) -> Result<Vec<Vec<Response>>, MachineError> {
         match self {
-            GroupMachine::Queue(machine) => machine.apply(entries).await,
-            GroupMachine::Stream(machine) => machine.apply(entries).await,
+            GroupMachine::Queue(machine) => machine.apply(entries),
+            GroupMachine::Stream(machine) => machine.apply(entries),
         }
     }
 
-    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+    fn take_snapshot(&self) -> SnapshotTaking {
         match self {
-            GroupMachine::Queue(machine) => GroupSnapshotBuilder::Queue(machine.get_snapshot_builder().await),
-            GroupMachine::Stream(machine) => GroupSnapshotBuilder::Stream(machine.get_snapshot_builder().await),
+            GroupMachine::Queue(machine) => machine.take_snapshot(),
+            GroupMachine::Stream(machine) => machine.take_snapshot(),
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        meta: &SnapshotMeta<u64, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), StorageError<u64>> {
+    async fn install(&self, snapshot: MachineSnapshot) -> Result<(), MachineError> {
         match self {
-            GroupMachine::Queue(machine) => machine.install_snapshot(meta, snapshot).await,
-            GroupMachine::Stream(machine) => machine.install_snapshot(meta, snapshot).await,
+            GroupMachine::Queue(machine) => machine.install(snapshot).await,
+            GroupMachine::Stream(machine) => machine.install(snapshot).await,
         }
     }
 
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<QuorumRaft>>, StorageError<u64>> {
+    fn current_snapshot(&self) -> Result<Option<MachineSnapshot>, MachineError> {
         match self {
-            GroupMachine::Queue(machine) => machine.get_current_snapshot().await,
-            GroupMachine::Stream(machine) => machine.get_current_snapshot().await,
+            GroupMachine::Queue(machine) => machine.current_snapshot(),
+            GroupMachine::Stream(machine) => machine.current_snapshot(),
         }
     }
 }

@@ -45,12 +45,10 @@ pub use command::{
 pub use effect::Effect;
 pub use error::QuorumError;
 pub use group::{holds_group, snapshot_path, GroupError, Membership, QuorumGroup, LOCAL_NODE_ID};
-pub use group_machine::{GroupMachine, GroupSnapshotBuilder, ReplicatedMachine};
+pub use group_machine::{GroupMachine, ReplicatedMachine};
 pub use no_peers::NoPeers;
 pub use proposer::{tell_followers_the_commit, ENTRIES_IN_FLIGHT};
-pub use raft::{
-    quorum_raft_config, AppliedEffects, QuorumRaft, QuorumSnapshotBuilder, QuorumStateMachine, SNAPSHOT_LOGS_SINCE_LAST,
-};
+pub use raft::{quorum_raft_config, AppliedEffects, QuorumRaft, QuorumStateMachine, SNAPSHOT_LOGS_SINCE_LAST};
 pub use replication::{ClusterFuture, InitialMembers, ProposeError, Replication, SingleNode};
 pub use settings::{DeadLetterStrategy, Settings, DEFAULT_DELIVERY_LIMIT};
 pub(crate) use snapshot::{decode_versioned, decode_whole};

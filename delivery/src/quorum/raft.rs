@@ -1,6 +1,6 @@
-//! The openraft glue of a quorum queue: its type config ([`QuorumRaft`]), its state machine
-//! ([`QuorumStateMachine`], openraft 0.9's storage-v2 `RaftStateMachine`) and snapshot
-//! builder, and the Raft [`Config`] its snapshots need.
+//! The Raft side of a quorum queue: its type config ([`QuorumRaft`]), its state machine
+//! ([`QuorumStateMachine`], a [`StateMachine`] that `raft_adapter` runs for openraft) and the
+//! Raft [`Config`] its snapshots need.
 //!
 //! The log is `warren_storage::raft::RaftLog<QuorumRaft>`. The state machine applies
 //! entries to a [`QueueState`], sends each entry's effects to the queue through a channel
@@ -18,13 +18,12 @@ use super::settings::Settings;
 use super::snapshot::{decode_versioned, Checkpoint, Checkpoints, StateSnapshot, SAVED_SNAPSHOT_FORMAT_VERSION};
 use super::state::QueueState;
 use crate::feature_flags::GroupMachineKind;
+use crate::raft_adapter::typ::{Entry, EntryPayload, LogId, SnapshotMeta, StoredMembership};
+use crate::raft_adapter::{MachineError, MachineSnapshot, SnapshotTaking, StateMachine};
 use bytes::Bytes;
-use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
-use openraft::{
-    BasicNode, Config, ConfigError, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotPolicy,
-    StorageError, StorageIOError, StoredMembership,
-};
+use openraft::{Config, ConfigError, SnapshotPolicy};
 use parking_lot::Mutex;
+// declare_raft_types! takes snapshots as `Cursor<Vec<u8>>`, by that name.
 use serde::{Deserialize, Serialize};
 use std::io::Cursor;
 use std::path::PathBuf;
@@ -91,7 +90,7 @@ pub fn quorum_raft_config(cluster_name: &str) -> Result<Config, Box<ConfigError>
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AppliedEffects {
     /// The entry.
-    pub log_id: LogId<u64>,
+    pub log_id: LogId,
     /// What it asks for, in order.
     pub effects: Vec<Effect>,
 }
@@ -99,14 +98,14 @@ pub struct AppliedEffects {
 /// A snapshot as kept in its file: openraft's metadata and the encoded state.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct SavedSnapshot {
-    meta: SnapshotMeta<u64, BasicNode>,
+    meta: SnapshotMeta,
     /// An encoded [`StateSnapshot`].
     data: Bytes,
 }
 
 impl SavedSnapshot {
-    fn to_raft(&self) -> Snapshot<QuorumRaft> {
-        Snapshot { meta: self.meta.clone(), snapshot: Box::new(Cursor::new(self.data.to_vec())) }
+    fn to_machine(&self) -> MachineSnapshot {
+        MachineSnapshot { meta: self.meta.clone(), data: self.data.to_vec() }
     }
 
     fn index(&self) -> Option<u64> {
@@ -119,8 +118,8 @@ impl SavedSnapshot {
 struct Machine {
     settings: Settings,
     state: QueueState,
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, BasicNode>,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
     checkpoints: Checkpoints,
     current: Option<SavedSnapshot>,
     effects: UnboundedSender<AppliedEffects>,
@@ -144,11 +143,6 @@ struct Shared {
 /// A quorum queue's state machine for openraft.
 #[derive(Clone)]
 pub struct QuorumStateMachine {
-    shared: Arc<Shared>,
-}
-
-/// Builds snapshots at the release cursor (see the module documentation).
-pub struct QuorumSnapshotBuilder {
     shared: Arc<Shared>,
 }
 
@@ -209,7 +203,7 @@ impl QuorumStateMachine {
     }
 
     /// The last entry applied.
-    pub fn last_applied(&self) -> Option<LogId<u64>> {
+    pub fn last_applied(&self) -> Option<LogId> {
         self.shared.machine.lock().last_applied
     }
 
@@ -245,7 +239,7 @@ impl QuorumStateMachine {
 
 impl Machine {
     /// Applies one entry; returns the responses of its ops.
-    fn apply_entry(&mut self, log_id: LogId<u64>, payload: EntryPayload<QuorumRaft>) -> Vec<Response> {
+    fn apply_entry(&mut self, log_id: LogId, payload: EntryPayload<QuorumRaft>) -> Vec<Response> {
         let responses = match payload {
             EntryPayload::Blank => {
                 let replayed = self.replayed_through.is_some_and(|through| log_id.index <= through);
@@ -281,7 +275,7 @@ impl Machine {
         responses
     }
 
-    fn maybe_checkpoint(&mut self, log_id: LogId<u64>) {
+    fn maybe_checkpoint(&mut self, log_id: LogId) {
         let live = self.state.ready_count() + self.state.unacked_count();
         if !self.checkpoints.due(log_id.index, live) {
             return;
@@ -317,74 +311,31 @@ impl Machine {
     }
 }
 
-fn snapshot_error(meta: Option<&SnapshotMeta<u64, BasicNode>>, error: QuorumError) -> StorageError<u64> {
-    StorageError::from(openraft::StorageIOError::write_snapshot(meta.map(SnapshotMeta::signature), &error))
+fn snapshot_error(error: QuorumError) -> MachineError {
+    MachineError::Snapshot(error.to_string())
 }
 
-impl RaftSnapshotBuilder<QuorumRaft> for QuorumSnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<QuorumRaft>, StorageError<u64>> {
-        let machine = QuorumStateMachine { shared: Arc::clone(&self.shared) };
+impl QuorumStateMachine {
+    /// The snapshot at the newest checkpoint the release cursor passed, saved; the current
+    /// one if there is no newer.
+    async fn build(&self) -> Result<MachineSnapshot, QuorumError> {
         let usable = self.shared.machine.lock().usable_snapshot();
         if let Some(snapshot) = usable {
-            if machine.save(snapshot.clone()).await.map_err(|e| snapshot_error(Some(&snapshot.meta), e))? {
-                return Ok(snapshot.to_raft());
+            if self.save(snapshot.clone()).await? {
+                return Ok(snapshot.to_machine());
             }
         }
         let current = self.shared.machine.lock().current_or_empty();
-        current.map(|s| s.to_raft()).map_err(|e| snapshot_error(None, e))
-    }
-}
-
-impl RaftStateMachine<QuorumRaft> for QuorumStateMachine {
-    type SnapshotBuilder = QuorumSnapshotBuilder;
-
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), StorageError<u64>> {
-        let machine = self.shared.machine.lock();
-        Ok((machine.last_applied, machine.membership.clone()))
+        current.map(|snapshot| snapshot.to_machine())
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Response>>, StorageError<u64>>
-    where
-        I: IntoIterator<Item = openraft::Entry<QuorumRaft>> + OptionalSend,
-        I::IntoIter: OptionalSend,
-    {
-        let mut machine = self.shared.machine.lock();
-        let mut responses = Vec::new();
-        for entry in entries {
-            if let EntryPayload::Normal(batch) = &entry.payload {
-                if let Err(error) = batch.check_machine_version(GroupMachineKind::QuorumQueue) {
-                    let group = machine.leader_changes.group();
-                    tracing::error!(group, index = entry.log_id.index, %error, "the group's log cannot be applied further here");
-                    return Err(StorageError::from(StorageIOError::apply(entry.log_id, &error)));
-                }
-            }
-            responses.push(machine.apply_entry(entry.log_id, entry.payload));
-        }
-        Ok(responses)
-    }
-
-    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        QuorumSnapshotBuilder { shared: Arc::clone(&self.shared) }
-    }
-
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        meta: &SnapshotMeta<u64, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), StorageError<u64>> {
-        let data = Bytes::from(snapshot.into_inner());
+    async fn install_saved(&self, snapshot: MachineSnapshot) -> Result<(), QuorumError> {
+        let MachineSnapshot { meta, data } = snapshot;
+        let data = Bytes::from(data);
         let settings = self.shared.machine.lock().settings.clone();
-        let state = StateSnapshot::decode(&data)
-            .and_then(|s| s.restore(settings))
-            .map_err(|e| snapshot_error(Some(meta), e))?;
+        let state = StateSnapshot::decode(&data).and_then(|s| s.restore(settings))?;
         let saved = SavedSnapshot { meta: meta.clone(), data };
-        self.save(saved).await.map_err(|e| snapshot_error(Some(meta), e))?;
+        self.save(saved).await?;
         let mut machine = self.shared.machine.lock();
         machine.state = state;
         machine.last_applied = meta.last_log_id;
@@ -392,8 +343,40 @@ impl RaftStateMachine<QuorumRaft> for QuorumStateMachine {
         machine.checkpoints.clear();
         Ok(())
     }
+}
 
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<QuorumRaft>>, StorageError<u64>> {
-        Ok(self.shared.machine.lock().current.as_ref().map(SavedSnapshot::to_raft))
+impl StateMachine<QuorumRaft> for QuorumStateMachine {
+    fn applied_state(&self) -> (Option<LogId>, StoredMembership) {
+        let machine = self.shared.machine.lock();
+        (machine.last_applied, machine.membership.clone())
+    }
+
+    fn apply(&self, entries: Vec<Entry<QuorumRaft>>) -> Result<Vec<Vec<Response>>, MachineError> {
+        let mut machine = self.shared.machine.lock();
+        let mut responses = Vec::with_capacity(entries.len());
+        for entry in entries {
+            if let EntryPayload::Normal(batch) = &entry.payload {
+                if let Err(error) = batch.check_machine_version(GroupMachineKind::QuorumQueue) {
+                    let group = machine.leader_changes.group();
+                    tracing::error!(group, index = entry.log_id.index, %error, "the group's log cannot be applied further here");
+                    return Err(MachineError::Apply { log_id: entry.log_id, reason: error.to_string() });
+                }
+            }
+            responses.push(machine.apply_entry(entry.log_id, entry.payload));
+        }
+        Ok(responses)
+    }
+
+    fn take_snapshot(&self) -> SnapshotTaking {
+        let machine = self.clone();
+        Box::pin(async move { machine.build().await.map_err(snapshot_error) })
+    }
+
+    async fn install(&self, snapshot: MachineSnapshot) -> Result<(), MachineError> {
+        self.install_saved(snapshot).await.map_err(snapshot_error)
+    }
+
+    fn current_snapshot(&self) -> Result<Option<MachineSnapshot>, MachineError> {
+        Ok(self.shared.machine.lock().current.as_ref().map(SavedSnapshot::to_machine))
     }
 }

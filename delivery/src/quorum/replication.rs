@@ -10,6 +10,7 @@ use super::group_machine::GroupMachine;
 use super::no_peers::NoPeers;
 use super::raft::QuorumRaft;
 use crate::queue::LeaderLocator;
+use crate::raft_adapter::Adapter;
 use crate::stream::StreamChunk;
 use openraft::{BasicNode, Raft};
 use std::collections::BTreeMap;
@@ -173,7 +174,9 @@ impl Replication for SingleNode {
     ) -> ClusterFuture<Result<Raft<QuorumRaft>, String>> {
         Box::pin(async move {
             let config = machine.raft_config(LOCAL_CLUSTER_NAME).map_err(|e| e.to_string())?;
-            Raft::new(LOCAL_NODE_ID, Arc::new(config), NoPeers, log, machine).await.map_err(|e| e.to_string())
+            Raft::new(LOCAL_NODE_ID, Arc::new(config), NoPeers, log, Adapter::new(machine))
+                .await
+                .map_err(|e| e.to_string())
         })
     }
 

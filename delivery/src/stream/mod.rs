@@ -30,9 +30,7 @@ pub use catch_up::{StreamChunk, StreamRecord};
 pub use consumer_groups::{GroupOffsets, OffsetStore, MAX_GROUP_NAME_BYTES};
 pub use offset_spec::{OffsetSpec, OFFSET_ARGUMENT};
 pub use partition_groups::{GroupCoordination, GroupOp, PartitionGroups, MAX_GROUP_MEMBERS, MAX_GROUP_PARTITIONS};
-pub use replica::{
-    stream_raft_config, ReplicatedOffsets, StreamSnapshotBuilder, StreamStateMachine, MAX_CONSUMER_GROUPS,
-};
+pub use replica::{stream_raft_config, ReplicatedOffsets, StreamStateMachine, MAX_CONSUMER_GROUPS};
 
 use crate::consumer::{message_tag, Consumer};
 use crate::dedup_window::{key_in, DedupWindow};

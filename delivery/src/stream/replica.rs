@@ -27,15 +27,12 @@ use crate::message::WireMessage;
 use crate::message_store::codec as message_codec;
 use crate::quorum::leader_changes::LeaderChanges;
 use crate::quorum::{decode_versioned, decode_whole, Op, QuorumError, QuorumRaft, Replication, Response};
-use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
-use openraft::{
-    BasicNode, Config, ConfigError, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotPolicy,
-    StorageError, StoredMembership,
-};
+use crate::raft_adapter::typ::{Entry, EntryPayload, LogId, SnapshotMeta, StoredMembership};
+use crate::raft_adapter::{MachineError, MachineSnapshot, SnapshotTaking, StateMachine};
+use openraft::{Config, ConfigError, SnapshotPolicy};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -89,7 +86,7 @@ struct StreamSnapshot {
     partition_groups: PartitionGroups,
     /// The machine version the state applies entries with: not in the snapshot's own
     /// encoding, which a node of an earlier release must still read (see
-    /// [`SavedSnapshot::to_raft`]).
+    /// [`SavedSnapshot::to_machine`]).
     #[serde(skip, default = "first_machine_version")]
     machine_version: u16,
 }
@@ -122,7 +119,7 @@ const MACHINE_VERSION_ID_SUFFIX: &str = "-machine-v";
 /// first).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct SavedSnapshot {
-    meta: SnapshotMeta<u64, BasicNode>,
+    meta: SnapshotMeta,
     state: StreamSnapshot,
 }
 
@@ -144,7 +141,7 @@ impl SavedSnapshot {
 
     /// As openraft sends it to another replica: the state past the first machine version
     /// carries it, and says so in the snapshot's id.
-    fn to_raft(&self) -> Result<Snapshot<QuorumRaft>, QuorumError> {
+    fn to_machine(&self) -> Result<MachineSnapshot, QuorumError> {
         let version = self.state.machine_version;
         let mut meta = self.meta.clone();
         let data = if version == FIRST_MACHINE_VERSION {
@@ -154,11 +151,11 @@ impl SavedSnapshot {
             meta.snapshot_id = format!("{id}{MACHINE_VERSION_ID_SUFFIX}{version}");
             postcard::to_allocvec(&(&self.state, version))
         };
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data.map_err(QuorumError::Encode)?)) })
+        Ok(MachineSnapshot { meta, data: data.map_err(QuorumError::Encode)? })
     }
 
-    /// The state another replica sent with `meta` ([`SavedSnapshot::to_raft`]).
-    fn state_sent(meta: &SnapshotMeta<u64, BasicNode>, data: &[u8]) -> Result<StreamSnapshot, QuorumError> {
+    /// The state another replica sent with `meta` ([`SavedSnapshot::to_machine`]).
+    fn state_sent(meta: &SnapshotMeta, data: &[u8]) -> Result<StreamSnapshot, QuorumError> {
         let version = meta.snapshot_id.rsplit_once(MACHINE_VERSION_ID_SUFFIX).and_then(|(_, v)| v.parse::<u16>().ok());
         match version {
             None => decode_whole(data),
@@ -172,8 +169,8 @@ impl SavedSnapshot {
 
 /// The state the applied entries built, besides the log.
 struct Applied {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, BasicNode>,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
     /// The offset the next applied publish takes (behind the log's end while entries whose
     /// records are in the log are applied again after a restart).
     next_offset: u64,
@@ -250,11 +247,6 @@ pub struct StreamStateMachine {
     shared: Arc<Shared>,
 }
 
-/// Builds a replicated stream's snapshots.
-pub struct StreamSnapshotBuilder {
-    machine: StreamStateMachine,
-}
-
 impl StreamStateMachine {
     /// Opens the state machine of group `group` over the stream's `log`, its snapshot in
     /// `snapshot_path` (none yet: a new replica), deduplicating by `deduplication`; a replica
@@ -287,7 +279,7 @@ impl StreamStateMachine {
     }
 
     /// The last entry applied.
-    pub fn last_applied(&self) -> Option<LogId<u64>> {
+    pub fn last_applied(&self) -> Option<LogId> {
         self.shared.applied.lock().last_applied
     }
 
@@ -326,7 +318,7 @@ impl StreamStateMachine {
     fn apply_entry(
         &self,
         applied: &mut Applied,
-        log_id: LogId<u64>,
+        log_id: LogId,
         payload: EntryPayload<QuorumRaft>,
     ) -> Result<Vec<Response>, warren_storage::StorageError> {
         let responses = match payload {
@@ -417,12 +409,12 @@ impl StreamStateMachine {
         blocking(move || log.flush()).await
     }
 
-    async fn build(&self) -> Result<Snapshot<QuorumRaft>, QuorumError> {
+    async fn build(&self) -> Result<MachineSnapshot, QuorumError> {
         let (meta, state) = {
             let applied = self.shared.applied.lock();
             let same = applied.current.as_ref().is_some_and(|c| c.meta.last_log_id == applied.last_applied);
             if let (true, Some(current)) = (same, &applied.current) {
-                return current.to_raft();
+                return current.to_machine();
             }
             let last_log_id = applied.last_applied;
             let snapshot_id = last_log_id.map(|id| format!("{}-{}", id.leader_id, id.index)).unwrap_or_default();
@@ -434,10 +426,10 @@ impl StreamStateMachine {
         self.flush_log().await?;
         let saved = SavedSnapshot { meta, state };
         self.save(saved.clone()).await?;
-        saved.to_raft()
+        saved.to_machine()
     }
 
-    async fn install(&self, meta: &SnapshotMeta<u64, BasicNode>, data: &[u8]) -> Result<(), QuorumError> {
+    async fn install_sent(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<(), QuorumError> {
         let state = SavedSnapshot::state_sent(meta, data)?;
         let sources = catch_up::sources(meta, self.shared.replication.node_id());
         let fetch = |node: u64, from: u64, max_bytes: u32| {
@@ -524,37 +516,23 @@ async fn blocking(
     }
 }
 
-fn storage_error(meta: Option<&SnapshotMeta<u64, BasicNode>>, error: &QuorumError) -> StorageError<u64> {
-    StorageError::from(openraft::StorageIOError::write_snapshot(meta.map(SnapshotMeta::signature), error))
+fn snapshot_error(error: QuorumError) -> MachineError {
+    MachineError::Snapshot(error.to_string())
 }
 
-impl RaftSnapshotBuilder<QuorumRaft> for StreamSnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<QuorumRaft>, StorageError<u64>> {
-        self.machine.build().await.map_err(|e| storage_error(None, &e))
-    }
-}
-
-impl RaftStateMachine<QuorumRaft> for StreamStateMachine {
-    type SnapshotBuilder = StreamSnapshotBuilder;
-
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), StorageError<u64>> {
+impl StateMachine<QuorumRaft> for StreamStateMachine {
+    fn applied_state(&self) -> (Option<LogId>, StoredMembership) {
         let applied = self.shared.applied.lock();
-        Ok((applied.last_applied, applied.membership.clone()))
+        (applied.last_applied, applied.membership.clone())
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Response>>, StorageError<u64>>
-    where
-        I: IntoIterator<Item = openraft::Entry<QuorumRaft>> + OptionalSend,
-        I::IntoIter: OptionalSend,
-    {
+    fn apply(&self, entries: Vec<Entry<QuorumRaft>>) -> Result<Vec<Vec<Response>>, MachineError> {
         let mut applied = self.shared.applied.lock();
-        let mut responses = Vec::new();
+        let mut responses = Vec::with_capacity(entries.len());
         for entry in entries {
             let log_id = entry.log_id;
             let applied_entry = self.apply_entry(&mut applied, log_id, entry.payload);
-            responses.push(applied_entry.map_err(|e| StorageError::from(openraft::StorageIOError::apply(log_id, &e)))?);
+            responses.push(applied_entry.map_err(|e| MachineError::Apply { log_id, reason: e.to_string() })?);
         }
         // Published once per batch: a group of many members is cloned once, not per change.
         if std::mem::take(&mut applied.partition_groups_changed) {
@@ -565,25 +543,18 @@ impl RaftStateMachine<QuorumRaft> for StreamStateMachine {
         Ok(responses)
     }
 
-    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        StreamSnapshotBuilder { machine: self.clone() }
+    fn take_snapshot(&self) -> SnapshotTaking {
+        let machine = self.clone();
+        Box::pin(async move { machine.build().await.map_err(snapshot_error) })
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn install(&self, snapshot: MachineSnapshot) -> Result<(), MachineError> {
+        self.install_sent(&snapshot.meta, &snapshot.data).await.map_err(snapshot_error)
     }
 
-    async fn install_snapshot(
-        &mut self,
-        meta: &SnapshotMeta<u64, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), StorageError<u64>> {
-        self.install(meta, snapshot.get_ref()).await.map_err(|e| storage_error(Some(meta), &e))
-    }
-
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<QuorumRaft>>, StorageError<u64>> {
+    fn current_snapshot(&self) -> Result<Option<MachineSnapshot>, MachineError> {
         let current = self.shared.applied.lock().current.clone();
-        current.map(|c| c.to_raft()).transpose().map_err(|e| storage_error(None, &e))
+        current.map(|c| c.to_machine()).transpose().map_err(snapshot_error)
     }
 }
 
@@ -649,10 +620,10 @@ mod tests {
     #[tokio::test]
     async fn a_replica_applies_the_machine_versions_it_knows_and_stops_at_a_newer_one() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut machine = open(dir.path());
+        let machine = open(dir.path());
         let newest = GroupMachineKind::Stream.newest_version();
         let known = vec![entry(1, commit("g", 5)), entry(2, Op::SetMachineVersion { version: newest })];
-        machine.apply(known).await.expect("applied");
+        machine.apply(known).expect("applied");
         assert_eq!(machine.shared.applied.lock().machine_version, newest);
 
         let newer = vec![
@@ -660,7 +631,7 @@ mod tests {
             entry(4, Op::SetMachineVersion { version: newest + 1 }),
             entry(5, commit("g", 9)),
         ];
-        let error = machine.apply(newer).await.expect_err("a version this node does not know");
+        let error = machine.apply(newer).expect_err("a version this node does not know");
         assert!(error.to_string().contains("upgrade this node"), "{error}");
         assert_eq!(machine.last_applied().map(|id| id.index), Some(3), "applied up to the version entry");
         assert_eq!(machine.group_offset("g"), Some(7));
@@ -676,17 +647,17 @@ mod tests {
     #[test]
     fn a_snapshot_at_the_first_machine_version_is_sent_as_earlier_releases_read_it() {
         let first = saved(FIRST_MACHINE_VERSION);
-        let sent = first.to_raft().expect("encodes");
+        let sent = first.to_machine().expect("encodes");
         assert_eq!(sent.meta.snapshot_id, "1-1-9");
-        let earlier: StreamSnapshot = decode_whole(sent.snapshot.get_ref()).expect("an earlier release reads it");
+        let earlier: StreamSnapshot = decode_whole(&sent.data).expect("an earlier release reads it");
         assert_eq!(earlier, first.state);
 
         let later = saved(2);
-        let sent = later.to_raft().expect("encodes");
+        let sent = later.to_machine().expect("encodes");
         assert_eq!(sent.meta.snapshot_id, format!("1-1-9{MACHINE_VERSION_ID_SUFFIX}2"));
-        let received = SavedSnapshot::state_sent(&sent.meta, sent.snapshot.get_ref()).expect("decodes");
+        let received = SavedSnapshot::state_sent(&sent.meta, &sent.data).expect("decodes");
         assert_eq!(received, later.state);
-        let again = SavedSnapshot { meta: sent.meta.clone(), state: received }.to_raft().expect("encodes");
+        let again = SavedSnapshot { meta: sent.meta.clone(), state: received }.to_machine().expect("encodes");
         assert_eq!(again.meta.snapshot_id, sent.meta.snapshot_id, "the suffix is not repeated when passed on");
     }
 

@@ -19,6 +19,7 @@ use std::time::Duration;
 use warren_delivery::feature_flags::{newest_common_version, Machine};
 use warren_delivery::metadata::{MetaRaft, MetaStateMachine, Metadata};
 use warren_delivery::quorum::Replication;
+use warren_delivery::raft_adapter::Adapter;
 use warren_delivery::Broker;
 use warren_storage::raft::RaftLog;
 use warren_storage::LogConfig;
@@ -131,7 +132,9 @@ pub async fn start(
     };
     let config = fit_to_transport(&config).map_err(|e| raft_error(&e))?;
     let network = GroupNetwork::<MetaRaft>::new(cluster.transport().clone(), RaftGroupId::new(METADATA_GROUP));
-    let raft = Raft::new(node_id, Arc::new(config), network, log, machine.clone()).await.map_err(|e| raft_error(&e))?;
+    let raft = Raft::new(node_id, Arc::new(config), network, log, Adapter::new(machine.clone()))
+        .await
+        .map_err(|e| raft_error(&e))?;
     let first = cluster.node_names().into_iter().next();
     let initializes = may_initialize && fresh && first.as_deref() == Some(cluster.transport().node_name());
     if initializes {

@@ -22,6 +22,7 @@ use warren_delivery::queue::LeaderLocator;
 use warren_delivery::quorum::{
     ClusterFuture, CommandBatch, GroupMachine, InitialMembers, ProposeError, QuorumRaft, Replication, Response,
 };
+use warren_delivery::raft_adapter::Adapter;
 use warren_delivery::stream::StreamChunk;
 use warren_storage::raft::RaftLog;
 
@@ -204,7 +205,9 @@ impl Replication for ClusterReplication {
             router.register_stream(group.clone(), stream.clone());
         }
         Box::pin(async move {
-            let raft = Raft::new(id, Arc::new(config?), network, log, machine).await.map_err(|e| e.to_string())?;
+            let raft = Raft::new(id, Arc::new(config?), network, log, Adapter::new(machine))
+                .await
+                .map_err(|e| e.to_string())?;
             router.register(group, raft.clone());
             Ok(raft)
         })

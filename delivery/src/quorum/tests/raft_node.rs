@@ -40,7 +40,10 @@ async fn start(dir: &Path) -> Node {
     if let Some(last) = reader.get_log_state().await.expect("log state").last_log_id {
         machine.skip_effects_through(last.index);
     }
-    let raft = Raft::new(NODE, Arc::new(config), NoPeers, log.clone(), machine.clone()).await.expect("raft starts");
+    let raft =
+        Raft::new(NODE, Arc::new(config), NoPeers, log.clone(), crate::raft_adapter::Adapter::new(machine.clone()))
+            .await
+            .expect("raft starts");
     Node { raft, log, machine, effects }
 }
 
@@ -172,11 +175,11 @@ fn entry(index: u64, op: Op) -> openraft::Entry<QuorumRaft> {
 
 #[tokio::test]
 async fn a_snapshot_installed_on_another_replica_plus_the_rest_of_the_log_gives_the_same_state() {
-    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    use crate::raft_adapter::StateMachine;
     let dir = tempfile::tempdir().expect("tempdir");
     let (tx, _effects) = unbounded_channel();
     let open = |name: &str| QuorumStateMachine::open(name, dir.path().join(name), Settings::default(), 2, tx.clone());
-    let mut a = open("a").expect("opens");
+    let a = open("a").expect("opens");
     let c = consumer(1, "c");
     let mut ops: Vec<Op> = (0..6).map(|i| enqueue(&format!("m{i}"), Some(i), None)).collect();
     ops.push(checkout(&c, 2, 0));
@@ -188,41 +191,41 @@ async fn a_snapshot_installed_on_another_replica_plus_the_rest_of_the_log_gives_
     ops.push(Op::Settle { consumer: c.clone(), ids: vec![id(5)] });
     let entries: Vec<_> = ops.into_iter().zip(1..).map(|(op, index)| entry(index, op)).collect();
     let (first, rest) = entries.split_at(12);
-    a.apply(first.to_vec()).await.expect("applied");
+    a.apply(first.to_vec()).expect("applied");
 
-    let snapshot = a.get_snapshot_builder().await.build_snapshot().await.expect("built");
+    let snapshot = a.take_snapshot().await.expect("built");
     let at = snapshot.meta.last_log_id.expect("at an entry").index;
     let cursor = a.release_cursor().expect("applied");
     assert!(at > 0 && at <= cursor, "snapshot at {at}, release cursor {cursor}");
     assert_eq!(a.snapshot_index(), Some(at));
 
-    let mut b = open("b").expect("opens");
-    b.install_snapshot(&snapshot.meta, snapshot.snapshot).await.expect("installed");
+    let b = open("b").expect("opens");
+    b.install(snapshot.clone()).await.expect("installed");
     assert_eq!(b.last_applied(), snapshot.meta.last_log_id);
     let after: Vec<_> = first.iter().filter(|e| e.log_id.index > at).cloned().collect();
-    b.apply(after).await.expect("applied");
-    a.apply(rest.to_vec()).await.expect("applied");
-    b.apply(rest.to_vec()).await.expect("applied");
+    b.apply(after).expect("applied");
+    a.apply(rest.to_vec()).expect("applied");
+    b.apply(rest.to_vec()).expect("applied");
     assert_eq!(b.read(StateSnapshot::of), a.read(StateSnapshot::of));
     assert_eq!(a.read(|s| s.held_by(&c)), vec![id(6)]);
 
     // Reopened, a replica starts from its saved snapshot.
     let reopened = open("b").expect("reopens");
     assert_eq!(reopened.last_applied(), snapshot.meta.last_log_id);
-    let current = b.get_current_snapshot().await.expect("read").expect("kept");
+    let current = b.current_snapshot().expect("read").expect("kept");
     assert_eq!(current.meta, snapshot.meta);
 }
 
 #[tokio::test]
 async fn a_replica_applies_the_machine_versions_it_knows_and_stops_at_a_newer_one() {
     use crate::feature_flags::GroupMachineKind;
-    use openraft::storage::RaftStateMachine;
+    use crate::raft_adapter::StateMachine;
     let dir = tempfile::tempdir().expect("tempdir");
     let (tx, _effects) = unbounded_channel();
-    let mut machine = QuorumStateMachine::open("v", dir.path().join("v"), Settings::default(), 2, tx).expect("opens");
+    let machine = QuorumStateMachine::open("v", dir.path().join("v"), Settings::default(), 2, tx).expect("opens");
     let newest = GroupMachineKind::QuorumQueue.newest_version();
     let known = vec![entry(1, enqueue("a", None, None)), entry(2, Op::SetMachineVersion { version: newest })];
-    machine.apply(known).await.expect("applied");
+    machine.apply(known).expect("applied");
     assert_eq!(machine.read(QueueState::machine_version), newest);
 
     let newer = vec![
@@ -230,7 +233,7 @@ async fn a_replica_applies_the_machine_versions_it_knows_and_stops_at_a_newer_on
         entry(4, Op::SetMachineVersion { version: newest + 1 }),
         entry(5, enqueue("c", None, None)),
     ];
-    let error = machine.apply(newer).await.expect_err("a version this node does not know");
+    let error = machine.apply(newer).expect_err("a version this node does not know");
     assert!(error.to_string().contains("upgrade this node"), "{error}");
     assert_eq!(machine.last_applied().map(|id| id.index), Some(3), "applied up to the version entry");
     assert_eq!(machine.read(QueueState::ready_count), 2);
