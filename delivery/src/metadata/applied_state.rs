@@ -3,7 +3,7 @@
 //! catalog's machine version; and the formats earlier releases wrote it in, still read.
 
 use crate::feature_flags::FIRST_MACHINE_VERSION;
-use openraft::{BasicNode, LogId, StoredMembership};
+use crate::raft_adapter::typ::{LogId, StoredMembership};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use warren_storage::StorageError;
@@ -16,9 +16,9 @@ const APPLIED_FORMAT_VERSION: u8 = 4;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Applied {
     /// The last entry applied: a restart applies nothing twice.
-    pub(super) last_applied: Option<LogId<u64>>,
+    pub(super) last_applied: Option<LogId>,
     /// The group's membership as of the last membership entry applied.
-    pub(super) membership: StoredMembership<u64, BasicNode>,
+    pub(super) membership: StoredMembership,
     /// Nodes that left the cluster (`forget_cluster_node`), by Raft id.
     pub(super) forgotten: BTreeSet<u64>,
     /// Nodes that joined the cluster after it formed (`join_cluster`): name, then address.
@@ -49,8 +49,8 @@ impl Applied {
 /// The applied state as format 3 stored it.
 #[derive(Debug, Deserialize)]
 struct AppliedV3 {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, BasicNode>,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
     forgotten: BTreeSet<u64>,
     joined: Vec<(String, String)>,
 }
@@ -58,16 +58,16 @@ struct AppliedV3 {
 /// The applied state as format 2 stored it.
 #[derive(Debug, Deserialize)]
 struct AppliedV2 {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, BasicNode>,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
     forgotten: BTreeSet<u64>,
 }
 
 /// The applied state as format 1 stored it.
 #[derive(Debug, Deserialize)]
 struct AppliedV1 {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, BasicNode>,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
 }
 
 pub(super) fn decode_applied(bytes: &[u8]) -> Result<Applied, StorageError> {
@@ -97,15 +97,18 @@ mod tests {
     use super::*;
 
     fn applied_at(index: u64) -> Applied {
-        Applied { last_applied: Some(LogId::new(openraft::CommittedLeaderId::new(1, 1), index)), ..Applied::default() }
+        Applied {
+            last_applied: Some(LogId::new(crate::raft_adapter::typ::CommittedLeaderId::new(1, 1), index)),
+            ..Applied::default()
+        }
     }
 
     #[test]
     fn an_applied_state_of_format_3_reads_at_the_first_machine_version() {
         #[derive(Serialize)]
         struct Format3 {
-            last_applied: Option<LogId<u64>>,
-            membership: StoredMembership<u64, BasicNode>,
+            last_applied: Option<LogId>,
+            membership: StoredMembership,
             forgotten: BTreeSet<u64>,
             joined: Vec<(String, String)>,
         }

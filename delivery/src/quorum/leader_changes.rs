@@ -8,7 +8,7 @@
 //! The first leader a member sees after it starts is not a change it saw happen: neither
 //! counted nor logged, so a node starting with 10,000 queues logs nothing for them.
 
-use openraft::LogId;
+use crate::raft_adapter::typ::LogId;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -42,7 +42,7 @@ impl LeaderChanges {
     /// The blank entry `log_id` of a new leader was applied here; whether it was reported as
     /// a change. Entries the member applies again at startup (`replayed`) are changes of the
     /// past: remembered, not reported.
-    pub fn blank_applied(&mut self, log_id: &LogId<u64>, replayed: bool) -> bool {
+    pub fn blank_applied(&mut self, log_id: &LogId, replayed: bool) -> bool {
         let now = (log_id.leader_id.term, log_id.leader_id.node_id);
         let previous = self.leader.replace(now);
         let Some((_, previous_leader)) = previous.filter(|&(term, _)| term < now.0) else { return false };
@@ -64,9 +64,9 @@ impl LeaderChanges {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openraft::CommittedLeaderId;
+    use crate::raft_adapter::typ::CommittedLeaderId;
 
-    fn blank(term: u64, node: u64, index: u64) -> LogId<u64> {
+    fn blank(term: u64, node: u64, index: u64) -> LogId {
         LogId::new(CommittedLeaderId::new(term, node), index)
     }
 

@@ -20,8 +20,8 @@ use super::state::{MessageState, PendingDeadLetter, QueueState};
 use crate::consumer::TagFilter;
 use crate::dedup_window::DedupEntries;
 use crate::feature_flags::FIRST_MACHINE_VERSION;
+use crate::raft_adapter::typ::{LogId, StoredMembership};
 use bytes::Bytes;
-use openraft::{BasicNode, LogId, StoredMembership};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -220,9 +220,9 @@ pub(crate) fn decode_whole<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
     /// The entry it follows.
-    pub log_id: LogId<u64>,
+    pub log_id: LogId,
     /// The membership in force then.
-    pub membership: StoredMembership<u64, BasicNode>,
+    pub membership: StoredMembership,
     /// The encoded [`StateSnapshot`].
     pub data: Bytes,
 }

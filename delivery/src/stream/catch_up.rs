@@ -5,8 +5,8 @@
 //! do; one that lacks them (it lags too) answers with none, and the next is asked.
 
 use crate::quorum::{ClusterFuture, QuorumError};
+use crate::raft_adapter::typ::SnapshotMeta;
 use bytes::Bytes;
-use openraft::{BasicNode, SnapshotMeta};
 use serde::{Deserialize, Serialize};
 use warren_storage::{Log, NewRecord, StorageError};
 
@@ -62,7 +62,7 @@ pub(super) fn read_chunk(log: &Log, from: u64, max_bytes: u32) -> Result<StreamC
 }
 
 /// The replicas to ask, in order: the snapshot's voters but this node.
-pub(super) fn sources(meta: &SnapshotMeta<u64, BasicNode>, me: u64) -> Vec<u64> {
+pub(super) fn sources(meta: &SnapshotMeta, me: u64) -> Vec<u64> {
     meta.last_membership.membership().voter_ids().filter(|id| *id != me).collect()
 }
 
