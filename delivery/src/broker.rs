@@ -1,11 +1,11 @@
 //! The broker: its virtual hosts and access control, shared by every connection.
 
 use crate::access::{AccessChange, AccessControl, AccessSettings};
+use crate::connection_id::ConnectionId;
 use crate::connections::Connections;
 use crate::definitions::VhostStorage;
 use crate::error::BrokerError;
 use crate::message_store::LogStoreConfig;
-use crate::queue::ConnectionId;
 use crate::quorum::{Replication, SingleNode};
 use crate::remote::{Forwarder, Forwarding, NoForwarding};
 use crate::resource_alarm::ResourceAlarms;

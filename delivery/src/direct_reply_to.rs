@@ -17,10 +17,10 @@
 //! reply is unroutable, dropped quietly or returned when published `mandatory`, like any
 //! message that reaches no queue.
 
+use crate::connection_id::ConnectionId;
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::Message;
 use crate::node::NodeId;
-use crate::queue::ConnectionId;
 use crate::session::Session;
 use parking_lot::RwLock;
 use std::collections::HashMap;

@@ -5,21 +5,16 @@
 //! collect what is due; the events are handled after it is released, so handlers may lock
 //! queues (which themselves insert timers while locked) without any lock-order cycle.
 
+use crate::clock::now_ms;
 use crate::queue::{Queue, QueueTimer};
 use crate::timing_wheel::{TimerId, TimingWheel};
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The wheel's tick: timers fire at most this late.
 pub const TICK_MS: u64 = 5;
 /// Handling one tick's timers for longer than this is logged: timers behind it fire late.
 const SLOW_TIMERS_MS: u64 = 20;
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
 
 /// Something to do at a given time.
 #[derive(Debug)]

@@ -12,6 +12,7 @@
 use crate::dedup_window::{DedupSettings, DEFAULT_DEDUPLICATION_HEADER};
 use crate::error::{BrokerError, BrokerResult};
 use crate::field_value::{string_of, whole_number_within, Shown};
+use crate::overflow::Overflow;
 use crate::stream::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
 use amq_protocol::types::{AMQPValue, FieldTable};
 use std::time::Duration;
@@ -26,18 +27,6 @@ const MAX_HEADER_NAME_BYTES: usize = 255;
 /// The longest TTL, expiry or timeout a queue argument may ask for, as RabbitMQ: 2^32 - 1 ms
 /// (about 49.7 days).
 pub const MAX_TIMER_MS: u64 = u32::MAX as u64;
-
-/// What a full queue does with one more message (`x-overflow`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Overflow {
-    /// Drop (or dead-letter) the oldest ready messages.
-    #[default]
-    DropHead,
-    /// Refuse the new message (nack under confirms).
-    RejectPublish,
-    /// Refuse the new message and dead-letter it.
-    RejectPublishDlx,
-}
 
 /// `x-queue-type`: what kind of queue is declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -5,11 +5,12 @@
 //! for the next. A queue with `x-expires` re-arms its timer while it is in use.
 
 use super::classic::ClassicQueue;
-use super::dead_letter::DeathReason;
 use super::state::QueueState;
 use super::{Queue, QueueArguments};
+use crate::clock::now_ms;
+use crate::dead_letter::DeathReason;
 use crate::message::Message;
-use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
+use crate::scheduler::{SchedulerHandle, TimerEvent};
 use std::sync::Arc;
 
 impl ClassicQueue {

@@ -6,11 +6,12 @@
 //! or [`super::stream_queue::StreamQueue`] (an append-only log read by offset). A kind's
 //! methods get the queue itself, to hand deliveries to sessions and to arm timers.
 
-use super::{GetResult, MessageRef, Published, Queue, Reply};
+use super::{GetResult, Published, Queue, Reply};
 use crate::consumer::Consumer;
 use crate::error::BrokerResult;
 use crate::log_browser::LogBrowser;
 use crate::message::Message;
+use crate::message_ref::MessageRef;
 use crate::message_store::StoreError;
 use crate::session::{Session, SessionId};
 use crate::stream::Stream;

@@ -18,27 +18,23 @@
 
 mod arguments;
 mod classic;
-pub mod dead_letter;
 mod deadlines;
 mod expiry;
 pub(crate) mod factory;
 mod kind;
-mod message_ref;
 mod quorum_queue;
-mod ready_list;
 mod remote_queue;
 mod state;
 mod stats;
 mod stream_queue;
 
+use crate::connection_id::ConnectionId;
+use crate::message_ref::MessageRef;
 use crate::message_store::{DurableMark, StoreError};
 pub use arguments::{
-    DeadLetterStrategy, LeaderLocator, Overflow, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY,
-    MAX_TIMER_MS,
+    DeadLetterStrategy, LeaderLocator, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY, MAX_TIMER_MS,
 };
 pub use kind::{Holder, QueueTimer};
-pub use message_ref::MessageRef;
-pub(crate) use ready_list::ReadyList;
 pub use stats::{MessageCounts, QueueStats};
 
 use crate::consumer::Consumer;
@@ -53,10 +49,6 @@ use kind::QueueKind;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
-
-/// Identifies a client connection, for exclusive queues.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnectionId(pub u64);
 
 /// What `queue.declare` asked for; compared on redeclaration.
 #[derive(Debug, Clone, PartialEq)]

@@ -16,19 +16,21 @@
 //!   delivered again; whenever this node becomes leader it resends the dead letters still
 //!   waiting for a confirm and arms the expiry timer.
 
-use super::dead_letter::{self, DeathReason};
 use super::kind::{Holder, QueueKind, QueueTimer};
-use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use crate::clock::now_ms;
 use crate::consumer::Consumer;
+use crate::dead_letter::{self, DeathReason};
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult};
 use crate::message::Message;
+use crate::message_ref::MessageRef;
 use crate::message_store::{DurableMark, StoreError};
 use crate::quorum::{
     entry_of, AppliedEffects, ConsumerId, ConsumerSpec, Effect, Enqueue, InitialMembers, MessageId, Op, QuorumGroup,
     QuorumStateMachine, Response, Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES,
 };
-use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
+use crate::scheduler::{SchedulerHandle, TimerEvent};
 use crate::session::{Session, SessionId};
 use openraft::ServerState;
 use parking_lot::Mutex;

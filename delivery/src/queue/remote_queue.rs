@@ -10,10 +10,11 @@
 //! `consume-ok`: a refusal there is the client's channel error, as it would be here.
 
 use super::kind::{Holder, QueueKind, QueueTimer};
-use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
 use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::{Message, WireMessage};
+use crate::message_ref::MessageRef;
 use crate::message_store::{CommitTracker, DurableMark, StoreError};
 use crate::quorum::Replication;
 use crate::remote::{

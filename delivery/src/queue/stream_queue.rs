@@ -7,15 +7,16 @@
 //! node's consumers read this node's log as it grows. Everything else is the same.
 
 use super::kind::{Holder, QueueKind, QueueTimer};
-use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use crate::clock::now_ms;
 use crate::consumer::Consumer;
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
-use crate::message::Message;
-use crate::message::WireMessage;
+use crate::message::{Message, WireMessage};
+use crate::message_ref::MessageRef;
 use crate::message_store::{LogStoreConfig, StoreError};
 use crate::quorum::{InitialMembers, Op, QuorumGroup, Response};
-use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
+use crate::scheduler::{SchedulerHandle, TimerEvent};
 use crate::session::Session;
 use crate::stream::{
     GroupCoordination, GroupOp, ReplicatedOffsets, Stream, StreamArguments, StreamStateMachine,

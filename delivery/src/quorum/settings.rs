@@ -3,8 +3,9 @@
 //! definition, not from the log, so every replica must be built with the same ones.
 
 use crate::dedup_window::DedupSettings;
+use crate::overflow::Overflow;
 pub use crate::queue::DeadLetterStrategy;
-use crate::queue::{Overflow, QueueArguments};
+use crate::queue::QueueArguments;
 
 /// `x-delivery-limit` when the queue does not set one: RabbitMQ 4's default.
 pub const DEFAULT_DELIVERY_LIMIT: u32 = 20;

@@ -12,11 +12,13 @@
 //!
 //! A consumer of a super stream is one consumer per partition under one tag (`partitions`).
 
+use crate::connection_id::ConnectionId;
 use crate::consumer::{Consumer, ConsumerOptions};
 use crate::direct_reply_to::ReplyAddress;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
-use crate::queue::{ConnectionId, Holder, MessageRef, Queue, Reply};
+use crate::message_ref::MessageRef;
+use crate::queue::{Holder, Queue, Reply};
 use crate::vhost::VirtualHost;
 use amq_protocol::types::ShortString;
 use parking_lot::Mutex;
@@ -39,7 +41,7 @@ impl SessionId {
     /// that run opened more than 2^20 channels per millisecond it lived.
     fn next() -> Self {
         static NEXT: OnceLock<AtomicU64> = OnceLock::new();
-        let next = NEXT.get_or_init(|| AtomicU64::new(crate::scheduler::now_ms() << SESSION_ID_COUNTER_BITS));
+        let next = NEXT.get_or_init(|| AtomicU64::new(crate::clock::now_ms() << SESSION_ID_COUNTER_BITS));
         SessionId(next.fetch_add(1, Ordering::Relaxed))
     }
 }
@@ -420,7 +422,7 @@ impl Session {
             self.unacked_total.fetch_add(1, Ordering::AcqRel);
             let entry = Unacked {
                 tag: delivery_tag,
-                delivered_at_ms: crate::scheduler::now_ms(),
+                delivered_at_ms: crate::clock::now_ms(),
                 queue: Arc::clone(queue),
                 message: message_ref,
                 consumer: Some(Arc::clone(consumer)),
@@ -446,7 +448,7 @@ impl Session {
             self.unacked_total.fetch_add(1, Ordering::AcqRel);
             state.unacked.push_back(Unacked {
                 tag: delivery_tag,
-                delivered_at_ms: crate::scheduler::now_ms(),
+                delivered_at_ms: crate::clock::now_ms(),
                 queue: Arc::clone(queue),
                 message,
                 consumer: None,

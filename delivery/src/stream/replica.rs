@@ -18,14 +18,13 @@
 //! the snapshot's and appends only past the end.
 
 use super::catch_up::{self, StreamChunk};
-use super::tag;
-use super::PartitionGroups;
-use crate::consumer::message_tag;
+use super::{tag, PartitionGroups};
 use crate::dedup_window::{key_in, DedupEntries, DedupSettings, DedupWindow};
 use crate::message::WireMessage;
 use crate::message_store::codec as message_codec;
 use crate::quorum::leader_changes::LeaderChanges;
 use crate::quorum::{decode_versioned, decode_whole, Op, QuorumError, QuorumRaft, Replication, Response};
+use crate::tag_filter::message_tag;
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
     BasicNode, Config, ConfigError, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotPolicy,

@@ -14,16 +14,18 @@
 //! with it: a queue is either in the map with its files, or in neither, and a declare never
 //! sees a name half-deleted.
 
+use crate::connection_id::ConnectionId;
 use crate::definitions::VhostStorage;
 use crate::direct_reply_to::ReplyConsumers;
 use crate::equivalence;
 use crate::error::{internal_error, BrokerError, BrokerResult};
 use crate::exchange::{DelayedMessages, Destination, Exchange, ExchangeDefinition, ExchangeKind};
 use crate::message_store::MessageStore;
-use crate::queue::{self, ConnectionId, Queue, QueueContext, QueueDefinition};
+use crate::queue::{self, Queue, QueueContext, QueueDefinition};
 use crate::quorum::{InitialMembers, Replication, SingleNode};
 use crate::remote::{Forwarder, NoForwarding};
 use crate::scheduler::SchedulerHandle;
+use crate::vhost_limits::{check_queue_limit, VhostLimits};
 use amq_protocol::types::FieldTable;
 use parking_lot::{Mutex, RwLock};
 use rand::distributions::{Alphanumeric, DistString};
@@ -113,8 +115,6 @@ pub struct VirtualHost {
 
 #[cfg(test)]
 mod interleave;
-mod limits;
-pub use limits::VhostLimits;
 #[cfg(test)]
 mod lifecycle_tests;
 #[cfg(test)]
@@ -464,7 +464,7 @@ impl VirtualHost {
             }
             self.refuse_if_deleted()?;
             let max_queues = self.limits.read().max_queues;
-            limits::check_queue_limit(&self.name, &definition.name, self.queues.read().len(), max_queues)?;
+            check_queue_limit(&self.name, &definition.name, self.queues.read().len(), max_queues)?;
             let queue = queue::factory::declare(definition, self.storage.as_ref(), self.queue_context())?;
             self.pause_at("queue storage created");
             self.queues.write().insert(queue.name().to_string(), Arc::clone(&queue));

@@ -3,13 +3,12 @@
 //! replies, from the default exchange straight to a requester's channel.
 
 use super::VirtualHost;
-use crate::direct_reply_to;
 use crate::error::{BrokerError, BrokerResult};
 use crate::exchange::delayed::delay_of;
 use crate::exchange::{Destination, Exchange};
 use crate::message::Message;
-use crate::queue::dead_letter;
 use crate::queue::{Published, Queue};
+use crate::{dead_letter, direct_reply_to};
 use std::sync::Arc;
 
 /// Where a publish went: its exchange (none for the default exchange) and the queues.

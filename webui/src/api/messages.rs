@@ -23,8 +23,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use warren_delivery::consumer::TagFilter;
 use warren_delivery::stream::OffsetSpec;
+use warren_delivery::tag_filter::TagFilter;
 use warren_delivery::{Delivery, DeliverySink, Message, QueueDefinition, ReplyDelivery, Session, VirtualHost};
 
 /// Messages one replay request returns at most.
