@@ -8,7 +8,7 @@
 //! ack, a new consumer), and hands deliveries to each consumer's session without waiting.
 //! Messages leaving for the dead-letter exchange are published after the lock is released.
 
-use super::kind::{Holder, QueueKind, QueueTimer};
+use super::kind::{Holder, QueueKind};
 use super::state::QueueState;
 use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
 use crate::clock::now_ms;
@@ -22,7 +22,7 @@ use crate::message_ref::MessageRef;
 use crate::message_store::{MessageStore, StoreError, TransientStore};
 use crate::overflow::Overflow;
 use crate::ready_list::ReadyList;
-use crate::scheduler::TimerEvent;
+use crate::scheduler::{QueueTimer, TimerEvent};
 use crate::session::Session;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
@@ -157,7 +157,7 @@ impl ClassicQueue {
             Box::new(ClassicQueue { state: Mutex::new(state) })
         });
         if let Some(expires) = expires {
-            let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(&queue) };
+            let event = TimerEvent::QueueExpiry { queue: Arc::<Queue>::downgrade(&queue) };
             scheduler.schedule(now_ms().saturating_add(expires), event);
         }
         queue

@@ -77,7 +77,7 @@ pub(super) fn delete_if_unused(queue: &Arc<Queue>, scheduler: &SchedulerHandle, 
     let Some(expires) = queue.arguments.expires_ms else { return };
     let idle_since = if in_use { now_ms() } else { last_used_ms };
     if in_use || now_ms() < idle_since.saturating_add(expires) {
-        let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(queue) };
+        let event = TimerEvent::QueueExpiry { queue: Arc::<Queue>::downgrade(queue) };
         scheduler.schedule(idle_since.saturating_add(expires), event);
         return;
     }

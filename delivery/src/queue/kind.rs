@@ -13,20 +13,10 @@ use crate::log_browser::LogBrowser;
 use crate::message::Message;
 use crate::message_ref::MessageRef;
 use crate::message_store::StoreError;
+use crate::scheduler::QueueTimer;
 use crate::session::{Session, SessionId};
 use crate::stream::Stream;
 use std::sync::Arc;
-
-/// A timer of a queue's, fired by the broker's scheduler.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QueueTimer {
-    /// The queue's TTL timer set for this time (ms since the epoch) fired.
-    MessageExpiry(u64),
-    /// `x-expires`: the queue may have been unused long enough.
-    Unused,
-    /// A stream's `x-max-age` retention check.
-    Retention,
-}
 
 /// Who holds deliveries being settled: a consumer, or `basic.get` on a channel.
 #[derive(Debug, Clone, Copy)]

@@ -34,13 +34,13 @@ use crate::message_store::{DurableMark, StoreError};
 pub use arguments::{
     DeadLetterStrategy, LeaderLocator, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY, MAX_TIMER_MS,
 };
-pub use kind::{Holder, QueueTimer};
+pub use kind::Holder;
 pub use stats::{MessageCounts, QueueStats};
 
 use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::Message;
-use crate::scheduler::SchedulerHandle;
+use crate::scheduler::{QueueTimer, SchedulerHandle, TimerTarget};
 use crate::session::{Session, SessionId};
 use crate::stream::Stream;
 use crate::vhost::VirtualHost;
@@ -389,5 +389,11 @@ impl Queue {
     /// The nodes the queue lives on, if this node only forwards to it (`crate::remote`).
     pub fn homes(&self) -> Option<&[u64]> {
         self.kind.homes()
+    }
+}
+
+impl TimerTarget for Queue {
+    fn timer_fired(self: Arc<Self>, timer: QueueTimer) {
+        Queue::timer_fired(&self, timer);
     }
 }

@@ -16,7 +16,7 @@
 //!   delivered again; whenever this node becomes leader it resends the dead letters still
 //!   waiting for a confirm and arms the expiry timer.
 
-use super::kind::{Holder, QueueKind, QueueTimer};
+use super::kind::{Holder, QueueKind};
 use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
 use crate::clock::now_ms;
 use crate::consumer::Consumer;
@@ -30,6 +30,7 @@ use crate::quorum::{
     entry_of, AppliedEffects, ConsumerId, ConsumerSpec, Effect, Enqueue, InitialMembers, MessageId, Op, QuorumGroup,
     QuorumStateMachine, Response, Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES,
 };
+use crate::scheduler::QueueTimer;
 use crate::scheduler::{SchedulerHandle, TimerEvent};
 use crate::session::{Session, SessionId};
 use openraft::ServerState;
@@ -158,7 +159,7 @@ fn build(
     tokio::spawn(act_on_effects(Arc::downgrade(&queue), Arc::downgrade(&inner), effects_rx));
     tokio::spawn(take_over(Arc::downgrade(&queue), Arc::downgrade(&inner)));
     if let Some(expires) = expires {
-        let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(&queue) };
+        let event = TimerEvent::QueueExpiry { queue: Arc::<Queue>::downgrade(&queue) };
         context.scheduler.schedule(now_ms().saturating_add(expires), event);
     }
     Ok(queue)
@@ -458,7 +459,7 @@ impl Inner {
             return;
         }
         local.expiry_timer_ms = Some(at_ms);
-        self.scheduler.schedule(at_ms, TimerEvent::MessageExpiry { queue: Arc::downgrade(queue), at_ms });
+        self.scheduler.schedule(at_ms, TimerEvent::MessageExpiry { queue: Arc::<Queue>::downgrade(queue), at_ms });
     }
 }
 

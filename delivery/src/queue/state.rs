@@ -135,7 +135,7 @@ impl QueueState {
 
     /// Puts the queue's TTL timer in the broker's wheel for `at_ms`.
     pub fn arm_ttl_timer(&self, at_ms: u64) {
-        let event = TimerEvent::MessageExpiry { queue: Weak::clone(&self.me), at_ms };
+        let event = TimerEvent::MessageExpiry { queue: Weak::<super::Queue>::clone(&self.me), at_ms };
         self.scheduler.schedule(at_ms, event);
     }
 

@@ -6,7 +6,7 @@
 //! have it, fsynced), each replica's state machine appends them to its own log, and this
 //! node's consumers read this node's log as it grows. Everything else is the same.
 
-use super::kind::{Holder, QueueKind, QueueTimer};
+use super::kind::{Holder, QueueKind};
 use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
 use crate::clock::now_ms;
 use crate::consumer::Consumer;
@@ -16,7 +16,7 @@ use crate::message::{Message, WireMessage};
 use crate::message_ref::MessageRef;
 use crate::message_store::{LogStoreConfig, StoreError};
 use crate::quorum::{InitialMembers, Op, QuorumGroup, Response};
-use crate::scheduler::{SchedulerHandle, TimerEvent};
+use crate::scheduler::{QueueTimer, SchedulerHandle, TimerEvent};
 use crate::session::Session;
 use crate::stream::{
     GroupCoordination, GroupOp, ReplicatedOffsets, Stream, StreamArguments, StreamStateMachine,
@@ -273,7 +273,7 @@ fn build(
 }
 
 fn schedule_retention_check(scheduler: &SchedulerHandle, queue: &Arc<Queue>) {
-    let event = TimerEvent::StreamRetention { queue: Arc::downgrade(queue) };
+    let event = TimerEvent::StreamRetention { queue: Arc::<Queue>::downgrade(queue) };
     scheduler.schedule(now_ms() + RETENTION_CHECK_INTERVAL_MS, event);
 }
 
