@@ -13,6 +13,7 @@ use crate::dedup_window::{DedupSettings, DEFAULT_DEDUPLICATION_HEADER};
 use crate::error::{BrokerError, BrokerResult};
 use crate::field_value::{string_of, whole_number_within, Shown};
 use crate::overflow::Overflow;
+use crate::quorum::DeadLetterStrategy;
 use crate::stream::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
 use amq_protocol::types::{AMQPValue, FieldTable};
 use std::time::Duration;
@@ -39,17 +40,6 @@ pub enum QueueType {
     /// A quorum queue: its messages and state replicated by a Raft group (see
     /// `crate::quorum`).
     Quorum,
-}
-
-/// `x-dead-letter-strategy` of a quorum queue: when a dead-lettered message leaves it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DeadLetterStrategy {
-    /// At once: if the dead-letter target never gets it, it is lost.
-    #[default]
-    AtMostOnce,
-    /// Once the dead-letter target confirmed it; RabbitMQ's rule applies: only with
-    /// `x-overflow: reject-publish`, else at-most-once.
-    AtLeastOnce,
 }
 
 /// `x-queue-leader-locator`: where a new quorum queue's leader is placed.
@@ -533,5 +523,11 @@ mod tests {
         assert!(error.text.ends_with("got \"lazy\""), "{}", error.text);
         let error = QueueArguments::parse(&table(&[("x-max-priority", AMQPValue::LongInt(300))])).expect_err("300");
         assert!(error.text.ends_with("got 300"), "{}", error.text);
+    }
+
+    #[test]
+    fn quorum_settings_of_no_arguments_are_the_default_settings() {
+        // The quorum layer spells its defaults out rather than asking the queue layer.
+        assert_eq!(crate::quorum::Settings::from(&QueueArguments::default()), crate::quorum::Settings::default());
     }
 }

@@ -31,9 +31,7 @@ mod stream_queue;
 use crate::connection_id::ConnectionId;
 use crate::message_ref::MessageRef;
 use crate::message_store::{DurableMark, StoreError};
-pub use arguments::{
-    DeadLetterStrategy, LeaderLocator, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY, MAX_TIMER_MS,
-};
+pub use arguments::{LeaderLocator, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY, MAX_TIMER_MS};
 pub use kind::Holder;
 pub use stats::{MessageCounts, QueueStats};
 

@@ -28,7 +28,7 @@ use crate::message_ref::MessageRef;
 use crate::message_store::{DurableMark, StoreError};
 use crate::quorum::{
     entry_of, AppliedEffects, ConsumerId, ConsumerSpec, Effect, Enqueue, InitialMembers, MessageId, Op, QuorumGroup,
-    QuorumStateMachine, Response, Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES,
+    QuorumStateMachine, Response, Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES, DEFAULT_DELIVERY_LIMIT,
 };
 use crate::scheduler::QueueTimer;
 use crate::scheduler::{SchedulerHandle, TimerEvent};
@@ -116,6 +116,28 @@ pub(super) fn recover(
 ) -> BrokerResult<Arc<Queue>> {
     let (dir, log_config) = storage.quorum_queue(&definition.name);
     build(definition, arguments, &dir, log_config, context, None)
+}
+
+/// What the state machine needs of the queue's arguments (the quorum layer knows nothing of
+/// their parsing).
+impl From<&QueueArguments> for Settings {
+    fn from(arguments: &QueueArguments) -> Self {
+        Settings {
+            max_priority: arguments.max_priority,
+            message_ttl_ms: arguments.message_ttl_ms,
+            max_length: arguments.max_length,
+            max_length_bytes: arguments.max_length_bytes,
+            overflow: arguments.overflow,
+            dead_letter: arguments.dead_letter_exchange.is_some(),
+            dead_letter_strategy: arguments.dead_letter_strategy,
+            delivery_limit: arguments
+                .delivery_limit
+                .map_or(DEFAULT_DELIVERY_LIMIT, |limit| u32::try_from(limit).unwrap_or(u32::MAX)),
+            single_active_consumer: arguments.single_active_consumer,
+            deduplication: arguments.deduplication(),
+            ttl_from_delay: false,
+        }
+    }
 }
 
 /// The name of a quorum queue's Raft group, unique in the cluster.
