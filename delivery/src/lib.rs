@@ -21,6 +21,7 @@ pub mod exchange;
 pub mod feature_flags;
 pub mod field_table;
 mod field_value;
+pub mod home_node;
 pub mod log_browser;
 pub mod message;
 pub mod message_ref;
