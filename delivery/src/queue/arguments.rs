@@ -1,6 +1,6 @@
 //! A queue's `x-` arguments, each declared once in [`ARGUMENTS`]: its name, the kinds of queue
 //! that interpret it, whether a redeclare must repeat it, and how its value is read. Parsing,
-//! the redeclare comparison (`crate::equivalence`) and "not for this kind of queue" all
+//! the redeclare comparison (by the virtual host) and "not for this kind of queue" all
 //! follow from that one table.
 //!
 //! Names and meanings are RabbitMQ's. A value of the wrong type or out of range is refused
@@ -14,7 +14,7 @@ use crate::error::{BrokerError, BrokerResult};
 use crate::field_value::{string_of, whole_number_within, Shown};
 use crate::overflow::Overflow;
 use crate::quorum::DeadLetterStrategy;
-use crate::stream::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
+use crate::stream::arguments::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
 use amq_protocol::types::{AMQPValue, FieldTable};
 use std::time::Duration;
 use warren_storage::MAX_SEGMENT_BYTES;

@@ -14,7 +14,7 @@
 
 use crate::connection_id::ConnectionId;
 use crate::consumer::{Consumer, ConsumerOptions};
-use crate::direct_reply_to::ReplyAddress;
+use crate::direct_reply_to::{ReplyAddress, Requester};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
 use crate::message_ref::MessageRef;
@@ -318,7 +318,7 @@ impl Session {
         if state.reply_consumer.is_some() {
             return Err(BrokerError::precondition_failed("reply consumer already set"));
         }
-        let address = self.vhost.reply_consumers().register(connection, channel, self);
+        let address = self.vhost.reply_consumers().register(connection, channel, Arc::<Session>::downgrade(self));
         state.reply_consumer = Some(ReplyConsumer { tag, address });
         Ok(())
     }
@@ -605,4 +605,10 @@ fn group_by_queue(taken: Vec<Unacked>) -> Vec<SettledGroup> {
         }
     }
     groups
+}
+
+impl Requester for Session {
+    fn deliver_reply(&self, address: &ReplyAddress, message: Arc<Message>) -> bool {
+        Session::deliver_reply(self, address, message)
+    }
 }

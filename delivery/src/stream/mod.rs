@@ -15,7 +15,7 @@
 //! passes its CRC check but does not decode as a message is skipped the same way and
 //! reported here, once.
 
-mod arguments;
+pub(crate) mod arguments;
 mod catch_up;
 mod consumer_groups;
 mod cursor;
