@@ -22,7 +22,6 @@ pub mod feature_flags;
 pub mod field_table;
 mod field_value;
 pub mod home_node;
-pub mod log_browser;
 pub mod message;
 pub mod message_ref;
 pub mod message_store;

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use std::path::Path;
 use std::sync::Arc;
 use warren_delivery::consumer::ConsumerOptions;
-use warren_delivery::log_browser::LogBatch;
+use warren_delivery::message_store::log_browser::LogBatch;
 use warren_delivery::message_store::LogStoreConfig;
 use warren_delivery::tag_filter::TAG_HEADER;
 use warren_delivery::{Broker, ConnectionId, Message, Properties, Queue, QueueDefinition};

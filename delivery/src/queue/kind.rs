@@ -9,9 +9,9 @@
 use super::{GetResult, Published, Queue, Reply};
 use crate::consumer::Consumer;
 use crate::error::BrokerResult;
-use crate::log_browser::LogBrowser;
 use crate::message::Message;
 use crate::message_ref::MessageRef;
+use crate::message_store::log_browser::LogBrowser;
 use crate::message_store::StoreError;
 use crate::scheduler::QueueTimer;
 use crate::session::{Session, SessionId};

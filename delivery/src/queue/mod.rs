@@ -374,7 +374,7 @@ impl Queue {
 
     /// Reads by offset of the log the queue keeps on this node, if it keeps one: a stream's
     /// whole log, or what a durable classic queue's log still holds.
-    pub fn browser(&self) -> Option<crate::log_browser::LogBrowser> {
+    pub fn browser(&self) -> Option<crate::message_store::log_browser::LogBrowser> {
         self.kind.browser()
     }
 

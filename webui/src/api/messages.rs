@@ -277,7 +277,7 @@ pub(crate) async fn read_log(api: &Management, vhost: &str, name: &str, query: R
 
 /// One replay read, its answer within [`MAX_ANSWER_BYTES`] of JSON.
 fn read_within_budget(
-    log: &warren_delivery::log_browser::LogBrowser,
+    log: &warren_delivery::message_store::log_browser::LogBrowser,
     vhost: &str,
     name: &str,
     query: &ReplayQuery,
