@@ -2,8 +2,8 @@
 //! channels use, whatever `x-queue-type` chose.
 //!
 //! [`super::Queue`] holds what all kinds share (name, definition, parsed arguments) and hands
-//! each operation to its kind: [`super::classic::ClassicQueue`] (messages leave once settled)
-//! or [`super::stream_queue::StreamQueue`] (an append-only log read by offset). A kind's
+//! each operation to its kind: `ClassicQueue` (messages leave once settled), `StreamQueue`
+//! (an append-only log read by offset), and the quorum and remote kinds. A kind's
 //! methods get the queue itself, to hand deliveries to sessions and to arm timers.
 
 use super::{GetResult, Published, Queue, Reply};

@@ -1,12 +1,12 @@
 //! Queues that live on another node of the cluster, used from this one.
 //!
 //! A classic queue or a stream lives on the node it was declared on, and a quorum queue on
-//! its members; every other node holds a stand-in (`crate::queue::remote_queue`) that
+//! its members; every other node holds a stand-in (a queue kind of the queue layer) that
 //! forwards what its clients do to a node that holds the queue (its *home*), where a channel
-//! of the client's is mirrored by a session of its own ([`home`]). Deliveries come back the
-//! same way, and acks go to the home node. Nothing is shared but messages ([`wire`]), sent
-//! one-way and in order on the link between the two nodes, through the cluster layer
-//! ([`Forwarding`]).
+//! of the client's is mirrored by a session of its own (by the [`Home`] the broker plugs in,
+//! above the virtual hosts). Deliveries come back the same way, and acks go to the home node.
+//! Nothing is shared but messages ([`wire`]), sent one-way and in order on the link between
+//! the two nodes, through the cluster layer ([`Forwarding`]).
 //!
 //! When the link to a node goes, both ends forget what they had of each other
 //! ([`Forwarder::node_down`]): the home node closes the mirrored channels (their unacked
