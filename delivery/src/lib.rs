@@ -30,6 +30,7 @@ pub mod node;
 pub mod node_counters;
 pub mod overflow;
 pub mod properties;
+pub mod publish_outcome;
 pub mod queue;
 pub mod quorum;
 pub(crate) mod ready_list;

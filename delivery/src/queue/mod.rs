@@ -38,10 +38,11 @@ pub use stats::{MessageCounts, QueueStats};
 use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::Message;
+use crate::metadata::DefinitionsFence;
+use crate::publish_outcome::PublishOutcome;
 use crate::scheduler::{QueueTimer, SchedulerHandle, TimerTarget};
 use crate::session::{Session, SessionId};
 use crate::stream::Stream;
-use crate::vhost::VirtualHost;
 use amq_protocol::types::FieldTable;
 use kind::QueueKind;
 use std::future::Future;
@@ -174,11 +175,27 @@ fn check_exclusive_consume(
     Ok(())
 }
 
+/// What a queue asks of the virtual host it lives in. The virtual host stands above the
+/// queues: it implements this, and queues hold it weakly through their [`QueueContext`].
+pub trait QueueHost: Send + Sync + std::fmt::Debug {
+    /// Routes the dead-lettered copy `message` of a message of queue `from`.
+    fn publish_dead_letter(&self, from: &str, message: Message) -> PublishOutcome;
+    /// Deletes `queue`, unused for its `x-expires`.
+    fn delete_expired_queue(&self, queue: &Arc<Queue>);
+    /// Whether a leader in `term` may route by this host's definitions: `fence` (the metadata
+    /// layer's) is passed against the host itself.
+    fn pass_fence<'a>(
+        &'a self,
+        fence: &'a DefinitionsFence,
+        term: Option<u64>,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
+}
+
 /// What a queue needs from the broker around it.
 #[derive(Debug, Clone)]
 pub struct QueueContext {
     /// Its virtual host, where dead letters are routed.
-    pub vhost: Weak<VirtualHost>,
+    pub vhost: Weak<dyn QueueHost>,
     /// That virtual host's name.
     pub vhost_name: String,
     /// The broker's timers.
@@ -193,7 +210,7 @@ pub struct QueueContext {
 pub struct Queue {
     definition: QueueDefinition,
     arguments: QueueArguments,
-    vhost: Weak<VirtualHost>,
+    vhost: Weak<dyn QueueHost>,
     vhost_name: String,
     kind: Box<dyn QueueKind>,
     stats: QueueStats,

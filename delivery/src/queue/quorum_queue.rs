@@ -281,7 +281,7 @@ async fn dead_letter_at_least_once(queue: Weak<Queue>, inner: Weak<Inner>, id: M
                 return;
             }
             let Some(vhost) = queue.vhost.upgrade() else { return };
-            match inner.fence.pass(inner.group.leader_term(), &vhost).await {
+            match vhost.pass_fence(&inner.fence, inner.group.leader_term()).await {
                 true => inner.publish_dead_letter(&queue, id, reason),
                 false => None,
             }

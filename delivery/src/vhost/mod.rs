@@ -20,8 +20,11 @@ use crate::direct_reply_to::ReplyConsumers;
 use crate::equivalence;
 use crate::error::{internal_error, BrokerError, BrokerResult};
 use crate::exchange::{DelayedMessages, Destination, Exchange, ExchangeDefinition, ExchangeKind};
+use crate::message::Message;
 use crate::message_store::MessageStore;
-use crate::queue::{self, Queue, QueueContext, QueueDefinition};
+use crate::metadata::DefinitionsFence;
+use crate::publish_outcome::PublishOutcome;
+use crate::queue::{self, Queue, QueueContext, QueueDefinition, QueueHost};
 use crate::quorum::{InitialMembers, Replication, SingleNode};
 use crate::remote::{Forwarder, NoForwarding};
 use crate::scheduler::SchedulerHandle;
@@ -30,6 +33,8 @@ use amq_protocol::types::FieldTable;
 use parking_lot::{Mutex, RwLock};
 use rand::distributions::{Alphanumeric, DistString};
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Weak};
 
 mod bindings;
@@ -38,8 +43,6 @@ mod routing;
 
 use crate::definitions::{DefinitionsChange, PendingChange};
 use persistence::durable;
-
-pub use routing::PublishOutcome;
 
 /// A queue just deleted: how many messages it held, and its consumers, which are cancelled
 /// (`basic.cancel` to their clients) when this is dropped. The deleting channel answers
@@ -111,6 +114,24 @@ pub struct VirtualHost {
     /// Tests pause here, at a named point, to force an interleaving.
     #[cfg(test)]
     interleave: interleave::Hook,
+}
+
+impl QueueHost for VirtualHost {
+    fn publish_dead_letter(&self, from: &str, message: Message) -> PublishOutcome {
+        VirtualHost::publish_dead_letter(self, from, message)
+    }
+
+    fn delete_expired_queue(&self, queue: &Arc<Queue>) {
+        VirtualHost::delete_expired_queue(self, queue);
+    }
+
+    fn pass_fence<'a>(
+        &'a self,
+        fence: &'a DefinitionsFence,
+        term: Option<u64>,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        Box::pin(fence.pass(term, self))
+    }
 }
 
 #[cfg(test)]
@@ -194,7 +215,7 @@ impl VirtualHost {
 
     fn queue_context(&self) -> QueueContext {
         QueueContext {
-            vhost: Weak::clone(&self.me),
+            vhost: Weak::<VirtualHost>::clone(&self.me),
             vhost_name: self.name.clone(),
             scheduler: Arc::clone(&self.scheduler),
             replication: Arc::clone(&self.replication),
