@@ -14,12 +14,11 @@
 
 use crate::connection_id::ConnectionId;
 use crate::consumer::{Consumer, ConsumerOptions};
-use crate::direct_reply_to::{ReplyAddress, Requester};
+use crate::direct_reply_to::{ReplyAddress, ReplyConsumers, Requester};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
 use crate::message_ref::MessageRef;
 use crate::queue::{Holder, Queue, Reply};
-use crate::vhost::VirtualHost;
 use amq_protocol::types::ShortString;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -125,10 +124,21 @@ struct ReplyConsumer {
     address: ReplyAddress,
 }
 
+/// What a channel's session asks of the virtual host it works in. The virtual host stands
+/// above sessions: it implements this.
+pub trait SessionHost: Send + Sync + std::fmt::Debug {
+    /// The virtual host's name.
+    fn name(&self) -> &str;
+    /// Its direct reply-to registry.
+    fn reply_consumers(&self) -> &ReplyConsumers;
+    /// `queue` (auto-delete) lost its last consumer: deletes it if none came meanwhile.
+    fn delete_auto_delete_queue(&self, queue: &Arc<Queue>);
+}
+
 /// The broker-side state of one channel.
 pub struct Session {
     id: SessionId,
-    vhost: Arc<VirtualHost>,
+    vhost: Arc<dyn SessionHost>,
     sink: Arc<dyn DeliverySink>,
     state: Mutex<SessionState>,
     flow_active: AtomicBool,
@@ -145,7 +155,7 @@ impl std::fmt::Debug for Session {
 
 impl Session {
     /// A session in `vhost` whose deliveries go to `sink`.
-    pub fn new(vhost: Arc<VirtualHost>, sink: Arc<dyn DeliverySink>) -> Arc<Self> {
+    pub fn new<H: SessionHost + 'static>(vhost: Arc<H>, sink: Arc<dyn DeliverySink>) -> Arc<Self> {
         Arc::new(Session {
             id: SessionId::next(),
             vhost,
@@ -183,7 +193,7 @@ impl Session {
     }
 
     /// The virtual host the channel works in.
-    pub fn vhost(&self) -> &Arc<VirtualHost> {
+    pub fn vhost(&self) -> &Arc<dyn SessionHost> {
         &self.vhost
     }
 

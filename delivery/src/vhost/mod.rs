@@ -28,6 +28,7 @@ use crate::queue::{self, Queue, QueueContext, QueueDefinition, QueueHost};
 use crate::quorum::{InitialMembers, Replication, SingleNode};
 use crate::remote::{Forwarder, NoForwarding};
 use crate::scheduler::SchedulerHandle;
+use crate::session::SessionHost;
 use crate::vhost_limits::{check_queue_limit, VhostLimits};
 use amq_protocol::types::FieldTable;
 use parking_lot::{Mutex, RwLock};
@@ -131,6 +132,20 @@ impl QueueHost for VirtualHost {
         term: Option<u64>,
     ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
         Box::pin(fence.pass(term, self))
+    }
+}
+
+impl SessionHost for VirtualHost {
+    fn name(&self) -> &str {
+        VirtualHost::name(self)
+    }
+
+    fn reply_consumers(&self) -> &ReplyConsumers {
+        VirtualHost::reply_consumers(self)
+    }
+
+    fn delete_auto_delete_queue(&self, queue: &Arc<Queue>) {
+        VirtualHost::delete_auto_delete_queue(self, queue);
     }
 }
 
