@@ -119,10 +119,19 @@ pub(super) fn declare(
         let dir = storage.create_stream_dir(&definition.name).map_err(|e| internal_error("cannot create stream", e))?;
         return replicated(definition, arguments, storage, &dir, context, Some(members));
     }
-    let stream = storage
-        .create_stream(&definition.name, stream_arguments(&arguments))
+    let stream = create_stream(storage, &definition.name, stream_arguments(&arguments))
         .map_err(|e| internal_error("cannot create stream", e))?;
     Ok(build(definition, arguments, stream, Box::new(LocalAppends), context))
+}
+
+/// Creates a new stream's log, discarding anything stale in its place.
+fn create_stream(storage: &VhostStorage, name: &str, arguments: StreamArguments) -> Result<Stream, StoreError> {
+    Stream::open(&storage.create_stream_dir(name)?, storage.store_config(), arguments)
+}
+
+/// Opens a stream's log and consumer-group offsets (a stream is a queue: same directory).
+fn open_stream(storage: &VhostStorage, name: &str, arguments: StreamArguments) -> Result<Stream, StoreError> {
+    Stream::open(&storage.stream_dir(name), storage.store_config(), arguments)
 }
 
 /// A stream reopened from its log at startup.
@@ -136,8 +145,7 @@ pub(super) fn recover(
     if crate::quorum::holds_group(&dir) {
         return replicated(definition, arguments, storage, &dir, context, None);
     }
-    let stream = storage
-        .open_stream(&definition.name, stream_arguments(&arguments))
+    let stream = open_stream(storage, &definition.name, stream_arguments(&arguments))
         .map_err(|e| internal_error("cannot recover a stream", e))?;
     Ok(build(definition, arguments, stream, Box::new(LocalAppends), context))
 }
