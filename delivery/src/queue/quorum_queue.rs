@@ -30,8 +30,7 @@ use crate::quorum::{
     entry_of, AppliedEffects, ConsumerId, ConsumerSpec, Effect, Enqueue, InitialMembers, MessageId, Op, QuorumGroup,
     QuorumStateMachine, Response, Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES, DEFAULT_DELIVERY_LIMIT,
 };
-use crate::scheduler::QueueTimer;
-use crate::scheduler::{SchedulerHandle, TimerEvent};
+use crate::scheduler::{QueueTimer, SchedulerHandle, TimerEvent};
 use crate::session::{Session, SessionId};
 use openraft::ServerState;
 use parking_lot::Mutex;
