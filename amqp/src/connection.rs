@@ -565,7 +565,7 @@ impl Connection {
     /// back to its queues, as when the client closes it (a quorum queue counts each return as
     /// a failed delivery).
     pub fn enforce_consumer_timeouts(&mut self) {
-        let now_ms = warren_delivery::scheduler::now_ms();
+        let now_ms = warren_delivery::clock::now_ms();
         let timed_out: Vec<(u16, u64)> = (self.channels.iter())
             .filter_map(|(id, channel)| {
                 Some((*id, channel.session().timed_out(now_ms, self.config.consumer_timeout_ms)?))

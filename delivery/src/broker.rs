@@ -1,11 +1,12 @@
 //! The broker: its virtual hosts and access control, shared by every connection.
 
 use crate::access::{AccessChange, AccessControl, AccessSettings};
+use crate::connection_id::ConnectionId;
 use crate::connections::Connections;
 use crate::definitions::VhostStorage;
 use crate::error::BrokerError;
+use crate::home_node::{HomeNode, VhostDirectory};
 use crate::message_store::LogStoreConfig;
-use crate::queue::ConnectionId;
 use crate::quorum::{Replication, SingleNode};
 use crate::remote::{Forwarder, Forwarding, NoForwarding};
 use crate::resource_alarm::ResourceAlarms;
@@ -16,7 +17,7 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// The virtual host every broker has.
 pub const DEFAULT_VHOST: &str = "/";
@@ -129,7 +130,8 @@ impl Broker {
         for (name, entry) in broker.access.vhosts() {
             broker.add_vhost(&name)?.set_limits(entry.limits);
         }
-        broker.forwarder.serve(&broker);
+        let vhosts: Weak<Broker> = Arc::downgrade(&broker);
+        broker.forwarder.serve(Arc::new(HomeNode::new(vhosts)));
         Ok(broker)
     }
 
@@ -280,6 +282,12 @@ impl Broker {
     /// A fresh connection id.
     pub fn next_connection_id(&self) -> ConnectionId {
         ConnectionId(self.next_connection.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+impl VhostDirectory for Broker {
+    fn vhost(&self, name: &str) -> Option<Arc<VirtualHost>> {
+        Broker::vhost(self, name)
     }
 }
 

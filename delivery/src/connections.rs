@@ -7,7 +7,7 @@
 //! [`Registered`] handle when the connection ends. A close asked for by an operator
 //! ([`ConnectionInfo::request_close`]) is a watch the connection's read loop selects on.
 
-use crate::queue::ConnectionId;
+use crate::connection_id::ConnectionId;
 use crate::session::Session;
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
@@ -170,7 +170,7 @@ impl Connections {
             name: format!("{peer} -> {local}"),
             peer,
             local,
-            connected_at_ms: crate::scheduler::now_ms(),
+            connected_at_ms: crate::clock::now_ms(),
             tls,
             handshake: Mutex::new(Handshake::default()),
             channels: Mutex::new(BTreeMap::new()),

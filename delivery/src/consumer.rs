@@ -5,6 +5,10 @@ use crate::field_value::{number_of, string_of, Shown};
 use crate::message::Message;
 use crate::queue::Queue;
 use crate::session::Session;
+use crate::tag_filter::{message_tag, TagFilter};
+// A transition: quorum/state.rs names `crate::consumer::tag_of` inline (not in a `use`);
+// this goes once it names `crate::tag_filter::tag_of`.
+pub(crate) use crate::tag_filter::tag_of;
 use amq_protocol::types::{AMQPValue, FieldTable, ShortString};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -34,51 +38,6 @@ pub struct Consumer {
 
 /// The header a super stream consumer's deliveries carry: the partition's place (0 first).
 pub const PARTITION_HEADER: &str = "x-stream-partition";
-
-/// The header that carries a message's tag, as RabbitMQ's stream filtering names it.
-pub const TAG_HEADER: &str = "x-stream-filter-value";
-
-/// Which tagged messages a consumer wants.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TagFilter {
-    tags: Vec<Vec<u8>>,
-    match_unfiltered: bool,
-}
-
-impl TagFilter {
-    /// A filter wanting `tags` (and untagged messages if `match_unfiltered`).
-    pub fn new(tags: Vec<Vec<u8>>, match_unfiltered: bool) -> Self {
-        TagFilter { tags, match_unfiltered }
-    }
-
-    /// The tags wanted.
-    pub fn tags(&self) -> &[Vec<u8>] {
-        &self.tags
-    }
-
-    /// Whether messages without a tag are wanted too.
-    pub fn match_unfiltered(&self) -> bool {
-        self.match_unfiltered
-    }
-
-    /// Whether a message with this tag (or none) is wanted.
-    pub fn matches(&self, tag: Option<&[u8]>) -> bool {
-        match tag {
-            Some(tag) => self.tags.iter().any(|t| t == tag),
-            None => self.match_unfiltered,
-        }
-    }
-}
-
-/// A message's tag: its `x-stream-filter-value` header.
-pub fn message_tag(message: &Message) -> Option<&[u8]> {
-    tag_of(&message.properties)
-}
-
-/// The tag in a message's properties: its `x-stream-filter-value` header.
-pub fn tag_of(properties: &crate::properties::Properties) -> Option<&[u8]> {
-    properties.headers().and_then(|h| h.inner().get(TAG_HEADER)).and_then(string_of)
-}
 
 fn invalid(name: &str, expected: &str, value: &AMQPValue) -> BrokerError {
     BrokerError::precondition_failed(format!(
@@ -116,7 +75,7 @@ impl ConsumerOptions {
             Some(AMQPValue::Boolean(on)) => *on,
             Some(value) => return Err(invalid("x-stream-match-unfiltered", "a boolean", value)),
         };
-        Ok((priority, tags.map(|tags| TagFilter { tags, match_unfiltered })))
+        Ok((priority, tags.map(|tags| TagFilter::new(tags, match_unfiltered))))
     }
 
     /// `x-consumer-timeout`, in ms (1 to 2^32 - 1, as the queue argument), if given.

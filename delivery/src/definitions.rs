@@ -13,7 +13,6 @@
 //! aside, so that one bad record neither keeps the broker down nor loses data.
 
 use crate::message_store::{LazyLogStore, LogStore, LogStoreConfig, StoreError};
-use crate::stream::{Stream, StreamArguments};
 use amq_protocol::types::FieldTable;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -248,16 +247,6 @@ impl VhostStorage {
     /// The directory of a new replicated delayed exchange's group, emptied of anything stale.
     pub fn create_delayed_dir(&self, exchange: &str) -> Result<PathBuf, StoreError> {
         self.fresh_dir(DELAYED_DIR, exchange)
-    }
-
-    /// Opens a stream's log and consumer-group offsets (a stream is a queue: same directory).
-    pub fn open_stream(&self, name: &str, arguments: StreamArguments) -> Result<Stream, StoreError> {
-        Stream::open(&self.store_dir(QUEUES_DIR, name), &self.store_config, arguments)
-    }
-
-    /// Creates a new stream's log, discarding anything stale in its place.
-    pub fn create_stream(&self, name: &str, arguments: StreamArguments) -> Result<Stream, StoreError> {
-        Stream::open(&self.fresh_dir(QUEUES_DIR, name)?, &self.store_config, arguments)
     }
 
     /// The directory of a stream (a stream is a queue: same directory).

@@ -17,11 +17,10 @@
 //! reply is unroutable, dropped quietly or returned when published `mandatory`, like any
 //! message that reaches no queue.
 
+use crate::connection_id::ConnectionId;
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::Message;
 use crate::node::NodeId;
-use crate::queue::ConnectionId;
-use crate::session::Session;
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::fmt;
@@ -88,11 +87,17 @@ impl fmt::Display for ReplyAddress {
     }
 }
 
+/// Where the replies sent to a registered address go: the requesting channel's session.
+pub trait Requester: Send + Sync + fmt::Debug {
+    /// Delivers `message` if `address` is still the channel's reply consumer; whether it did.
+    fn deliver_reply(&self, address: &ReplyAddress, message: Arc<Message>) -> bool;
+}
+
 /// A channel's reply consumer as registered.
 #[derive(Debug)]
 struct Registered {
     key: u128,
-    session: Weak<Session>,
+    session: Weak<dyn Requester>,
 }
 
 /// The reply consumers of one node, by connection and channel.
@@ -110,9 +115,14 @@ impl ReplyConsumers {
 
     /// Registers the reply consumer of `channel` on `connection` (replacing any earlier one)
     /// under a fresh key; returns its address.
-    pub(crate) fn register(&self, connection: ConnectionId, channel: u16, session: &Arc<Session>) -> ReplyAddress {
+    pub(crate) fn register(
+        &self,
+        connection: ConnectionId,
+        channel: u16,
+        session: Weak<dyn Requester>,
+    ) -> ReplyAddress {
         let key = rand::random::<u128>();
-        self.registered.write().insert((connection, channel), Registered { key, session: Arc::downgrade(session) });
+        self.registered.write().insert((connection, channel), Registered { key, session });
         ReplyAddress { node: self.node, connection, channel, key }
     }
 
@@ -127,7 +137,7 @@ impl ReplyConsumers {
 
     /// The address a reply name reads as and the live session it leads to on this node, if
     /// any.
-    fn find(&self, name: &str) -> Option<(ReplyAddress, Arc<Session>)> {
+    fn find(&self, name: &str) -> Option<(ReplyAddress, Arc<dyn Requester>)> {
         let address = ReplyAddress::parse(name)?;
         if address.node != self.node {
             // Another node's requester: forwarding comes with the cluster (#10).

@@ -4,22 +4,19 @@
 //! every tick (the server does, from a tokio task). Firing takes the wheel's lock only to
 //! collect what is due; the events are handled after it is released, so handlers may lock
 //! queues (which themselves insert timers while locked) without any lock-order cycle.
+//!
+//! The scheduler knows what it fires only through [`TimerTarget`] and [`DelayedTarget`], so
+//! that the queues and exchanges above it can arm timers without it knowing them.
 
-use crate::queue::{Queue, QueueTimer};
+use crate::clock::now_ms;
 use crate::timing_wheel::{TimerId, TimingWheel};
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The wheel's tick: timers fire at most this late.
 pub const TICK_MS: u64 = 5;
 /// Handling one tick's timers for longer than this is logged: timers behind it fire late.
 const SLOW_TIMERS_MS: u64 = 20;
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
 
 /// Something to do at a given time.
 #[derive(Debug)]
@@ -27,19 +24,19 @@ pub enum TimerEvent {
     /// A queue's TTL timer: messages may be due.
     MessageExpiry {
         /// The queue.
-        queue: Weak<Queue>,
+        queue: Weak<dyn TimerTarget>,
         /// The time the timer was set for.
         at_ms: u64,
     },
     /// A queue with `x-expires` may have been unused long enough.
     QueueExpiry {
         /// The queue.
-        queue: Weak<Queue>,
+        queue: Weak<dyn TimerTarget>,
     },
     /// A stream with `x-max-age` checks for segments old enough to delete.
     StreamRetention {
         /// The stream.
-        queue: Weak<Queue>,
+        queue: Weak<dyn TimerTarget>,
     },
     /// A delayed message is due.
     Delayed {
@@ -50,6 +47,23 @@ pub enum TimerEvent {
         /// When it is due (ms since the epoch), to measure how late it fires.
         due_ms: u64,
     },
+}
+
+/// A timer of a queue's, fired by the broker's scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueTimer {
+    /// The queue's TTL timer set for this time (ms since the epoch) fired.
+    MessageExpiry(u64),
+    /// `x-expires`: the queue may have been unused long enough.
+    Unused,
+    /// A stream's `x-max-age` retention check.
+    Retention,
+}
+
+/// Something with timers of its own (a queue): told which one fired.
+pub trait TimerTarget: Send + Sync + std::fmt::Debug {
+    /// `timer` fired.
+    fn timer_fired(self: Arc<Self>, timer: QueueTimer);
 }
 
 /// Something holding delayed messages (a delayed exchange).

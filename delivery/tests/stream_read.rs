@@ -8,9 +8,10 @@ use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
 use bytes::Bytes;
 use std::path::Path;
 use std::sync::Arc;
-use warren_delivery::consumer::{ConsumerOptions, TAG_HEADER};
-use warren_delivery::log_browser::LogBatch;
+use warren_delivery::consumer::ConsumerOptions;
+use warren_delivery::message_store::log_browser::LogBatch;
 use warren_delivery::message_store::LogStoreConfig;
+use warren_delivery::tag_filter::TAG_HEADER;
 use warren_delivery::{Broker, ConnectionId, Message, Properties, Queue, QueueDefinition};
 
 const STREAM: &str = "events";
@@ -65,7 +66,7 @@ fn publish_all(broker: &Broker) {
     }
 }
 
-fn filter(tags: &[&str], match_unfiltered: bool) -> warren_delivery::consumer::TagFilter {
+fn filter(tags: &[&str], match_unfiltered: bool) -> warren_delivery::tag_filter::TagFilter {
     let mut arguments = FieldTable::default();
     let array = tags.iter().map(|t| AMQPValue::LongString(LongString::from(*t))).collect::<Vec<_>>();
     arguments.insert(ShortString::from("x-stream-filter"), AMQPValue::FieldArray(array.into()));
@@ -79,7 +80,7 @@ fn offsets(batch: &LogBatch) -> Vec<u64> {
 }
 
 /// Reads everything from `from` in batches of `count`, with `filter`.
-fn read_all(queue: &Queue, count: usize, filter: Option<&warren_delivery::consumer::TagFilter>) -> Vec<u64> {
+fn read_all(queue: &Queue, count: usize, filter: Option<&warren_delivery::tag_filter::TagFilter>) -> Vec<u64> {
     let stream = queue.browser().expect("a stream keeps a log");
     let mut out = Vec::new();
     let mut from = 0;

@@ -124,7 +124,7 @@ async fn run_timers(broker: std::sync::Weak<Broker>) {
     loop {
         tick.tick().await;
         let Some(broker) = broker.upgrade() else { return };
-        broker.fire_timers(warren_delivery::scheduler::now_ms());
+        broker.fire_timers(warren_delivery::clock::now_ms());
         if last_collect.elapsed() >= allocator::COLLECT_INTERVAL {
             last_collect = tokio::time::Instant::now();
             allocator::return_freed_memory();

@@ -163,7 +163,7 @@ impl Snapshot {
             *figures = figures.plus(&one);
         }
         Snapshot {
-            at_ms: warren_delivery::scheduler::now_ms(),
+            at_ms: warren_delivery::clock::now_ms(),
             taken: Some(Instant::now()),
             by_vhost,
             by_user,

@@ -132,7 +132,7 @@ impl Rates {
         }
         drop(sampled);
         let point = HistoryPoint {
-            at_ms: warren_delivery::scheduler::now_ms(),
+            at_ms: warren_delivery::clock::now_ms(),
             publish: totals.rates.publish,
             deliver_get: totals.rates.deliver_get,
             ack: totals.rates.ack,

@@ -4,7 +4,7 @@
 //! proposed, so every node stores the same hash.
 
 use super::permission::PermissionSpec;
-use crate::vhost::VhostLimits;
+use crate::vhost_limits::VhostLimits;
 use serde::{Deserialize, Serialize};
 
 /// A password as a change carries it.

@@ -27,7 +27,7 @@ pub use permission::{Access, PermissionSpec, Permissions, Resource};
 pub use user::User;
 
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
-use crate::vhost::VhostLimits;
+use crate::vhost_limits::VhostLimits;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::net::IpAddr;

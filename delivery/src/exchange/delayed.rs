@@ -8,10 +8,11 @@
 //! message is scheduled again at its original due time; those due while the broker was down
 //! fire at once.
 
+use crate::clock::now_ms;
 use crate::field_value::number_of;
 use crate::message::Message;
 use crate::message_store::{DurableMark, LogStore, MemoryStore, MessageStore, StoreError};
-use crate::scheduler::{now_ms, DelayedTarget, SchedulerHandle, TimerEvent};
+use crate::scheduler::{DelayedTarget, SchedulerHandle, TimerEvent};
 use crate::vhost::VirtualHost;
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};

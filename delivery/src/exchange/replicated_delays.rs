@@ -17,6 +17,7 @@
 //! ([`DefinitionsFence`]).
 
 use super::delayed::HeldMessages;
+use crate::clock::now_ms;
 use crate::message::{Message, WireMessage};
 use crate::message_store::{DurableMark, StoreError};
 use crate::metadata::DefinitionsFence;
@@ -24,7 +25,7 @@ use crate::quorum::{
     AppliedEffects, Effect, GroupError, InitialMembers, MessageId, Op, QuorumGroup, QuorumStateMachine, Replication,
     Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES,
 };
-use crate::scheduler::{now_ms, DelayedTarget, SchedulerHandle, TimerEvent};
+use crate::scheduler::{DelayedTarget, SchedulerHandle, TimerEvent};
 use crate::vhost::VirtualHost;
 use openraft::ServerState;
 use parking_lot::Mutex;

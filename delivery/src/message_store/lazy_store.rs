@@ -8,8 +8,8 @@
 //! Until then the store is empty: nothing to read, remove or sync.
 
 use super::{Appended, LogStore, LogStoreConfig, MessageStore, StoreError};
-use crate::log_browser::LogBrowser;
 use crate::message::Message;
+use crate::message_store::log_browser::LogBrowser;
 use std::path::PathBuf;
 use std::sync::Arc;
 

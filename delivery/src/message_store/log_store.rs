@@ -18,8 +18,8 @@
 
 use super::codec as message_codec;
 use super::{Appended, DurableMark, MessageStore, StoreError};
-use crate::log_browser::{LogBrowser, TagHeaders};
 use crate::message::Message;
+use crate::message_store::log_browser::{LogBrowser, TagHeaders};
 use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

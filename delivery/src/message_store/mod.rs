@@ -3,11 +3,13 @@
 //! A store addresses its messages by offset: dense, increasing, assigned at append. That is
 //! the shape of a log, so the durable store ([`LogStore`], over a `warren-storage` log) and the
 //! in-memory one here implement the same trait, and a queue's delivery logic does not know
-//! which it has. How a message is laid out in a record is `codec`.
+//! which it has. How a message is laid out in a record is `codec`; reads of a durable log by
+//! offset (a stream's, or a durable classic queue's) are `log_browser`.
 
 pub(crate) mod codec;
 mod commit_wait;
 mod lazy_store;
+pub mod log_browser;
 mod log_store;
 mod transient_store;
 
@@ -199,7 +201,7 @@ pub trait MessageStore: Send {
         0
     }
     /// Reads of the store's log by offset, if it keeps one.
-    fn browser(&self) -> Option<crate::log_browser::LogBrowser> {
+    fn browser(&self) -> Option<log_browser::LogBrowser> {
         None
     }
     /// The broker is stopping: make everything stored durable.

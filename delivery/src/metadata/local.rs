@@ -7,9 +7,10 @@
 //! connection that asks.
 
 use super::command::{DefinitionOp, MetaOutcome, MetaResult};
+use crate::connection_id::ConnectionId;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::exchange::{Binding, Destination, ExchangeDefinition};
-use crate::queue::{ConnectionId, QueueDefinition, Reply};
+use crate::queue::{QueueDefinition, Reply};
 use crate::vhost::{DeleteCondition, DeletedQueue, VirtualHost};
 use amq_protocol::types::FieldTable;
 use std::sync::Arc;

@@ -5,9 +5,10 @@
 use super::{CatalogSnapshot, MetaStateMachine};
 use crate::access::{AccessChange, PasswordChange, PermissionSpec};
 use crate::broker::Broker;
+use crate::connection_id::ConnectionId;
 use crate::exchange::{Binding, Destination, ExchangeDefinition};
 use crate::message_store::LogStoreConfig;
-use crate::queue::{ConnectionId, QueueDefinition};
+use crate::queue::QueueDefinition;
 use crate::quorum::{SingleNode, LOCAL_NODE_ID};
 use crate::raft_adapter::StateMachine;
 use amq_protocol::types::FieldTable;

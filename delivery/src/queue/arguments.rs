@@ -1,6 +1,6 @@
 //! A queue's `x-` arguments, each declared once in [`ARGUMENTS`]: its name, the kinds of queue
 //! that interpret it, whether a redeclare must repeat it, and how its value is read. Parsing,
-//! the redeclare comparison (`crate::equivalence`) and "not for this kind of queue" all
+//! the redeclare comparison (by the virtual host) and "not for this kind of queue" all
 //! follow from that one table.
 //!
 //! Names and meanings are RabbitMQ's. A value of the wrong type or out of range is refused
@@ -12,7 +12,9 @@
 use crate::dedup_window::{DedupSettings, DEFAULT_DEDUPLICATION_HEADER};
 use crate::error::{BrokerError, BrokerResult};
 use crate::field_value::{string_of, whole_number_within, Shown};
-use crate::stream::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
+use crate::overflow::Overflow;
+use crate::quorum::DeadLetterStrategy;
+use crate::stream::arguments::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
 use amq_protocol::types::{AMQPValue, FieldTable};
 use std::time::Duration;
 use warren_storage::MAX_SEGMENT_BYTES;
@@ -27,18 +29,6 @@ const MAX_HEADER_NAME_BYTES: usize = 255;
 /// (about 49.7 days).
 pub const MAX_TIMER_MS: u64 = u32::MAX as u64;
 
-/// What a full queue does with one more message (`x-overflow`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Overflow {
-    /// Drop (or dead-letter) the oldest ready messages.
-    #[default]
-    DropHead,
-    /// Refuse the new message (nack under confirms).
-    RejectPublish,
-    /// Refuse the new message and dead-letter it.
-    RejectPublishDlx,
-}
-
 /// `x-queue-type`: what kind of queue is declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum QueueType {
@@ -50,17 +40,6 @@ pub enum QueueType {
     /// A quorum queue: its messages and state replicated by a Raft group (see
     /// `crate::quorum`).
     Quorum,
-}
-
-/// `x-dead-letter-strategy` of a quorum queue: when a dead-lettered message leaves it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DeadLetterStrategy {
-    /// At once: if the dead-letter target never gets it, it is lost.
-    #[default]
-    AtMostOnce,
-    /// Once the dead-letter target confirmed it; RabbitMQ's rule applies: only with
-    /// `x-overflow: reject-publish`, else at-most-once.
-    AtLeastOnce,
 }
 
 /// `x-queue-leader-locator`: where a new quorum queue's leader is placed.
@@ -544,5 +523,11 @@ mod tests {
         assert!(error.text.ends_with("got \"lazy\""), "{}", error.text);
         let error = QueueArguments::parse(&table(&[("x-max-priority", AMQPValue::LongInt(300))])).expect_err("300");
         assert!(error.text.ends_with("got 300"), "{}", error.text);
+    }
+
+    #[test]
+    fn quorum_settings_of_no_arguments_are_the_default_settings() {
+        // The quorum layer spells its defaults out rather than asking the queue layer.
+        assert_eq!(crate::quorum::Settings::from(&QueueArguments::default()), crate::quorum::Settings::default());
     }
 }

@@ -8,18 +8,21 @@
 //! ack, a new consumer), and hands deliveries to each consumer's session without waiting.
 //! Messages leaving for the dead-letter exchange are published after the lock is released.
 
-use super::dead_letter::{self, DeathReason};
-use super::kind::{Holder, QueueKind, QueueTimer};
-use super::ready_list::ReadyList;
+use super::kind::{Holder, QueueKind};
 use super::state::QueueState;
-use super::{GetResult, MessageRef, Overflow, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use crate::clock::now_ms;
 use crate::consumer::Consumer;
+use crate::dead_letter::{self, DeathReason};
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
-use crate::log_browser::LogBrowser;
 use crate::message::Message;
+use crate::message_ref::MessageRef;
+use crate::message_store::log_browser::LogBrowser;
 use crate::message_store::{MessageStore, StoreError, TransientStore};
-use crate::scheduler::{now_ms, TimerEvent};
+use crate::overflow::Overflow;
+use crate::ready_list::ReadyList;
+use crate::scheduler::{QueueTimer, TimerEvent};
 use crate::session::Session;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
@@ -154,7 +157,7 @@ impl ClassicQueue {
             Box::new(ClassicQueue { state: Mutex::new(state) })
         });
         if let Some(expires) = expires {
-            let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(&queue) };
+            let event = TimerEvent::QueueExpiry { queue: Arc::<Queue>::downgrade(&queue) };
             scheduler.schedule(now_ms().saturating_add(expires), event);
         }
         queue

@@ -5,11 +5,12 @@
 //! for the next. A queue with `x-expires` re-arms its timer while it is in use.
 
 use super::classic::ClassicQueue;
-use super::dead_letter::DeathReason;
 use super::state::QueueState;
 use super::{Queue, QueueArguments};
+use crate::clock::now_ms;
+use crate::dead_letter::DeathReason;
 use crate::message::Message;
-use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
+use crate::scheduler::{SchedulerHandle, TimerEvent};
 use std::sync::Arc;
 
 impl ClassicQueue {
@@ -76,7 +77,7 @@ pub(super) fn delete_if_unused(queue: &Arc<Queue>, scheduler: &SchedulerHandle, 
     let Some(expires) = queue.arguments.expires_ms else { return };
     let idle_since = if in_use { now_ms() } else { last_used_ms };
     if in_use || now_ms() < idle_since.saturating_add(expires) {
-        let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(queue) };
+        let event = TimerEvent::QueueExpiry { queue: Arc::<Queue>::downgrade(queue) };
         scheduler.schedule(idle_since.saturating_add(expires), event);
         return;
     }

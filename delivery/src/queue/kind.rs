@@ -2,30 +2,21 @@
 //! channels use, whatever `x-queue-type` chose.
 //!
 //! [`super::Queue`] holds what all kinds share (name, definition, parsed arguments) and hands
-//! each operation to its kind: [`super::classic::ClassicQueue`] (messages leave once settled)
-//! or [`super::stream_queue::StreamQueue`] (an append-only log read by offset). A kind's
+//! each operation to its kind: `ClassicQueue` (messages leave once settled), `StreamQueue`
+//! (an append-only log read by offset), and the quorum and remote kinds. A kind's
 //! methods get the queue itself, to hand deliveries to sessions and to arm timers.
 
-use super::{GetResult, MessageRef, Published, Queue, Reply};
+use super::{GetResult, Published, Queue, Reply};
 use crate::consumer::Consumer;
 use crate::error::BrokerResult;
-use crate::log_browser::LogBrowser;
 use crate::message::Message;
+use crate::message_ref::MessageRef;
+use crate::message_store::log_browser::LogBrowser;
 use crate::message_store::StoreError;
+use crate::scheduler::QueueTimer;
 use crate::session::{Session, SessionId};
 use crate::stream::Stream;
 use std::sync::Arc;
-
-/// A timer of a queue's, fired by the broker's scheduler.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QueueTimer {
-    /// The queue's TTL timer set for this time (ms since the epoch) fired.
-    MessageExpiry(u64),
-    /// `x-expires`: the queue may have been unused long enough.
-    Unused,
-    /// A stream's `x-max-age` retention check.
-    Retention,
-}
 
 /// Who holds deliveries being settled: a consumer, or `basic.get` on a channel.
 #[derive(Debug, Clone, Copy)]

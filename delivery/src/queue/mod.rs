@@ -18,45 +18,36 @@
 
 mod arguments;
 mod classic;
-pub mod dead_letter;
 mod deadlines;
 mod expiry;
 pub(crate) mod factory;
 mod kind;
-mod message_ref;
 mod quorum_queue;
-mod ready_list;
 mod remote_queue;
 mod state;
 mod stats;
 mod stream_queue;
 
+use crate::connection_id::ConnectionId;
+use crate::message_ref::MessageRef;
 use crate::message_store::{DurableMark, StoreError};
-pub use arguments::{
-    DeadLetterStrategy, LeaderLocator, Overflow, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY,
-    MAX_TIMER_MS,
-};
-pub use kind::{Holder, QueueTimer};
-pub use message_ref::MessageRef;
-pub(crate) use ready_list::ReadyList;
+pub use arguments::{LeaderLocator, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY, MAX_TIMER_MS};
+pub use kind::Holder;
 pub use stats::{MessageCounts, QueueStats};
 
 use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::Message;
-use crate::scheduler::SchedulerHandle;
+use crate::metadata::DefinitionsFence;
+use crate::publish_outcome::PublishOutcome;
+use crate::scheduler::{QueueTimer, SchedulerHandle, TimerTarget};
 use crate::session::{Session, SessionId};
 use crate::stream::Stream;
-use crate::vhost::VirtualHost;
 use amq_protocol::types::FieldTable;
 use kind::QueueKind;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
-
-/// Identifies a client connection, for exclusive queues.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnectionId(pub u64);
 
 /// What `queue.declare` asked for; compared on redeclaration.
 #[derive(Debug, Clone, PartialEq)]
@@ -184,11 +175,27 @@ fn check_exclusive_consume(
     Ok(())
 }
 
+/// What a queue asks of the virtual host it lives in. The virtual host stands above the
+/// queues: it implements this, and queues hold it weakly through their [`QueueContext`].
+pub trait QueueHost: Send + Sync + std::fmt::Debug {
+    /// Routes the dead-lettered copy `message` of a message of queue `from`.
+    fn publish_dead_letter(&self, from: &str, message: Message) -> PublishOutcome;
+    /// Deletes `queue`, unused for its `x-expires`.
+    fn delete_expired_queue(&self, queue: &Arc<Queue>);
+    /// Whether a leader in `term` may route by this host's definitions: `fence` (the metadata
+    /// layer's) is passed against the host itself.
+    fn pass_fence<'a>(
+        &'a self,
+        fence: &'a DefinitionsFence,
+        term: Option<u64>,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
+}
+
 /// What a queue needs from the broker around it.
 #[derive(Debug, Clone)]
 pub struct QueueContext {
     /// Its virtual host, where dead letters are routed.
-    pub vhost: Weak<VirtualHost>,
+    pub vhost: Weak<dyn QueueHost>,
     /// That virtual host's name.
     pub vhost_name: String,
     /// The broker's timers.
@@ -203,7 +210,7 @@ pub struct QueueContext {
 pub struct Queue {
     definition: QueueDefinition,
     arguments: QueueArguments,
-    vhost: Weak<VirtualHost>,
+    vhost: Weak<dyn QueueHost>,
     vhost_name: String,
     kind: Box<dyn QueueKind>,
     stats: QueueStats,
@@ -384,7 +391,7 @@ impl Queue {
 
     /// Reads by offset of the log the queue keeps on this node, if it keeps one: a stream's
     /// whole log, or what a durable classic queue's log still holds.
-    pub fn browser(&self) -> Option<crate::log_browser::LogBrowser> {
+    pub fn browser(&self) -> Option<crate::message_store::log_browser::LogBrowser> {
         self.kind.browser()
     }
 
@@ -397,5 +404,11 @@ impl Queue {
     /// The nodes the queue lives on, if this node only forwards to it (`crate::remote`).
     pub fn homes(&self) -> Option<&[u64]> {
         self.kind.homes()
+    }
+}
+
+impl TimerTarget for Queue {
+    fn timer_fired(self: Arc<Self>, timer: QueueTimer) {
+        Queue::timer_fired(&self, timer);
     }
 }

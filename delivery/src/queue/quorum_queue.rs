@@ -16,19 +16,21 @@
 //!   delivered again; whenever this node becomes leader it resends the dead letters still
 //!   waiting for a confirm and arms the expiry timer.
 
-use super::dead_letter::{self, DeathReason};
-use super::kind::{Holder, QueueKind, QueueTimer};
-use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::kind::{Holder, QueueKind};
+use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use crate::clock::now_ms;
 use crate::consumer::Consumer;
+use crate::dead_letter::{self, DeathReason};
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult};
 use crate::message::Message;
+use crate::message_ref::MessageRef;
 use crate::message_store::{DurableMark, StoreError};
 use crate::quorum::{
     entry_of, AppliedEffects, ConsumerId, ConsumerSpec, Effect, Enqueue, InitialMembers, MessageId, Op, QuorumGroup,
-    QuorumStateMachine, Response, Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES,
+    QuorumStateMachine, Response, Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES, DEFAULT_DELIVERY_LIMIT,
 };
-use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
+use crate::scheduler::{QueueTimer, SchedulerHandle, TimerEvent};
 use crate::session::{Session, SessionId};
 use openraft::ServerState;
 use parking_lot::Mutex;
@@ -115,6 +117,28 @@ pub(super) fn recover(
     build(definition, arguments, &dir, log_config, context, None)
 }
 
+/// What the state machine needs of the queue's arguments (the quorum layer knows nothing of
+/// their parsing).
+impl From<&QueueArguments> for Settings {
+    fn from(arguments: &QueueArguments) -> Self {
+        Settings {
+            max_priority: arguments.max_priority,
+            message_ttl_ms: arguments.message_ttl_ms,
+            max_length: arguments.max_length,
+            max_length_bytes: arguments.max_length_bytes,
+            overflow: arguments.overflow,
+            dead_letter: arguments.dead_letter_exchange.is_some(),
+            dead_letter_strategy: arguments.dead_letter_strategy,
+            delivery_limit: arguments
+                .delivery_limit
+                .map_or(DEFAULT_DELIVERY_LIMIT, |limit| u32::try_from(limit).unwrap_or(u32::MAX)),
+            single_active_consumer: arguments.single_active_consumer,
+            deduplication: arguments.deduplication(),
+            ttl_from_delay: false,
+        }
+    }
+}
+
 /// The name of a quorum queue's Raft group, unique in the cluster.
 fn group_name(vhost: &str, queue: &str) -> String {
     format!("quorum:{vhost}:{queue}")
@@ -156,7 +180,7 @@ fn build(
     tokio::spawn(act_on_effects(Arc::downgrade(&queue), Arc::downgrade(&inner), effects_rx));
     tokio::spawn(take_over(Arc::downgrade(&queue), Arc::downgrade(&inner)));
     if let Some(expires) = expires {
-        let event = TimerEvent::QueueExpiry { queue: Arc::downgrade(&queue) };
+        let event = TimerEvent::QueueExpiry { queue: Arc::<Queue>::downgrade(&queue) };
         context.scheduler.schedule(now_ms().saturating_add(expires), event);
     }
     Ok(queue)
@@ -256,7 +280,7 @@ async fn dead_letter_at_least_once(queue: Weak<Queue>, inner: Weak<Inner>, id: M
                 return;
             }
             let Some(vhost) = queue.vhost.upgrade() else { return };
-            match inner.fence.pass(inner.group.leader_term(), &vhost).await {
+            match vhost.pass_fence(&inner.fence, inner.group.leader_term()).await {
                 true => inner.publish_dead_letter(&queue, id, reason),
                 false => None,
             }
@@ -456,7 +480,7 @@ impl Inner {
             return;
         }
         local.expiry_timer_ms = Some(at_ms);
-        self.scheduler.schedule(at_ms, TimerEvent::MessageExpiry { queue: Arc::downgrade(queue), at_ms });
+        self.scheduler.schedule(at_ms, TimerEvent::MessageExpiry { queue: Arc::<Queue>::downgrade(queue), at_ms });
     }
 }
 

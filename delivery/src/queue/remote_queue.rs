@@ -9,16 +9,18 @@
 //! [`CommitTracker`] quorum queues use. A consumer is started on the home node before its
 //! `consume-ok`: a refusal there is the client's channel error, as it would be here.
 
-use super::kind::{Holder, QueueKind, QueueTimer};
-use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::kind::{Holder, QueueKind};
+use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
 use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::{Message, WireMessage};
+use crate::message_ref::MessageRef;
 use crate::message_store::{CommitTracker, DurableMark, StoreError};
 use crate::quorum::Replication;
 use crate::remote::{
     ConsumeSpec, Forwarded, Forwarder, RemoteAnswer, RemoteConsumer, RequestId, Settlement, Stored, NO_ACK_WINDOW,
 };
+use crate::scheduler::QueueTimer;
 use crate::session::{Session, SessionId};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};

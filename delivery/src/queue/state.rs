@@ -3,15 +3,17 @@
 //! Everything here runs with the queue locked. What must happen after the lock is released
 //! (publishing dead letters to other queues) is collected in `dead_letters`.
 
-use super::arguments::{Overflow, QueueArguments};
-use super::dead_letter::{self, DeathReason};
+use super::arguments::QueueArguments;
 use super::deadlines::Deadlines;
-use super::ready_list::ReadyList;
-use super::MessageRef;
+use crate::clock::now_ms;
 use crate::consumer::Consumer;
+use crate::dead_letter::{self, DeathReason};
 use crate::message::Message;
+use crate::message_ref::MessageRef;
 use crate::message_store::{MessageStore, StoreError, TransientStore};
-use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
+use crate::overflow::Overflow;
+use crate::ready_list::ReadyList;
+use crate::scheduler::{SchedulerHandle, TimerEvent};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
@@ -133,7 +135,7 @@ impl QueueState {
 
     /// Puts the queue's TTL timer in the broker's wheel for `at_ms`.
     pub fn arm_ttl_timer(&self, at_ms: u64) {
-        let event = TimerEvent::MessageExpiry { queue: Weak::clone(&self.me), at_ms };
+        let event = TimerEvent::MessageExpiry { queue: Weak::<super::Queue>::clone(&self.me), at_ms };
         self.scheduler.schedule(at_ms, event);
     }
 

@@ -6,16 +6,17 @@
 //! have it, fsynced), each replica's state machine appends them to its own log, and this
 //! node's consumers read this node's log as it grows. Everything else is the same.
 
-use super::kind::{Holder, QueueKind, QueueTimer};
-use super::{GetResult, MessageRef, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::kind::{Holder, QueueKind};
+use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use crate::clock::now_ms;
 use crate::consumer::Consumer;
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
-use crate::message::Message;
-use crate::message::WireMessage;
+use crate::message::{Message, WireMessage};
+use crate::message_ref::MessageRef;
 use crate::message_store::{LogStoreConfig, StoreError};
 use crate::quorum::{InitialMembers, Op, QuorumGroup, Response};
-use crate::scheduler::{now_ms, SchedulerHandle, TimerEvent};
+use crate::scheduler::{QueueTimer, SchedulerHandle, TimerEvent};
 use crate::session::Session;
 use crate::stream::{
     GroupCoordination, GroupOp, ReplicatedOffsets, Stream, StreamArguments, StreamStateMachine,
@@ -118,10 +119,19 @@ pub(super) fn declare(
         let dir = storage.create_stream_dir(&definition.name).map_err(|e| internal_error("cannot create stream", e))?;
         return replicated(definition, arguments, storage, &dir, context, Some(members));
     }
-    let stream = storage
-        .create_stream(&definition.name, stream_arguments(&arguments))
+    let stream = create_stream(storage, &definition.name, stream_arguments(&arguments))
         .map_err(|e| internal_error("cannot create stream", e))?;
     Ok(build(definition, arguments, stream, Box::new(LocalAppends), context))
+}
+
+/// Creates a new stream's log, discarding anything stale in its place.
+fn create_stream(storage: &VhostStorage, name: &str, arguments: StreamArguments) -> Result<Stream, StoreError> {
+    Stream::open(&storage.create_stream_dir(name)?, storage.store_config(), arguments)
+}
+
+/// Opens a stream's log and consumer-group offsets (a stream is a queue: same directory).
+fn open_stream(storage: &VhostStorage, name: &str, arguments: StreamArguments) -> Result<Stream, StoreError> {
+    Stream::open(&storage.stream_dir(name), storage.store_config(), arguments)
 }
 
 /// A stream reopened from its log at startup.
@@ -135,8 +145,7 @@ pub(super) fn recover(
     if crate::quorum::holds_group(&dir) {
         return replicated(definition, arguments, storage, &dir, context, None);
     }
-    let stream = storage
-        .open_stream(&definition.name, stream_arguments(&arguments))
+    let stream = open_stream(storage, &definition.name, stream_arguments(&arguments))
         .map_err(|e| internal_error("cannot recover a stream", e))?;
     Ok(build(definition, arguments, stream, Box::new(LocalAppends), context))
 }
@@ -272,7 +281,7 @@ fn build(
 }
 
 fn schedule_retention_check(scheduler: &SchedulerHandle, queue: &Arc<Queue>) {
-    let event = TimerEvent::StreamRetention { queue: Arc::downgrade(queue) };
+    let event = TimerEvent::StreamRetention { queue: Arc::<Queue>::downgrade(queue) };
     scheduler.schedule(now_ms() + RETENTION_CHECK_INTERVAL_MS, event);
 }
 

@@ -149,7 +149,7 @@ pub enum Op {
         /// Prefetch and priority.
         spec: ConsumerSpec,
         /// The tags it wants.
-        filter: crate::consumer::TagFilter,
+        filter: crate::tag_filter::TagFilter,
     },
     /// A replicated stream's consumer group `group` has settled everything below `offset`
     /// (`x-consumer-group`): its members resume there, on whichever replica they read. A

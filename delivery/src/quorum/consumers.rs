@@ -5,7 +5,7 @@
 
 use super::command::{ConsumerId, ConsumerSpec, MessageId};
 use super::effect::Effect;
-use crate::consumer::TagFilter;
+use crate::tag_filter::TagFilter;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 

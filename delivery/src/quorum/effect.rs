@@ -2,7 +2,7 @@
 //! computes the same effects; only the leader that appended the entry acts on them.
 
 use super::command::{ConsumerId, MessageId};
-use crate::queue::dead_letter::DeathReason;
+use crate::dead_letter::DeathReason;
 
 /// One thing the leader must do after applying an entry.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,14 +1,14 @@
 //! Quorum queues' replicated state machine (issue 13): the commands that go through a
 //! queue's Raft log, the deterministic state they build on every replica, the effects
 //! only the leader acts on, snapshots at the release cursor, and the openraft glue.
-//! The queue kind that uses it is `crate::queue::quorum_queue`.
+//! The quorum queue kind of the queue layer runs it; this layer knows nothing of queues.
 //!
 //! - `command`: [`Command`] (the leader's clock and an [`Op`]) and [`Response`].
 //! - `state`: [`QueueState`] and `apply`: ready set by priority then id, held messages per
 //!   consumer with delivery counts, TTL, length limits, delivery limit.
 //! - `consumers`: who gets the next message (priorities, round robin, single active).
 //! - `effect`: [`Effect`]s (deliver, dead-letter, active consumer changes).
-//! - `settings`: the queue arguments the state obeys, from [`crate::queue::QueueArguments`].
+//! - `settings`: the queue arguments the state obeys ([`Settings`]), and [`DeadLetterStrategy`].
 //! - `snapshot`: [`StateSnapshot`] (no bodies) and the checkpoints snapshots are taken from.
 //! - `raft`: the type config [`QuorumRaft`] and [`QuorumStateMachine`].
 //! - `group`: [`QuorumGroup`], a queue's (or a replicated stream's) group running on this node.

@@ -1,10 +1,20 @@
-//! The queue arguments a quorum queue's state machine obeys, taken from the parsed
-//! [`QueueArguments`] (parsing stays in `queue::arguments`). They come with the queue's
-//! definition, not from the log, so every replica must be built with the same ones.
+//! The queue arguments a quorum queue's state machine obeys. The queue layer parses the
+//! arguments and builds these from them; they come with the queue's definition, not from the
+//! log, so every replica must be built with the same ones.
 
 use crate::dedup_window::DedupSettings;
-pub use crate::queue::DeadLetterStrategy;
-use crate::queue::{Overflow, QueueArguments};
+use crate::overflow::Overflow;
+
+/// `x-dead-letter-strategy` of a quorum queue: when a dead-lettered message leaves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeadLetterStrategy {
+    /// At once: if the dead-letter target never gets it, it is lost.
+    #[default]
+    AtMostOnce,
+    /// Once the dead-letter target confirmed it; RabbitMQ's rule applies: only with
+    /// `x-overflow: reject-publish`, else at-most-once.
+    AtLeastOnce,
+}
 
 /// `x-delivery-limit` when the queue does not set one: RabbitMQ 4's default.
 pub const DEFAULT_DELIVERY_LIMIT: u32 = 20;
@@ -62,27 +72,20 @@ impl Settings {
     }
 }
 
+/// What a queue declared with no arguments gets.
 impl Default for Settings {
     fn default() -> Self {
-        Settings::from(&QueueArguments::default())
-    }
-}
-
-impl From<&QueueArguments> for Settings {
-    fn from(arguments: &QueueArguments) -> Self {
         Settings {
-            max_priority: arguments.max_priority,
-            message_ttl_ms: arguments.message_ttl_ms,
-            max_length: arguments.max_length,
-            max_length_bytes: arguments.max_length_bytes,
-            overflow: arguments.overflow,
-            dead_letter: arguments.dead_letter_exchange.is_some(),
-            dead_letter_strategy: arguments.dead_letter_strategy,
-            delivery_limit: arguments
-                .delivery_limit
-                .map_or(DEFAULT_DELIVERY_LIMIT, |limit| u32::try_from(limit).unwrap_or(u32::MAX)),
-            single_active_consumer: arguments.single_active_consumer,
-            deduplication: arguments.deduplication(),
+            max_priority: None,
+            message_ttl_ms: None,
+            max_length: None,
+            max_length_bytes: None,
+            overflow: Overflow::default(),
+            dead_letter: false,
+            dead_letter_strategy: DeadLetterStrategy::default(),
+            delivery_limit: DEFAULT_DELIVERY_LIMIT,
+            single_active_consumer: false,
+            deduplication: None,
             ttl_from_delay: false,
         }
     }

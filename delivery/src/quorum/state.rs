@@ -11,12 +11,14 @@ use super::command::{entry_of, Command, ConsumerId, ConsumerSpec, Dequeued, Enqu
 use super::consumers::{ConsumerKey, Consumers, Status};
 use super::effect::Effect;
 use super::settings::Settings;
-use crate::consumer::TagFilter;
+use crate::dead_letter::DeathReason;
 use crate::dedup_window::{key_in, DedupEntries, DedupKey, DedupWindow};
 use crate::feature_flags::FIRST_MACHINE_VERSION;
+use crate::message_ref::MessageRef;
+use crate::overflow::Overflow;
 use crate::properties::Properties;
-use crate::queue::dead_letter::DeathReason;
-use crate::queue::{MessageRef, Overflow, ReadyList};
+use crate::ready_list::ReadyList;
+use crate::tag_filter::TagFilter;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 

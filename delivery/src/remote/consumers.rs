@@ -4,7 +4,7 @@
 use super::wire::ChannelId;
 use crate::consumer::Consumer;
 use crate::message::WireMessage;
-use crate::queue::MessageRef;
+use crate::message_ref::MessageRef;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;

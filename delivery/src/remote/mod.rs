@@ -1,12 +1,12 @@
 //! Queues that live on another node of the cluster, used from this one.
 //!
 //! A classic queue or a stream lives on the node it was declared on, and a quorum queue on
-//! its members; every other node holds a stand-in (`crate::queue::remote_queue`) that
+//! its members; every other node holds a stand-in (a queue kind of the queue layer) that
 //! forwards what its clients do to a node that holds the queue (its *home*), where a channel
-//! of the client's is mirrored by a session of its own ([`home`]). Deliveries come back the
-//! same way, and acks go to the home node. Nothing is shared but messages ([`wire`]), sent
-//! one-way and in order on the link between the two nodes, through the cluster layer
-//! ([`Forwarding`]).
+//! of the client's is mirrored by a session of its own (by the [`Home`] the broker plugs in,
+//! above the virtual hosts). Deliveries come back the same way, and acks go to the home node.
+//! Nothing is shared but messages ([`wire`]), sent one-way and in order on the link between
+//! the two nodes, through the cluster layer ([`Forwarding`]).
 //!
 //! When the link to a node goes, both ends forget what they had of each other
 //! ([`Forwarder::node_down`]): the home node closes the mirrored channels (their unacked
@@ -14,15 +14,12 @@
 //! so clients resubscribe) and nacks what it had not heard back about.
 
 mod consumers;
-mod home;
 mod pending;
 pub mod wire;
 
-use crate::broker::Broker;
 use consumers::RemoteConsumers;
-use home::HomeChannels;
 use pending::PendingRequests;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 pub use wire::{ChannelId, ConsumeSpec, Forwarded, RemoteAnswer, RemoteGet, RequestId, Settlement, Stored};
 
 pub(crate) use consumers::{delivery_ref, RemoteConsumer, NO_ACK_WINDOW};
@@ -40,6 +37,17 @@ pub trait Forwarding: Send + Sync + std::fmt::Debug + 'static {
     }
 }
 
+/// What a home node does with the requests other nodes forward to it. Serving them takes
+/// virtual hosts and sessions, which stand above forwarding: the broker plugs this in.
+pub trait Home: Send + Sync + std::fmt::Debug {
+    /// Handles `request`, sent by node `from`, for a queue here.
+    fn handle(&self, forwarder: &Arc<Forwarder>, from: u64, request: Forwarded);
+    /// The link to `node` went: the channels mirrored for its clients close.
+    fn node_down(&self, node: u64);
+    /// What waits to be sent to `node` fell under its bound: deliveries held back resume.
+    fn resume(&self, node: u64);
+}
+
 /// A broker on its own: no other node to forward to.
 #[derive(Debug, Default)]
 pub struct NoForwarding;
@@ -55,10 +63,9 @@ impl Forwarding for NoForwarding {
 #[derive(Debug)]
 pub struct Forwarder {
     forwarding: Arc<dyn Forwarding>,
-    broker: OnceLock<Weak<Broker>>,
+    home: OnceLock<Arc<dyn Home>>,
     pending: Arc<PendingRequests>,
     consumers: RemoteConsumers,
-    home: HomeChannels,
 }
 
 impl Forwarder {
@@ -66,16 +73,15 @@ impl Forwarder {
     pub fn new(forwarding: Arc<dyn Forwarding>) -> Arc<Self> {
         Arc::new(Forwarder {
             forwarding,
-            broker: OnceLock::new(),
+            home: OnceLock::new(),
             pending: Arc::new(PendingRequests::default()),
             consumers: RemoteConsumers::default(),
-            home: HomeChannels::default(),
         })
     }
 
-    /// The broker whose queues a home node serves.
-    pub(crate) fn serve(&self, broker: &Arc<Broker>) {
-        let _ = self.broker.set(Arc::downgrade(broker));
+    /// What serves the requests of other nodes for queues here.
+    pub(crate) fn serve(&self, home: Arc<dyn Home>) {
+        let _ = self.home.set(home);
     }
 
     /// Sends `message` to `node`.
@@ -125,8 +131,8 @@ impl Forwarder {
             }
             Forwarded::Cancelled { channel, tag } => self.consumers.cancelled(channel, &tag),
             request => {
-                let Some(broker) = self.broker.get().and_then(Weak::upgrade) else { return };
-                self.home.handle(self, &broker, from, request);
+                let Some(home) = self.home.get() else { return };
+                home.handle(self, from, request);
             }
         }
     }
@@ -134,17 +140,21 @@ impl Forwarder {
     /// The link to `node` went: everything in flight between the two nodes is forgotten on
     /// this side (the other side does the same).
     pub fn node_down(&self, node: u64) {
-        self.home.node_down(node);
+        if let Some(home) = self.home.get() {
+            home.node_down(node);
+        }
         self.consumers.node_down(node);
         self.pending.node_down(node);
     }
 
     /// What waits to be sent to `node` fell under its bound: deliveries held back resume.
     pub fn resume(&self, node: u64) {
-        self.home.resume(node);
+        if let Some(home) = self.home.get() {
+            home.resume(node);
+        }
     }
 
-    fn has_room(&self, node: u64) -> bool {
+    pub(crate) fn has_room(&self, node: u64) -> bool {
         self.forwarding.has_room(node)
     }
 }

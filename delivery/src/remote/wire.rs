@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// A request's id, unique per sending node for the life of the process.
 pub type RequestId = u64;
 
-/// A channel on the node its client is connected to (its [`crate::session::SessionId`]).
+/// A channel on the node its client is connected to (the number of its session there).
 pub type ChannelId = u64;
 
 /// A forwarded operation, or what comes back of one.

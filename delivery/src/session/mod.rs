@@ -12,12 +12,13 @@
 //!
 //! A consumer of a super stream is one consumer per partition under one tag (`partitions`).
 
+use crate::connection_id::ConnectionId;
 use crate::consumer::{Consumer, ConsumerOptions};
-use crate::direct_reply_to::ReplyAddress;
+use crate::direct_reply_to::{ReplyAddress, ReplyConsumers, Requester};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
-use crate::queue::{ConnectionId, Holder, MessageRef, Queue, Reply};
-use crate::vhost::VirtualHost;
+use crate::message_ref::MessageRef;
+use crate::queue::{Holder, Queue, Reply};
 use amq_protocol::types::ShortString;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -39,7 +40,7 @@ impl SessionId {
     /// that run opened more than 2^20 channels per millisecond it lived.
     fn next() -> Self {
         static NEXT: OnceLock<AtomicU64> = OnceLock::new();
-        let next = NEXT.get_or_init(|| AtomicU64::new(crate::scheduler::now_ms() << SESSION_ID_COUNTER_BITS));
+        let next = NEXT.get_or_init(|| AtomicU64::new(crate::clock::now_ms() << SESSION_ID_COUNTER_BITS));
         SessionId(next.fetch_add(1, Ordering::Relaxed))
     }
 }
@@ -123,10 +124,21 @@ struct ReplyConsumer {
     address: ReplyAddress,
 }
 
+/// What a channel's session asks of the virtual host it works in. The virtual host stands
+/// above sessions: it implements this.
+pub trait SessionHost: Send + Sync + std::fmt::Debug {
+    /// The virtual host's name.
+    fn name(&self) -> &str;
+    /// Its direct reply-to registry.
+    fn reply_consumers(&self) -> &ReplyConsumers;
+    /// `queue` (auto-delete) lost its last consumer: deletes it if none came meanwhile.
+    fn delete_auto_delete_queue(&self, queue: &Arc<Queue>);
+}
+
 /// The broker-side state of one channel.
 pub struct Session {
     id: SessionId,
-    vhost: Arc<VirtualHost>,
+    vhost: Arc<dyn SessionHost>,
     sink: Arc<dyn DeliverySink>,
     state: Mutex<SessionState>,
     flow_active: AtomicBool,
@@ -143,7 +155,7 @@ impl std::fmt::Debug for Session {
 
 impl Session {
     /// A session in `vhost` whose deliveries go to `sink`.
-    pub fn new(vhost: Arc<VirtualHost>, sink: Arc<dyn DeliverySink>) -> Arc<Self> {
+    pub fn new<H: SessionHost + 'static>(vhost: Arc<H>, sink: Arc<dyn DeliverySink>) -> Arc<Self> {
         Arc::new(Session {
             id: SessionId::next(),
             vhost,
@@ -181,7 +193,7 @@ impl Session {
     }
 
     /// The virtual host the channel works in.
-    pub fn vhost(&self) -> &Arc<VirtualHost> {
+    pub fn vhost(&self) -> &Arc<dyn SessionHost> {
         &self.vhost
     }
 
@@ -316,7 +328,7 @@ impl Session {
         if state.reply_consumer.is_some() {
             return Err(BrokerError::precondition_failed("reply consumer already set"));
         }
-        let address = self.vhost.reply_consumers().register(connection, channel, self);
+        let address = self.vhost.reply_consumers().register(connection, channel, Arc::<Session>::downgrade(self));
         state.reply_consumer = Some(ReplyConsumer { tag, address });
         Ok(())
     }
@@ -420,7 +432,7 @@ impl Session {
             self.unacked_total.fetch_add(1, Ordering::AcqRel);
             let entry = Unacked {
                 tag: delivery_tag,
-                delivered_at_ms: crate::scheduler::now_ms(),
+                delivered_at_ms: crate::clock::now_ms(),
                 queue: Arc::clone(queue),
                 message: message_ref,
                 consumer: Some(Arc::clone(consumer)),
@@ -446,7 +458,7 @@ impl Session {
             self.unacked_total.fetch_add(1, Ordering::AcqRel);
             state.unacked.push_back(Unacked {
                 tag: delivery_tag,
-                delivered_at_ms: crate::scheduler::now_ms(),
+                delivered_at_ms: crate::clock::now_ms(),
                 queue: Arc::clone(queue),
                 message,
                 consumer: None,
@@ -603,4 +615,10 @@ fn group_by_queue(taken: Vec<Unacked>) -> Vec<SettledGroup> {
         }
     }
     groups
+}
+
+impl Requester for Session {
+    fn deliver_reply(&self, address: &ReplyAddress, message: Arc<Message>) -> bool {
+        Session::deliver_reply(self, address, message)
+    }
 }

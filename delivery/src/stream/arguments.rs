@@ -1,6 +1,6 @@
 //! A stream's `x-` arguments as the stream uses them: retention and segment size, with
-//! RabbitMQ's names and units. They are read, with every other queue argument, by
-//! `crate::queue::QueueArguments` (one table of arguments for every kind of queue).
+//! RabbitMQ's names and units. They are read, with every other queue argument, by the queue
+//! layer's `QueueArguments` (one table of arguments for every kind of queue).
 
 use crate::dedup_window::DedupSettings;
 use std::time::Duration;
@@ -18,7 +18,7 @@ pub struct StreamArguments {
     /// `x-stream-max-segment-size-bytes`: a new segment starts at this size.
     pub max_segment_size_bytes: Option<u64>,
     /// `x-message-deduplication` with its window, if on (filled in from the queue's
-    /// arguments: [`crate::queue::QueueArguments::deduplication`]).
+    /// arguments: `QueueArguments::deduplication` in the queue layer).
     pub deduplication: Option<DedupSettings>,
 }
 

@@ -6,8 +6,8 @@
 //! groups are written again and the segments before them are deleted, so it stays small
 //! without ever rewriting a file in place.
 
+use crate::clock::now_ms;
 use crate::message_store::StoreError;
-use crate::scheduler::now_ms;
 use std::collections::HashMap;
 use std::path::Path;
 use warren_storage::{FlushPolicy, Log, LogConfig, NewRecord};

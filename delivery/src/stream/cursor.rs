@@ -3,8 +3,8 @@
 //! it has not settled yet, which hold the group's committed offset back. Records damaged on
 //! disk are stepped over: they are never delivered, and the committed offset moves past them.
 
-use super::tag::TAGGED_FLAG;
-use crate::consumer::{Consumer, TagFilter};
+use super::tag::HeaderFilter;
+use crate::consumer::Consumer;
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 use warren_storage::{Log, Record, StorageError};
@@ -16,29 +16,6 @@ const READ_BYTES: usize = 64 * 1024;
 /// Records a filtered refill may step over before it returns (bounds the time spent under
 /// the stream's lock when few records match).
 const SCAN_RECORDS: usize = 64 * 1024;
-
-/// The tag hashes a filtering consumer wants, checked against record headers.
-#[derive(Debug)]
-pub(crate) struct HeaderFilter {
-    hashes: Vec<u32>,
-    match_unfiltered: bool,
-}
-
-impl HeaderFilter {
-    pub(crate) fn new(filter: &TagFilter) -> Self {
-        let hashes = filter.tags().iter().map(|t| super::tag::tag_hash(t)).collect();
-        HeaderFilter { hashes, match_unfiltered: filter.match_unfiltered() }
-    }
-
-    /// Whether a record with these header fields may match (the tag itself is compared
-    /// after decoding, so that a hash collision never delivers a wrong message).
-    pub(crate) fn admits(&self, flags: u8, tag_hash: u32) -> bool {
-        if flags & TAGGED_FLAG == 0 {
-            return self.match_unfiltered;
-        }
-        self.hashes.contains(&tag_hash)
-    }
-}
 
 /// One consumer reading a stream.
 #[derive(Debug)]

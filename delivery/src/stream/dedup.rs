@@ -6,7 +6,7 @@
 //! rarer than that among the others remembers fewer keys after a restart.
 
 use crate::dedup_window::{key_in, DedupSettings, DedupWindow};
-use crate::log_browser::LogBrowser;
+use crate::message_store::log_browser::LogBrowser;
 use crate::message_store::StoreError;
 use crate::stream::OffsetSpec;
 

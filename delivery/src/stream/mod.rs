@@ -15,15 +15,15 @@
 //! passes its CRC check but does not decode as a message is skipped the same way and
 //! reported here, once.
 
-mod arguments;
+pub(crate) mod arguments;
 mod catch_up;
 mod consumer_groups;
 mod cursor;
 mod dedup;
-mod offset_spec;
+pub(crate) mod offset_spec;
 mod partition_groups;
 mod replica;
-mod tag;
+pub(crate) mod tag;
 
 pub use arguments::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
 pub use catch_up::{StreamChunk, StreamRecord};
@@ -32,18 +32,18 @@ pub use offset_spec::{OffsetSpec, OFFSET_ARGUMENT};
 pub use partition_groups::{GroupCoordination, GroupOp, PartitionGroups, MAX_GROUP_MEMBERS, MAX_GROUP_PARTITIONS};
 pub use replica::{stream_raft_config, ReplicatedOffsets, StreamStateMachine, MAX_CONSUMER_GROUPS};
 
-use crate::consumer::{message_tag, Consumer};
+use crate::clock::now_ms;
+use crate::consumer::Consumer;
 use crate::dedup_window::{key_in, DedupWindow};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::field_value::string_of;
-use crate::log_browser::{LogBrowser, TagHeaders};
 use crate::message::Message;
-use crate::message_store::codec as message_codec;
-use crate::message_store::{DurableMark, LogStoreConfig, StoreError};
-use crate::queue::{MessageRef, Published, Queue};
-use crate::scheduler::now_ms;
+use crate::message_ref::MessageRef;
+use crate::message_store::log_browser::{LogBrowser, TagHeaders};
+use crate::message_store::{codec as message_codec, DurableMark, LogStoreConfig, StoreError};
+use crate::queue::{Published, Queue};
+use crate::tag_filter::message_tag;
 use cursor::Cursor;
-pub(crate) use cursor::HeaderFilter;
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -2,9 +2,9 @@
 //! names and forms, resolved against the stream's log.
 
 use super::arguments::parse_interval_ms;
+use crate::clock::now_ms;
 use crate::error::{BrokerError, BrokerResult};
 use crate::field_value::string_of;
-use crate::scheduler::now_ms;
 use amq_protocol::types::AMQPValue;
 use warren_storage::{Log, StorageError};
 

@@ -18,9 +18,7 @@
 //! the snapshot's and appends only past the end.
 
 use super::catch_up::{self, StreamChunk};
-use super::tag;
-use super::PartitionGroups;
-use crate::consumer::message_tag;
+use super::{tag, PartitionGroups};
 use crate::dedup_window::{key_in, DedupEntries, DedupSettings, DedupWindow};
 use crate::feature_flags::{GroupMachineKind, FIRST_MACHINE_VERSION};
 use crate::message::WireMessage;
@@ -29,6 +27,7 @@ use crate::quorum::leader_changes::LeaderChanges;
 use crate::quorum::{decode_versioned, decode_whole, Op, QuorumError, QuorumRaft, Replication, Response};
 use crate::raft_adapter::typ::{Entry, EntryPayload, LogId, SnapshotMeta, StoredMembership};
 use crate::raft_adapter::{MachineError, MachineSnapshot, SnapshotTaking, StateMachine};
+use crate::tag_filter::message_tag;
 use openraft::{Config, ConfigError, SnapshotPolicy};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};

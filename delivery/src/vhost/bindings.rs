@@ -3,11 +3,11 @@
 
 use super::persistence::durable;
 use super::{refuse_default_exchange, refuse_too_long, VirtualHost};
+use crate::connection_id::ConnectionId;
 use crate::definitions::DefinitionsChange;
 use crate::direct_reply_to;
 use crate::error::{BrokerError, BrokerResult};
 use crate::exchange::{Binding, Destination, Exchange};
-use crate::queue::ConnectionId;
 use std::sync::Arc;
 
 impl VirtualHost {

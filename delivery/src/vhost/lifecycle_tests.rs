@@ -3,10 +3,11 @@
 //! that confirmed messages are in the queue's files and come back after a restart.
 
 use crate::broker::{Broker, DEFAULT_VHOST};
+use crate::connection_id::ConnectionId;
 use crate::message::Message;
 use crate::message_store::LogStoreConfig;
 use crate::properties::Properties;
-use crate::queue::{ConnectionId, Published, QueueDefinition};
+use crate::queue::{Published, QueueDefinition};
 use crate::vhost::VirtualHost;
 use amq_protocol::protocol::basic::{gen_properties, AMQPProperties};
 use bytes::Bytes;

@@ -14,20 +14,28 @@
 //! with it: a queue is either in the map with its files, or in neither, and a declare never
 //! sees a name half-deleted.
 
+use crate::connection_id::ConnectionId;
 use crate::definitions::VhostStorage;
 use crate::direct_reply_to::ReplyConsumers;
 use crate::equivalence;
 use crate::error::{internal_error, BrokerError, BrokerResult};
 use crate::exchange::{DelayedMessages, Destination, Exchange, ExchangeDefinition, ExchangeKind};
+use crate::message::Message;
 use crate::message_store::MessageStore;
-use crate::queue::{self, ConnectionId, Queue, QueueContext, QueueDefinition};
+use crate::metadata::DefinitionsFence;
+use crate::publish_outcome::PublishOutcome;
+use crate::queue::{self, Queue, QueueContext, QueueDefinition, QueueHost};
 use crate::quorum::{InitialMembers, Replication, SingleNode};
 use crate::remote::{Forwarder, NoForwarding};
 use crate::scheduler::SchedulerHandle;
+use crate::session::SessionHost;
+use crate::vhost_limits::{check_queue_limit, VhostLimits};
 use amq_protocol::types::FieldTable;
 use parking_lot::{Mutex, RwLock};
 use rand::distributions::{Alphanumeric, DistString};
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Weak};
 
 mod bindings;
@@ -36,8 +44,6 @@ mod routing;
 
 use crate::definitions::{DefinitionsChange, PendingChange};
 use persistence::durable;
-
-pub use routing::PublishOutcome;
 
 /// A queue just deleted: how many messages it held, and its consumers, which are cancelled
 /// (`basic.cancel` to their clients) when this is dropped. The deleting channel answers
@@ -111,10 +117,40 @@ pub struct VirtualHost {
     interleave: interleave::Hook,
 }
 
+impl QueueHost for VirtualHost {
+    fn publish_dead_letter(&self, from: &str, message: Message) -> PublishOutcome {
+        VirtualHost::publish_dead_letter(self, from, message)
+    }
+
+    fn delete_expired_queue(&self, queue: &Arc<Queue>) {
+        VirtualHost::delete_expired_queue(self, queue);
+    }
+
+    fn pass_fence<'a>(
+        &'a self,
+        fence: &'a DefinitionsFence,
+        term: Option<u64>,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        Box::pin(fence.pass(term, self))
+    }
+}
+
+impl SessionHost for VirtualHost {
+    fn name(&self) -> &str {
+        VirtualHost::name(self)
+    }
+
+    fn reply_consumers(&self) -> &ReplyConsumers {
+        VirtualHost::reply_consumers(self)
+    }
+
+    fn delete_auto_delete_queue(&self, queue: &Arc<Queue>) {
+        VirtualHost::delete_auto_delete_queue(self, queue);
+    }
+}
+
 #[cfg(test)]
 mod interleave;
-mod limits;
-pub use limits::VhostLimits;
 #[cfg(test)]
 mod lifecycle_tests;
 #[cfg(test)]
@@ -194,7 +230,7 @@ impl VirtualHost {
 
     fn queue_context(&self) -> QueueContext {
         QueueContext {
-            vhost: Weak::clone(&self.me),
+            vhost: Weak::<VirtualHost>::clone(&self.me),
             vhost_name: self.name.clone(),
             scheduler: Arc::clone(&self.scheduler),
             replication: Arc::clone(&self.replication),
@@ -464,7 +500,7 @@ impl VirtualHost {
             }
             self.refuse_if_deleted()?;
             let max_queues = self.limits.read().max_queues;
-            limits::check_queue_limit(&self.name, &definition.name, self.queues.read().len(), max_queues)?;
+            check_queue_limit(&self.name, &definition.name, self.queues.read().len(), max_queues)?;
             let queue = queue::factory::declare(definition, self.storage.as_ref(), self.queue_context())?;
             self.pause_at("queue storage created");
             self.queues.write().insert(queue.name().to_string(), Arc::clone(&queue));

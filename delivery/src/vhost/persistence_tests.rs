@@ -4,10 +4,11 @@
 //! broker that stops without folding its journal (a crash) comes back with exactly that.
 
 use crate::broker::{Broker, DEFAULT_VHOST};
+use crate::connection_id::ConnectionId;
 use crate::definitions::Definitions;
 use crate::exchange::{Binding, Destination, ExchangeDefinition};
 use crate::message_store::LogStoreConfig;
-use crate::queue::{ConnectionId, QueueDefinition};
+use crate::queue::QueueDefinition;
 use crate::vhost::VirtualHost;
 use amq_protocol::types::{AMQPValue, FieldTable};
 use std::path::Path;

@@ -3,13 +3,13 @@
 //! replies, from the default exchange straight to a requester's channel.
 
 use super::VirtualHost;
-use crate::direct_reply_to;
 use crate::error::{BrokerError, BrokerResult};
 use crate::exchange::delayed::delay_of;
 use crate::exchange::{Destination, Exchange};
 use crate::message::Message;
-use crate::queue::dead_letter;
+use crate::publish_outcome::PublishOutcome;
 use crate::queue::{Published, Queue};
+use crate::{dead_letter, direct_reply_to};
 use std::sync::Arc;
 
 /// Where a publish went: its exchange (none for the default exchange) and the queues.
@@ -174,19 +174,6 @@ impl VirtualHost {
             self.route_from(&next, message, visited, queues);
         }
     }
-}
-
-/// What became of a publish.
-#[derive(Debug, Default)]
-pub struct PublishOutcome {
-    /// Whether it reached (or, when delayed, would now reach) at least one queue.
-    pub routed: bool,
-    /// Disk writes a publisher confirm must wait for.
-    pub marks: Vec<crate::message_store::DurableMark>,
-    /// Whether a queue refused it (`x-overflow: reject-publish`): confirms nack.
-    pub rejected: bool,
-    /// A store that failed to take it.
-    pub failure: Option<crate::message_store::StoreError>,
 }
 
 fn deliver_to(queues: &[Arc<Queue>], message: &Arc<Message>) -> PublishOutcome {

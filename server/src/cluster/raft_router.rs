@@ -20,10 +20,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 use tokio::sync::Semaphore;
+use warren_delivery::clock::now_ms;
 use warren_delivery::metadata::Metadata;
 use warren_delivery::quorum::{CommandBatch, QuorumRaft};
 use warren_delivery::remote::{Forwarded, Forwarder};
-use warren_delivery::scheduler::now_ms;
 use warren_delivery::stream::{StreamChunk, StreamStateMachine};
 
 /// Raft RPCs handled at once on this node, over all groups.

@@ -18,7 +18,7 @@ use axum::response::Response;
 use axum::Json;
 use serde_json::{json, Value};
 use warren_delivery::access::{AccessChange, PasswordChange, PermissionSpec, User};
-use warren_delivery::vhost::VhostLimits;
+use warren_delivery::vhost_limits::VhostLimits;
 
 /// The routes.
 pub(super) fn routes(table: &mut RouteTable) {

@@ -19,8 +19,7 @@ use axum::Json;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_delivery::access::AccessChange;
-use warren_delivery::exchange::Destination;
-use warren_delivery::exchange::Exchange;
+use warren_delivery::exchange::{Destination, Exchange};
 use warren_delivery::metadata::DefinitionOp;
 use warren_delivery::Queue;
 
@@ -171,7 +170,7 @@ async fn import_access(api: &Management, body: &Value, report: &mut Report) {
         let put = AccessChange::PutVhost { name: name.clone(), description: text(vhost, "description").to_string() };
         changes.push(("vhost", name.clone(), Ok(put)));
         if let Some(limits) = vhost.get("limits").and_then(Value::as_object).filter(|l| !l.is_empty()) {
-            let limits = warren_delivery::vhost::VhostLimits::from_json(limits);
+            let limits = warren_delivery::vhost_limits::VhostLimits::from_json(limits);
             let change = limits.map(|limits| AccessChange::SetVhostLimits { vhost: name.clone(), limits });
             changes.push(("vhost limits", name, change.map_err(|e| e.text)));
         }

@@ -23,8 +23,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use warren_delivery::consumer::TagFilter;
 use warren_delivery::stream::OffsetSpec;
+use warren_delivery::tag_filter::TagFilter;
 use warren_delivery::{Delivery, DeliverySink, Message, QueueDefinition, ReplyDelivery, Session, VirtualHost};
 
 /// Messages one replay request returns at most.
@@ -277,7 +277,7 @@ pub(crate) async fn read_log(api: &Management, vhost: &str, name: &str, query: R
 
 /// One replay read, its answer within [`MAX_ANSWER_BYTES`] of JSON.
 fn read_within_budget(
-    log: &warren_delivery::log_browser::LogBrowser,
+    log: &warren_delivery::message_store::log_browser::LogBrowser,
     vhost: &str,
     name: &str,
     query: &ReplayQuery,

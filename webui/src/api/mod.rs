@@ -74,7 +74,7 @@ impl Management {
             rates: Arc::new(Rates::default()),
             sessions: Arc::new(Sessions::default()),
             listeners: Arc::new(listeners),
-            started_at_ms: warren_delivery::scheduler::now_ms(),
+            started_at_ms: warren_delivery::clock::now_ms(),
             shutdown: tokio::sync::watch::channel(false).1,
             log_reads: Arc::new(tokio::sync::Semaphore::new(messages::MAX_CONCURRENT_LOG_READS)),
             figures: Arc::default(),

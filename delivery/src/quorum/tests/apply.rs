@@ -1,8 +1,8 @@
 //! `QueueState::apply`, one command and one argument at a time.
 
 use super::*;
-use crate::queue::dead_letter::DeathReason;
-use crate::queue::Overflow;
+use crate::dead_letter::DeathReason;
+use crate::overflow::Overflow;
 use crate::quorum::{Dequeued, DEFAULT_DELIVERY_LIMIT};
 
 fn dead_letters(effects: &[Effect]) -> Vec<(MessageId, DeathReason)> {
@@ -440,7 +440,7 @@ fn a_filtered_consumer_takes_only_the_tags_it_wants_and_a_snapshot_keeps_its_fil
     let red2 = publish(&mut q, tagged("r2", "red"));
     let f = consumer(1, "f");
     let spec = ConsumerSpec { prefetch: 0, priority: 0 };
-    let filter = crate::consumer::TagFilter::new(vec![b"red".to_vec()], false);
+    let filter = crate::tag_filter::TagFilter::new(vec![b"red".to_vec()], false);
     let (_, effects) = q.run(Op::CheckoutFiltered { consumer: f.clone(), spec, filter });
     assert_eq!(delivered_ids(&effects), vec![red, red2], "only the red ones, in order");
     assert_eq!(q.state.ready_ids(), vec![plain, blue], "the others stay");

@@ -50,7 +50,7 @@ pub(super) fn enqueue(body: &str, priority: Option<u8>, expiration_ms: Option<u6
 /// An Enqueue of `body` tagged `tag` (its `x-stream-filter-value` header).
 pub(super) fn tagged(body: &str, tag: &str) -> Op {
     const HEADERS_FLAG: u16 = 0x2000;
-    let key = crate::consumer::TAG_HEADER.as_bytes();
+    let key = crate::tag_filter::TAG_HEADER.as_bytes();
     let mut table = vec![key.len() as u8];
     table.extend_from_slice(key);
     table.push(b'S');

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::dedup_window::{DedupSettings, DEFAULT_DEDUPLICATION_HEADER};
-use crate::queue::Overflow;
+use crate::overflow::Overflow;
 use crate::quorum::{DeadLetterStrategy, Dequeued, StateSnapshot};
 use proptest::prelude::*;
 use proptest::sample::Index;

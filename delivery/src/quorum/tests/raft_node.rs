@@ -117,7 +117,7 @@ async fn a_one_node_group_applies_snapshots_at_the_release_cursor_and_restarts()
     let applied = node.drain();
     assert!(flatten(&applied).contains(&Effect::DeadLetter {
         id: ids[5],
-        reason: crate::queue::dead_letter::DeathReason::Rejected,
+        reason: crate::dead_letter::DeathReason::Rejected,
         confirm: false
     }));
     let leader = node.raft.metrics().borrow().current_leader;

@@ -7,11 +7,11 @@
 //! record that passes its CRC check but does not decode as a message is skipped and reported
 //! here, once per browser.
 
-use crate::consumer::{message_tag, TagFilter};
 use crate::message::Message;
-use crate::message_store::codec as message_codec;
-use crate::message_store::StoreError;
-use crate::stream::{HeaderFilter, OffsetSpec};
+use crate::message_store::{codec as message_codec, StoreError};
+use crate::stream::offset_spec::OffsetSpec;
+use crate::stream::tag::HeaderFilter;
+use crate::tag_filter::{message_tag, TagFilter};
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::path::PathBuf;

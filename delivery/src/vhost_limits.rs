@@ -72,7 +72,7 @@ impl<'de> serde::Deserialize<'de> for VhostLimits {
 }
 
 /// 406 when `vhost` already holds `max` queues, with RabbitMQ's text.
-pub(super) fn check_queue_limit(vhost: &str, queue: &str, queues: usize, max: Option<u32>) -> BrokerResult<()> {
+pub(crate) fn check_queue_limit(vhost: &str, queue: &str, queues: usize, max: Option<u32>) -> BrokerResult<()> {
     match max {
         Some(max) if queues >= max as usize => Err(BrokerError::precondition_failed(format!(
             "cannot declare queue '{queue}': queue limit in vhost '{vhost}' ({max}) is reached"

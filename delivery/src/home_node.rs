@@ -1,15 +1,17 @@
-//! The home node's side: each channel of another node's client that uses a queue here is
-//! mirrored by a session of its own, whose deliveries go back over the link. The session
-//! does what it does for a local channel (prefetch, unacked deliveries, requeue on close),
-//! so every queue kind serves forwarded clients unchanged.
+//! The home node's side of forwarding: each channel of another node's client that uses a
+//! queue here is mirrored by a session of its own, whose deliveries go back over the link.
+//! The session does what it does for a local channel (prefetch, unacked deliveries, requeue
+//! on close), so every queue kind serves forwarded clients unchanged.
+//!
+//! It stands above the virtual hosts, which it finds through [`VhostDirectory`] (the broker),
+//! and serves the requests [`Forwarder`] receives, as its [`Home`].
 
-use super::wire::{ChannelId, ConsumeSpec, Forwarded, RemoteAnswer, RemoteGet, RequestId, Settlement, Stored};
-use super::Forwarder;
-use crate::broker::Broker;
 use crate::consumer::{Consumer, ConsumerOptions};
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::WireMessage;
 use crate::queue::{Published, Queue, Reply};
+use crate::remote::wire::{ChannelId, ConsumeSpec, Forwarded, RemoteAnswer, RemoteGet, RequestId, Settlement, Stored};
+use crate::remote::{Forwarder, Home};
 use crate::session::{Delivery, DeliverySink, ReplyDelivery, Session};
 use crate::vhost::VirtualHost;
 use amq_protocol::types::ShortString;
@@ -17,9 +19,45 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
+/// Where a home node finds the virtual hosts whose queues it serves.
+pub trait VhostDirectory: Send + Sync + std::fmt::Debug {
+    /// The virtual host `name`, if there is one.
+    fn vhost(&self, name: &str) -> Option<Arc<VirtualHost>>;
+}
+
+/// This node as the home of queues other nodes' clients use.
+#[derive(Debug)]
+pub struct HomeNode {
+    vhosts: Weak<dyn VhostDirectory>,
+    channels: HomeChannels,
+}
+
+impl HomeNode {
+    /// Serves the queues of the virtual hosts in `vhosts` (held weakly: it is the broker,
+    /// which holds the forwarder that holds this).
+    pub fn new(vhosts: Weak<dyn VhostDirectory>) -> Self {
+        HomeNode { vhosts, channels: HomeChannels::default() }
+    }
+}
+
+impl Home for HomeNode {
+    fn handle(&self, forwarder: &Arc<Forwarder>, from: u64, request: Forwarded) {
+        let Some(vhosts) = self.vhosts.upgrade() else { return };
+        self.channels.handle(forwarder, vhosts.as_ref(), from, request);
+    }
+
+    fn node_down(&self, node: u64) {
+        self.channels.node_down(node);
+    }
+
+    fn resume(&self, node: u64) {
+        self.channels.resume(node);
+    }
+}
+
 /// The mirrored channels, by the client's node and channel.
 #[derive(Debug, Default)]
-pub(super) struct HomeChannels {
+struct HomeChannels {
     sessions: Mutex<HashMap<(u64, ChannelId), Arc<Session>>>,
 }
 
@@ -57,8 +95,8 @@ impl DeliverySink for ForwardedSink {
     }
 }
 
-fn queue_of(broker: &Broker, vhost: &str, queue: &str) -> BrokerResult<(Arc<VirtualHost>, Arc<Queue>)> {
-    let host = broker.vhost(vhost).ok_or_else(|| BrokerError::not_found(format!("no vhost '{vhost}'")))?;
+fn queue_of(vhosts: &dyn VhostDirectory, vhost: &str, queue: &str) -> BrokerResult<(Arc<VirtualHost>, Arc<Queue>)> {
+    let host = vhosts.vhost(vhost).ok_or_else(|| BrokerError::not_found(format!("no vhost '{vhost}'")))?;
     let queue = host.queue(queue)?;
     Ok((host, queue))
 }
@@ -85,17 +123,17 @@ impl HomeChannels {
     }
 
     /// Handles a request from node `from` for a queue here.
-    pub(super) fn handle(&self, forwarder: &Arc<Forwarder>, broker: &Broker, from: u64, request: Forwarded) {
+    fn handle(&self, forwarder: &Arc<Forwarder>, vhosts: &dyn VhostDirectory, from: u64, request: Forwarded) {
         match request {
             Forwarded::Publish { id, vhost, queue, messages } => {
-                let published = match queue_of(broker, &vhost, &queue) {
+                let published = match queue_of(vhosts, &vhost, &queue) {
                     Ok((_, queue)) => publish(&queue, messages),
                     Err(error) => messages.iter().map(|_| Err(error.text.clone())).collect(),
                 };
                 answer_later(forwarder, from, id, stored(published), RemoteAnswer::Published);
             }
             Forwarded::Consume { id, vhost, queue, channel, tag, spec } => {
-                let started = self.consume(forwarder, broker, from, (&vhost, &queue), channel, &tag, spec);
+                let started = self.consume(forwarder, vhosts, from, (&vhost, &queue), channel, &tag, spec);
                 answer_consume(forwarder, from, id, started);
             }
             Forwarded::Cancel { channel, tag } => {
@@ -109,7 +147,7 @@ impl HomeChannels {
                 }
             }
             Forwarded::Get { id, vhost, queue, channel, no_ack } => {
-                let got = queue_of(broker, &vhost, &queue).map(|(host, queue)| {
+                let got = queue_of(vhosts, &vhost, &queue).map(|(host, queue)| {
                     let session = self.session(forwarder, from, channel, &host);
                     queue.get(&session, no_ack)
                 });
@@ -125,11 +163,11 @@ impl HomeChannels {
                 answer_later(forwarder, from, id, answer, RemoteAnswer::Got);
             }
             Forwarded::Purge { id, vhost, queue } => {
-                let purge = queue_of(broker, &vhost, &queue).map(|(_, queue)| queue.purge());
+                let purge = queue_of(vhosts, &vhost, &queue).map(|(_, queue)| queue.purge());
                 answer_later(forwarder, from, id, async move { got_or(purge).await }, RemoteAnswer::Purged);
             }
             Forwarded::Counts { id, vhost, queue } => {
-                let counts = queue_of(broker, &vhost, &queue).map(|(_, queue)| queue.counts());
+                let counts = queue_of(vhosts, &vhost, &queue).map(|(_, queue)| queue.counts());
                 answer_later(forwarder, from, id, async move { got_or(counts).await }, RemoteAnswer::Counts);
             }
             Forwarded::ChannelClosed { channel } => {
@@ -147,14 +185,14 @@ impl HomeChannels {
     fn consume(
         &self,
         forwarder: &Arc<Forwarder>,
-        broker: &Broker,
+        vhosts: &dyn VhostDirectory,
         from: u64,
         (vhost, queue): (&str, &str),
         channel: ChannelId,
         tag: &str,
         spec: ConsumeSpec,
     ) -> Reply<BrokerResult<Arc<Consumer>>> {
-        let (host, queue) = match queue_of(broker, vhost, queue) {
+        let (host, queue) = match queue_of(vhosts, vhost, queue) {
             Ok(found) => found,
             Err(error) => return Reply::Now(Err(error)),
         };
@@ -166,7 +204,7 @@ impl HomeChannels {
     }
 
     /// The link to `node` went: its mirrored channels close, their unacked messages requeued.
-    pub(super) fn node_down(&self, node: u64) {
+    fn node_down(&self, node: u64) {
         let closed: Vec<Arc<Session>> = {
             let mut sessions = self.sessions.lock();
             let keys: Vec<_> = sessions.keys().filter(|(n, _)| *n == node).copied().collect();
@@ -178,7 +216,7 @@ impl HomeChannels {
     }
 
     /// Deliveries to `node` may flow again.
-    pub(super) fn resume(&self, node: u64) {
+    fn resume(&self, node: u64) {
         let sessions: Vec<Arc<Session>> =
             self.sessions.lock().iter().filter(|((n, _), _)| *n == node).map(|(_, s)| Arc::clone(s)).collect();
         for session in sessions {

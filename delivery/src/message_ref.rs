@@ -9,7 +9,7 @@ const IN_MEMORY_BIT: u64 = 1 << 63;
 /// A queued message: its place in the queue, its priority, and where it is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MessageRef {
-    pub(super) position: u64,
+    pub(crate) position: u64,
     location: u64,
 }
 
@@ -32,7 +32,7 @@ impl MessageRef {
         ((self.location >> PRIORITY_SHIFT) & 0xff) as u8
     }
 
-    pub(super) fn in_memory(self) -> bool {
+    pub(crate) fn in_memory(self) -> bool {
         self.location & IN_MEMORY_BIT != 0
     }
 }

@@ -5,7 +5,7 @@
 //! a bitmap of non-empty levels finds it in a few instructions. Within a level, messages are
 //! ordered by their position in the queue, so a requeued message goes back to its place.
 
-use super::MessageRef;
+use crate::message_ref::MessageRef;
 use std::collections::VecDeque;
 
 /// Priority levels a priority queue can have (0..=255).
