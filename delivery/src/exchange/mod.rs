@@ -22,7 +22,7 @@ use crate::message::Message;
 use amq_protocol::types::{AMQPValue, FieldTable};
 use binding_table::BindingTable;
 use parking_lot::RwLock;
-use router::{router_for, Router};
+use router::Router;
 use std::sync::Arc;
 
 /// The routing algorithm of an exchange.
@@ -248,5 +248,19 @@ impl Exchange {
     pub fn route(&self, message: &Message, out: &mut Vec<Destination>) {
         let bindings = self.bindings.read();
         bindings.router.route(message, &bindings.all, out);
+    }
+}
+
+/// The router of an exchange declared as `definition`.
+fn router_for(definition: &ExchangeDefinition) -> Box<dyn Router> {
+    let router: Box<dyn Router> = match definition.kind {
+        ExchangeKind::Direct => Box::new(direct::DirectRouter::default()),
+        ExchangeKind::Fanout => Box::new(fanout::FanoutRouter),
+        ExchangeKind::Topic => Box::new(topic::TopicRouter::default()),
+        ExchangeKind::Headers => Box::new(headers::HeadersRouter::default()),
+    };
+    match definition.kind == ExchangeKind::Direct && super_stream::is_super_stream(&definition.arguments) {
+        true => Box::new(super_stream::SuperStreamRouter::new(router)),
+        false => router,
     }
 }

@@ -1,10 +1,11 @@
 //! [`Router`]: how an exchange type indexes its bindings and picks a message's destinations.
 //! Each type is a file of its own (`direct`, `fanout`, `topic`, `headers`); a super stream is
-//! a direct router wrapped by [`super::super_stream::SuperStreamRouter`]. The exchange keeps the
-//! bindings themselves ([`BindingTable`]) and hands them to its router where it needs them.
+//! a direct router wrapped by `super_stream::SuperStreamRouter`. The exchange keeps the
+//! bindings themselves ([`BindingTable`]), hands them to its router where it needs them, and
+//! picks the router for its type.
 
 use super::binding_table::BindingTable;
-use super::{Binding, Destination, ExchangeDefinition, ExchangeKind};
+use super::{Binding, Destination};
 use crate::error::BrokerResult;
 use crate::message::Message;
 
@@ -24,19 +25,5 @@ pub(super) trait Router: std::fmt::Debug + Send + Sync {
     /// A super stream's partitions in order; `None` for every other exchange.
     fn partitions(&self) -> Option<&[Destination]> {
         None
-    }
-}
-
-/// The router of an exchange declared as `definition`.
-pub(super) fn router_for(definition: &ExchangeDefinition) -> Box<dyn Router> {
-    let router: Box<dyn Router> = match definition.kind {
-        ExchangeKind::Direct => Box::new(super::direct::DirectRouter::default()),
-        ExchangeKind::Fanout => Box::new(super::fanout::FanoutRouter),
-        ExchangeKind::Topic => Box::new(super::topic::TopicRouter::default()),
-        ExchangeKind::Headers => Box::new(super::headers::HeadersRouter::default()),
-    };
-    match definition.kind == ExchangeKind::Direct && super::super_stream::is_super_stream(&definition.arguments) {
-        true => Box::new(super::super_stream::SuperStreamRouter::new(router)),
-        false => router,
     }
 }
