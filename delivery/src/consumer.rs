@@ -3,8 +3,7 @@
 use crate::error::{BrokerError, BrokerResult};
 use crate::field_value::{number_of, string_of, Shown};
 use crate::message::Message;
-use crate::queue::Queue;
-use crate::session::Session;
+use crate::queue::{DeliveryChannel, Queue};
 use crate::tag_filter::{message_tag, TagFilter};
 // A transition: quorum/state.rs names `crate::consumer::tag_of` inline (not in a `use`);
 // this goes once it names `crate::tag_filter::tag_of`.
@@ -18,7 +17,7 @@ use std::sync::Arc;
 pub struct Consumer {
     tag: ShortString,
     queue: Arc<Queue>,
-    session: Arc<Session>,
+    session: Arc<dyn DeliveryChannel>,
     no_ack: bool,
     exclusive: bool,
     /// The per-consumer prefetch limit (0 = none), fixed when the consumer starts, as in RabbitMQ.
@@ -102,7 +101,7 @@ impl Consumer {
     pub(crate) fn new(
         tag: ShortString,
         queue: Arc<Queue>,
-        session: Arc<Session>,
+        session: Arc<dyn DeliveryChannel>,
         options: ConsumerOptions,
         prefetch: u32,
     ) -> BrokerResult<Self> {
@@ -175,7 +174,7 @@ impl Consumer {
     }
 
     /// The session (channel) it belongs to.
-    pub fn session(&self) -> &Arc<Session> {
+    pub fn session(&self) -> &Arc<dyn DeliveryChannel> {
         &self.session
     }
 

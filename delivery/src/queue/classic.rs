@@ -10,7 +10,7 @@
 
 use super::kind::{Holder, QueueKind};
 use super::state::QueueState;
-use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
 use crate::clock::now_ms;
 use crate::consumer::Consumer;
 use crate::dead_letter::{self, DeathReason};
@@ -23,7 +23,6 @@ use crate::message_store::{MessageStore, StoreError, TransientStore};
 use crate::overflow::Overflow;
 use crate::ready_list::ReadyList;
 use crate::scheduler::{QueueTimer, TimerEvent};
-use crate::session::Session;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -353,7 +352,12 @@ impl QueueKind for ClassicQueue {
     }
 
     /// Takes the next ready message for `basic.get`, recorded on `session`.
-    fn get(&self, queue: &Arc<Queue>, session: &Arc<Session>, no_ack: bool) -> Reply<BrokerResult<Option<GetResult>>> {
+    fn get(
+        &self,
+        queue: &Arc<Queue>,
+        session: &Arc<dyn DeliveryChannel>,
+        no_ack: bool,
+    ) -> Reply<BrokerResult<Option<GetResult>>> {
         Reply::Now(Ok(self.with_state(queue, |state| {
             state.last_used_ms = now_ms();
             let now = state.clock();

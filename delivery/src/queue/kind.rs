@@ -6,7 +6,7 @@
 //! (an append-only log read by offset), and the quorum and remote kinds. A kind's
 //! methods get the queue itself, to hand deliveries to sessions and to arm timers.
 
-use super::{GetResult, Published, Queue, Reply};
+use super::{DeliveryChannel, GetResult, Published, Queue, Reply, SessionId};
 use crate::consumer::Consumer;
 use crate::error::BrokerResult;
 use crate::message::Message;
@@ -14,7 +14,6 @@ use crate::message_ref::MessageRef;
 use crate::message_store::log_browser::LogBrowser;
 use crate::message_store::StoreError;
 use crate::scheduler::QueueTimer;
-use crate::session::{Session, SessionId};
 use crate::stream::Stream;
 use std::sync::Arc;
 
@@ -44,7 +43,12 @@ pub(crate) trait QueueKind: Send + Sync {
     /// Detaches a consumer; true if none is left.
     fn remove_consumer(&self, queue: &Arc<Queue>, consumer: &Arc<Consumer>) -> bool;
     /// `basic.get`: the next message, recorded on `session`.
-    fn get(&self, queue: &Arc<Queue>, session: &Arc<Session>, no_ack: bool) -> Reply<BrokerResult<Option<GetResult>>>;
+    fn get(
+        &self,
+        queue: &Arc<Queue>,
+        session: &Arc<dyn DeliveryChannel>,
+        no_ack: bool,
+    ) -> Reply<BrokerResult<Option<GetResult>>>;
     /// Acknowledged deliveries, held by `consumer` (or taken by `basic.get` on `session`).
     fn settle(&self, queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>);
     /// Rejected deliveries (no requeue): dead-lettered or dropped.

@@ -17,6 +17,7 @@
 //! `crate::remote`) forwards everything to a node where it does.
 
 mod arguments;
+mod channel;
 mod classic;
 mod deadlines;
 mod expiry;
@@ -32,6 +33,7 @@ use crate::connection_id::ConnectionId;
 use crate::message_ref::MessageRef;
 use crate::message_store::{DurableMark, StoreError};
 pub use arguments::{LeaderLocator, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY, MAX_TIMER_MS};
+pub use channel::{DeliveryChannel, SessionId};
 pub use kind::Holder;
 pub use stats::{MessageCounts, QueueStats};
 
@@ -41,7 +43,6 @@ use crate::message::Message;
 use crate::metadata::DefinitionsFence;
 use crate::publish_outcome::PublishOutcome;
 use crate::scheduler::{QueueTimer, SchedulerHandle, TimerTarget};
-use crate::session::{Session, SessionId};
 use crate::stream::Stream;
 use amq_protocol::types::FieldTable;
 use kind::QueueKind;
@@ -336,8 +337,14 @@ impl Queue {
     }
 
     /// Takes the next ready message for `basic.get`, recorded on `session`.
-    pub fn get(self: &Arc<Self>, session: &Arc<Session>, no_ack: bool) -> Reply<BrokerResult<Option<GetResult>>> {
-        self.kind.get(self, session, no_ack)
+    pub fn get<C: DeliveryChannel + 'static>(
+        self: &Arc<Self>,
+        session: &Arc<C>,
+        no_ack: bool,
+    ) -> Reply<BrokerResult<Option<GetResult>>> {
+        // Generic so that callers keep their typed `Arc<Session>`; the kinds see the trait.
+        let channel: Arc<dyn DeliveryChannel> = Arc::clone(session) as Arc<dyn DeliveryChannel>;
+        self.kind.get(self, &channel, no_ack)
     }
 
     /// Settles acknowledged messages (delivered to `consumer`, if by one) and dispatches

@@ -17,7 +17,9 @@
 //!   waiting for a confirm and arms the expiry timer.
 
 use super::kind::{Holder, QueueKind};
-use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::{
+    DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply, SessionId,
+};
 use crate::clock::now_ms;
 use crate::consumer::Consumer;
 use crate::dead_letter::{self, DeathReason};
@@ -31,7 +33,6 @@ use crate::quorum::{
     QuorumStateMachine, Response, Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES, DEFAULT_DELIVERY_LIMIT,
 };
 use crate::scheduler::{QueueTimer, SchedulerHandle, TimerEvent};
-use crate::session::{Session, SessionId};
 use openraft::ServerState;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -526,7 +527,12 @@ impl QueueKind for QuorumQueue {
     }
 
     /// `basic.get`: answered once the group has applied the dequeue.
-    fn get(&self, queue: &Arc<Queue>, session: &Arc<Session>, no_ack: bool) -> Reply<BrokerResult<Option<GetResult>>> {
+    fn get(
+        &self,
+        queue: &Arc<Queue>,
+        session: &Arc<dyn DeliveryChannel>,
+        no_ack: bool,
+    ) -> Reply<BrokerResult<Option<GetResult>>> {
         {
             let mut local = self.inner.local.lock();
             local.channels.insert(session.id().0);

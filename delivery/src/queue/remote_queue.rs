@@ -10,7 +10,9 @@
 //! `consume-ok`: a refusal there is the client's channel error, as it would be here.
 
 use super::kind::{Holder, QueueKind};
-use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::{
+    DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply, SessionId,
+};
 use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::{Message, WireMessage};
@@ -21,7 +23,6 @@ use crate::remote::{
     ConsumeSpec, Forwarded, Forwarder, RemoteAnswer, RemoteConsumer, RequestId, Settlement, Stored, NO_ACK_WINDOW,
 };
 use crate::scheduler::QueueTimer;
-use crate::session::{Session, SessionId};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
@@ -275,7 +276,12 @@ impl QueueKind for RemoteQueue {
         false
     }
 
-    fn get(&self, queue: &Arc<Queue>, session: &Arc<Session>, no_ack: bool) -> Reply<BrokerResult<Option<GetResult>>> {
+    fn get(
+        &self,
+        queue: &Arc<Queue>,
+        session: &Arc<dyn DeliveryChannel>,
+        no_ack: bool,
+    ) -> Reply<BrokerResult<Option<GetResult>>> {
         let Some((home, home_index)) = self.inner.home() else { return Reply::Now(Err(self.inner.home_down())) };
         session.tracked_by(queue);
         let (vhost, name, channel) = (self.inner.vhost.clone(), queue.name().to_string(), session.id().0);

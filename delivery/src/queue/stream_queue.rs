@@ -7,7 +7,7 @@
 //! node's consumers read this node's log as it grows. Everything else is the same.
 
 use super::kind::{Holder, QueueKind};
-use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
 use crate::clock::now_ms;
 use crate::consumer::Consumer;
 use crate::definitions::VhostStorage;
@@ -17,7 +17,6 @@ use crate::message_ref::MessageRef;
 use crate::message_store::{LogStoreConfig, StoreError};
 use crate::quorum::{InitialMembers, Op, QuorumGroup, Response};
 use crate::scheduler::{QueueTimer, SchedulerHandle, TimerEvent};
-use crate::session::Session;
 use crate::stream::{
     GroupCoordination, GroupOp, ReplicatedOffsets, Stream, StreamArguments, StreamStateMachine,
     RETENTION_CHECK_INTERVAL_MS,
@@ -331,7 +330,7 @@ impl QueueKind for StreamQueue {
     fn get(
         &self,
         queue: &Arc<Queue>,
-        _session: &Arc<Session>,
+        _session: &Arc<dyn DeliveryChannel>,
         _no_ack: bool,
     ) -> Reply<BrokerResult<Option<GetResult>>> {
         Reply::Now(Err(BrokerError::new(
