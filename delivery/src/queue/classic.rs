@@ -288,6 +288,10 @@ impl ClassicQueue {
 }
 
 impl QueueKind for ClassicQueue {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn browser(&self) -> Option<LogBrowser> {
         self.state.lock().durable_store.as_ref().and_then(|store| store.browser())
     }

@@ -14,7 +14,6 @@ use crate::message_ref::MessageRef;
 use crate::message_store::log_browser::LogBrowser;
 use crate::message_store::StoreError;
 use crate::scheduler::QueueTimer;
-use crate::stream::Stream;
 use std::sync::Arc;
 
 /// Who holds deliveries being settled: a consumer, or `basic.get` on a channel.
@@ -83,16 +82,16 @@ pub(crate) trait QueueKind: Send + Sync {
     fn mark_deleted(&self, queue: &Arc<Queue>) -> (u32, Vec<Arc<Consumer>>);
     /// Bytes the queue keeps on this node's disk.
     fn disk_bytes(&self) -> u64 {
-        self.as_stream().map_or(0, Stream::disk_bytes)
+        0
     }
-    /// The stream, if this kind is one: for reads by offset.
-    fn as_stream(&self) -> Option<&Stream> {
-        None
-    }
+    /// The kind as `Any`, for the one accessor that needs its concrete type (a stream
+    /// queue's [`crate::stream::Stream`], found in `stream_queue.rs`), so that this trait
+    /// and [`Queue`] name no stream type.
+    fn as_any(&self) -> &dyn std::any::Any;
     /// Reads by offset of the log the queue keeps on this node, if it keeps one: a stream's,
     /// or a durable classic queue's.
     fn browser(&self) -> Option<LogBrowser> {
-        self.as_stream().map(|stream| stream.browser().clone())
+        None
     }
     /// This node's member of the queue's Raft group, if it is replicated here (a quorum
     /// queue, or a stream in a cluster).

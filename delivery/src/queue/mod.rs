@@ -43,7 +43,6 @@ use crate::message::Message;
 use crate::metadata::DefinitionsFence;
 use crate::publish_outcome::PublishOutcome;
 use crate::scheduler::{QueueTimer, SchedulerHandle, TimerTarget};
-use crate::stream::Stream;
 use amq_protocol::types::FieldTable;
 use kind::QueueKind;
 use std::future::Future;
@@ -389,11 +388,6 @@ impl Queue {
     /// returned for cancelling.
     pub(crate) fn mark_deleted(self: &Arc<Self>) -> (u32, Vec<Arc<Consumer>>) {
         self.kind.mark_deleted(self)
-    }
-
-    /// The stream, if this queue is one: for reads by offset.
-    pub fn stream(&self) -> Option<&Stream> {
-        self.kind.as_stream()
     }
 
     /// Reads by offset of the log the queue keeps on this node, if it keeps one: a stream's

@@ -486,6 +486,10 @@ impl Inner {
 }
 
 impl QueueKind for QuorumQueue {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn disk_bytes(&self) -> u64 {
         self.inner.group.size_bytes()
     }

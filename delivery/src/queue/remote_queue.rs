@@ -199,6 +199,10 @@ impl Inner {
 }
 
 impl QueueKind for RemoteQueue {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn publish(&self, _queue: &Arc<Queue>, message: Arc<Message>) -> Result<Published, StoreError> {
         let number = {
             let mut publishing = self.inner.publishing.lock();

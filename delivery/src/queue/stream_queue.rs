@@ -14,6 +14,7 @@ use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
 use crate::message::{Message, WireMessage};
 use crate::message_ref::MessageRef;
+use crate::message_store::log_browser::LogBrowser;
 use crate::message_store::{LogStoreConfig, StoreError};
 use crate::quorum::{InitialMembers, Op, QuorumGroup, Response};
 use crate::scheduler::{QueueTimer, SchedulerHandle, TimerEvent};
@@ -396,7 +397,24 @@ impl QueueKind for StreamQueue {
         self.appender.replicas()
     }
 
-    fn as_stream(&self) -> Option<&Stream> {
-        Some(&self.stream)
+    fn disk_bytes(&self) -> u64 {
+        self.stream.disk_bytes()
+    }
+
+    fn browser(&self) -> Option<LogBrowser> {
+        Some(self.stream.browser().clone())
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+// Defined here, with the kind that holds the stream, so that `queue/mod.rs` names no
+// stream type (the stream's dispatch names `Queue`).
+impl Queue {
+    /// The stream, if this queue is one: for reads by offset.
+    pub fn stream(&self) -> Option<&Stream> {
+        self.kind.as_any().downcast_ref::<StreamQueue>().map(|kind| &*kind.stream)
     }
 }
