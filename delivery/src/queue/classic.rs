@@ -8,9 +8,10 @@
 //! ack, a new consumer), and hands deliveries to each consumer's session without waiting.
 //! Messages leaving for the dead-letter exchange are published after the lock is released.
 
+use super::context::QueueContext;
 use super::kind::{Holder, QueueKind};
 use super::state::QueueState;
-use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueDefinition, Reply};
 use crate::clock::now_ms;
 use crate::consumer::Consumer;
 use crate::dead_letter::{self, DeathReason};
@@ -131,30 +132,36 @@ impl ClassicQueue {
     ) -> Arc<Queue> {
         let expires = arguments.expires_ms;
         let scheduler = Arc::clone(&context.scheduler);
-        let queue = Queue::with_kind(definition, arguments, &context, |me, arguments| {
-            let mut state = QueueState {
-                durable_store,
-                transient_store,
-                ready: ReadyList::new(arguments.max_priority),
-                ready_bytes: 0,
-                next_position: 0,
-                redelivered_below: 0,
-                delivery_counts: HashMap::new(),
-                deadlines: Default::default(),
-                unacked: 0,
-                consumers: Vec::new(),
-                next_consumer: 0,
-                deleted: false,
-                last_used_ms: now_ms(),
-                dead_letters: Vec::new(),
-                unwanted: std::collections::HashSet::new(),
-                scratch_offsets: Vec::new(),
-                scheduler: Arc::clone(&context.scheduler),
-                me: Weak::clone(me),
-            };
-            adjust(&mut state, arguments);
-            Box::new(ClassicQueue { state: Mutex::new(state) })
-        });
+        let queue = Queue::with_kind(
+            definition,
+            arguments,
+            Weak::clone(&context.vhost),
+            context.vhost_name.clone(),
+            |me, arguments| {
+                let mut state = QueueState {
+                    durable_store,
+                    transient_store,
+                    ready: ReadyList::new(arguments.max_priority),
+                    ready_bytes: 0,
+                    next_position: 0,
+                    redelivered_below: 0,
+                    delivery_counts: HashMap::new(),
+                    deadlines: Default::default(),
+                    unacked: 0,
+                    consumers: Vec::new(),
+                    next_consumer: 0,
+                    deleted: false,
+                    last_used_ms: now_ms(),
+                    dead_letters: Vec::new(),
+                    unwanted: std::collections::HashSet::new(),
+                    scratch_offsets: Vec::new(),
+                    scheduler: Arc::clone(&context.scheduler),
+                    me: Weak::clone(me),
+                };
+                adjust(&mut state, arguments);
+                Box::new(ClassicQueue { state: Mutex::new(state) })
+            },
+        );
         if let Some(expires) = expires {
             let event = TimerEvent::QueueExpiry { queue: Arc::<Queue>::downgrade(&queue) };
             scheduler.schedule(now_ms().saturating_add(expires), event);

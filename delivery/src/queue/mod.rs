@@ -19,6 +19,7 @@
 mod arguments;
 mod channel;
 mod classic;
+pub(crate) mod context;
 mod deadlines;
 mod expiry;
 pub(crate) mod factory;
@@ -42,7 +43,7 @@ use crate::error::{BrokerError, BrokerResult};
 use crate::message::Message;
 use crate::metadata::DefinitionsFence;
 use crate::publish_outcome::PublishOutcome;
-use crate::scheduler::{QueueTimer, SchedulerHandle, TimerTarget};
+use crate::scheduler::{QueueTimer, TimerTarget};
 use amq_protocol::types::FieldTable;
 use kind::QueueKind;
 use std::future::Future;
@@ -176,7 +177,7 @@ fn check_exclusive_consume(
 }
 
 /// What a queue asks of the virtual host it lives in. The virtual host stands above the
-/// queues: it implements this, and queues hold it weakly through their [`QueueContext`].
+/// queues: it implements this, and queues hold it weakly through their [`context::QueueContext`].
 pub trait QueueHost: Send + Sync + std::fmt::Debug {
     /// Routes the dead-lettered copy `message` of a message of queue `from`.
     fn publish_dead_letter(&self, from: &str, message: Message) -> PublishOutcome;
@@ -189,21 +190,6 @@ pub trait QueueHost: Send + Sync + std::fmt::Debug {
         fence: &'a DefinitionsFence,
         term: Option<u64>,
     ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
-}
-
-/// What a queue needs from the broker around it.
-#[derive(Debug, Clone)]
-pub struct QueueContext {
-    /// Its virtual host, where dead letters are routed.
-    pub vhost: Weak<dyn QueueHost>,
-    /// That virtual host's name.
-    pub vhost_name: String,
-    /// The broker's timers.
-    pub scheduler: SchedulerHandle,
-    /// The cluster quorum queues are replicated in.
-    pub replication: Arc<dyn crate::quorum::Replication>,
-    /// This node's end of forwarding, to queues that live on other nodes.
-    pub forwarder: Arc<crate::remote::Forwarder>,
 }
 
 /// A queue of any kind.
@@ -227,10 +213,10 @@ impl Queue {
     fn with_kind(
         definition: QueueDefinition,
         arguments: QueueArguments,
-        context: &QueueContext,
+        vhost: Weak<dyn QueueHost>,
+        vhost_name: String,
         make: impl FnOnce(&Weak<Queue>, &QueueArguments) -> Box<dyn QueueKind>,
     ) -> Arc<Self> {
-        let (vhost, vhost_name) = (Weak::clone(&context.vhost), context.vhost_name.clone());
         Arc::new_cyclic(|me| {
             let kind = make(me, &arguments);
             Queue { definition, arguments, vhost, vhost_name, kind, stats: QueueStats::default() }

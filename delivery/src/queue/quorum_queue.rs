@@ -16,10 +16,9 @@
 //!   delivered again; whenever this node becomes leader it resends the dead letters still
 //!   waiting for a confirm and arms the expiry timer.
 
+use super::context::QueueContext;
 use super::kind::{Holder, QueueKind};
-use super::{
-    DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply, SessionId,
-};
+use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueDefinition, Reply, SessionId};
 use crate::clock::now_ms;
 use crate::consumer::Consumer;
 use crate::dead_letter::{self, DeathReason};
@@ -177,7 +176,10 @@ fn build(
         fence: crate::metadata::DefinitionsFence::default(),
     });
     let kind = QuorumQueue { inner: Arc::clone(&inner) };
-    let queue = Queue::with_kind(definition, arguments, &context, |_, _| Box::new(kind));
+    let queue =
+        Queue::with_kind(definition, arguments, Weak::clone(&context.vhost), context.vhost_name.clone(), |_, _| {
+            Box::new(kind)
+        });
     tokio::spawn(act_on_effects(Arc::downgrade(&queue), Arc::downgrade(&inner), effects_rx));
     tokio::spawn(take_over(Arc::downgrade(&queue), Arc::downgrade(&inner)));
     if let Some(expires) = expires {

@@ -9,10 +9,9 @@
 //! [`CommitTracker`] quorum queues use. A consumer is started on the home node before its
 //! `consume-ok`: a refusal there is the client's channel error, as it would be here.
 
+use super::context::QueueContext;
 use super::kind::{Holder, QueueKind};
-use super::{
-    DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply, SessionId,
-};
+use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueDefinition, Reply, SessionId};
 use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::{Message, WireMessage};
@@ -39,7 +38,7 @@ pub(crate) fn declare(
     homes: Vec<u64>,
     context: QueueContext,
 ) -> Arc<Queue> {
-    Queue::with_kind(definition, arguments, &context, |me, _| {
+    Queue::with_kind(definition, arguments, Weak::clone(&context.vhost), context.vhost_name.clone(), |me, _| {
         let inner = Inner {
             me: Weak::clone(me),
             vhost: context.vhost_name.clone(),

@@ -6,8 +6,9 @@
 //! have it, fsynced), each replica's state machine appends them to its own log, and this
 //! node's consumers read this node's log as it grows. Everything else is the same.
 
+use super::context::QueueContext;
 use super::kind::{Holder, QueueKind};
-use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueDefinition, Reply};
 use crate::clock::now_ms;
 use crate::consumer::Consumer;
 use crate::definitions::VhostStorage;
@@ -25,7 +26,7 @@ use crate::stream::{
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use warren_storage::FlushPolicy;
 
@@ -273,7 +274,10 @@ fn build(
     let stream = Arc::new(stream);
     let kind =
         StreamQueue { stream, appender, scheduler: Arc::clone(&context.scheduler), deleted: AtomicBool::new(false) };
-    let queue = Queue::with_kind(definition, arguments, &context, |_, _| Box::new(kind));
+    let queue =
+        Queue::with_kind(definition, arguments, Weak::clone(&context.vhost), context.vhost_name.clone(), |_, _| {
+            Box::new(kind)
+        });
     if checks_age {
         schedule_retention_check(&scheduler, &queue);
     }
