@@ -4,8 +4,8 @@
 //! A [`Consumer`] holds its channel as an `Arc<dyn DeliveryChannel>`; the session, which
 //! stands above queues (it holds them in its unacked deliveries), implements the trait.
 
+use super::consumer::Consumer;
 use super::Queue;
-use crate::consumer::Consumer;
 use crate::message::Message;
 use crate::message_ref::MessageRef;
 use std::sync::atomic::{AtomicU64, Ordering};

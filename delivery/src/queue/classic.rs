@@ -8,12 +8,12 @@
 //! ack, a new consumer), and hands deliveries to each consumer's session without waiting.
 //! Messages leaving for the dead-letter exchange are published after the lock is released.
 
+use super::consumer::Consumer;
 use super::context::QueueContext;
 use super::kind::{Holder, QueueKind};
 use super::state::QueueState;
 use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueDefinition, Reply};
 use crate::clock::now_ms;
-use crate::consumer::Consumer;
 use crate::dead_letter::{self, DeathReason};
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};

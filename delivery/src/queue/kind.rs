@@ -6,8 +6,8 @@
 //! (an append-only log read by offset), and the quorum and remote kinds. A kind's
 //! methods get the queue itself, to hand deliveries to sessions and to arm timers.
 
+use super::consumer::Consumer;
 use super::{DeliveryChannel, GetResult, Published, Queue, Reply, SessionId};
-use crate::consumer::Consumer;
 use crate::error::BrokerResult;
 use crate::message::Message;
 use crate::message_ref::MessageRef;

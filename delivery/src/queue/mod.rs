@@ -19,6 +19,7 @@
 mod arguments;
 mod channel;
 mod classic;
+pub mod consumer;
 pub(crate) mod context;
 mod deadlines;
 mod expiry;
@@ -38,13 +39,13 @@ pub use channel::{DeliveryChannel, SessionId};
 pub use kind::Holder;
 pub use stats::{MessageCounts, QueueStats};
 
-use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::Message;
 use crate::metadata::DefinitionsFence;
 use crate::publish_outcome::PublishOutcome;
 use crate::scheduler::{QueueTimer, TimerTarget};
 use amq_protocol::types::FieldTable;
+use consumer::Consumer;
 use kind::QueueKind;
 use std::future::Future;
 use std::pin::Pin;

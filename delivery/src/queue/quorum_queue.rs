@@ -16,11 +16,11 @@
 //!   delivered again; whenever this node becomes leader it resends the dead letters still
 //!   waiting for a confirm and arms the expiry timer.
 
+use super::consumer::Consumer;
 use super::context::QueueContext;
 use super::kind::{Holder, QueueKind};
 use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueDefinition, Reply, SessionId};
 use crate::clock::now_ms;
-use crate::consumer::Consumer;
 use crate::dead_letter::{self, DeathReason};
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult};

@@ -9,10 +9,10 @@
 //! [`CommitTracker`] quorum queues use. A consumer is started on the home node before its
 //! `consume-ok`: a refusal there is the client's channel error, as it would be here.
 
+use super::consumer::Consumer;
 use super::context::QueueContext;
 use super::kind::{Holder, QueueKind};
 use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueDefinition, Reply, SessionId};
-use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::{Message, WireMessage};
 use crate::message_ref::MessageRef;

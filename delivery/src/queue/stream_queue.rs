@@ -6,11 +6,11 @@
 //! have it, fsynced), each replica's state machine appends them to its own log, and this
 //! node's consumers read this node's log as it grows. Everything else is the same.
 
+use super::consumer::Consumer;
 use super::context::QueueContext;
 use super::kind::{Holder, QueueKind};
 use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueDefinition, Reply};
 use crate::clock::now_ms;
-use crate::consumer::Consumer;
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
 use crate::message::{Message, WireMessage};

@@ -13,11 +13,11 @@
 //! A consumer of a super stream is one consumer per partition under one tag (`partitions`).
 
 use crate::connection_id::ConnectionId;
-use crate::consumer::{Consumer, ConsumerOptions};
 use crate::direct_reply_to::{ReplyAddress, ReplyConsumers, Requester};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
 use crate::message_ref::MessageRef;
+use crate::queue::consumer::{Consumer, ConsumerOptions};
 pub use crate::queue::SessionId;
 use crate::queue::{DeliveryChannel, Holder, Queue, Reply};
 use amq_protocol::types::ShortString;

@@ -6,9 +6,9 @@
 //! it is settled, or after the rebalance timeout ([`REBALANCE_TIMEOUT_ARGUMENT`]).
 
 use super::{reused_tag, Session};
-use crate::consumer::{Consumer, ConsumerOptions, PARTITION_HEADER};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
+use crate::queue::consumer::{Consumer, ConsumerOptions, PARTITION_HEADER};
 use crate::queue::{DeliveryChannel, Queue, Reply};
 use crate::quorum::ConsumerId;
 use crate::stream::{GroupOp, PartitionGroups, MAX_GROUP_MEMBERS};

@@ -56,7 +56,7 @@ use persistence::durable;
 pub struct DeletedQueue {
     /// Messages the queue held.
     pub message_count: u32,
-    consumers: Vec<Arc<crate::consumer::Consumer>>,
+    consumers: Vec<Arc<crate::queue::consumer::Consumer>>,
 }
 
 impl Drop for DeletedQueue {
