@@ -10,9 +10,9 @@ use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::sync::Arc;
-use warren_delivery::consumer::ConsumerOptions;
 use warren_delivery::message_store::LogStoreConfig;
 use warren_delivery::tag_filter::{TagFilter, TAG_HEADER};
+use warren_delivery::ConsumerOptions;
 use warren_delivery::{Broker, ConnectionId, Message, Properties, Queue, QueueDefinition};
 use warren_storage::FlushPolicy;
 

@@ -6,9 +6,9 @@
 //! It stands above the virtual hosts, which it finds through [`VhostDirectory`] (the broker),
 //! and serves the requests [`Forwarder`] receives, as its [`Home`].
 
-use crate::consumer::{Consumer, ConsumerOptions};
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::WireMessage;
+use crate::queue::consumer::{Consumer, ConsumerOptions};
 use crate::queue::{Published, Queue, Reply};
 use crate::remote::wire::{ChannelId, ConsumeSpec, Forwarded, RemoteAnswer, RemoteGet, RequestId, Settlement, Stored};
 use crate::remote::{Forwarder, Home};

@@ -8,10 +8,10 @@ use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
 use bytes::Bytes;
 use std::path::Path;
 use std::sync::Arc;
-use warren_delivery::consumer::ConsumerOptions;
 use warren_delivery::message_store::log_browser::LogBatch;
 use warren_delivery::message_store::LogStoreConfig;
 use warren_delivery::tag_filter::TAG_HEADER;
+use warren_delivery::ConsumerOptions;
 use warren_delivery::{Broker, ConnectionId, Message, Properties, Queue, QueueDefinition};
 
 const STREAM: &str = "events";

@@ -8,11 +8,12 @@
 //! ack, a new consumer), and hands deliveries to each consumer's session without waiting.
 //! Messages leaving for the dead-letter exchange are published after the lock is released.
 
+use super::consumer::Consumer;
+use super::context::QueueContext;
 use super::kind::{Holder, QueueKind};
 use super::state::QueueState;
-use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueDefinition, Reply};
 use crate::clock::now_ms;
-use crate::consumer::Consumer;
 use crate::dead_letter::{self, DeathReason};
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
@@ -23,7 +24,6 @@ use crate::message_store::{MessageStore, StoreError, TransientStore};
 use crate::overflow::Overflow;
 use crate::ready_list::ReadyList;
 use crate::scheduler::{QueueTimer, TimerEvent};
-use crate::session::Session;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -132,30 +132,36 @@ impl ClassicQueue {
     ) -> Arc<Queue> {
         let expires = arguments.expires_ms;
         let scheduler = Arc::clone(&context.scheduler);
-        let queue = Queue::with_kind(definition, arguments, &context, |me, arguments| {
-            let mut state = QueueState {
-                durable_store,
-                transient_store,
-                ready: ReadyList::new(arguments.max_priority),
-                ready_bytes: 0,
-                next_position: 0,
-                redelivered_below: 0,
-                delivery_counts: HashMap::new(),
-                deadlines: Default::default(),
-                unacked: 0,
-                consumers: Vec::new(),
-                next_consumer: 0,
-                deleted: false,
-                last_used_ms: now_ms(),
-                dead_letters: Vec::new(),
-                unwanted: std::collections::HashSet::new(),
-                scratch_offsets: Vec::new(),
-                scheduler: Arc::clone(&context.scheduler),
-                me: Weak::clone(me),
-            };
-            adjust(&mut state, arguments);
-            Box::new(ClassicQueue { state: Mutex::new(state) })
-        });
+        let queue = Queue::with_kind(
+            definition,
+            arguments,
+            Weak::clone(&context.vhost),
+            context.vhost_name.clone(),
+            |me, arguments| {
+                let mut state = QueueState {
+                    durable_store,
+                    transient_store,
+                    ready: ReadyList::new(arguments.max_priority),
+                    ready_bytes: 0,
+                    next_position: 0,
+                    redelivered_below: 0,
+                    delivery_counts: HashMap::new(),
+                    deadlines: Default::default(),
+                    unacked: 0,
+                    consumers: Vec::new(),
+                    next_consumer: 0,
+                    deleted: false,
+                    last_used_ms: now_ms(),
+                    dead_letters: Vec::new(),
+                    unwanted: std::collections::HashSet::new(),
+                    scratch_offsets: Vec::new(),
+                    scheduler: Arc::clone(&context.scheduler),
+                    me: Weak::clone(me),
+                };
+                adjust(&mut state, arguments);
+                Box::new(ClassicQueue { state: Mutex::new(state) })
+            },
+        );
         if let Some(expires) = expires {
             let event = TimerEvent::QueueExpiry { queue: Arc::<Queue>::downgrade(&queue) };
             scheduler.schedule(now_ms().saturating_add(expires), event);
@@ -289,6 +295,10 @@ impl ClassicQueue {
 }
 
 impl QueueKind for ClassicQueue {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn browser(&self) -> Option<LogBrowser> {
         self.state.lock().durable_store.as_ref().and_then(|store| store.browser())
     }
@@ -353,7 +363,12 @@ impl QueueKind for ClassicQueue {
     }
 
     /// Takes the next ready message for `basic.get`, recorded on `session`.
-    fn get(&self, queue: &Arc<Queue>, session: &Arc<Session>, no_ack: bool) -> Reply<BrokerResult<Option<GetResult>>> {
+    fn get(
+        &self,
+        queue: &Arc<Queue>,
+        session: &Arc<dyn DeliveryChannel>,
+        no_ack: bool,
+    ) -> Reply<BrokerResult<Option<GetResult>>> {
         Reply::Now(Ok(self.with_state(queue, |state| {
             state.last_used_ms = now_ms();
             let now = state.clock();

@@ -1,9 +1,8 @@
 //! The one place that knows which kind of queue `x-queue-type` names: new queues at declare,
 //! stored ones at recovery. Everything else holds a [`Queue`] and does not ask its kind.
 
-use super::{
-    classic, quorum_queue, remote_queue, stream_queue, Queue, QueueArguments, QueueContext, QueueDefinition, QueueType,
-};
+use super::context::QueueContext;
+use super::{classic, quorum_queue, remote_queue, stream_queue, Queue, QueueArguments, QueueDefinition, QueueType};
 use crate::definitions::VhostStorage;
 use crate::error::BrokerResult;
 use std::sync::Arc;

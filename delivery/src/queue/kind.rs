@@ -6,16 +6,14 @@
 //! (an append-only log read by offset), and the quorum and remote kinds. A kind's
 //! methods get the queue itself, to hand deliveries to sessions and to arm timers.
 
-use super::{GetResult, Published, Queue, Reply};
-use crate::consumer::Consumer;
+use super::consumer::Consumer;
+use super::{DeliveryChannel, GetResult, Published, Queue, Reply, SessionId};
 use crate::error::BrokerResult;
 use crate::message::Message;
 use crate::message_ref::MessageRef;
 use crate::message_store::log_browser::LogBrowser;
 use crate::message_store::StoreError;
 use crate::scheduler::QueueTimer;
-use crate::session::{Session, SessionId};
-use crate::stream::Stream;
 use std::sync::Arc;
 
 /// Who holds deliveries being settled: a consumer, or `basic.get` on a channel.
@@ -44,7 +42,12 @@ pub(crate) trait QueueKind: Send + Sync {
     /// Detaches a consumer; true if none is left.
     fn remove_consumer(&self, queue: &Arc<Queue>, consumer: &Arc<Consumer>) -> bool;
     /// `basic.get`: the next message, recorded on `session`.
-    fn get(&self, queue: &Arc<Queue>, session: &Arc<Session>, no_ack: bool) -> Reply<BrokerResult<Option<GetResult>>>;
+    fn get(
+        &self,
+        queue: &Arc<Queue>,
+        session: &Arc<dyn DeliveryChannel>,
+        no_ack: bool,
+    ) -> Reply<BrokerResult<Option<GetResult>>>;
     /// Acknowledged deliveries, held by `consumer` (or taken by `basic.get` on `session`).
     fn settle(&self, queue: &Arc<Queue>, messages: &[MessageRef], holder: Holder<'_>);
     /// Rejected deliveries (no requeue): dead-lettered or dropped.
@@ -79,16 +82,16 @@ pub(crate) trait QueueKind: Send + Sync {
     fn mark_deleted(&self, queue: &Arc<Queue>) -> (u32, Vec<Arc<Consumer>>);
     /// Bytes the queue keeps on this node's disk.
     fn disk_bytes(&self) -> u64 {
-        self.as_stream().map_or(0, Stream::disk_bytes)
+        0
     }
-    /// The stream, if this kind is one: for reads by offset.
-    fn as_stream(&self) -> Option<&Stream> {
-        None
-    }
+    /// The kind as `Any`, for the one accessor that needs its concrete type (a stream
+    /// queue's [`crate::stream::Stream`], found in `stream_queue.rs`), so that this trait
+    /// and [`Queue`] name no stream type.
+    fn as_any(&self) -> &dyn std::any::Any;
     /// Reads by offset of the log the queue keeps on this node, if it keeps one: a stream's,
     /// or a durable classic queue's.
     fn browser(&self) -> Option<LogBrowser> {
-        self.as_stream().map(|stream| stream.browser().clone())
+        None
     }
     /// This node's member of the queue's Raft group, if it is replicated here (a quorum
     /// queue, or a stream in a cluster).

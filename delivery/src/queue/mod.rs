@@ -17,7 +17,10 @@
 //! `crate::remote`) forwards everything to a node where it does.
 
 mod arguments;
+mod channel;
 mod classic;
+pub mod consumer;
+pub(crate) mod context;
 mod deadlines;
 mod expiry;
 pub(crate) mod factory;
@@ -32,18 +35,17 @@ use crate::connection_id::ConnectionId;
 use crate::message_ref::MessageRef;
 use crate::message_store::{DurableMark, StoreError};
 pub use arguments::{LeaderLocator, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY, MAX_TIMER_MS};
+pub use channel::{DeliveryChannel, SessionId};
 pub use kind::Holder;
 pub use stats::{MessageCounts, QueueStats};
 
-use crate::consumer::Consumer;
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::Message;
 use crate::metadata::DefinitionsFence;
 use crate::publish_outcome::PublishOutcome;
-use crate::scheduler::{QueueTimer, SchedulerHandle, TimerTarget};
-use crate::session::{Session, SessionId};
-use crate::stream::Stream;
+use crate::scheduler::{QueueTimer, TimerTarget};
 use amq_protocol::types::FieldTable;
+use consumer::Consumer;
 use kind::QueueKind;
 use std::future::Future;
 use std::pin::Pin;
@@ -176,7 +178,7 @@ fn check_exclusive_consume(
 }
 
 /// What a queue asks of the virtual host it lives in. The virtual host stands above the
-/// queues: it implements this, and queues hold it weakly through their [`QueueContext`].
+/// queues: it implements this, and queues hold it weakly through their [`context::QueueContext`].
 pub trait QueueHost: Send + Sync + std::fmt::Debug {
     /// Routes the dead-lettered copy `message` of a message of queue `from`.
     fn publish_dead_letter(&self, from: &str, message: Message) -> PublishOutcome;
@@ -189,21 +191,6 @@ pub trait QueueHost: Send + Sync + std::fmt::Debug {
         fence: &'a DefinitionsFence,
         term: Option<u64>,
     ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
-}
-
-/// What a queue needs from the broker around it.
-#[derive(Debug, Clone)]
-pub struct QueueContext {
-    /// Its virtual host, where dead letters are routed.
-    pub vhost: Weak<dyn QueueHost>,
-    /// That virtual host's name.
-    pub vhost_name: String,
-    /// The broker's timers.
-    pub scheduler: SchedulerHandle,
-    /// The cluster quorum queues are replicated in.
-    pub replication: Arc<dyn crate::quorum::Replication>,
-    /// This node's end of forwarding, to queues that live on other nodes.
-    pub forwarder: Arc<crate::remote::Forwarder>,
 }
 
 /// A queue of any kind.
@@ -227,10 +214,10 @@ impl Queue {
     fn with_kind(
         definition: QueueDefinition,
         arguments: QueueArguments,
-        context: &QueueContext,
+        vhost: Weak<dyn QueueHost>,
+        vhost_name: String,
         make: impl FnOnce(&Weak<Queue>, &QueueArguments) -> Box<dyn QueueKind>,
     ) -> Arc<Self> {
-        let (vhost, vhost_name) = (Weak::clone(&context.vhost), context.vhost_name.clone());
         Arc::new_cyclic(|me| {
             let kind = make(me, &arguments);
             Queue { definition, arguments, vhost, vhost_name, kind, stats: QueueStats::default() }
@@ -336,8 +323,14 @@ impl Queue {
     }
 
     /// Takes the next ready message for `basic.get`, recorded on `session`.
-    pub fn get(self: &Arc<Self>, session: &Arc<Session>, no_ack: bool) -> Reply<BrokerResult<Option<GetResult>>> {
-        self.kind.get(self, session, no_ack)
+    pub fn get<C: DeliveryChannel + 'static>(
+        self: &Arc<Self>,
+        session: &Arc<C>,
+        no_ack: bool,
+    ) -> Reply<BrokerResult<Option<GetResult>>> {
+        // Generic so that callers keep their typed `Arc<Session>`; the kinds see the trait.
+        let channel: Arc<dyn DeliveryChannel> = Arc::clone(session) as Arc<dyn DeliveryChannel>;
+        self.kind.get(self, &channel, no_ack)
     }
 
     /// Settles acknowledged messages (delivered to `consumer`, if by one) and dispatches
@@ -382,11 +375,6 @@ impl Queue {
     /// returned for cancelling.
     pub(crate) fn mark_deleted(self: &Arc<Self>) -> (u32, Vec<Arc<Consumer>>) {
         self.kind.mark_deleted(self)
-    }
-
-    /// The stream, if this queue is one: for reads by offset.
-    pub fn stream(&self) -> Option<&Stream> {
-        self.kind.as_stream()
     }
 
     /// Reads by offset of the log the queue keeps on this node, if it keeps one: a stream's

@@ -16,10 +16,11 @@
 //!   delivered again; whenever this node becomes leader it resends the dead letters still
 //!   waiting for a confirm and arms the expiry timer.
 
+use super::consumer::Consumer;
+use super::context::QueueContext;
 use super::kind::{Holder, QueueKind};
-use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueDefinition, Reply, SessionId};
 use crate::clock::now_ms;
-use crate::consumer::Consumer;
 use crate::dead_letter::{self, DeathReason};
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult};
@@ -31,7 +32,6 @@ use crate::quorum::{
     QuorumStateMachine, Response, Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES, DEFAULT_DELIVERY_LIMIT,
 };
 use crate::scheduler::{QueueTimer, SchedulerHandle, TimerEvent};
-use crate::session::{Session, SessionId};
 use openraft::ServerState;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -176,7 +176,10 @@ fn build(
         fence: crate::metadata::DefinitionsFence::default(),
     });
     let kind = QuorumQueue { inner: Arc::clone(&inner) };
-    let queue = Queue::with_kind(definition, arguments, &context, |_, _| Box::new(kind));
+    let queue =
+        Queue::with_kind(definition, arguments, Weak::clone(&context.vhost), context.vhost_name.clone(), |_, _| {
+            Box::new(kind)
+        });
     tokio::spawn(act_on_effects(Arc::downgrade(&queue), Arc::downgrade(&inner), effects_rx));
     tokio::spawn(take_over(Arc::downgrade(&queue), Arc::downgrade(&inner)));
     if let Some(expires) = expires {
@@ -485,6 +488,10 @@ impl Inner {
 }
 
 impl QueueKind for QuorumQueue {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn disk_bytes(&self) -> u64 {
         self.inner.group.size_bytes()
     }
@@ -526,7 +533,12 @@ impl QueueKind for QuorumQueue {
     }
 
     /// `basic.get`: answered once the group has applied the dequeue.
-    fn get(&self, queue: &Arc<Queue>, session: &Arc<Session>, no_ack: bool) -> Reply<BrokerResult<Option<GetResult>>> {
+    fn get(
+        &self,
+        queue: &Arc<Queue>,
+        session: &Arc<dyn DeliveryChannel>,
+        no_ack: bool,
+    ) -> Reply<BrokerResult<Option<GetResult>>> {
         {
             let mut local = self.inner.local.lock();
             local.channels.insert(session.id().0);

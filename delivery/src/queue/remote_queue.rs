@@ -9,9 +9,10 @@
 //! [`CommitTracker`] quorum queues use. A consumer is started on the home node before its
 //! `consume-ok`: a refusal there is the client's channel error, as it would be here.
 
+use super::consumer::Consumer;
+use super::context::QueueContext;
 use super::kind::{Holder, QueueKind};
-use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
-use crate::consumer::Consumer;
+use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueDefinition, Reply, SessionId};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::{Message, WireMessage};
 use crate::message_ref::MessageRef;
@@ -21,7 +22,6 @@ use crate::remote::{
     ConsumeSpec, Forwarded, Forwarder, RemoteAnswer, RemoteConsumer, RequestId, Settlement, Stored, NO_ACK_WINDOW,
 };
 use crate::scheduler::QueueTimer;
-use crate::session::{Session, SessionId};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
@@ -38,7 +38,7 @@ pub(crate) fn declare(
     homes: Vec<u64>,
     context: QueueContext,
 ) -> Arc<Queue> {
-    Queue::with_kind(definition, arguments, &context, |me, _| {
+    Queue::with_kind(definition, arguments, Weak::clone(&context.vhost), context.vhost_name.clone(), |me, _| {
         let inner = Inner {
             me: Weak::clone(me),
             vhost: context.vhost_name.clone(),
@@ -198,6 +198,10 @@ impl Inner {
 }
 
 impl QueueKind for RemoteQueue {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn publish(&self, _queue: &Arc<Queue>, message: Arc<Message>) -> Result<Published, StoreError> {
         let number = {
             let mut publishing = self.inner.publishing.lock();
@@ -275,7 +279,12 @@ impl QueueKind for RemoteQueue {
         false
     }
 
-    fn get(&self, queue: &Arc<Queue>, session: &Arc<Session>, no_ack: bool) -> Reply<BrokerResult<Option<GetResult>>> {
+    fn get(
+        &self,
+        queue: &Arc<Queue>,
+        session: &Arc<dyn DeliveryChannel>,
+        no_ack: bool,
+    ) -> Reply<BrokerResult<Option<GetResult>>> {
         let Some((home, home_index)) = self.inner.home() else { return Reply::Now(Err(self.inner.home_down())) };
         session.tracked_by(queue);
         let (vhost, name, channel) = (self.inner.vhost.clone(), queue.name().to_string(), session.id().0);

@@ -4,9 +4,9 @@
 //! (publishing dead letters to other queues) is collected in `dead_letters`.
 
 use super::arguments::QueueArguments;
+use super::consumer::Consumer;
 use super::deadlines::Deadlines;
 use crate::clock::now_ms;
-use crate::consumer::Consumer;
 use crate::dead_letter::{self, DeathReason};
 use crate::message::Message;
 use crate::message_ref::MessageRef;

@@ -6,18 +6,19 @@
 //! have it, fsynced), each replica's state machine appends them to its own log, and this
 //! node's consumers read this node's log as it grows. Everything else is the same.
 
+use super::consumer::Consumer;
+use super::context::QueueContext;
 use super::kind::{Holder, QueueKind};
-use super::{GetResult, Published, Queue, QueueArguments, QueueContext, QueueDefinition, Reply};
+use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueDefinition, Reply};
 use crate::clock::now_ms;
-use crate::consumer::Consumer;
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
 use crate::message::{Message, WireMessage};
 use crate::message_ref::MessageRef;
+use crate::message_store::log_browser::LogBrowser;
 use crate::message_store::{LogStoreConfig, StoreError};
 use crate::quorum::{InitialMembers, Op, QuorumGroup, Response};
 use crate::scheduler::{QueueTimer, SchedulerHandle, TimerEvent};
-use crate::session::Session;
 use crate::stream::{
     GroupCoordination, GroupOp, ReplicatedOffsets, Stream, StreamArguments, StreamStateMachine,
     RETENTION_CHECK_INTERVAL_MS,
@@ -25,7 +26,7 @@ use crate::stream::{
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use warren_storage::FlushPolicy;
 
@@ -273,7 +274,10 @@ fn build(
     let stream = Arc::new(stream);
     let kind =
         StreamQueue { stream, appender, scheduler: Arc::clone(&context.scheduler), deleted: AtomicBool::new(false) };
-    let queue = Queue::with_kind(definition, arguments, &context, |_, _| Box::new(kind));
+    let queue =
+        Queue::with_kind(definition, arguments, Weak::clone(&context.vhost), context.vhost_name.clone(), |_, _| {
+            Box::new(kind)
+        });
     if checks_age {
         schedule_retention_check(&scheduler, &queue);
     }
@@ -331,7 +335,7 @@ impl QueueKind for StreamQueue {
     fn get(
         &self,
         queue: &Arc<Queue>,
-        _session: &Arc<Session>,
+        _session: &Arc<dyn DeliveryChannel>,
         _no_ack: bool,
     ) -> Reply<BrokerResult<Option<GetResult>>> {
         Reply::Now(Err(BrokerError::new(
@@ -397,7 +401,24 @@ impl QueueKind for StreamQueue {
         self.appender.replicas()
     }
 
-    fn as_stream(&self) -> Option<&Stream> {
-        Some(&self.stream)
+    fn disk_bytes(&self) -> u64 {
+        self.stream.disk_bytes()
+    }
+
+    fn browser(&self) -> Option<LogBrowser> {
+        Some(self.stream.browser().clone())
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+// Defined here, with the kind that holds the stream, so that `queue/mod.rs` names no
+// stream type (the stream's dispatch names `Queue`).
+impl Queue {
+    /// The stream, if this queue is one: for reads by offset.
+    pub fn stream(&self) -> Option<&Stream> {
+        self.kind.as_any().downcast_ref::<StreamQueue>().map(|kind| &*kind.stream)
     }
 }

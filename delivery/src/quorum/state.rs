@@ -161,7 +161,7 @@ impl QueueState {
         let expires_at_ms = ttl_ms.map(|ttl| self.clock_ms.saturating_add(ttl));
         let state = MessageState { priority, size, delivery_count: 0, acquired: 0, expires_at_ms, holder: None };
         self.messages.insert(id, state);
-        if let Some(tag) = properties.as_ref().and_then(crate::consumer::tag_of) {
+        if let Some(tag) = properties.as_ref().and_then(crate::tag_filter::tag_of) {
             self.tags.insert(id, tag.to_vec());
         }
         self.make_ready(id, state);

@@ -2,9 +2,9 @@
 //! and tag, the deliveries the home node sends are handed to them.
 
 use super::wire::ChannelId;
-use crate::consumer::Consumer;
 use crate::message::WireMessage;
 use crate::message_ref::MessageRef;
+use crate::queue::consumer::Consumer;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;

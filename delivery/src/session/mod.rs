@@ -13,40 +13,21 @@
 //! A consumer of a super stream is one consumer per partition under one tag (`partitions`).
 
 use crate::connection_id::ConnectionId;
-use crate::consumer::{Consumer, ConsumerOptions};
 use crate::direct_reply_to::{ReplyAddress, ReplyConsumers, Requester};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
 use crate::message_ref::MessageRef;
-use crate::queue::{Holder, Queue, Reply};
+use crate::queue::consumer::{Consumer, ConsumerOptions};
+pub use crate::queue::SessionId;
+use crate::queue::{DeliveryChannel, Holder, Queue, Reply};
 use amq_protocol::types::ShortString;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
 
 mod partitions;
 use partitions::with_partition_header;
-
-/// A channel's identity for queues that track channels themselves (quorum queues, whose
-/// replicated state names the channel holding each message): unique in this process, and
-/// never reused by a later run of the broker (ids start from the start time).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionId(pub u64);
-
-impl SessionId {
-    /// A new id. The first ones of a run are its start time in ms shifted left by
-    /// [`SESSION_ID_COUNTER_BITS`]: a restart starts past every id of the run before, unless
-    /// that run opened more than 2^20 channels per millisecond it lived.
-    fn next() -> Self {
-        static NEXT: OnceLock<AtomicU64> = OnceLock::new();
-        let next = NEXT.get_or_init(|| AtomicU64::new(crate::clock::now_ms() << SESSION_ID_COUNTER_BITS));
-        SessionId(next.fetch_add(1, Ordering::Relaxed))
-    }
-}
-
-/// Bits of a [`SessionId`] below its run's start time.
-const SESSION_ID_COUNTER_BITS: u32 = 20;
 
 /// One message on its way to a consumer.
 #[derive(Debug)]
@@ -177,39 +158,14 @@ impl Session {
         self.state.lock().closed
     }
 
-    /// `queue` tracks this channel itself: it is told when the channel closes (at once if
-    /// it is closed already).
-    pub(crate) fn tracked_by(&self, queue: &Arc<Queue>) {
-        let closed = {
-            let mut state = self.state.lock();
-            if !state.tracking.iter().any(|q| std::ptr::eq(q.as_ptr(), Arc::as_ptr(queue))) {
-                state.tracking.push(Arc::downgrade(queue));
-            }
-            state.closed
-        };
-        if closed {
-            queue.channel_closed(self.id);
-        }
-    }
-
     /// The virtual host the channel works in.
     pub fn vhost(&self) -> &Arc<dyn SessionHost> {
         &self.vhost
     }
 
-    /// Whether deliveries may flow: not paused by `channel.flow`, and the client keeping up.
-    pub(crate) fn flow_active(&self) -> bool {
-        self.flow_active.load(Ordering::Acquire) && self.sink.writable()
-    }
-
     /// The client caught up with what was sent: deliveries held back resume.
     pub fn resume(&self) {
         self.kick_consumers();
-    }
-
-    pub(crate) fn has_credit(&self) -> bool {
-        let limit = self.channel_prefetch.load(Ordering::Acquire);
-        self.flow_active() && (limit == 0 || self.unacked_total.load(Ordering::Acquire) < limit)
     }
 
     /// The prefetch limit of consumers started from now on (`basic.qos` with global=false).
@@ -293,7 +249,13 @@ impl Session {
             return Err(reused_tag(tag.as_str()));
         }
         let prefetch = state.consumer_prefetch;
-        let consumer = Arc::new(Consumer::new(tag, Arc::clone(queue), Arc::clone(self), options, prefetch)?);
+        let consumer = Arc::new(Consumer::new(
+            tag,
+            Arc::clone(queue),
+            Arc::clone(self) as Arc<dyn DeliveryChannel>,
+            options,
+            prefetch,
+        )?);
         state.consumers.push(Arc::clone(&consumer));
         Ok(consumer)
     }
@@ -398,73 +360,6 @@ impl Session {
             // filters, priorities).
             queue.dispatch();
         }
-    }
-
-    /// The broker cancels a consumer whose queue went away, and tells the client.
-    pub(crate) fn cancelled_by_broker(&self, consumer: &Arc<Consumer>) {
-        let removed = {
-            let mut state = self.state.lock();
-            let before = state.consumers.len();
-            state.consumers.retain(|c| !Arc::ptr_eq(c, consumer));
-            // A super stream consumer goes on while one of its partitions remains.
-            let tag_gone = !state.consumers.iter().any(|c| c.tag() == consumer.tag());
-            before != state.consumers.len() && !state.closed && tag_gone
-        };
-        if removed {
-            self.sink.consumer_cancelled(consumer.tag());
-        }
-    }
-
-    /// Called by a queue, under its lock: numbers a delivery and hands it to the sink.
-    pub(crate) fn push(
-        &self,
-        consumer: &Arc<Consumer>,
-        queue: &Arc<Queue>,
-        message_ref: MessageRef,
-        redelivered: bool,
-        message: Arc<Message>,
-    ) {
-        let mut state = self.state.lock();
-        let delivery_tag = state.next_tag;
-        state.next_tag += 1;
-        if !consumer.no_ack() {
-            consumer.delivered();
-            self.unacked_total.fetch_add(1, Ordering::AcqRel);
-            let entry = Unacked {
-                tag: delivery_tag,
-                delivered_at_ms: crate::clock::now_ms(),
-                queue: Arc::clone(queue),
-                message: message_ref,
-                consumer: Some(Arc::clone(consumer)),
-            };
-            state.unacked.push_back(entry);
-        }
-        queue.stats().delivered(consumer.no_ack(), redelivered);
-        let message = match consumer.partition() {
-            Some(partition) => with_partition_header(message, partition),
-            None => message,
-        };
-        // Sent under the session lock so that tags reach the client in order.
-        self.sink.deliver(Delivery { consumer: Arc::clone(consumer), delivery_tag, redelivered, message });
-    }
-
-    /// Called by a queue, under its lock: numbers a `basic.get` result.
-    pub(crate) fn record_get(&self, queue: &Arc<Queue>, message: MessageRef, no_ack: bool) -> u64 {
-        queue.stats().got(no_ack);
-        let mut state = self.state.lock();
-        let delivery_tag = state.next_tag;
-        state.next_tag += 1;
-        if !no_ack {
-            self.unacked_total.fetch_add(1, Ordering::AcqRel);
-            state.unacked.push_back(Unacked {
-                tag: delivery_tag,
-                delivered_at_ms: crate::clock::now_ms(),
-                queue: Arc::clone(queue),
-                message,
-                consumer: None,
-            });
-        }
-        delivery_tag
     }
 
     /// Takes the unacked deliveries `tag`/`multiple` name; an unknown tag is 406.
@@ -577,6 +472,109 @@ enum Settlement {
     Ack,
     Reject,
     Requeue,
+}
+
+/// The session is the channel its consumers' queues deliver to.
+impl DeliveryChannel for Session {
+    fn id(&self) -> SessionId {
+        Session::id(self)
+    }
+
+    fn channel_prefetch(&self) -> u32 {
+        Session::channel_prefetch(self)
+    }
+
+    /// `queue` tracks this channel itself: it is told when the channel closes (at once if
+    /// it is closed already).
+    fn tracked_by(&self, queue: &Arc<Queue>) {
+        let closed = {
+            let mut state = self.state.lock();
+            if !state.tracking.iter().any(|q| std::ptr::eq(q.as_ptr(), Arc::as_ptr(queue))) {
+                state.tracking.push(Arc::downgrade(queue));
+            }
+            state.closed
+        };
+        if closed {
+            queue.channel_closed(self.id);
+        }
+    }
+
+    /// Whether deliveries may flow: not paused by `channel.flow`, and the client keeping up.
+    fn flow_active(&self) -> bool {
+        self.flow_active.load(Ordering::Acquire) && self.sink.writable()
+    }
+
+    fn has_credit(&self) -> bool {
+        let limit = self.channel_prefetch.load(Ordering::Acquire);
+        self.flow_active() && (limit == 0 || self.unacked_total.load(Ordering::Acquire) < limit)
+    }
+
+    /// The broker cancels a consumer whose queue went away, and tells the client.
+    fn cancelled_by_broker(&self, consumer: &Arc<Consumer>) {
+        let removed = {
+            let mut state = self.state.lock();
+            let before = state.consumers.len();
+            state.consumers.retain(|c| !Arc::ptr_eq(c, consumer));
+            // A super stream consumer goes on while one of its partitions remains.
+            let tag_gone = !state.consumers.iter().any(|c| c.tag() == consumer.tag());
+            before != state.consumers.len() && !state.closed && tag_gone
+        };
+        if removed {
+            self.sink.consumer_cancelled(consumer.tag());
+        }
+    }
+
+    /// Called by a queue, under its lock: numbers a delivery and hands it to the sink.
+    fn push(
+        &self,
+        consumer: &Arc<Consumer>,
+        queue: &Arc<Queue>,
+        message_ref: MessageRef,
+        redelivered: bool,
+        message: Arc<Message>,
+    ) {
+        let mut state = self.state.lock();
+        let delivery_tag = state.next_tag;
+        state.next_tag += 1;
+        if !consumer.no_ack() {
+            consumer.delivered();
+            self.unacked_total.fetch_add(1, Ordering::AcqRel);
+            let entry = Unacked {
+                tag: delivery_tag,
+                delivered_at_ms: crate::clock::now_ms(),
+                queue: Arc::clone(queue),
+                message: message_ref,
+                consumer: Some(Arc::clone(consumer)),
+            };
+            state.unacked.push_back(entry);
+        }
+        queue.stats().delivered(consumer.no_ack(), redelivered);
+        let message = match consumer.partition() {
+            Some(partition) => with_partition_header(message, partition),
+            None => message,
+        };
+        // Sent under the session lock so that tags reach the client in order.
+        self.sink.deliver(Delivery { consumer: Arc::clone(consumer), delivery_tag, redelivered, message });
+    }
+
+    /// Called by a queue, under its lock: numbers a `basic.get` result.
+    fn record_get(&self, queue: &Arc<Queue>, message: MessageRef, no_ack: bool) -> u64 {
+        queue.stats().got(no_ack);
+        let mut state = self.state.lock();
+        let delivery_tag = state.next_tag;
+        state.next_tag += 1;
+        if !no_ack {
+            self.unacked_total.fetch_add(1, Ordering::AcqRel);
+            state.unacked.push_back(Unacked {
+                tag: delivery_tag,
+                delivered_at_ms: crate::clock::now_ms(),
+                queue: Arc::clone(queue),
+                message,
+                consumer: None,
+            });
+        }
+        delivery_tag
+    }
 }
 
 impl SessionState {

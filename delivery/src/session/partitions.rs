@@ -6,10 +6,10 @@
 //! it is settled, or after the rebalance timeout ([`REBALANCE_TIMEOUT_ARGUMENT`]).
 
 use super::{reused_tag, Session};
-use crate::consumer::{Consumer, ConsumerOptions, PARTITION_HEADER};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::message::Message;
-use crate::queue::{Queue, Reply};
+use crate::queue::consumer::{Consumer, ConsumerOptions, PARTITION_HEADER};
+use crate::queue::{DeliveryChannel, Queue, Reply};
 use crate::quorum::ConsumerId;
 use crate::stream::{GroupOp, PartitionGroups, MAX_GROUP_MEMBERS};
 use amq_protocol::types::ShortString;
@@ -104,7 +104,13 @@ impl Session {
         let prefetch = state.consumer_prefetch;
         let mut consumers = Vec::with_capacity(partitions.len());
         for (index, queue) in partitions.iter().enumerate() {
-            let consumer = Consumer::new(tag.clone(), Arc::clone(queue), Arc::clone(self), options.clone(), prefetch)?;
+            let consumer = Consumer::new(
+                tag.clone(),
+                Arc::clone(queue),
+                Arc::clone(self) as Arc<dyn DeliveryChannel>,
+                options.clone(),
+                prefetch,
+            )?;
             consumers.push(Arc::new(consumer.in_partition(index as u32)));
         }
         state.consumers.extend(consumers.iter().cloned());

@@ -4,7 +4,7 @@
 //! disk are stepped over: they are never delivered, and the committed offset moves past them.
 
 use super::tag::HeaderFilter;
-use crate::consumer::Consumer;
+use crate::queue::consumer::Consumer;
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 use warren_storage::{Log, Record, StorageError};

@@ -33,7 +33,6 @@ pub use partition_groups::{GroupCoordination, GroupOp, PartitionGroups, MAX_GROU
 pub use replica::{stream_raft_config, ReplicatedOffsets, StreamStateMachine, MAX_CONSUMER_GROUPS};
 
 use crate::clock::now_ms;
-use crate::consumer::Consumer;
 use crate::dedup_window::{key_in, DedupWindow};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::field_value::string_of;
@@ -41,6 +40,7 @@ use crate::message::Message;
 use crate::message_ref::MessageRef;
 use crate::message_store::log_browser::{LogBrowser, TagHeaders};
 use crate::message_store::{codec as message_codec, DurableMark, LogStoreConfig, StoreError};
+use crate::queue::consumer::Consumer;
 use crate::queue::{Published, Queue};
 use crate::tag_filter::message_tag;
 use cursor::Cursor;

@@ -18,7 +18,7 @@
 //! later is given only to members that joined since (the others have no consumer for it),
 //! even beyond their share when none within it can take it.
 
-use crate::consumer::Consumer;
+use crate::queue::consumer::Consumer;
 use crate::quorum::{ConsumerId, Op};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};

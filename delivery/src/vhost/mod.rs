@@ -24,7 +24,8 @@ use crate::message::Message;
 use crate::message_store::MessageStore;
 use crate::metadata::DefinitionsFence;
 use crate::publish_outcome::PublishOutcome;
-use crate::queue::{self, Queue, QueueContext, QueueDefinition, QueueHost};
+use crate::queue::context::QueueContext;
+use crate::queue::{self, Queue, QueueDefinition, QueueHost};
 use crate::quorum::{InitialMembers, Replication, SingleNode};
 use crate::remote::{Forwarder, NoForwarding};
 use crate::scheduler::SchedulerHandle;
@@ -55,7 +56,7 @@ use persistence::durable;
 pub struct DeletedQueue {
     /// Messages the queue held.
     pub message_count: u32,
-    consumers: Vec<Arc<crate::consumer::Consumer>>,
+    consumers: Vec<Arc<crate::queue::consumer::Consumer>>,
 }
 
 impl Drop for DeletedQueue {

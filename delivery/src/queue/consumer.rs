@@ -1,14 +1,10 @@
 //! A consumer: one `basic.consume` subscription, its QoS credit and where its deliveries go.
 
+use super::{DeliveryChannel, Queue};
 use crate::error::{BrokerError, BrokerResult};
 use crate::field_value::{number_of, string_of, Shown};
 use crate::message::Message;
-use crate::queue::Queue;
-use crate::session::Session;
 use crate::tag_filter::{message_tag, TagFilter};
-// A transition: quorum/state.rs names `crate::consumer::tag_of` inline (not in a `use`);
-// this goes once it names `crate::tag_filter::tag_of`.
-pub(crate) use crate::tag_filter::tag_of;
 use amq_protocol::types::{AMQPValue, FieldTable, ShortString};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -18,7 +14,7 @@ use std::sync::Arc;
 pub struct Consumer {
     tag: ShortString,
     queue: Arc<Queue>,
-    session: Arc<Session>,
+    session: Arc<dyn DeliveryChannel>,
     no_ack: bool,
     exclusive: bool,
     /// The per-consumer prefetch limit (0 = none), fixed when the consumer starts, as in RabbitMQ.
@@ -81,7 +77,7 @@ impl ConsumerOptions {
     /// `x-consumer-timeout`, in ms (1 to 2^32 - 1, as the queue argument), if given.
     pub fn parse_timeout(&self) -> BrokerResult<Option<u64>> {
         let Some(value) = self.arguments.inner().get("x-consumer-timeout") else { return Ok(None) };
-        crate::field_value::whole_number_within(value, 1, crate::queue::MAX_TIMER_MS)
+        crate::field_value::whole_number_within(value, 1, super::MAX_TIMER_MS)
             .map(Some)
             .ok_or_else(|| invalid("x-consumer-timeout", "an integer from 1 to 4294967295 (ms)", value))
     }
@@ -102,7 +98,7 @@ impl Consumer {
     pub(crate) fn new(
         tag: ShortString,
         queue: Arc<Queue>,
-        session: Arc<Session>,
+        session: Arc<dyn DeliveryChannel>,
         options: ConsumerOptions,
         prefetch: u32,
     ) -> BrokerResult<Self> {
@@ -175,7 +171,7 @@ impl Consumer {
     }
 
     /// The session (channel) it belongs to.
-    pub fn session(&self) -> &Arc<Session> {
+    pub fn session(&self) -> &Arc<dyn DeliveryChannel> {
         &self.session
     }
 
