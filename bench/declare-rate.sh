@@ -11,7 +11,9 @@
 # Starts a release Warren (or PATH) on a fresh data directory and free ports (with
 # --cluster, three nodes on one machine, declared through the first); with
 # --rabbitmq, runs the same client against the RabbitMQ on 127.0.0.1:5672 afterwards
-# (apt-get install rabbitmq-server; started here if it is not running), with a fresh vhost.
+# (apt-get install rabbitmq-server; started here if it is not running), with a fresh vhost;
+# with --cluster too, against three private RabbitMQ nodes clustered on this machine
+# (bench/rabbitmq-cluster.sh), declared through the first.
 # Prints the blocks, the totals and Warren's data directory size, then restarts Warren
 # and prints how long until the last queue could be declared passively again.
 # With --churn: CHANGES definition changes (durable declare/delete from K clients at once),
@@ -109,7 +111,12 @@ start
 kill -TERM "$PID" ${OTHERS[*]}
 wait "$PID" ${OTHERS[*]} || true
 PID=
-if [ -n "$RABBITMQ" ]; then
+if [ -n "$RABBITMQ" ] && [ -n "$CLUSTER" ]; then
+	RABBIT_PORT=$(bench/rabbitmq-cluster.sh start "$DATA/rabbitmq")
+	trap 'bench/rabbitmq-cluster.sh stop "$DATA/rabbitmq"; rm -rf "$DATA"' EXIT
+	echo "== RabbitMQ $(dpkg-query -W -f '${Version}' rabbitmq-server), three nodes, $QUEUES durable queues with a binding each"
+	"$PYTHON" bench/declare-rate.py 127.0.0.1 "$RABBIT_PORT" --queues "$QUEUES"
+elif [ -n "$RABBITMQ" ]; then
 	if ! (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; then
 		rabbitmq-server -detached
 		rabbitmqctl await_startup >/dev/null
