@@ -65,6 +65,7 @@ start() {
 	chmod 400 "$DIR/home/.erlang.cookie"
 	local epmd
 	epmd=$(free_port)
+	echo "$epmd" >"$DIR/epmd-port"
 	for node in "${NODES[@]}"; do
 		write_node "$node" "$(free_port)" "$(free_port)" "$epmd"
 	done
@@ -100,6 +101,10 @@ stop() {
 		[ -x "$DIR/$node/launch.sh" ] || continue
 		as_node "$node" rabbitmqctl -n "$(node_name "$node")" stop >/dev/null 2>&1 || true
 	done
+	# The nodes started an epmd of their own, on their port: it outlives them.
+	if [ -f "$DIR/epmd-port" ]; then
+		ERL_EPMD_PORT=$(cat "$DIR/epmd-port") /usr/lib/erlang/bin/epmd -kill >/dev/null 2>&1 || true
+	fi
 }
 
 case "$ACTION" in
