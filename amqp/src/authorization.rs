@@ -5,7 +5,7 @@
 //! [`warren_delivery::access::Operation`], shared with the management API. Passive declares
 //! need nothing. A refusal is 403 ACCESS_REFUSED on the channel.
 
-use crate::channel::ConnectionContext;
+use crate::connection_context::ConnectionContext;
 use amq_protocol::protocol::{basic, exchange, queue, AMQPClass};
 use amq_protocol::types::ShortString;
 use warren_delivery::access::Operation;

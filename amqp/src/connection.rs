@@ -4,8 +4,9 @@
 //! owns the write half (see `outbox`). `Connection` itself is synchronous: it is fed whole
 //! frames and queues its replies, so the same code serves the socket loop and the tests.
 
-use crate::channel::{Channel, ConnectionContext};
+use crate::channel::Channel;
 use crate::config::ProtocolConfig;
+use crate::connection_context::ConnectionContext;
 use crate::frame::{self, RawFrame, FRAME_MIN_SIZE_BYTES};
 use crate::outbox::{Outbound, Outbox};
 use crate::pending_reply::{Answer, PendingReply};

@@ -8,6 +8,7 @@ mod authorization;
 pub mod channel;
 pub mod config;
 pub mod connection;
+pub mod connection_context;
 pub mod content;
 pub mod frame;
 mod hot_methods;

@@ -3,7 +3,8 @@
 //! here or through the cluster's metadata group (the channel's reply then waits for it); the
 //! channel does not ask which. Exclusive queues are the connection's, on this node.
 
-use super::{short, Channel, ConnectionContext};
+use super::{short, Channel};
+use crate::connection_context::ConnectionContext;
 use crate::pending_reply::{Answer, PendingReply};
 use amq_protocol::protocol::{exchange, queue, AMQPClass};
 use warren_delivery::metadata::{change_for, Changed, DefinitionOp, MetaOutcome};

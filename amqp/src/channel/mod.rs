@@ -9,8 +9,9 @@ mod definitions;
 #[cfg(test)]
 mod tests;
 
+use crate::connection_context::ConnectionContext;
 use crate::content::PendingContent;
-use crate::outbox::{ChannelSink, LateReplies, Outbound, Outbox};
+use crate::outbox::{ChannelSink, LateReplies, Outbound};
 use crate::pending_reply::{Answer, PendingReply};
 use crate::publish::{Confirms, Transaction, TxOp};
 use amq_protocol::protocol::{basic, confirm, tx, AMQPClass};
@@ -22,38 +23,11 @@ use warren_delivery::access::Operation;
 use warren_delivery::direct_reply_to::PSEUDO_QUEUE;
 use warren_delivery::exchange::Destination;
 use warren_delivery::{
-    BrokerError, BrokerResult, ConnectionId, Consumer, ConsumerOptions, GetResult, Message, Reply, ReplyCode, Session,
-    VirtualHost,
+    BrokerError, BrokerResult, Consumer, ConsumerOptions, GetResult, Message, Reply, ReplyCode, Session,
 };
 
 /// Length of the random part of a server-generated consumer tag.
 const GENERATED_TAG_CHARS: usize = 22;
-
-/// What a channel needs from its connection.
-#[derive(Debug)]
-pub struct ConnectionContext {
-    /// The connection's id (owner of its exclusive queues).
-    pub id: ConnectionId,
-    /// The virtual host opened by the connection.
-    pub vhost: Arc<VirtualHost>,
-    /// Where replies go.
-    pub outbox: Outbox,
-    /// The largest body accepted.
-    pub max_message_bytes: u64,
-    /// The negotiated frame_max, for splitting bodies.
-    pub frame_max: u32,
-    /// The user the connection logged in as, as the client sent it.
-    pub user: String,
-    /// The broker, whose access control says what the user may do.
-    pub broker: Arc<warren_delivery::Broker>,
-}
-
-impl ConnectionContext {
-    /// `Ok` if the connection's user may make `operation` in its vhost (403 if not).
-    pub fn authorize(&self, operation: &Operation<'_>) -> BrokerResult<()> {
-        self.broker.access().authorize(&self.user, self.vhost.name(), operation)
-    }
-}
 
 /// An open channel.
 #[derive(Debug)]
