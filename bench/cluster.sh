@@ -133,78 +133,29 @@ stop_warren() {
 	W_PIDS=()
 }
 
-# ---- RabbitMQ: three private nodes run as the rabbitmq user ------------------------------
+# ---- RabbitMQ: three private nodes run as the rabbitmq user (bench/rabbitmq-cluster.sh) ---
 
-EPMD_PORT=$(pick_port)
-declare -A R_AMQP R_DIST
-for n in "${NODES[@]}"; do
-	R_AMQP[$n]=$(pick_port)
-	R_DIST[$n]=$(pick_port)
-done
-COOKIE=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+declare -A R_AMQP
+RABBIT_DIR="$WORK/rabbitmq"
 chmod 755 "$WORK"
-rabbit_setup() {
-	local n=$1 dir="$WORK/rabbit-$1"
-	mkdir -p "$dir/home" "$dir/log"
-	echo "$COOKIE" >"$dir/home/.erlang.cookie"
-	chmod 400 "$dir/home/.erlang.cookie"
-	echo '[].' >"$dir/enabled_plugins"
-	: >"$dir/rabbitmq-env.conf"
-	cat >"$dir/rabbitmq.conf" <<EOF
-listeners.tcp.1 = 127.0.0.1:${R_AMQP[$n]}
-loopback_users.guest = true
-log.console = false
-log.file.level = warning
-disk_free_limit.absolute = 100MB
-EOF
-	{
-		echo '#!/bin/sh'
-		echo "export HOME='$dir/home' RABBITMQ_NODENAME='bench-$n@localhost' RABBITMQ_NODE_IP_ADDRESS=127.0.0.1"
-		echo "export RABBITMQ_NODE_PORT=${R_AMQP[$n]} RABBITMQ_DIST_PORT=${R_DIST[$n]} ERL_EPMD_PORT=$EPMD_PORT"
-		echo "export RABBITMQ_CONF_ENV_FILE='$dir/rabbitmq-env.conf' RABBITMQ_CONFIG_FILE='$dir/rabbitmq.conf'"
-		echo "export RABBITMQ_ADVANCED_CONFIG_FILE='$dir/advanced.config' RABBITMQ_ENABLED_PLUGINS_FILE='$dir/enabled_plugins'"
-		echo "export RABBITMQ_MNESIA_BASE='$dir/mnesia' RABBITMQ_LOG_BASE='$dir/log' RABBITMQ_PID_FILE='$dir/rabbitmq.pid'"
-		echo 'cd "$HOME" || exit 1'
-		echo 'ulimit -n 65536 2>/dev/null || true'
-		echo 'exec "/usr/lib/rabbitmq/bin/$@"'
-	} >"$dir/launch.sh"
-	chmod 755 "$dir/launch.sh"
-	chown -R rabbitmq:rabbitmq "$dir"
-}
-as_rabbit() {
-	local n=$1
-	shift
-	runuser -u rabbitmq -- "$WORK/rabbit-$n/launch.sh" "$@"
-}
 R_PIDS=()
 start_rabbitmq() {
 	local n
+	"$ROOT/bench/rabbitmq-cluster.sh" start "$RABBIT_DIR" >/dev/null 2>>"$WORK/logs/rabbitmq.log" ||
+		die "the RabbitMQ cluster did not start (see $WORK/logs/rabbitmq.log and $RABBIT_DIR/*/log)"
 	R_PIDS=()
 	for n in "${NODES[@]}"; do
-		rm -rf "$WORK/rabbit-$n/mnesia" "$WORK/rabbit-$n/rabbitmq.pid"
-		as_rabbit "$n" rabbitmq-server >>"$WORK/logs/rabbit-$n.log" 2>&1 &
+		R_AMQP[$n]=$(cat "$RABBIT_DIR/$n/amqp-port")
+		R_PIDS+=("$(cat "$RABBIT_DIR/$n/rabbitmq.pid")")
+		wait_for_port "${R_AMQP[$n]}" "RabbitMQ node $n"
 	done
-	for n in "${NODES[@]}"; do
-		as_rabbit "$n" rabbitmqctl -n "bench-$n@localhost" wait "$WORK/rabbit-$n/rabbitmq.pid" --timeout "$START_TIMEOUT" \
-			>>"$WORK/logs/rabbit-$n.log" 2>&1 || die "RabbitMQ bench-$n did not start (see $WORK/logs)"
-		R_PIDS+=("$(cat "$WORK/rabbit-$n/rabbitmq.pid")")
-	done
-	for n in b c; do
-		as_rabbit "$n" rabbitmqctl -n "bench-$n@localhost" stop_app >>"$WORK/logs/rabbit-$n.log" 2>&1
-		as_rabbit "$n" rabbitmqctl -n "bench-$n@localhost" join_cluster bench-a@localhost >>"$WORK/logs/rabbit-$n.log" 2>&1 ||
-			die "bench-$n did not join the cluster"
-		as_rabbit "$n" rabbitmqctl -n "bench-$n@localhost" start_app >>"$WORK/logs/rabbit-$n.log" 2>&1
-	done
-	for n in "${NODES[@]}"; do wait_for_port "${R_AMQP[$n]}" "RabbitMQ bench-$n"; done
 }
 stop_rabbitmq() {
-	local n pid
-	for n in "${NODES[@]}"; do as_rabbit "$n" rabbitmqctl -n "bench-$n@localhost" stop >/dev/null 2>&1 || true; done
+	local pid
+	"$ROOT/bench/rabbitmq-cluster.sh" stop "$RABBIT_DIR" 2>/dev/null || true
 	for pid in "${R_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-	runuser -u rabbitmq -- env ERL_EPMD_PORT="$EPMD_PORT" HOME="$WORK/rabbit-a/home" epmd -kill >/dev/null 2>&1 || true
 	R_PIDS=()
 }
-for n in "${NODES[@]}"; do rabbit_setup "$n"; done
 trap 'stop_warren; stop_rabbitmq' EXIT
 
 # ---- rounds ------------------------------------------------------------------------------

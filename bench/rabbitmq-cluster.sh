@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Three private RabbitMQ nodes clustered on this machine, for side-by-side runs against three
-# Warren nodes (bench/declare-rate.sh --cluster --rabbitmq).
+# Warren nodes (bench/cluster.sh, bench/declare-rate.sh --cluster --rabbitmq).
 #
 #   bench/rabbitmq-cluster.sh start DIR   # prints the first node's AMQP port on stdout
 #   bench/rabbitmq-cluster.sh stop DIR
+#
+# After a start, DIR/NODE/amqp-port and DIR/NODE/rabbitmq.pid give each node's AMQP port and
+# process (NODE is a, b or c); a start makes a fresh cluster in DIR.
 #
 # Each node has its own directory, ports and name (warrenbench-a@localhost, ...); they share an
 # Erlang cookie kept in DIR, and run as the rabbitmq user, as Debian's package does, through
@@ -49,6 +52,8 @@ EOF
 			"RABBITMQ_MNESIA_BASE='$DIR/$node/mnesia' RABBITMQ_LOG_BASE='$DIR/$node/log'" \
 			"RABBITMQ_PID_FILE='$DIR/$node/rabbitmq.pid'"
 		echo 'cd "$HOME" || exit 1'
+		# runuser's PAM session resets the soft open-files limit (1024 on Debian): raise it.
+		echo 'ulimit -n 65536 2>/dev/null || true'
 		echo 'exec "/usr/lib/rabbitmq/bin/$@"'
 	} >"$DIR/$node/launch.sh"
 	chmod 755 "$DIR/$node/launch.sh"
@@ -60,6 +65,9 @@ start() {
 		echo "rabbitmq-server is not installed (apt-get install rabbitmq-server)" >&2
 		exit 1
 	}
+	# A fresh cluster each time: nodes of an earlier start would not join again.
+	stop
+	rm -rf "$DIR"
 	mkdir -p "$DIR/home"
 	head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$DIR/home/.erlang.cookie"
 	chmod 400 "$DIR/home/.erlang.cookie"
