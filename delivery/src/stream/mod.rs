@@ -23,6 +23,7 @@ mod dedup;
 pub(crate) mod offset_spec;
 mod partition_groups;
 mod replica;
+mod replicated_offsets;
 pub(crate) mod tag;
 
 pub use arguments::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
@@ -30,7 +31,8 @@ pub use catch_up::{StreamChunk, StreamRecord};
 pub use consumer_groups::{GroupOffsets, OffsetStore, MAX_GROUP_NAME_BYTES};
 pub use offset_spec::{OffsetSpec, OFFSET_ARGUMENT};
 pub use partition_groups::{GroupCoordination, GroupOp, PartitionGroups, MAX_GROUP_MEMBERS, MAX_GROUP_PARTITIONS};
-pub use replica::{stream_raft_config, ReplicatedOffsets, StreamStateMachine, MAX_CONSUMER_GROUPS};
+pub use replica::{stream_raft_config, StreamStateMachine, MAX_CONSUMER_GROUPS};
+pub use replicated_offsets::ReplicatedOffsets;
 
 use crate::clock::now_ms;
 use crate::dedup_window::{key_in, DedupWindow};
