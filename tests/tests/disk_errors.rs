@@ -1,5 +1,6 @@
 //! Disk trouble ends in clear errors, never in lost confirmed messages or a crash.
 
+use futures_util::StreamExt;
 use lapin::options::*;
 use lapin::types::FieldTable;
 use lapin::BasicProperties;
@@ -119,21 +120,27 @@ async fn without_confirms_a_full_disk_closes_the_publishing_channel_not_the_conn
     let ch = channel(&conn).await;
     let durable = QueueDeclareOptions { durable: true, ..Default::default() };
     ch.queue_declare("full".into(), durable, FieldTable::default()).await.expect("declare");
+    // lapin hands the close's reply code to the channel's consumers, whatever the publish
+    // or declare that raced with the close returned: a consumer on the channel watches it.
+    ch.queue_declare("watch".into(), Default::default(), FieldTable::default()).await.expect("declare");
+    let mut watcher = ch
+        .basic_consume("watch".into(), "watcher".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .expect("consume");
     let body = vec![7u8; MESSAGE_BYTES];
     let persistent = BasicProperties::default().with_delivery_mode(2);
-    let mut code = None;
     for _ in 0..200 {
         let publish = ch.basic_publish("".into(), "full".into(), Default::default(), &body, persistent.clone()).await;
-        if let Err(error) = publish {
-            code = reply_code(&error);
-            break;
-        }
         // A round trip, so that the close (if any) has come before the next publish.
-        if let Err(error) = ch.queue_declare("full".into(), durable, FieldTable::default()).await {
-            code = reply_code(&error);
+        if publish.is_err() || ch.queue_declare("full".into(), durable, FieldTable::default()).await.is_err() {
             break;
         }
     }
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(5), watcher.next()).await;
+    let code = match closed {
+        Ok(Some(Err(error))) => reply_code(&error),
+        other => panic!("the publishing channel should have closed, the watcher saw {other:?}"),
+    };
     assert_eq!(code, Some(506), "a 3 MiB disk cannot take 200 x 64 KiB: the channel closes with RESOURCE_ERROR");
     assert!(conn.status().connected(), "the connection stays open");
     let other = channel(&conn).await;
