@@ -147,6 +147,26 @@ impl Cluster {
         }
     }
 
+    /// Black-holes every link of node `node` (it needs proxied links): its bytes are held,
+    /// nothing is closed.
+    pub fn black_hole(&self, node: usize) {
+        for ((dialler, dialled), proxy) in &self.proxies {
+            if *dialler == node || *dialled == node {
+                proxy.black_hole();
+            }
+        }
+    }
+
+    /// Pauses node `node`'s process (SIGSTOP): a hung node, whose sockets stay open.
+    pub fn pause(&self, node: usize) {
+        self.nodes[node].as_ref().expect("running").signal("STOP");
+    }
+
+    /// Resumes node `node`'s process (SIGCONT).
+    pub fn resume(&self, node: usize) {
+        self.nodes[node].as_ref().expect("running").signal("CONT");
+    }
+
     /// Heals every link.
     pub fn heal(&self) {
         self.proxies.values().for_each(FaultProxy::heal);

@@ -1,7 +1,8 @@
 //! A fault-injecting TCP proxy for cluster tests: one per inter-node link, which the
 //! dialling node is told is its peer's address. The test cuts it (open connections are
-//! closed, new ones dropped at once), delays it (every chunk waits before it is passed on),
-//! and heals it.
+//! closed, new ones dropped at once), black-holes it (bytes are held, nothing is closed: a
+//! peer that hangs or a network that drops packets), delays it (every chunk waits before it
+//! is passed on), and heals it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ const CHUNK_BYTES: usize = 64 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct Faults {
     cut: bool,
+    held: bool,
     delay_ms: u64,
 }
 
@@ -40,6 +42,12 @@ impl FaultProxy {
     /// Cuts the link: open connections close, new ones are dropped.
     pub fn cut(&self) {
         self.faults.send_modify(|f| f.cut = true);
+    }
+
+    /// Black-holes the link: what arrives is held (a chunk, then TCP's flow control), nothing
+    /// is closed; the nodes must notice the silence themselves.
+    pub fn black_hole(&self) {
+        self.faults.send_modify(|f| f.held = true);
     }
 
     /// Heals the link (and removes any delay).
@@ -77,7 +85,7 @@ async fn accept(listener: TcpListener, target: SocketAddr, faults: Arc<watch::Se
 async fn pass(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    faults: watch::Receiver<Faults>,
+    mut faults: watch::Receiver<Faults>,
 ) {
     let mut buf = vec![0u8; CHUNK_BYTES];
     loop {
@@ -85,6 +93,9 @@ async fn pass(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        if faults.wait_for(|f| !f.held).await.is_err() {
+            return;
+        }
         let delay_ms = faults.borrow().delay_ms;
         if delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;

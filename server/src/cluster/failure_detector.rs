@@ -29,8 +29,11 @@ use std::time::{Duration, Instant};
 
 /// How often the detector looks.
 const TICK_MS: u64 = 200;
-/// How long a peer must stay disconnected before its groups elect a new leader.
-pub const PEER_DOWN_AFTER_MS: u64 = 1_000;
+/// How long a peer must stay disconnected before its groups elect a new leader: longer than
+/// the transport takes to redial a link that healed (its backoff is capped at 250 ms), so a
+/// blip elects nobody; short, since a hung peer was already silent for the transport's idle
+/// timeout before its link closed.
+pub const PEER_DOWN_AFTER_MS: u64 = 500;
 /// How long a group may have no known leader before it calls an election.
 pub const LEADERLESS_ELECT_AFTER_MS: u64 = 3_000;
 /// Elections of one group are spread over this many ms across its members.

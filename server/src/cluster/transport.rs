@@ -45,15 +45,21 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time a request waits for its response unless the caller says otherwise.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Interval of heartbeats on an idle connection.
-pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
-/// A connection on which nothing arrives for this long is closed (and redialled).
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(200);
+/// A connection on which nothing arrives for this long (five heartbeats missed) is closed
+/// and redialled: this is how a hung, paused or black-holed peer is noticed, where nothing
+/// closes the socket, so that its groups elect a new leader within about two seconds. A
+/// reader that was itself starved of CPU for longer does not close a link whose frames have
+/// arrived meanwhile: it reads what is there before it looks at the deadline.
+pub const IDLE_TIMEOUT: Duration = Duration::from_millis(1_000);
 /// Time allowed for a TCP connect to a peer.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// First and longest pause between dial attempts.
 pub const RECONNECT_MIN_BACKOFF: Duration = Duration::from_millis(50);
-/// See [`RECONNECT_MIN_BACKOFF`].
-pub const RECONNECT_MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// See [`RECONNECT_MIN_BACKOFF`]. Low, since only cluster members are redialled: a link that
+/// heals is back within a quarter of a second, before a second fault can find a node that
+/// never caught up. A connect to a node that is down is refused at once and costs little.
+pub const RECONNECT_MAX_BACKOFF: Duration = Duration::from_millis(250);
 /// Bytes of frames that may wait for one peer's socket before senders wait.
 pub const MAX_BUFFERED_BYTES_PER_PEER: usize = 2 * MAX_FRAME_BYTES;
 /// How long a node joining a cluster keeps trying to connect to the node it joins through.
