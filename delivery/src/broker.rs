@@ -4,7 +4,7 @@ use crate::access::{AccessChange, AccessControl, AccessSettings};
 use crate::connection_id::ConnectionId;
 use crate::connections::Connections;
 use crate::definitions::VhostStorage;
-use crate::error::BrokerError;
+use crate::error::{BrokerError, BrokerResult};
 use crate::home_node::{HomeNode, VhostDirectory};
 use crate::message_store::LogStoreConfig;
 use crate::quorum::{Replication, SingleNode};
@@ -55,7 +55,7 @@ enum VhostHome {
     /// In memory (tests, benchmarks).
     Memory,
     /// Each in its directory under `dir`, named by [`vhost_dir_name`].
-    Disk { dir: PathBuf, store_config: LogStoreConfig, replication: Arc<dyn Replication> },
+    Disk { dir: PathBuf, store_config: LogStoreConfig, replication: Arc<dyn Replication>, catalog_owned: bool },
 }
 
 /// Longest vhost directory name that is the hex of the vhost's name. Hex keeps any name
@@ -96,21 +96,24 @@ impl Broker {
     /// A broker on `data_dir`: durable definitions and messages are recovered from it.
     pub fn open(data_dir: &Path, store_config: LogStoreConfig) -> Result<Arc<Self>, BrokerError> {
         let access = AccessSettings::default();
-        Self::open_clustered(data_dir, store_config, &access, SingleNode::shared(), Arc::new(NoForwarding))
+        Self::open_clustered(data_dir, store_config, &access, SingleNode::shared(), Arc::new(NoForwarding), false)
     }
 
     /// A broker on `data_dir`, a node of a cluster: its quorum queues are replicated through
     /// `replication`, and its clients reach queues of other nodes through `forwarding`. On a
-    /// first start, `access` says which user and vhost to create.
+    /// first start, `access` says which user and vhost to create. With `catalog_owned`, the
+    /// catalog's Raft log records every definition change first (see
+    /// [`VhostStorage::owned_by_catalog`]).
     pub fn open_clustered(
         data_dir: &Path,
         store_config: LogStoreConfig,
         access: &AccessSettings,
         replication: Arc<dyn Replication>,
         forwarding: Arc<dyn Forwarding>,
+        catalog_owned: bool,
     ) -> Result<Arc<Self>, BrokerError> {
         let control = AccessControl::open(Some(warren_storage::SnapshotFile::new(data_dir.join(ACCESS_FILE))), access)?;
-        let home = VhostHome::Disk { dir: data_dir.join(VHOSTS_DIR), store_config, replication };
+        let home = VhostHome::Disk { dir: data_dir.join(VHOSTS_DIR), store_config, replication, catalog_owned };
         Self::build(home, control, Forwarder::new(forwarding))
     }
 
@@ -144,8 +147,11 @@ impl Broker {
         }
         let vhost = match &self.home {
             VhostHome::Memory => VirtualHost::new(name, Arc::clone(&self.scheduler)),
-            VhostHome::Disk { dir, store_config, replication } => {
-                let storage = VhostStorage::new(dir.join(vhost_dir_name(name)), store_config.clone());
+            VhostHome::Disk { dir, store_config, replication, catalog_owned } => {
+                let mut storage = VhostStorage::new(dir.join(vhost_dir_name(name)), store_config.clone());
+                if *catalog_owned {
+                    storage = storage.owned_by_catalog();
+                }
                 let scheduler = Arc::clone(&self.scheduler);
                 VirtualHost::open(name, storage, scheduler, Arc::clone(replication), Arc::clone(&self.forwarder))?
             }
@@ -254,6 +260,23 @@ impl Broker {
         self.metadata.read().clone()
     }
 
+    /// Makes every definition change recorded so far durable (the catalog's checkpoint).
+    pub fn sync_definitions(&self) -> BrokerResult<()> {
+        self.vhosts().iter().try_for_each(|vhost| vhost.sync_definitions())
+    }
+
+    /// Tells every virtual host whether the catalog is replaying its log after a start (see
+    /// [`VirtualHost::set_replaying`]).
+    pub fn set_replaying(&self, replaying: bool) {
+        self.vhosts().iter().for_each(|vhost| vhost.set_replaying(replaying));
+    }
+
+    /// Removes the data directories no queue or delayed exchange owns, which catalog-owned
+    /// storage keeps at start until the catalog's replay is done.
+    pub fn remove_orphaned_stores(&self) {
+        self.vhosts().iter().for_each(|vhost| vhost.remove_orphaned_stores());
+    }
+
     /// Every virtual host.
     pub fn vhosts(&self) -> Vec<Arc<VirtualHost>> {
         let mut vhosts: Vec<Arc<VirtualHost>> = self.vhosts.read().values().cloned().collect();
@@ -276,6 +299,12 @@ impl Broker {
     pub fn close(&self) {
         for vhost in self.vhosts() {
             vhost.close();
+        }
+        // A clean stop replays nothing at the next start.
+        if let Some(metadata) = self.metadata() {
+            if let Err(error) = metadata.machine().checkpoint() {
+                tracing::warn!(%error, "cannot checkpoint the catalog: the next start replays its log");
+            }
         }
     }
 

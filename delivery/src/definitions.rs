@@ -160,6 +160,8 @@ pub struct VhostStorage {
     /// ([`VhostStorage::start_recording`]); changes are applied and appended in one order.
     recorded: Mutex<Option<Recorded>>,
     store_config: LogStoreConfig,
+    /// Whether the catalog's Raft log records every change first ([`VhostStorage::owned_by_catalog`]).
+    catalog_owned: bool,
 }
 
 impl VhostStorage {
@@ -170,7 +172,20 @@ impl VhostStorage {
             dir,
             recorded: Mutex::new(None),
             store_config,
+            catalog_owned: false,
         }
+    }
+
+    /// This storage, with its changes recorded first in the catalog's Raft log, which is
+    /// synced before a change is made: the journal is then a copy the catalog replays its log
+    /// onto after a crash. So appends are not synced one by one (the catalog syncs them at its
+    /// checkpoints: [`VhostStorage::sync`]), and directories that no definition owns at start
+    /// are kept until the replay is done ([`VhostStorage::remove_orphans`]): a queue declared
+    /// just before a crash may be in the log and not yet in the journal, with its messages in
+    /// its directory.
+    pub fn owned_by_catalog(mut self) -> Self {
+        self.catalog_owned = true;
+        self
     }
 
     /// The stored definitions as far as they can be read (empty if none were ever saved):
@@ -336,17 +351,8 @@ impl VhostStorage {
             }
         }
         let delayed = kept.exchanges.iter().filter(|e| e.kind == crate::exchange::DELAYED_TYPE);
-        let owned: HashSet<PathBuf> = kept
-            .queues
-            .iter()
-            .map(|q| self.store_dir(QUEUES_DIR, &q.name))
-            .chain(delayed.map(|e| self.store_dir(DELAYED_DIR, &e.name)))
-            .collect();
-        let mut orphans: Vec<(&'static str, PathBuf)> = Vec::new();
-        for kind in [QUEUES_DIR, DELAYED_DIR] {
-            let Ok(entries) = std::fs::read_dir(self.dir.join(kind)) else { continue };
-            orphans.extend(entries.flatten().map(|entry| (kind, entry.path())).filter(|(_, p)| !owned.contains(p)));
-        }
+        let queues = kept.queues.iter().map(|q| q.name.as_str());
+        let mut orphans = self.orphans(queues, delayed.map(|e| e.name.as_str()));
         let (stamp, file) = self.unused_stamp();
         let aside = self.dir.join(UNREADABLE_DIR).join(stamp.to_string());
         let aside_of = |path: &Path| aside.join(path.strip_prefix(&self.dir).unwrap_or(path));
@@ -376,6 +382,10 @@ impl VhostStorage {
             }
         }
         let mut removals = Vec::new();
+        if self.catalog_owned {
+            // Not yet: the catalog's replay may declare their owners (remove_orphans, after).
+            orphans.clear();
+        }
         for (kind, path) in orphans {
             if unknown_owner.contains(&kind) {
                 let to = aside_of(&path);
@@ -415,6 +425,41 @@ impl VhostStorage {
             );
         }
         Ok(written)
+    }
+
+    /// The data directories that none of `queues` and delayed exchanges `delayed` owns.
+    fn orphans<'a>(
+        &self,
+        queues: impl Iterator<Item = &'a str>,
+        delayed: impl Iterator<Item = &'a str>,
+    ) -> Vec<(&'static str, PathBuf)> {
+        let owned: HashSet<PathBuf> = queues
+            .map(|name| self.store_dir(QUEUES_DIR, name))
+            .chain(delayed.map(|name| self.store_dir(DELAYED_DIR, name)))
+            .collect();
+        let mut orphans = Vec::new();
+        for kind in [QUEUES_DIR, DELAYED_DIR] {
+            let Ok(entries) = std::fs::read_dir(self.dir.join(kind)) else { continue };
+            orphans.extend(entries.flatten().map(|entry| (kind, entry.path())).filter(|(_, p)| !owned.contains(p)));
+        }
+        orphans
+    }
+
+    /// Removes the data directories that none of `queues` and delayed exchanges `delayed`
+    /// owns: what a catalog-owned storage kept at start ([`VhostStorage::owned_by_catalog`]),
+    /// once the catalog's replay is done.
+    pub fn remove_orphans<'a>(&self, queues: impl Iterator<Item = &'a str>, delayed: impl Iterator<Item = &'a str>) {
+        for (_, path) in self.orphans(queues, delayed) {
+            tracing::info!(dir = %path.display(), "removing the files of something that no longer exists");
+            if let Err(error) = std::fs::remove_dir_all(&path) {
+                tracing::warn!(dir = %path.display(), %error, "cannot remove the files of something that no longer exists");
+            }
+        }
+    }
+
+    /// Whether queue `name` has a data directory here.
+    pub fn holds_queue(&self, name: &str) -> bool {
+        self.store_dir(QUEUES_DIR, name).exists()
     }
 
     /// A time stamp (unix ms) for which neither an unreadable file nor folder exists yet.

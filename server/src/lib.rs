@@ -276,9 +276,15 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         None => Arc::new(warren_delivery::remote::NoForwarding),
     };
     let log_config = store_config.log_config();
-    let broker =
-        Broker::open_clustered(&config.data_dir, store_config, &config.access, core_replication, core_forwarding)
-            .map_err(|source| StartError::Recovery { path: config.data_dir.clone(), source })?;
+    let broker = Broker::open_clustered(
+        &config.data_dir,
+        store_config,
+        &config.access,
+        core_replication,
+        core_forwarding,
+        replication.is_some(),
+    )
+    .map_err(|source| StartError::Recovery { path: config.data_dir.clone(), source })?;
     if let Some(forwarding) = &forwarding {
         forwarding.serve(broker.forwarder());
         router.set_forwarder(Arc::clone(broker.forwarder()));

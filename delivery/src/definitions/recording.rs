@@ -120,7 +120,21 @@ impl VhostStorage {
         }
         let path = recorded.journal.path().to_path_buf();
         recorded.journal.append(&change).map_err(|source| DefinitionsError::Journal { path: path.clone(), source })?;
+        if self.catalog_owned {
+            // The catalog's log holds it already; its checkpoints sync the journal.
+            return Ok(PendingChange::default());
+        }
         Ok(PendingChange { journal: Some((recorded.journal.file(), path)) })
+    }
+
+    /// Makes every change recorded so far durable (a catalog's checkpoint).
+    pub fn sync(&self) -> Result<(), DefinitionsError> {
+        let journal = self
+            .recorded
+            .lock()
+            .as_ref()
+            .map(|recorded| (recorded.journal.file(), recorded.journal.path().to_path_buf()));
+        PendingChange { journal }.wait()
     }
 
     /// Folds the journal into the definitions file now (a clean stop does, so that the

@@ -2,10 +2,17 @@
 //! ([`MetaStateMachine`]), which applies each committed [`MetaCommand`] to this node's
 //! virtual hosts, as the channel that received the method would have.
 //!
-//! The virtual hosts keep their definitions on disk as they always do; the state machine
-//! only remembers, durably, the last entry it applied, so that a restart does not apply
-//! anything twice (a delete replayed over a queue declared again later would lose its
-//! messages). Once every node can install one (the `catalog_snapshots` feature flag), a
+//! The Raft log is the record of every change: an entry is synced there before it is
+//! applied, and applying it writes the virtual hosts' definitions journals without syncing
+//! them (a change costs one sync, the log's). What the state machine keeps on disk besides
+//! is its checkpoint: the last entry applied once every journal was synced up to it. A
+//! restart replays the log from the checkpoint onto the journals as they were left, which is
+//! safe because only changes that cannot be undone by replaying them again are let through
+//! between two checkpoints: declares and binds, which applied again find themselves done, and
+//! whose queues reopen the files they left ([`Broker::set_replaying`]). A change that
+//! destroys something (a delete, an unbind, access, membership) is checkpointed before its
+//! `-ok`, so no replay ever runs it again over something declared after it (a delete
+//! replayed over a queue declared again later would lose its messages). Once every node can install one (the `catalog_snapshots` feature flag), a
 //! snapshot ([`CatalogSnapshot`], the catalog as it stands once the entries so far are
 //! applied) is taken every so many entries and openraft purges the log behind it; a node that
 //! fell behind the purge installs the snapshot instead. The catalog's machine version is kept
@@ -80,6 +87,10 @@ struct Shared {
     /// The last applied index.
     applied_index: watch::Sender<u64>,
     leader_changes: Mutex<LeaderChanges>,
+    /// The last entry in the log when this node started: entries up to it are replayed.
+    recovery_point: u64,
+    /// Whether the replay up to [`Shared::recovery_point`] is done.
+    recovered: std::sync::atomic::AtomicBool,
 }
 
 /// This node's metadata state machine.
@@ -96,12 +107,15 @@ impl std::fmt::Debug for MetaStateMachine {
 
 impl MetaStateMachine {
     /// The state machine of node `node_id`, applying to `broker`'s virtual hosts, its applied
-    /// state kept in `applied_path` and its current snapshot beside it.
+    /// state kept in `applied_path` and its current snapshot beside it. `recovery_point` is
+    /// the index of the last entry in the log at start: the entries after the checkpoint up
+    /// to it are a replay.
     pub fn open(
         node_id: u64,
         broker: &Arc<Broker>,
         replication: Arc<dyn Replication>,
         applied_path: impl Into<PathBuf>,
+        recovery_point: u64,
     ) -> Result<Self, warren_storage::StorageError> {
         let applied_path = applied_path.into();
         let snapshot = SnapshotFile::new(snapshot_path(&applied_path));
@@ -132,8 +146,62 @@ impl MetaStateMachine {
             results: Mutex::new(BTreeMap::new()),
             applied_index: watch::Sender::new(index),
             leader_changes: Mutex::new(LeaderChanges::new(GROUP_LABEL)),
+            recovery_point,
+            recovered: std::sync::atomic::AtomicBool::new(false),
         };
-        Ok(MetaStateMachine { shared: Arc::new(shared) })
+        let machine = MetaStateMachine { shared: Arc::new(shared) };
+        if recovery_point <= index {
+            machine.finish_recovery(broker);
+        } else {
+            broker.set_replaying(true);
+        }
+        Ok(machine)
+    }
+
+    /// The replay is done: declares are new again, and the files no definition owns go.
+    fn finish_recovery(&self, broker: &Broker) {
+        if self.shared.recovered.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        broker.set_replaying(false);
+        broker.remove_orphaned_stores();
+    }
+
+    /// Syncs every virtual host's definitions, then records the last applied entry as the
+    /// checkpoint a restart replays the log from.
+    pub fn checkpoint(&self) -> Result<(), warren_storage::StorageError> {
+        if let Some(broker) = self.shared.broker.upgrade() {
+            broker.sync_definitions().map_err(|e| warren_storage::StorageError::Failed(e.to_string()))?;
+        }
+        self.save()
+    }
+
+    /// Whether applying `entry` cannot be repeated safely over later changes: it must be
+    /// checkpointed before it is answered (see the module documentation).
+    fn destroys(entry: &Entry<MetaRaft>) -> bool {
+        match &entry.payload {
+            EntryPayload::Normal(command) => !matches!(
+                command.op,
+                DefinitionOp::DeclareExchange { .. }
+                    | DefinitionOp::DeclareReplicatedExchange { .. }
+                    | DefinitionOp::DeclareQueue { .. }
+                    | DefinitionOp::Bind { .. }
+            ),
+            EntryPayload::Membership(_) => true,
+            EntryPayload::Blank => false,
+        }
+    }
+
+    /// A declare of something that does not outlive a restart, replayed after one: skipped.
+    fn is_transient_declare(entry: &Entry<MetaRaft>) -> bool {
+        matches!(
+            &entry.payload,
+            EntryPayload::Normal(MetaCommand {
+                op: DefinitionOp::DeclareExchange { durable: false, .. }
+                    | DefinitionOp::DeclareQueue { durable: false, .. },
+                ..
+            })
+        )
     }
 
     /// Removes the applied state kept at `applied_path` (`join_cluster` starts the member
@@ -380,7 +448,7 @@ impl MetaStateMachine {
         for node in &catalog.forgotten {
             self.shared.replication.forget_node(*node);
         }
-        self.save().map_err(|e| e.to_string())?;
+        self.checkpoint().map_err(|e| e.to_string())?;
         self.store_snapshot(snapshot).map_err(|e| e.to_string())?;
         self.shared.applied_index.send_replace(meta.last_log_id.map_or(0, |id| id.index));
         Ok(())
@@ -464,6 +532,7 @@ impl StateMachine<MetaRaft> for MetaStateMachine {
     fn apply(&self, entries: Vec<Entry<MetaRaft>>) -> Result<Vec<MetaResult>, MachineError> {
         let mut results = Vec::with_capacity(entries.len());
         let mut refused = None;
+        let mut checkpoint = false;
         for entry in entries {
             if let Err(error) = Self::check_version(&entry) {
                 // Applied no further: with semantics this release does not know, this node
@@ -472,10 +541,24 @@ impl StateMachine<MetaRaft> for MetaStateMachine {
                 refused = Some(MachineError::Apply { log_id: entry.log_id, reason: error.to_string() });
                 break;
             }
+            checkpoint |= Self::destroys(&entry);
+            if entry.log_id.index <= self.shared.recovery_point && Self::is_transient_declare(&entry) {
+                self.shared.applied.lock().last_applied = Some(entry.log_id);
+                results.push(Ok(MetaOutcome::default()));
+                continue;
+            }
             results.push(self.apply_entry(entry.log_id, entry.payload));
         }
-        self.save().map_err(|e| MachineError::State(e.to_string()))?;
         let index = self.shared.applied.lock().last_applied.map_or(0, |id| id.index);
+        let recovering = !self.shared.recovered.load(std::sync::atomic::Ordering::Acquire);
+        if checkpoint || (recovering && index >= self.shared.recovery_point) {
+            self.checkpoint().map_err(|e| MachineError::State(e.to_string()))?;
+        }
+        if recovering && index >= self.shared.recovery_point {
+            if let Some(broker) = self.shared.broker.upgrade() {
+                self.finish_recovery(&broker);
+            }
+        }
         self.shared.applied_index.send_replace(index);
         match refused {
             Some(error) => Err(error),
@@ -486,7 +569,9 @@ impl StateMachine<MetaRaft> for MetaStateMachine {
     /// Taken at once, between two applied batches, so that it is the catalog at its index;
     /// written to its file when openraft awaits it.
     fn take_snapshot(&self) -> SnapshotTaking {
-        let (machine, taken) = (self.clone(), self.take_snapshot_now());
+        // The log is purged behind the snapshot: every journal must hold what it covers.
+        let checkpointed = self.checkpoint().map_err(|e| e.to_string());
+        let (machine, taken) = (self.clone(), checkpointed.and_then(|()| self.take_snapshot_now()));
         Box::pin(async move {
             let snapshot = taken.map_err(snapshot_error)?;
             let saved = snapshot.clone();
@@ -530,18 +615,18 @@ mod tests {
         let path = dir.path().join("metadata-applied");
         SnapshotFile::new(&path).write(&encoded(&applied_at(41))).expect("the old release's file");
 
-        let machine = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path).expect("open");
+        let machine = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path, 0).expect("open");
         let (last, _) = machine.applied_state();
         assert_eq!(last.map(|id| id.index), Some(41), "read from the old file");
         *machine.shared.applied.lock() = applied_at(42);
         machine.save().expect("save");
         assert!(!path.exists(), "the old file goes once the new one holds the state");
 
-        let reopened = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path).expect("reopen");
+        let reopened = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path, 0).expect("reopen");
         let (last, _) = reopened.applied_state();
         assert_eq!(last.map(|id| id.index), Some(42));
         MetaStateMachine::remove_applied(&path).expect("remove");
-        let fresh = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path).expect("open afresh");
+        let fresh = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path, 0).expect("open afresh");
         assert_eq!(fresh.applied_state().0, None, "join_cluster starts afresh");
     }
 }

@@ -113,6 +113,9 @@ pub struct VirtualHost {
     /// Set (under `lifecycle`) when the vhost is deleted: a client still connected may not
     /// declare into it, nor make it write files again.
     deleted: std::sync::atomic::AtomicBool,
+    /// Set while the catalog replays its log after a start: a durable queue or delayed
+    /// exchange declared again then reopens the files it left, which hold its messages.
+    replaying: std::sync::atomic::AtomicBool,
     /// Tests pause here, at a named point, to force an interleaving.
     #[cfg(test)]
     interleave: interleave::Hook,
@@ -204,6 +207,7 @@ impl VirtualHost {
             lifecycle: Mutex::new(()),
             limits: RwLock::new(VhostLimits::default()),
             deleted: std::sync::atomic::AtomicBool::new(false),
+            replaying: std::sync::atomic::AtomicBool::new(false),
             #[cfg(test)]
             interleave: interleave::Hook::default(),
         });
@@ -349,6 +353,12 @@ impl VirtualHost {
     fn new_exchange(&self, definition: ExchangeDefinition, members: Option<InitialMembers>) -> BrokerResult<Exchange> {
         if !definition.delayed {
             return Ok(Exchange::new(definition));
+        }
+        if let Some(storage) = self.storage.as_ref().filter(|_| self.replaying() && definition.durable) {
+            if storage.delayed_dir(&definition.name).exists() {
+                tracing::info!(exchange = %definition.name, "the catalog's replay reopens a delayed exchange's files");
+                return self.recover_delayed(definition, storage);
+            }
         }
         if let (Some(storage), Some(members)) = (&self.storage, members) {
             let dir = storage.create_delayed_dir(&definition.name).map_err(|e| internal_error("cannot create", e))?;
@@ -502,7 +512,7 @@ impl VirtualHost {
             self.refuse_if_deleted()?;
             let max_queues = self.limits.read().max_queues;
             check_queue_limit(&self.name, &definition.name, self.queues.read().len(), max_queues)?;
-            let queue = queue::factory::declare(definition, self.storage.as_ref(), self.queue_context())?;
+            let queue = self.new_queue(definition)?;
             self.pause_at("queue storage created");
             self.queues.write().insert(queue.name().to_string(), Arc::clone(&queue));
             crate::node_counters::QUEUES_CREATED.add();
@@ -511,6 +521,55 @@ impl VirtualHost {
         };
         durable(pending)?;
         Ok(Self::declared(queue))
+    }
+
+    /// A new queue for `definition`; while the catalog replays its log, a durable one whose
+    /// files are here reopens them (declared just before a crash, it may have taken messages
+    /// that its journal record, not synced yet, did not outlive).
+    fn new_queue(&self, definition: QueueDefinition) -> BrokerResult<Arc<Queue>> {
+        match &self.storage {
+            Some(storage) if self.replaying() && is_stored(&definition) && storage.holds_queue(&definition.name) => {
+                let arguments = queue::QueueArguments::parse(&definition.arguments)?;
+                tracing::info!(queue = %definition.name, "the catalog's replay reopens a queue's files");
+                queue::factory::recover(definition, arguments, Vec::new(), storage, self.queue_context())
+            }
+            storage => queue::factory::declare(definition, storage.as_ref(), self.queue_context()),
+        }
+    }
+
+    /// Whether the catalog is replaying its log after a start.
+    fn replaying(&self) -> bool {
+        self.replaying.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Says whether the catalog is replaying its log after a start (see [`Broker::set_replaying`]).
+    ///
+    /// [`Broker::set_replaying`]: crate::broker::Broker::set_replaying
+    pub(crate) fn set_replaying(&self, replaying: bool) {
+        self.replaying.store(replaying, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Makes the definition changes recorded so far durable.
+    pub(crate) fn sync_definitions(&self) -> BrokerResult<()> {
+        match &self.storage {
+            Some(storage) if !self.is_deleted() => {
+                storage.sync().map_err(|e| internal_error("cannot save definitions", e))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Removes the data directories that none of its queues and delayed exchanges owns.
+    pub(crate) fn remove_orphaned_stores(&self) {
+        let Some(storage) = &self.storage else { return };
+        let _lifecycle = self.lifecycle.lock();
+        if self.is_deleted() {
+            return;
+        }
+        let queues: Vec<String> = self.queues.read().keys().cloned().collect();
+        let delayed: Vec<String> =
+            self.exchanges.read().values().filter(|e| e.definition().delayed).map(|e| e.name().to_string()).collect();
+        storage.remove_orphans(queues.iter().map(String::as_str), delayed.iter().map(String::as_str));
     }
 
     /// Records a durable queue's new record (nothing for one that is not stored).

@@ -3,7 +3,7 @@
 use super::{is_standard_exchange, is_stored, VirtualHost};
 use crate::definitions::{
     binding_name, BindingRecord, Definitions, DefinitionsChange, EntityKind, ExchangeRecord, LeftOut,
-    LoadedDefinitions, PendingChange, QueueRecord,
+    LoadedDefinitions, PendingChange, QueueRecord, VhostStorage,
 };
 use crate::error::{internal_error, BrokerResult};
 use crate::exchange::{Binding, DelayedMessages, Destination, Exchange, ExchangeDefinition};
@@ -59,19 +59,8 @@ impl VirtualHost {
             .map_err(|e| internal_error("cannot set aside definitions that cannot be read", e))?;
 
         for definition in exchanges {
-            let replicated = storage.delayed_dir(&definition.name);
-            let exchange = if definition.delayed && crate::quorum::holds_group(&replicated) {
-                let delayed = self.replicated_delays(&definition.name, storage, &replicated, None)?;
-                Exchange::with_delayed(definition, delayed)
-            } else if definition.delayed {
-                let store = storage.open_delayed(&definition.name).map_err(|e| internal_error("cannot recover", e))?;
-                let (me, scheduler) = (Weak::clone(&self.me), Arc::clone(&self.scheduler));
-                let delayed = DelayedMessages::recover(&definition.name, me, scheduler, store)
-                    .map_err(|e| internal_error("cannot recover delayed messages", e))?;
-                Exchange::with_delayed(definition, delayed)
-            } else {
-                Exchange::new(definition)
-            };
+            let exchange =
+                if definition.delayed { self.recover_delayed(definition, storage)? } else { Exchange::new(definition) };
             self.exchanges.write().insert(exchange.name().to_string(), Arc::new(exchange));
         }
         for (definition, arguments, homes) in queues {
@@ -93,6 +82,25 @@ impl VirtualHost {
         storage
             .start_recording(&kept, generation, journal_damage.as_ref())
             .map_err(|e| internal_error("cannot save definitions", e))
+    }
+
+    /// A durable delayed exchange reopened from its files: its replicated group's member, or
+    /// the store of the messages it holds.
+    pub(super) fn recover_delayed(
+        &self,
+        definition: ExchangeDefinition,
+        storage: &VhostStorage,
+    ) -> BrokerResult<Exchange> {
+        let replicated = storage.delayed_dir(&definition.name);
+        if crate::quorum::holds_group(&replicated) {
+            let delayed = self.replicated_delays(&definition.name, storage, &replicated, None)?;
+            return Ok(Exchange::with_delayed(definition, delayed));
+        }
+        let store = storage.open_delayed(&definition.name).map_err(|e| internal_error("cannot recover", e))?;
+        let (me, scheduler) = (Weak::clone(&self.me), Arc::clone(&self.scheduler));
+        let delayed = DelayedMessages::recover(&definition.name, me, scheduler, store)
+            .map_err(|e| internal_error("cannot recover delayed messages", e))?;
+        Ok(Exchange::with_delayed(definition, delayed))
     }
 
     /// Records `change` of the durable definitions, if this virtual host is on disk. Called

@@ -120,9 +120,12 @@ pub async fn start(
     let log = RaftLog::<MetaRaft>::open(dir.join(LOG_DIR), log_config).map_err(|e| raft_error(&e))?;
     let replication: Arc<dyn Replication> = Arc::clone(cluster) as Arc<dyn Replication>;
     let node_id = replication.node_id();
-    let machine = MetaStateMachine::open(node_id, broker, Arc::clone(&replication), dir.join(APPLIED_FILE))
-        .map_err(|e| raft_error(&e))?;
-    let fresh = log.clone().get_log_state().await.map_err(|e| raft_error(&e))?.last_log_id.is_none();
+    let last = log.clone().get_log_state().await.map_err(|e| raft_error(&e))?.last_log_id;
+    let recovery_point = last.map_or(0, |id| id.index);
+    let machine =
+        MetaStateMachine::open(node_id, broker, Arc::clone(&replication), dir.join(APPLIED_FILE), recovery_point)
+            .map_err(|e| raft_error(&e))?;
+    let fresh = last.is_none();
     let config = Config {
         cluster_name: cluster_name.to_string(),
         // Snapshots are asked for once every node can install one (Metadata::snapshot_every).
