@@ -413,11 +413,17 @@ impl Connection {
             return;
         }
         if let Err(error) = self.dispatch_channel_frame(frame) {
-            if error.code.is_connection_error() {
-                self.close_connection(error);
-            } else {
-                self.close_channel(id, error);
-            }
+            self.fail(id, error);
+        }
+    }
+
+    /// A method on `channel` failed: a connection error (503, 504, ...) closes the
+    /// connection, any other the channel.
+    fn fail(&mut self, channel: u16, error: BrokerError) {
+        if error.code.is_connection_error() {
+            self.close_connection(error);
+        } else {
+            self.close_channel(channel, error);
         }
     }
 
@@ -520,9 +526,13 @@ impl Connection {
         }
         match outcome {
             Ok(Answer::Method(reply)) => self.outbox.method(channel, reply),
+            Ok(Answer::MethodThenCancel(reply, deleted)) => {
+                self.outbox.method(channel, reply);
+                drop(deleted);
+            }
             Ok(Answer::Frames(frames)) => self.outbox.send(Outbound::Frames(frames)),
             Ok(Answer::Nothing) => {}
-            Err(error) => self.close_channel(channel, error),
+            Err(error) => self.fail(channel, error),
         }
     }
 

@@ -7,13 +7,27 @@ use amq_protocol::protocol::AMQPClass;
 use bytes::Bytes;
 use std::future::Future;
 use std::pin::Pin;
+use warren_delivery::vhost::DeletedQueue;
 use warren_delivery::BrokerError;
 
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Answer::Method(method) => f.debug_tuple("Method").field(method).finish(),
+            Answer::MethodThenCancel(method, _) => f.debug_tuple("MethodThenCancel").field(method).finish(),
+            Answer::Frames(frames) => f.debug_tuple("Frames").field(&frames.len()).finish(),
+            Answer::Nothing => f.write_str("Nothing"),
+        }
+    }
+}
+
 /// What a waiting method answers.
-#[derive(Debug)]
 pub enum Answer {
     /// A method.
     Method(AMQPClass),
+    /// A method, after which the consumers of the queue it deleted are told: `delete-ok`
+    /// comes before their `basic.cancel`, as in RabbitMQ.
+    MethodThenCancel(AMQPClass, DeletedQueue),
     /// Frames already encoded (a method with content, such as `basic.get-ok`).
     Frames(Bytes),
     /// Nothing (a `nowait` method, whose effect later methods must still wait for).

@@ -58,14 +58,25 @@ impl VhostLimits {
     }
 }
 
+/// In files people read (the access file, definitions), RabbitMQ's JSON object; in binary
+/// formats (the catalog's Raft log, postcard, which cannot read a JSON value back), the two
+/// limits in order.
 impl serde::Serialize for VhostLimits {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.to_json().serialize(serializer)
+        if serializer.is_human_readable() {
+            self.to_json().serialize(serializer)
+        } else {
+            (self.max_connections, self.max_queues).serialize(serializer)
+        }
     }
 }
 
 impl<'de> serde::Deserialize<'de> for VhostLimits {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        if !deserializer.is_human_readable() {
+            let (max_connections, max_queues) = <(Option<u32>, Option<u32>)>::deserialize(deserializer)?;
+            return Ok(VhostLimits { max_connections, max_queues });
+        }
         let map = serde_json::Map::deserialize(deserializer)?;
         VhostLimits::from_json(&map).map_err(|e| serde::de::Error::custom(e.text))
     }
@@ -94,5 +105,18 @@ mod tests {
         assert_eq!(serde_json::Value::Object(limits.to_json()), json!({"max-connections": 10}));
         let unknown = json!({"max-channels": 1});
         assert!(VhostLimits::from_json(unknown.as_object().unwrap()).unwrap_err().text.contains("max-queues"));
+    }
+
+    #[test]
+    fn a_limits_change_reads_back_from_the_catalogs_log_and_the_access_file() {
+        let change = crate::access::AccessChange::SetVhostLimits {
+            vhost: "small".into(),
+            limits: VhostLimits { max_connections: Some(1), max_queues: None },
+        };
+        let binary = postcard::to_allocvec(&change).expect("encodes");
+        assert_eq!(postcard::from_bytes::<crate::access::AccessChange>(&binary).expect("decodes"), change);
+        let text = serde_json::to_string(&change).expect("encodes");
+        assert!(text.contains(r#""max-connections":1"#), "RabbitMQ's names in JSON: {text}");
+        assert_eq!(serde_json::from_str::<crate::access::AccessChange>(&text).expect("decodes"), change);
     }
 }

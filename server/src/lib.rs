@@ -289,12 +289,15 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         forwarding.serve(broker.forwarder());
         router.set_forwarder(Arc::clone(broker.forwarder()));
     }
+    let settings = cluster::metadata_group::MetadataSettings {
+        cluster_name: config.cluster.cluster_name.clone(),
+        snapshot_interval_entries: config.cluster.metadata_snapshot_interval_entries,
+    };
+    if replication.is_none() {
+        cluster::metadata_group::start_alone(&broker, &config.data_dir, &settings, log_config.clone()).await?;
+    }
     if let Some(replication) = &replication {
         let dir = &config.data_dir;
-        let settings = cluster::metadata_group::MetadataSettings {
-            cluster_name: config.cluster.cluster_name.clone(),
-            snapshot_interval_entries: config.cluster.metadata_snapshot_interval_entries,
-        };
         let may_initialize = joined_seeds.is_empty();
         cluster::metadata_group::start(
             replication,

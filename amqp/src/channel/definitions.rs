@@ -67,9 +67,10 @@ impl Channel {
         }
     }
 
-    /// Makes a definition change through [`change_for`]: on this node alone its `-ok` goes
-    /// at once; in a cluster the channel's reply (or, with `nowait`, its next method) waits
-    /// until the change is applied on this node and on every reachable one.
+    /// Makes a definition change through [`change_for`]: the channel's reply (or, with
+    /// `nowait`, its next method) waits until the change is committed in the catalog and
+    /// applied on this node and on every reachable one (a change of this connection's
+    /// exclusive queue is made at once).
     pub(super) fn change_definitions(
         &mut self,
         ctx: &ConnectionContext,
@@ -88,8 +89,12 @@ impl Channel {
             }
             Reply::Later(changed) => {
                 self.pending = Some(PendingReply::new(self.id, async move {
-                    let outcome = changed.await?.outcome;
-                    Ok(if nowait { Answer::Nothing } else { Answer::Method(ok(outcome)) })
+                    let Changed { outcome, deleted } = changed.await?;
+                    Ok(match (nowait, deleted) {
+                        (true, _) => Answer::Nothing,
+                        (false, Some(deleted)) => Answer::MethodThenCancel(ok(outcome), deleted),
+                        (false, None) => Answer::Method(ok(outcome)),
+                    })
                 }));
             }
         }

@@ -8,6 +8,7 @@
 //! before the `-ok`.
 
 use super::command::{DefinitionOp, MetaCommand, MetaOutcome};
+use super::local::Changed;
 use super::machine::{MetaRaft, MetaStateMachine};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::feature_flags::CATALOG_SNAPSHOTS;
@@ -36,6 +37,25 @@ pub trait MetaForwarding: Send + Sync + std::fmt::Debug + 'static {
 
     /// Node `leader`'s read index ([`Metadata::leader_read_index`]).
     fn read_index_of(&self, leader: u64) -> ClusterFuture<Result<u64, String>>;
+}
+
+/// The other nodes of a node alone: there are none. Its catalog is a group of one, which
+/// leads itself, so nothing is forwarded and nobody else applies anything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoOtherNodes;
+
+impl MetaForwarding for NoOtherNodes {
+    fn propose_to(&self, leader: u64, _command: MetaCommand) -> ClusterFuture<Result<u64, String>> {
+        Box::pin(async move { Err(format!("node {leader} is not this node, and this node is alone")) })
+    }
+
+    fn applied_on_peers(&self, _index: u64, _within: Duration) -> ClusterFuture<()> {
+        Box::pin(async {})
+    }
+
+    fn read_index_of(&self, leader: u64) -> ClusterFuture<Result<u64, String>> {
+        Box::pin(async move { Err(format!("node {leader} is not this node, and this node is alone")) })
+    }
 }
 
 /// This node's side of the metadata group.
@@ -80,7 +100,13 @@ impl Metadata {
 
     /// Makes `op` in `vhost` on every node; returns this node's result once it is applied
     /// here. A quorum queue's or a stream's members are chosen here, the declaring node first.
-    pub async fn change(&self, vhost: &str, mut op: DefinitionOp) -> BrokerResult<MetaOutcome> {
+    pub async fn change(&self, vhost: &str, op: DefinitionOp) -> BrokerResult<MetaOutcome> {
+        self.change_holding(vhost, op).await.map(|changed| changed.outcome)
+    }
+
+    /// [`Metadata::change`], with a queue it deleted held for the caller: its consumers here
+    /// are told when the caller drops it, after its `-ok`.
+    pub async fn change_holding(&self, vhost: &str, mut op: DefinitionOp) -> BrokerResult<Changed> {
         if let DefinitionOp::DeclareQueue { name, arguments, members, .. } = &mut op {
             let parsed = crate::queue::QueueArguments::parse(arguments)?;
             if parsed.queue_type.is_replicated() {
@@ -95,8 +121,9 @@ impl Metadata {
             Some(result) => result,
             None => Err(unavailable("its result here was lost")),
         };
+        let deleted = self.machine.take_deleted(index);
         self.forwarding.applied_on_peers(index, Duration::from_millis(PEERS_APPLY_MAX_WAIT_MS)).await;
-        result
+        result.map(|outcome| Changed { outcome, deleted })
     }
 
     /// A durable delayed exchange's declare, with the members its pending set is replicated

@@ -1,10 +1,11 @@
 //! The one way a front end (a channel, the management API) changes definitions: [`change_for`]
-//! makes a [`DefinitionOp`] through the cluster's metadata group when this node is in one,
-//! here at once otherwise; the front ends never ask which. What every node does when it applies
-//! the group's entry is the same code ([`apply_here`]). Changes about the cluster itself
-//! (members, nodes) are the state machine's; a broker on its own refuses them. Exclusive queues
-//! are their connection's, on this node: changes naming one stay here, checked against the
-//! connection that asks.
+//! makes a [`DefinitionOp`] through the catalog (the metadata group: every node the server
+//! starts has one, a node alone as a group of one); the front ends never ask which. What every
+//! node does when it applies the group's entry is the same code ([`apply_here`]). A broker
+//! built without a catalog (a library test) makes the change here at once, through that same
+//! code; changes about the cluster itself (members, nodes) are the state machine's, and such
+//! a broker refuses them. Exclusive queues are their connection's, on this node: changes
+//! naming one stay here, checked against the connection that asks.
 
 use super::command::{DefinitionOp, MetaOutcome, MetaResult};
 use crate::connection_id::ConnectionId;
@@ -34,10 +35,9 @@ impl From<MetaOutcome> for Changed {
     }
 }
 
-/// Makes `op` in `vhost` for client connection `connection`: through the cluster's metadata
-/// group when this node is in one (every node then makes it; [`Reply::Later`], once it is
-/// applied here and on every reachable node), here at once otherwise ([`Reply::Now`]), so that
-/// a channel on its own node answers without waiting. A change naming an exclusive queue of
+/// Makes `op` in `vhost` for client connection `connection`: through the catalog (every node
+/// then makes it; [`Reply::Later`], once it is applied here and on every reachable node), or
+/// here at once on a broker without one ([`Reply::Now`]). A change naming an exclusive queue of
 /// this node stays here. A `queue.delete` with `if-unused` or `if-empty` is checked where the
 /// queue lives (a stand-in knows only this node's clients), then made alike everywhere.
 pub fn change_for(
@@ -58,7 +58,7 @@ pub fn change_for(
             }
             op => op,
         };
-        metadata.change(vhost.name(), op).await.map(Changed::from)
+        metadata.change_holding(vhost.name(), op).await
     }))
 }
 

@@ -32,6 +32,7 @@ use crate::quorum::leader_changes::LeaderChanges;
 use crate::quorum::Replication;
 use crate::raft_adapter::typ::{Entry, EntryPayload, LogId, SnapshotMeta, StoredMembership};
 use crate::raft_adapter::{MachineError, MachineSnapshot, SnapshotTaking, StateMachine};
+use crate::vhost::DeletedQueue;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -84,6 +85,9 @@ struct Shared {
     applied: Mutex<Applied>,
     /// The results of commands proposed by this node, by log index, until taken.
     results: Mutex<BTreeMap<u64, MetaResult>>,
+    /// Queues deleted by commands this node proposed, by log index, until taken: their
+    /// consumers here are told once the proposer's `-ok` is out, as RabbitMQ does.
+    deleted: Mutex<BTreeMap<u64, DeletedQueue>>,
     /// The last applied index.
     applied_index: watch::Sender<u64>,
     leader_changes: Mutex<LeaderChanges>,
@@ -144,6 +148,7 @@ impl MetaStateMachine {
             snapshot: Mutex::new(snapshot),
             applied: Mutex::new(applied),
             results: Mutex::new(BTreeMap::new()),
+            deleted: Mutex::new(BTreeMap::new()),
             applied_index: watch::Sender::new(index),
             leader_changes: Mutex::new(LeaderChanges::new(GROUP_LABEL)),
             recovery_point,
@@ -235,6 +240,11 @@ impl MetaStateMachine {
         self.shared.results.lock().remove(&index)
     }
 
+    /// The queue deleted by this node's own command at `index`, applied already, if any.
+    pub(super) fn take_deleted(&self, index: u64) -> Option<DeletedQueue> {
+        self.shared.deleted.lock().remove(&index)
+    }
+
     /// Waits at most `within` until the entry at `index` is applied here; whether it is.
     pub async fn applied_within(&self, index: u64, within: std::time::Duration) -> bool {
         let mut applied = self.shared.applied_index.subscribe();
@@ -252,6 +262,22 @@ impl MetaStateMachine {
             }
         }
         Ok(())
+    }
+
+    /// Applies one command to this node's virtual host; a queue it deleted is returned, not
+    /// dropped (which tells its consumers).
+    fn apply_keeping(&self, command: &MetaCommand) -> (MetaResult, Option<DeletedQueue>) {
+        let DefinitionOp::DeleteQueue { name, if_unused, if_empty } = &command.op else {
+            return (self.apply_command(command), None);
+        };
+        let vhost = self.shared.broker.upgrade().and_then(|broker| broker.vhost(&command.vhost));
+        let Some(vhost) = vhost else {
+            return (Err(BrokerError::new(ReplyCode::NotAllowed, format!("no vhost '{}'", command.vhost))), None);
+        };
+        match vhost.delete_queue(name, *if_unused, *if_empty, ANYONE) {
+            Ok(deleted) => (Ok(MetaOutcome { message_count: deleted.message_count, consumer_count: 0 }), Some(deleted)),
+            Err(error) => (Err(error), None),
+        }
     }
 
     /// Applies one command to this node's virtual host.
@@ -467,12 +493,19 @@ impl MetaStateMachine {
     fn apply_entry(&self, log_id: LogId, payload: EntryPayload<MetaRaft>) -> MetaResult {
         let result = match payload {
             EntryPayload::Normal(command) => {
-                let result = self.apply_command(&command);
+                let (result, deleted) = self.apply_keeping(&command);
                 if command.origin == self.shared.node_id {
                     let mut results = self.shared.results.lock();
                     results.insert(log_id.index, result.clone());
                     while results.len() > RESULTS_KEPT {
                         results.pop_first();
+                    }
+                    if let Some(deleted) = deleted {
+                        let mut held = self.shared.deleted.lock();
+                        held.insert(log_id.index, deleted);
+                        while held.len() > RESULTS_KEPT {
+                            held.pop_first();
+                        }
                     }
                 } else if let Err(error) = &result {
                     tracing::debug!(index = log_id.index, %error, "metadata change refused here too");

@@ -1,6 +1,8 @@
-//! The cluster's metadata group (issue 13): one Raft group over every node that replicates
-//! definitions (exchanges, queues with their replicas, bindings), so that a declare on any
-//! node is known on every node once committed, and its `-ok` is sent only then.
+//! The catalog (the metadata group): one Raft group over every node that replicates
+//! definitions (exchanges, queues with their replicas, bindings) and access (users, vhosts,
+//! permissions, limits), so that a declare on any node is known on every node once committed,
+//! and its `-ok` is sent only then. A node alone runs it too, as a group of one: a broker on
+//! its own is a cluster of one, and changes its definitions the same way.
 //!
 //! - `command`: [`MetaCommand`] (a vhost and a [`DefinitionOp`], from the node it came from)
 //!   and what applying it answers.
@@ -25,7 +27,7 @@ mod snapshot;
 
 pub use command::{DefinitionOp, MetaCommand, MetaOutcome, MetaResult};
 pub use fence::DefinitionsFence;
-pub use handle::{MetaForwarding, Metadata};
+pub use handle::{MetaForwarding, Metadata, NoOtherNodes};
 pub use local::{change, change_for, Changed};
 pub use machine::{MetaRaft, MetaStateMachine};
 pub use snapshot::{CatalogSnapshot, CatalogSnapshotError, VhostCatalog};

@@ -1,4 +1,5 @@
-//! Starting this node's member of the metadata group (`warren_delivery::metadata`).
+//! Starting this node's member of the metadata group (`warren_delivery::metadata`): with the
+//! cluster's nodes, or alone, as a group of one (a broker on its own is a cluster of one).
 //!
 //! Its files are under `DATA_DIR/cluster/`: the Raft log, the applied state, and the name of
 //! the cluster the directory belongs to (a node started on a data directory of another
@@ -12,14 +13,15 @@ use super::raft_router::RaftRouter;
 use super::raft_rpc::{fit_to_transport, RaftGroupId};
 use super::replication::ClusterReplication;
 use openraft::storage::RaftLogStorage;
-use openraft::{Config, Raft, SnapshotPolicy};
+use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use warren_delivery::feature_flags::{newest_common_version, Machine};
-use warren_delivery::metadata::{MetaRaft, MetaStateMachine, Metadata};
-use warren_delivery::quorum::Replication;
-use warren_delivery::raft_adapter::Adapter;
+use warren_delivery::feature_flags::{newest_common_version, newest_version, Machine};
+use warren_delivery::metadata::{MetaForwarding, MetaRaft, MetaStateMachine, Metadata, NoOtherNodes};
+use warren_delivery::quorum::{NoPeers, Replication, SingleNode};
+use warren_delivery::raft_adapter::{Adapter, StateMachine};
 use warren_delivery::Broker;
 use warren_storage::raft::RaftLog;
 use warren_storage::LogConfig;
@@ -67,6 +69,20 @@ pub enum MetadataStartError {
         /// Why.
         source: std::io::Error,
     },
+    /// The catalog was written by this node in the other mode (alone, or in a cluster) and
+    /// not stopped cleanly: its log holds changes its definitions journals may lack.
+    #[error(
+        "the catalog in {dir} was written by this node running {}, and it was not stopped cleanly: start it once \
+         as it ran before so that it recovers, stop it, then start it {}",
+        if *alone { "alone" } else { "in a cluster" },
+        if *alone { "in the cluster" } else { "alone" }
+    )]
+    OtherMode {
+        /// The catalog's directory.
+        dir: PathBuf,
+        /// Whether it was written by the node alone.
+        alone: bool,
+    },
     /// The Raft log, state machine or Raft itself failed.
     #[error("the cluster's metadata group cannot start: {0}")]
     Raft(String),
@@ -112,49 +128,137 @@ pub async fn start(
     log_config: LogConfig,
     may_initialize: bool,
 ) -> Result<Arc<Metadata>, MetadataStartError> {
-    let cluster_name = settings.cluster_name.as_str();
-    let dir = cluster_dir(data_dir);
-    check_cluster_name(&dir, cluster_name)?;
-    let raft_error = |e: &dyn std::fmt::Display| MetadataStartError::Raft(e.to_string());
-    let log_config = LogConfig { segment_bytes: LOG_SEGMENT_BYTES, ..log_config };
-    let log = RaftLog::<MetaRaft>::open(dir.join(LOG_DIR), log_config).map_err(|e| raft_error(&e))?;
-    let replication: Arc<dyn Replication> = Arc::clone(cluster) as Arc<dyn Replication>;
-    let node_id = replication.node_id();
-    let last = log.clone().get_log_state().await.map_err(|e| raft_error(&e))?.last_log_id;
-    let recovery_point = last.map_or(0, |id| id.index);
-    let machine =
-        MetaStateMachine::open(node_id, broker, Arc::clone(&replication), dir.join(APPLIED_FILE), recovery_point)
-            .map_err(|e| raft_error(&e))?;
-    let fresh = last.is_none();
-    let config = Config {
-        cluster_name: cluster_name.to_string(),
+    check_cluster_name(&cluster_dir(data_dir), &settings.cluster_name)?;
+    let config = fit_to_transport(&raft_config(settings)).map_err(|e| MetadataStartError::Raft(e.to_string()))?;
+    let network = GroupNetwork::<MetaRaft>::new(cluster.transport().clone(), RaftGroupId::new(METADATA_GROUP));
+    let first = cluster.node_names().into_iter().next();
+    let initializes = may_initialize && first.as_deref() == Some(cluster.transport().node_name());
+    let member = Member {
+        replication: Arc::clone(cluster) as Arc<dyn Replication>,
+        forwarding: Arc::clone(cluster) as Arc<dyn MetaForwarding>,
+        initial_members: initializes.then(|| cluster.members()),
+        runs_alone: false,
+    };
+    let (metadata, initialized) = open_member(broker, data_dir, settings, config, network, member, log_config).await?;
+    if initialized {
+        tracing::info!(nodes = ?cluster.node_names(), "initialized the cluster's metadata group");
+        enable_common_versions(Arc::clone(cluster), Arc::clone(&metadata));
+    }
+    router.set_metadata(Arc::clone(&metadata));
+    Ok(metadata)
+}
+
+/// Starts the catalog of a node alone: the same state machine and log as a cluster's
+/// metadata member, in a group of one (it leads itself at once; nothing is forwarded), so that
+/// a broker on its own changes its definitions exactly as a cluster does.
+pub async fn start_alone(
+    broker: &Arc<Broker>,
+    data_dir: &Path,
+    settings: &MetadataSettings,
+    log_config: LogConfig,
+) -> Result<Arc<Metadata>, MetadataStartError> {
+    let me = warren_delivery::quorum::LOCAL_NODE_ID;
+    let member = Member {
+        replication: SingleNode::shared(),
+        forwarding: Arc::new(NoOtherNodes),
+        initial_members: Some(BTreeMap::from([(me, BasicNode::new(ALONE_NODE_ADDRESS))])),
+        runs_alone: true,
+    };
+    let config = raft_config(settings);
+    let (metadata, initialized) = open_member(broker, data_dir, settings, config, NoPeers, member, log_config).await?;
+    if initialized {
+        let version = newest_version(Machine::Catalog);
+        let catalog = Arc::clone(&metadata);
+        tokio::spawn(async move {
+            if let Err(error) = catalog.set_machine_version(version).await {
+                tracing::warn!(%error, version, "cannot move the new catalog to the newest machine version");
+            }
+        });
+    }
+    Ok(metadata)
+}
+
+/// The address a node alone gives itself in its catalog's membership (it has no other).
+const ALONE_NODE_ADDRESS: &str = "local";
+
+/// What differs between a member of a cluster and the catalog of a node alone.
+struct Member {
+    replication: Arc<dyn Replication>,
+    forwarding: Arc<dyn MetaForwarding>,
+    /// The members to initialize the group with if its log is empty; `None`: another node
+    /// initializes it.
+    initial_members: Option<BTreeMap<u64, BasicNode>>,
+    runs_alone: bool,
+}
+
+fn raft_config(settings: &MetadataSettings) -> Config {
+    Config {
+        cluster_name: settings.cluster_name.clone(),
         // Snapshots are asked for once every node can install one (Metadata::snapshot_every).
         snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: LOG_KEPT_BEHIND_SNAPSHOT_ENTRIES,
         ..Default::default()
+    }
+}
+
+/// Opens the member's log and state machine (starting afresh over a catalog written in the
+/// other mode, if it was stopped cleanly), starts Raft, initializes the group when its log is
+/// empty and `member` says with whom, and makes `broker`'s definition changes go through it.
+/// Whether it initialized the group.
+async fn open_member<N: openraft::network::RaftNetworkFactory<MetaRaft>>(
+    broker: &Arc<Broker>,
+    data_dir: &Path,
+    settings: &MetadataSettings,
+    config: Config,
+    network: N,
+    member: Member,
+    log_config: LogConfig,
+) -> Result<(Arc<Metadata>, bool), MetadataStartError> {
+    let dir = cluster_dir(data_dir);
+    let raft_error = |e: &dyn std::fmt::Display| MetadataStartError::Raft(e.to_string());
+    let log_config = LogConfig { segment_bytes: LOG_SEGMENT_BYTES, ..log_config };
+    let node_id = member.replication.node_id();
+    let mut discarded = false;
+    let (log, machine, last) = loop {
+        let log = RaftLog::<MetaRaft>::open(dir.join(LOG_DIR), log_config.clone()).map_err(|e| raft_error(&e))?;
+        let last = log.clone().get_log_state().await.map_err(|e| raft_error(&e))?.last_log_id;
+        let recovery_point = last.map_or(0, |id| id.index);
+        let replication = Arc::clone(&member.replication);
+        let machine = MetaStateMachine::open(node_id, broker, replication, dir.join(APPLIED_FILE), recovery_point)
+            .map_err(|e| raft_error(&e))?;
+        let (applied, membership) = StateMachine::applied_state(&machine);
+        let voters: BTreeSet<u64> = membership.membership().voter_ids().collect();
+        if discarded || voters.is_empty() || written_alone(&voters) == member.runs_alone {
+            break (log, machine, last);
+        }
+        if applied != last {
+            return Err(MetadataStartError::OtherMode { dir, alone: !member.runs_alone });
+        }
+        // Stopped cleanly: the definitions journals hold everything, the log adds nothing.
+        drop((log, machine));
+        tracing::info!(dir = %dir.display(), "starting the catalog afresh: it was written by this node in the other mode");
+        remove_member_files(data_dir).map_err(|(path, source)| MetadataStartError::Io { path, source })?;
+        discarded = true;
     };
-    let config = fit_to_transport(&config).map_err(|e| raft_error(&e))?;
-    let network = GroupNetwork::<MetaRaft>::new(cluster.transport().clone(), RaftGroupId::new(METADATA_GROUP));
     let raft = Raft::new(node_id, Arc::new(config), network, log, Adapter::new(machine.clone()))
         .await
         .map_err(|e| raft_error(&e))?;
-    let first = cluster.node_names().into_iter().next();
-    let initializes = may_initialize && fresh && first.as_deref() == Some(cluster.transport().node_name());
-    if initializes {
-        if let Err(error) = raft.initialize(cluster.members()).await {
+    let initializes = last.is_none() && member.initial_members.is_some();
+    if let Some(members) = member.initial_members.filter(|_| last.is_none()) {
+        if let Err(error) = raft.initialize(members).await {
             tracing::info!(%error, "the metadata group was initialized already");
         }
-        tracing::info!(nodes = ?cluster.node_names(), "initialized the cluster's metadata group");
     }
-    let forwarding = Arc::clone(cluster) as Arc<dyn warren_delivery::metadata::MetaForwarding>;
-    let metadata = Metadata::new(raft, machine, forwarding, replication);
+    let metadata = Metadata::new(raft, machine, member.forwarding, member.replication);
     metadata.snapshot_every(settings.snapshot_interval_entries);
-    if initializes {
-        enable_common_versions(Arc::clone(cluster), Arc::clone(&metadata));
-    }
-    router.set_metadata(Arc::clone(&metadata));
     broker.join_metadata(&metadata);
-    Ok(metadata)
+    Ok((metadata, initializes))
+}
+
+/// Whether a catalog with these voters is a node alone's (a cluster's node ids are digests of
+/// names; a node alone is [`warren_delivery::quorum::LOCAL_NODE_ID`]).
+fn written_alone(voters: &BTreeSet<u64>) -> bool {
+    voters.len() == 1 && voters.contains(&warren_delivery::quorum::LOCAL_NODE_ID)
 }
 
 /// How long a new cluster's first node waits for every seed to say which machine versions
