@@ -282,7 +282,8 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         &config.access,
         core_replication,
         core_forwarding,
-        replication.is_some(),
+        // Every node runs the catalog, which records each definition change first.
+        true,
     )
     .map_err(|source| StartError::Recovery { path: config.data_dir.clone(), source })?;
     if let Some(forwarding) = &forwarding {

@@ -160,3 +160,52 @@ async fn a_replay_never_deletes_a_queue_declared_again_after_its_delete() {
     let got = ch.basic_get("again".into(), BasicGetOptions { no_ack: true }).await.expect("get").expect("a message");
     assert_eq!(got.delivery.data, b"after the delete");
 }
+
+/// Stops `node` cleanly (SIGTERM) and waits for it.
+fn stop(mut node: WarrenProcess) {
+    node.signal("TERM");
+    assert!(node.wait(Duration::from_secs(15)).success(), "a clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_alone_can_start_clustered_and_alone_again_after_clean_stops() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clustered = lone_node_args(dir.path());
+    let mut expected = 0;
+    for (round, args) in [Vec::new(), clustered.clone(), Vec::new()].iter().enumerate() {
+        let node = start(dir.path(), args);
+        let (_conn, ch) = channel(&node).await;
+        let queue = format!("round{round}");
+        declare(&ch, &queue).await;
+        publish_confirmed(&ch, "", &queue, b"kept").await;
+        expected += 1;
+        for earlier in 0..=round {
+            assert_eq!(ready_count(&ch, &format!("round{earlier}")).await, 1, "round {round}: round{earlier} is there");
+        }
+        drop(ch);
+        stop(node);
+    }
+    assert_eq!(expected, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catalog_of_the_other_mode_left_by_a_crash_is_refused_with_what_to_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = start(dir.path(), &[]);
+    let (_conn, ch) = channel(&node).await;
+    declare(&ch, "alone").await;
+    node.kill9();
+
+    let args = lone_node_args(dir.path());
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let binary = warren_tests::process::warren_binary();
+    let data_dir = dir.path().join("data");
+    let output = std::process::Command::new(binary)
+        .args(["--data-dir", &data_dir.to_string_lossy(), "--amqp-listen", "127.0.0.1:0", "--http-listen", "none"])
+        .args(&argv)
+        .output()
+        .expect("run warren");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "refused: {stderr}");
+    assert!(stderr.contains("running alone") && stderr.contains("start it once"), "says what to do: {stderr}");
+}
