@@ -133,20 +133,19 @@ impl Figures {
 impl Snapshot {
     fn read(api: &Management, with_queues: bool) -> Self {
         let broker = api.broker();
-        let rates = api.rates().queues();
+        let rates = api.rates();
         let mut by_vhost: HashMap<String, VhostFigures> = HashMap::new();
         let mut queues = with_queues.then(Vec::new);
         for vhost in broker.vhosts() {
             let figures = by_vhost.entry(vhost.name().to_string()).or_default();
             figures.exchanges = vhost.exchanges().len();
             for queue in vhost.queues() {
-                let key = (vhost.name().to_string(), queue.name().to_string());
                 let one = VhostFigures {
                     ready: u64::from(queue.message_count()),
                     unacked: u64::from(queue.unacked_count()),
                     queues: 1,
                     exchanges: 0,
-                    rates: rates.get(&key).copied().unwrap_or_default(),
+                    rates: rates.queue(vhost.name(), queue.name()),
                 };
                 *figures = std::mem::take(figures).plus(&one);
                 if let Some(queues) = &mut queues {

@@ -61,13 +61,65 @@ impl ExchangeKind {
     }
 }
 
+/// The type an exchange was declared with: how it routes, and whether it first holds each
+/// message for its `x-delay` (the delayed-message plugin's type, `x-delayed-message`, which
+/// routes by the kind its `x-delayed-type` argument names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExchangeType {
+    /// Routes each message as it arrives.
+    Routing(ExchangeKind),
+    /// Holds each message for its `x-delay`, then routes it by the kind.
+    Delayed(ExchangeKind),
+}
+
+/// The exchange type whose messages wait for their `x-delay` before routing.
+pub const DELAYED_TYPE: &str = "x-delayed-message";
+
+impl ExchangeType {
+    /// The type of `exchange.declare`'s `type` field and arguments. An unknown type is 503;
+    /// `x-delayed-message` without a valid `x-delayed-type` is 406.
+    pub fn parse(type_name: &str, arguments: &FieldTable) -> BrokerResult<Self> {
+        if type_name != DELAYED_TYPE {
+            return ExchangeKind::parse(type_name).map(ExchangeType::Routing);
+        }
+        let routing = arguments.inner().get("x-delayed-type").and_then(crate::field_value::string_of);
+        let routing = routing.map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+        let kind = ExchangeKind::parse(&routing).map_err(|_| {
+            BrokerError::precondition_failed(format!(
+                "invalid arg 'x-delayed-type': '{routing}' is not direct, fanout, topic or headers"
+            ))
+        })?;
+        Ok(ExchangeType::Delayed(kind))
+    }
+
+    /// The name clients declare this type by.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeType::Routing(kind) => kind.as_str(),
+            ExchangeType::Delayed(_) => DELAYED_TYPE,
+        }
+    }
+
+    /// How it routes (after the delay, for a delayed exchange).
+    pub fn routing(self) -> ExchangeKind {
+        match self {
+            ExchangeType::Routing(kind) | ExchangeType::Delayed(kind) => kind,
+        }
+    }
+
+    /// Whether messages wait for their `x-delay` before routing.
+    pub fn is_delayed(self) -> bool {
+        matches!(self, ExchangeType::Delayed(_))
+    }
+}
+
 /// What `exchange.declare` asked for; compared field by field on redeclaration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExchangeDefinition {
     /// The exchange's name.
     pub name: String,
-    /// Its routing algorithm.
-    pub kind: ExchangeKind,
+    /// Its type: how it routes, and whether it holds messages first.
+    pub kind: ExchangeType,
     /// Whether it survives a broker restart.
     pub durable: bool,
     /// Whether it is deleted when its last binding goes.
@@ -76,16 +128,10 @@ pub struct ExchangeDefinition {
     pub internal: bool,
     /// Declared arguments (`alternate-exchange`, ...).
     pub arguments: FieldTable,
-    /// Type `x-delayed-message`: holds messages by their `x-delay`, then routes by `kind`.
-    pub delayed: bool,
 }
 
-/// The exchange type whose messages wait for their `x-delay` before routing.
-pub const DELAYED_TYPE: &str = "x-delayed-message";
-
 impl ExchangeDefinition {
-    /// A definition from `exchange.declare`'s type and arguments. An unknown type is 503;
-    /// `x-delayed-message` without a valid `x-delayed-type` is 406.
+    /// A definition from `exchange.declare`'s type and arguments (see [`ExchangeType::parse`]).
     pub fn declared(
         name: &str,
         type_name: &str,
@@ -94,28 +140,13 @@ impl ExchangeDefinition {
         internal: bool,
         arguments: FieldTable,
     ) -> BrokerResult<Self> {
-        let delayed = type_name == DELAYED_TYPE;
-        let kind = if delayed {
-            let routing = arguments.inner().get("x-delayed-type").and_then(crate::field_value::string_of);
-            let routing = routing.map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
-            ExchangeKind::parse(&routing).map_err(|_| {
-                BrokerError::precondition_failed(format!(
-                    "invalid arg 'x-delayed-type': '{routing}' is not direct, fanout, topic or headers"
-                ))
-            })?
-        } else {
-            ExchangeKind::parse(type_name)?
-        };
-        Ok(ExchangeDefinition { name: name.to_string(), kind, durable, auto_delete, internal, arguments, delayed })
+        let kind = ExchangeType::parse(type_name, &arguments)?;
+        Ok(ExchangeDefinition { name: name.to_string(), kind, durable, auto_delete, internal, arguments })
     }
 
     /// The type as declared.
     pub fn type_name(&self) -> &'static str {
-        if self.delayed {
-            DELAYED_TYPE
-        } else {
-            self.kind.as_str()
-        }
+        self.kind.as_str()
     }
 
     /// The `alternate-exchange` argument: where unroutable messages go.
@@ -253,13 +284,14 @@ impl Exchange {
 
 /// The router of an exchange declared as `definition`.
 fn router_for(definition: &ExchangeDefinition) -> Box<dyn Router> {
-    let router: Box<dyn Router> = match definition.kind {
+    let kind = definition.kind.routing();
+    let router: Box<dyn Router> = match kind {
         ExchangeKind::Direct => Box::new(direct::DirectRouter::default()),
         ExchangeKind::Fanout => Box::new(fanout::FanoutRouter),
         ExchangeKind::Topic => Box::new(topic::TopicRouter::default()),
         ExchangeKind::Headers => Box::new(headers::HeadersRouter::default()),
     };
-    match definition.kind == ExchangeKind::Direct && super_stream::is_super_stream(&definition.arguments) {
+    match kind == ExchangeKind::Direct && super_stream::is_super_stream(&definition.arguments) {
         true => Box::new(super_stream::SuperStreamRouter::new(router)),
         false => router,
     }

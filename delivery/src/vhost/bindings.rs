@@ -1,8 +1,9 @@
 //! Bindings: binding and unbinding as RabbitMQ answers them, and auto-delete exchanges, which
 //! go when their last binding goes.
 
+use super::exchanges::refuse_default_exchange;
 use super::persistence::durable;
-use super::{refuse_default_exchange, refuse_too_long, VirtualHost};
+use super::{refuse_too_long, VirtualHost};
 use crate::connection_id::ConnectionId;
 use crate::definitions::DefinitionsChange;
 use crate::direct_reply_to;

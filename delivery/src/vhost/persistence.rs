@@ -1,6 +1,7 @@
 //! A virtual host's durable definitions: restoring them at start, recording each change.
 
-use super::{is_standard_exchange, is_stored, VirtualHost};
+use super::exchanges::is_standard_exchange;
+use super::{is_stored, VirtualHost};
 use crate::definitions::{
     binding_name, BindingRecord, Definitions, DefinitionsChange, EntityKind, ExchangeRecord, LeftOut,
     LoadedDefinitions, PendingChange, QueueRecord, VhostStorage,
@@ -59,8 +60,11 @@ impl VirtualHost {
             .map_err(|e| internal_error("cannot set aside definitions that cannot be read", e))?;
 
         for definition in exchanges {
-            let exchange =
-                if definition.delayed { self.recover_delayed(definition, storage)? } else { Exchange::new(definition) };
+            let exchange = if definition.kind.is_delayed() {
+                self.recover_delayed(definition, storage)?
+            } else {
+                Exchange::new(definition)
+            };
             self.exchanges.write().insert(exchange.name().to_string(), Arc::new(exchange));
         }
         for (definition, arguments, homes) in queues {
