@@ -147,6 +147,15 @@ impl Cluster {
         }
     }
 
+    /// Cuts the links between nodes `a` and `b` only (they need proxied links).
+    pub fn cut_between(&self, a: usize, b: usize) {
+        for ((dialler, dialled), proxy) in &self.proxies {
+            if (*dialler, *dialled) == (a, b) || (*dialler, *dialled) == (b, a) {
+                proxy.cut();
+            }
+        }
+    }
+
     /// Black-holes every link of node `node` (it needs proxied links): its bytes are held,
     /// nothing is closed.
     pub fn black_hole(&self, node: usize) {
@@ -266,9 +275,22 @@ pub fn try_ctl(cluster: &Cluster, node: usize, args: &[&str]) -> Result<String, 
 
 /// Polls `warren ctl quorum_status` on `node` until `done` holds of its output.
 pub async fn wait_for_status(cluster: &Cluster, node: usize, queue: &str, what: &str, done: impl Fn(&str) -> bool) {
+    wait_for_ctl_status(cluster, node, "quorum_status", queue, what, done).await
+}
+
+/// Polls `warren ctl VERB QUEUE` (`quorum_status`, `stream_status`) on `node` until `done`
+/// holds of its output.
+pub async fn wait_for_ctl_status(
+    cluster: &Cluster,
+    node: usize,
+    verb: &str,
+    queue: &str,
+    what: &str,
+    done: impl Fn(&str) -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let status = tokio::task::block_in_place(|| ctl(cluster, node, &["quorum_status", queue]));
+        let status = tokio::task::block_in_place(|| ctl(cluster, node, &[verb, queue]));
         if done(&status) {
             return;
         }

@@ -168,6 +168,65 @@ async fn a_leader_change_is_one_info_line_per_member_and_is_counted() {
     }
 }
 
+/// A follower cut off for several election timeouts and then healed does not unseat the
+/// group's leader, whether it was cut off from every node or from the leader only (so that it
+/// still reaches the other follower). Its pre-votes are refused while the others hear from the
+/// leader, so it never raises the group's term (issue 30: it used to, and the leader stepped
+/// down when the links healed). For a quorum queue and a replicated stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healed_follower_does_not_unseat_a_quorum_queues_leader() {
+    healed_follower_keeps_the_leader("quorum").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healed_follower_does_not_unseat_a_streams_leader() {
+    healed_follower_keeps_the_leader("stream").await;
+}
+
+async fn healed_follower_keeps_the_leader(queue_type: &str) {
+    const LINE: &str = "a Raft group has a new leader";
+    let queue = format!("sticky-{queue_type}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), true).await;
+    let a = cluster.connect(0).await;
+    let ch = a.create_channel().await.expect("channel");
+    let arguments = table(&[("x-queue-type", text(queue_type))]);
+    ch.queue_declare(queue.as_str().into(), durable(), arguments).await.expect("declare on a formed cluster");
+    let (verb, leader) = if queue_type == "stream" { ("stream_status", "writer") } else { ("quorum_status", "leader") };
+    let a_leads = |s: &str| s.contains(&format!("{leader}: warren@a"));
+    wait_for_ctl_status(&cluster, 0, verb, &queue, "A leads", a_leads).await;
+    let on_a = confirm_channel(&a).await;
+    assert_eq!(publish_within(&on_a, &queue, b"before", Duration::from_secs(5)).await, Some(true));
+    let changes = || -> usize {
+        let group = format!(":/:{queue}");
+        let running = cluster.nodes.iter().flatten();
+        running.map(|n| n.log_lines().iter().filter(|l| l.contains(LINE) && l.contains(&group)).count()).sum()
+    };
+    let before = changes();
+
+    for (how, cut) in [
+        ("from every node", Box::new(|| cluster.isolate(2)) as Box<dyn Fn()>),
+        ("from A", Box::new(|| cluster.cut_between(2, 0))),
+    ] {
+        cut();
+        // C is cut off for several of its would-be elections; A and B go on confirming.
+        for i in 0..15u32 {
+            let body = format!("while C is cut off {how} {i}");
+            assert_eq!(publish_within(&on_a, &queue, body.as_bytes(), Duration::from_secs(5)).await, Some(true));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        cluster.heal();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        for i in 0..10u32 {
+            let body = format!("after C was cut off {how} {i}");
+            let confirmed = publish_within(&on_a, &queue, body.as_bytes(), Duration::from_secs(5)).await;
+            assert_eq!(confirmed, Some(true), "A stopped confirming after C, cut off {how}, came back");
+        }
+        wait_for_ctl_status(&cluster, 2, verb, &queue, "A still leads, as C sees it", a_leads).await;
+        assert_eq!(changes(), before, "a leader change was logged: C, cut off {how}, unseated A");
+    }
+}
+
 /// `node-is-quorum-critical` as RabbitMQ answers it: with all three members of a quorum queue
 /// running, stopping one costs nothing (200); with one already down, stopping another would
 /// cost the queue its majority (503, naming it).

@@ -57,10 +57,17 @@ pub const SNAPSHOT_LOGS_SINCE_LAST: u64 = 1024;
 /// openraft's own timer ticks every 1.5 heartbeat intervals whether or not its elections are
 /// on; 1 s makes that a tick every 1.5 s per group (it was every 0.75 s at 500 ms).
 pub const HEARTBEAT_INTERVAL_MS: u64 = 1_000;
-/// openraft's election timeout range, in ms. Its election timer is off while a group has a
-/// leader (the failure detector calls the election when a leader's node goes) and on while
-/// it has none, so that openraft's rules pick who runs (see the server's failure detector).
+/// openraft's election timeout range, in ms. Its election timer is off: the server's failure
+/// detector has a member that lost its leader campaign (a pre-vote, then an election), and
+/// turns the timer on only for a group that stayed without a leader for long, as a last resort.
 pub const ELECTION_TIMEOUT_MS: (u64, u64) = (1_500, 3_000);
+/// How long a follower that heard from its leader refuses to vote for another candidate
+/// (openraft's leader lease; upstream ties it to the election timeout, 3 s here). Elections
+/// are called only after a pre-vote that a follower grants once it has lost the leader too
+/// (the server's `cluster::election`), so the lease need not keep disruptive candidates out:
+/// it is shorter than the 0.5 s a peer must be gone before its groups campaign, so that the
+/// first election after a leader's death is not refused for a lease nobody holds any more.
+pub const LEADER_LEASE_MS: u64 = 300;
 
 /// openraft's configuration for a quorum queue's group: snapshots every
 /// [`SNAPSHOT_LOGS_SINCE_LAST`] entries and purging up to the snapshot exactly (the
@@ -74,6 +81,7 @@ pub fn quorum_raft_config(cluster_name: &str) -> Result<Config, Box<ConfigError>
         heartbeat_interval: HEARTBEAT_INTERVAL_MS,
         election_timeout_min: ELECTION_TIMEOUT_MS.0,
         election_timeout_max: ELECTION_TIMEOUT_MS.1,
+        leader_lease: Some(LEADER_LEASE_MS),
         enable_heartbeat: false,
         enable_elect: false,
         ..Default::default()

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use warren_delivery::client_text::sanitize;
 
 /// The inter-node protocol version; both sides must speak the same.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 /// Length of a handshake nonce.
 const NONCE_BYTES: usize = 32;
 /// Most bytes of a peer's text (names, refusal reasons) kept in errors and logs.

@@ -23,6 +23,7 @@
 //! - [`join`]: `join_cluster`, both sides: the joining node, and the node it joins through.
 
 mod connection;
+pub mod election;
 mod envelope;
 pub mod failure_detector;
 pub mod forwarding;

@@ -11,12 +11,13 @@
 //! back-pressure does the rest. Nothing is queued per group. An RPC for a group this node
 //! does not run is answered [`RaftReply::UnknownGroup`].
 
+use super::election::answer_pre_vote;
 use super::inbox::Responder;
 use super::peer_address::PeerAddress;
 use super::raft_rpc::{RaftGroupId, RaftReply, RaftRpc, WireGroup};
 use super::service::{PeerRequest, PeerResponse};
 use openraft::Raft;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -50,6 +51,8 @@ struct Shared {
     joins: OnceLock<Arc<dyn JoinDesk>>,
     /// Where forwarded client operations go.
     forwarder: OnceLock<Arc<Forwarder>>,
+    /// The peers the failure detector counts as up (see [`RaftRouter::set_peers_up`]).
+    peers_up: Mutex<HashSet<u64>>,
     in_flight: Arc<Semaphore>,
 }
 
@@ -69,6 +72,7 @@ impl RaftRouter {
             metadata: Mutex::default(),
             joins: OnceLock::new(),
             forwarder: OnceLock::new(),
+            peers_up: Mutex::default(),
             in_flight,
         };
         RaftRouter { shared: Arc::new(shared) }
@@ -129,6 +133,17 @@ impl RaftRouter {
         }
     }
 
+    /// Records which peers the failure detector counts as up: a pre-vote is granted only by
+    /// a member whose leader's node is not among them.
+    pub fn set_peers_up(&self, up: HashSet<u64>) {
+        *self.shared.peers_up.lock().unwrap_or_else(PoisonError::into_inner) = up;
+    }
+
+    /// Whether the failure detector counts node `id` as up.
+    pub fn peer_is_up(&self, id: u64) -> bool {
+        self.shared.peers_up.lock().unwrap_or_else(PoisonError::into_inner).contains(&id)
+    }
+
     /// The local member of `group`, if any.
     pub fn get(&self, group: &RaftGroupId) -> Option<Raft<QuorumRaft>> {
         self.groups().get(group).cloned()
@@ -150,9 +165,10 @@ impl RaftRouter {
     /// waits first while [`MAX_CONCURRENT_RAFT_RPCS`] are being handled.
     pub async fn dispatch(&self, from: String, request: PeerRequest, responder: Responder<PeerResponse>) {
         // A wait for the metadata to be applied takes no permit: it lasts while this node
-        // catches up, through the very RPCs the permits are for.
+        // catches up, through the very RPCs the permits are for. A pre-vote takes none either:
+        // it is answered at once, and an election should not queue behind a snapshot.
         let permit = match request {
-            PeerRequest::MetaApplied { .. } => None,
+            PeerRequest::MetaApplied { .. } | PeerRequest::PreVote { .. } => None,
             _ => match Arc::clone(&self.shared.in_flight).acquire_owned().await {
                 Ok(permit) => Some(permit),
                 Err(_) => return, // Never closed; the requester times out if it were.
@@ -216,6 +232,9 @@ impl RaftRouter {
             PeerRequest::MachineVersions => {
                 PeerResponse::MachineVersions(warren_delivery::feature_flags::known_versions())
             }
+            PeerRequest::PreVote { group, last_log_index } => PeerResponse::PreVote(
+                self.get(&group).map(|raft| answer_pre_vote(&raft, last_log_index, |id| self.peer_is_up(id))),
+            ),
             // Forwarded operations are one-way, in order: as a request, one would be out of it.
             PeerRequest::Forwarded(_) => {
                 tracing::debug!("a forwarded operation sent as a request was ignored");

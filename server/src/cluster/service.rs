@@ -6,6 +6,7 @@
 //! client operations follow. Changing them changes the wire format: bump
 //! [`super::handshake::PROTOCOL_VERSION`] when nodes of two versions could meet.
 
+use super::election::PreVoteAnswer;
 use super::inbox::{Inbox, Incoming, IncomingRequest};
 use super::peer_address::PeerAddress;
 use super::raft_router::RaftRouter;
@@ -87,6 +88,14 @@ pub enum PeerRequest {
     /// [`PeerResponse::MachineVersions`]; a node of a release before machine versions cannot
     /// read the request (last of the requests, so that the others still decode there).
     MachineVersions,
+    /// Would this node's member of `group` vote for the asking node's, whose log ends at
+    /// `last_log_index` (see `super::election`)? Answered with [`PeerResponse::PreVote`].
+    PreVote {
+        /// The group.
+        group: RaftGroupId,
+        /// The index of the last entry of the candidate's log.
+        last_log_index: u64,
+    },
 }
 
 /// An answer to a [`PeerRequest`].
@@ -114,6 +123,8 @@ pub enum PeerResponse {
     StreamRead(Result<StreamChunk, String>),
     /// The answer to [`PeerRequest::MachineVersions`]: by machine name.
     MachineVersions(Vec<(String, u16)>),
+    /// The answer to [`PeerRequest::PreVote`]; `None` if this node runs no member of the group.
+    PreVote(Option<PreVoteAnswer>),
 }
 
 /// The transport as the broker uses it.

@@ -124,6 +124,14 @@ pub struct Config {
     #[clap(long, default_value = "300")]
     pub election_timeout_max: u64,
 
+    /// Warren's patch: how long, in milliseconds, a follower that heard from its leader
+    /// refuses to vote for another candidate (the leader lease). Unset, `election_timeout_max`,
+    /// as upstream 0.9 has it. An application that runs a pre-vote of its own before it calls
+    /// an election can make it short.
+    #[clap(long)]
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub leader_lease: Option<u64>,
+
     /// The heartbeat interval in milliseconds at which leaders will send heartbeats to followers
     #[clap(long, default_value = "50")]
     pub heartbeat_interval: u64,
