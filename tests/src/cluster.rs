@@ -104,7 +104,9 @@ pub async fn start_cluster_per_node(dir: &Path, proxied: bool, extra: impl Fn(us
         starts.push((dir.join(name), args));
     }
     let nodes = tokio::task::block_in_place(|| starts.iter().map(|(dir, args)| Some(start_node(dir, args))).collect());
-    Cluster { nodes, starts, proxies, secret }
+    let cluster = Cluster { nodes, starts, proxies, secret };
+    tokio::task::block_in_place(|| cluster.wait_until_linked());
+    cluster
 }
 
 pub fn start_node(dir: &Path, args: &[String]) -> WarrenProcess {
@@ -113,6 +115,28 @@ pub fn start_node(dir: &Path, args: &[String]) -> WarrenProcess {
 }
 
 impl Cluster {
+    /// Waits until every running node sees every other as running (their links are up), so
+    /// that a change made right after the start is waited for on every node, as a change on a
+    /// formed cluster is; a node that is not linked yet counts as unreachable.
+    pub fn wait_until_linked(&self) {
+        let running: Vec<&WarrenProcess> = self.nodes.iter().flatten().collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for node in &running {
+            let Some(addr) = node.http_addr else { continue };
+            let api = crate::http::Api::new(addr);
+            loop {
+                let answer = api.get("/api/nodes");
+                let nodes = answer.body.as_array().cloned().unwrap_or_default();
+                let up = nodes.iter().filter(|n| n["running"] == true).count();
+                if up >= running.len() {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the nodes did not link up: {:?}", answer.body);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
     /// Starts node `node` again on its data directory.
     pub fn restart(&mut self, node: usize) {
         let (dir, args) = &self.starts[node];
@@ -302,16 +326,93 @@ pub async fn wait_for_ctl_status(
     }
 }
 
+/// A fault the failover rounds inject. The queue's leader is node 0 (A, which declared it),
+/// the publisher's node is 1 (B), and the follower the follower faults hit is 2 (C).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// kill -9 of the leader; restarted on repair.
+    KillLeader,
+    /// SIGSTOP of the leader (a hung node); SIGCONT on repair.
+    PauseLeader,
+    /// Every link of the leader closed; healed on repair.
+    IsolateLeader,
+    /// Every link of the leader black-holed (bytes held, nothing closed); healed on repair.
+    BlackHoleLeader,
+    /// Every link of a follower closed; healed on repair (the leader should not change).
+    IsolateFollower,
+    /// The link between the leader and one follower closed; healed on repair (the leader
+    /// should not change).
+    CutLeaderFromFollower,
+}
+
+impl Fault {
+    /// Every fault, in the order the rounds run them.
+    pub const ALL: [Fault; 6] = [
+        Fault::KillLeader,
+        Fault::PauseLeader,
+        Fault::IsolateLeader,
+        Fault::BlackHoleLeader,
+        Fault::IsolateFollower,
+        Fault::CutLeaderFromFollower,
+    ];
+
+    /// Its name in the rounds' report lines (`scripts/soak-cluster.sh` groups by it).
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::KillLeader => "kill-leader",
+            Fault::PauseLeader => "pause-leader",
+            Fault::IsolateLeader => "isolate-leader",
+            Fault::BlackHoleLeader => "black-hole-leader",
+            Fault::IsolateFollower => "isolate-follower",
+            Fault::CutLeaderFromFollower => "cut-leader-from-follower",
+        }
+    }
+
+    /// Injects it into `cluster` (started with proxied links).
+    pub fn inject(self, cluster: &mut Cluster) {
+        match self {
+            Fault::KillLeader => cluster.nodes[0].take().expect("running").kill9(),
+            Fault::PauseLeader => cluster.pause(0),
+            Fault::IsolateLeader => cluster.isolate(0),
+            Fault::BlackHoleLeader => cluster.black_hole(0),
+            Fault::IsolateFollower => cluster.isolate(2),
+            Fault::CutLeaderFromFollower => cluster.cut_between(0, 2),
+        }
+    }
+
+    /// Undoes it: restarts, resumes or heals.
+    pub fn repair(self, cluster: &mut Cluster) {
+        match self {
+            Fault::KillLeader => cluster.restart(0),
+            Fault::PauseLeader => cluster.resume(0),
+            _ => cluster.heal(),
+        }
+    }
+}
+
 /// What a publisher learned: the sequence numbers confirmed and those nacked or lost with
 /// their connection.
 #[derive(Debug, Default)]
 pub struct Published {
     /// Confirmed (acked).
     pub confirmed: Vec<u64>,
+    /// When each confirm came, in the order of `confirmed`.
+    pub confirmed_at: Vec<Instant>,
     /// Nacked, or lost with the connection or a timeout.
     pub unconfirmed: Vec<u64>,
     /// The highest number published.
     pub highest: u64,
+}
+
+impl Published {
+    /// The longest time without a confirm from `since` (a fault) to the last confirm: how
+    /// long the fault stopped the publisher's progress.
+    pub fn longest_wait_since(&self, since: Instant) -> Duration {
+        let after = self.confirmed_at.iter().filter(|at| **at >= since);
+        let (longest, _) = after
+            .fold((Duration::ZERO, since), |(longest, previous), at| (longest.max(at.duration_since(previous)), *at));
+        longest
+    }
 }
 
 /// How long the load's publisher waits for one confirm.
@@ -358,6 +459,7 @@ pub async fn publish_numbered(
             };
             if confirmed {
                 published.confirmed.push(number);
+                published.confirmed_at.push(Instant::now());
             } else {
                 published.unconfirmed.push(number);
             }

@@ -72,7 +72,23 @@ async fn a_replicated_stream_confirms_through_a_leader_kill_and_every_replica_re
         eprintln!(
             "replicated stream failover, seed {seed} (replay: WARREN_FAILOVER_SEED={seed} WARREN_FAILOVER_ROUNDS=1)"
         );
-        stream_failover_round(seed).await;
+        stream_failover_round(seed, Fault::KillLeader).await;
+    }
+}
+
+/// One seeded round of each other fault on a replicated stream (see the quorum queues' rounds
+/// in `cluster.rs`): every confirmed message stored, replicas identical, the window printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_stream_loses_nothing_confirmed_under_every_fault() {
+    let (first, rounds) = failover_rounds();
+    for seed in first..first + rounds.div_ceil(2) {
+        for fault in Fault::ALL.into_iter().filter(|f| *f != Fault::KillLeader) {
+            eprintln!(
+                "{} stream round, seed {seed} (replay: WARREN_FAILOVER_SEED={seed} WARREN_FAILOVER_ROUNDS=1)",
+                fault.name()
+            );
+            stream_failover_round(seed, fault).await;
+        }
     }
 }
 
@@ -82,11 +98,11 @@ async fn a_replicated_stream_confirms_through_a_leader_kill_and_every_replica_re
 /// was cancelled or its channel closed.
 const MAX_RESUMES: usize = 5;
 
-async fn stream_failover_round(seed: u64) {
+async fn stream_failover_round(seed: u64, fault: Fault) {
     let mut random = seeded(seed);
     let (kill_after_ms, outage_ms) = (1_000 + random(2_000), 2_000 + random(3_000));
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cluster = start_cluster(dir.path(), false).await;
+    let mut cluster = start_cluster(dir.path(), fault != Fault::KillLeader).await;
     let a = cluster.connect(0).await;
     let ch = a.create_channel().await.expect("channel");
     ch.queue_declare("s".into(), durable(), stream_args(&[])).await.expect("declare on a formed cluster");
@@ -124,16 +140,25 @@ async fn stream_failover_round(seed: u64) {
         }
     });
     tokio::time::sleep(Duration::from_millis(kill_after_ms)).await;
-    cluster.nodes[0].take().expect("running").kill9();
+    let fault_at = Instant::now();
+    fault.inject(&mut cluster);
     tokio::time::sleep(Duration::from_millis(outage_ms)).await;
+    if fault != Fault::KillLeader {
+        fault.repair(&mut cluster);
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+    }
     stop.send_replace(true);
     let published = publisher.await.expect("publisher");
+    let window = published.longest_wait_since(fault_at);
+    eprintln!("fault {} window {:.3} s (replicated stream, seed {seed})", fault.name(), window.as_secs_f64());
     let after_kill = published.confirmed.iter().filter(|n| **n > published.confirmed.len() as u64 / 2).count();
     assert!(published.confirmed.len() > 100, "the load ran: {} confirmed", published.confirmed.len());
     assert!(after_kill > 0, "publishes were confirmed after the leader died");
 
     // The killed node comes back and catches up; then every replica has the same stream.
-    cluster.restart(0);
+    if fault == Fault::KillLeader {
+        fault.repair(&mut cluster);
+    }
     let confirmed = published.confirmed.len() as u32;
     let held = wait_for_count(&cluster, 1, "s", confirmed).await;
     for node in [0, 2] {

@@ -5,8 +5,8 @@
 //! second of silence) and acts for the groups this node runs a member of:
 //! - a peer came (back): the groups this node leads send a heartbeat, which brings the peer's
 //!   members up to date;
-//! - a peer disconnected for [`PEER_DOWN_AFTER_MS`] counts as down, here and in the answers
-//!   to other nodes' pre-votes;
+//! - a disconnected peer silent for [`PEER_DOWN_AFTER_MS`] counts as down, here and in the
+//!   answers to other nodes' pre-votes;
 //! - a member that has lost its leader (its node is down, or none is known) campaigns: a
 //!   pre-vote, then an election (see `super::election`, which also says who runs first);
 //! - a group still without a leader after [`LEADERLESS_TIMER_AFTER_MS`] has openraft's own
@@ -25,10 +25,11 @@ use std::time::{Duration, Instant};
 
 /// How often the detector looks.
 const TICK_MS: u64 = 200;
-/// How long a peer must stay disconnected before it counts as down and its groups elect new
+/// How long a peer must stay silent before it counts as down and its groups elect new
 /// leaders: longer than the transport takes to redial a link that healed (its backoff is
-/// capped at 250 ms), so a blip elects nobody; short, since a hung peer was already silent for
-/// the transport's idle timeout before its link closed.
+/// capped at 250 ms), so a blip elects nobody. Counted from the last thing that arrived: a
+/// hung or black-holed peer, whose link closed after the transport's idle timeout, counts as
+/// down as soon as its link closes.
 pub const PEER_DOWN_AFTER_MS: u64 = 500;
 /// How long a group may be without a leader before openraft's election timer is turned on
 /// as well as the campaigns.
@@ -61,13 +62,12 @@ pub async fn run(transport: ClusterTransport, router: RaftRouter, nodes: Arc<Nod
         let mut up_now = HashSet::new();
         for (id, name) in nodes.peers() {
             let up = connected.contains(&name);
-            let was_up = peers.get(&id).map(|peer| peer.up);
-            if was_up != Some(up) {
-                peers.insert(id, Peer { up, since: now });
+            if peers.get(&id).map(|peer| peer.up) != Some(up) {
+                // A peer that fell silent until its link's idle timeout is down since then.
+                let since = if up { now } else { transport.silent_since(&name).unwrap_or(now) };
+                peers.insert(id, Peer { up, since });
                 if up {
                     heartbeat_led_groups(&router).await;
-                } else if was_up.is_some() {
-                    tracing::info!(peer = %name, "cluster peer disconnected");
                 }
             }
             if peers.get(&id).is_some_and(|peer| peer.counts_as_up(now)) {

@@ -13,7 +13,7 @@
 //! The transport knows nothing of Raft: `Q` (requests and one-way messages) and `S`
 //! (responses) are the layer above's types, typically enums whose variants name a Raft group.
 
-use super::connection::{self, Link};
+use super::connection::{self, CloseReason, Link};
 use super::envelope::{Envelope, RequestId};
 use super::frame::{self, FrameError, MAX_FRAME_BYTES};
 use super::handshake::{self, AcceptDeadlines, HandshakeError, Identity};
@@ -164,6 +164,9 @@ struct PeerState<S> {
     link: Option<Link<S>>,
     /// The task dialling it, when this node is the dialling side.
     dialer: Option<JoinHandle<()>>,
+    /// Since when nothing has arrived from it, once its last connection ended: the end, or
+    /// the idle timeout before it when the link closed because the peer fell silent.
+    silent_since: Option<Instant>,
 }
 
 struct Shared<Q, S> {
@@ -229,7 +232,8 @@ impl<Q: Wire, S: Wire> Transport<Q, S> {
             return;
         }
         let mut peers = lock(&self.shared.peers);
-        let state = peers.entry(peer.name.clone()).or_insert(PeerState { link: None, dialer: None });
+        let state =
+            peers.entry(peer.name.clone()).or_insert(PeerState { link: None, dialer: None, silent_since: None });
         if local < peer.name.as_str() && state.dialer.is_none() {
             state.dialer = Some(tokio::spawn(dial_loop(Arc::clone(&self.shared), peer.clone())));
         }
@@ -303,6 +307,13 @@ impl<Q: Wire, S: Wire> Transport<Q, S> {
         names
     }
 
+    /// Since when nothing has arrived from `peer`, if it is not connected now and was once
+    /// (a peer that fell silent until its link's idle timeout was silent since before it).
+    pub fn silent_since(&self, peer: &str) -> Option<Instant> {
+        let peers = lock(&self.shared.peers);
+        peers.get(peer).filter(|state| state.link.is_none()).and_then(|state| state.silent_since)
+    }
+
     /// Waits until `peer` is connected; false if `timeout` passes first.
     pub async fn wait_connected(&self, peer: &str, timeout: Duration) -> bool {
         let mut changes = self.shared.links_changed.subscribe();
@@ -350,7 +361,8 @@ impl<Q: Wire, S: Wire> Shared<Q, S> {
     /// Registers a new connection to `peer`, closing the one it replaces.
     fn register(&self, peer: &str, link: Link<S>) {
         let mut peers = lock(&self.peers);
-        let state = peers.entry(peer.to_string()).or_insert(PeerState { link: None, dialer: None });
+        let state = peers.entry(peer.to_string()).or_insert(PeerState { link: None, dialer: None, silent_since: None });
+        state.silent_since = None;
         if let Some(old) = state.link.replace(link) {
             old.close();
         }
@@ -358,12 +370,14 @@ impl<Q: Wire, S: Wire> Shared<Q, S> {
         self.links_changed.send_modify(|n| *n += 1);
     }
 
-    /// Forgets connection `serial` to `peer` if it is still the registered one.
-    fn unregister(&self, peer: &str, serial: u64) {
+    /// Forgets connection `serial` to `peer` if it is still the registered one; nothing has
+    /// arrived on it since `silent_since`.
+    fn unregister(&self, peer: &str, serial: u64, silent_since: Instant) {
         let mut peers = lock(&self.peers);
         if let Some(state) = peers.get_mut(peer) {
             if state.link.as_ref().is_some_and(|link| link.serial == serial) {
                 state.link = None;
+                state.silent_since = Some(silent_since);
             }
         }
         drop(peers);
@@ -379,7 +393,11 @@ impl<Q: Wire, S: Wire> Shared<Q, S> {
         tracing::info!(peer, "cluster peer connected");
         let mut shutdown = self.shutdown.subscribe();
         let reason = connection::serve(framed, link, task, self.inbox.clone(), &self.settings, &mut shutdown).await;
-        self.unregister(peer, serial);
+        let silent_since = match reason {
+            CloseReason::Idle(idle) => Instant::now().checked_sub(idle).unwrap_or_else(Instant::now),
+            _ => Instant::now(),
+        };
+        self.unregister(peer, serial, silent_since);
         tracing::info!(peer, %reason, "cluster peer disconnected");
     }
 
