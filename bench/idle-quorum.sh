@@ -5,9 +5,11 @@
 # (and how much of it is anonymous memory rather than mapped files) and its CPU while idle (user+system time from /proc over the measuring window).
 #
 # usage: bench/idle-quorum.sh [--nodes 1|3] [--queues N (1000)] [--settle SECS (15)]
-#                             [--window SECS (20)] [--balanced] [--no-build]
+#                             [--window SECS (20)] [--balanced] [--failover] [--no-build]
 # --balanced declares with x-queue-leader-locator: balanced (leaders spread over the nodes);
 # without it every leader is on the first node (client-local), the costliest node to be.
+# --failover (three nodes): then kills the first node (kill -9) and reports how long until
+# the second node's management API shows a leader on a surviving node for every queue.
 # Needs python3 with pika (pip install pika).
 set -euo pipefail
 
@@ -19,6 +21,7 @@ SETTLE=15
 WINDOW=20
 BUILD=1
 LOCATOR=client-local
+FAILOVER=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	--nodes) NODES=$2 && shift ;;
@@ -26,8 +29,9 @@ while [ $# -gt 0 ]; do
 	--settle) SETTLE=$2 && shift ;;
 	--window) WINDOW=$2 && shift ;;
 	--balanced) LOCATOR=balanced ;;
+	--failover) FAILOVER=1 ;;
 	--no-build) BUILD=0 ;;
-	-h | --help) sed -n '2,11p' "$0" && exit 0 ;;
+	-h | --help) sed -n '2,13p' "$0" && exit 0 ;;
 	*) echo "unknown option $1" >&2 && exit 2 ;;
 	esac
 	shift
@@ -42,13 +46,15 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 head -c 32 /dev/urandom | base64 >"$WORK/secret"
-NAMES=() AMQP=() CLUSTER=()
+NAMES=() AMQP=() CLUSTER=() HTTP=()
 for i in $(seq 1 "$NODES"); do
-	NAMES+=("warren@n$i") AMQP+=("$(free_port)") CLUSTER+=("$(free_port)")
+	NAMES+=("warren@n$i") AMQP+=("$(free_port)") CLUSTER+=("$(free_port)") HTTP+=("$(free_port)")
 done
 PEERS=$(for i in "${!NAMES[@]}"; do printf '%s@127.0.0.1:%s,' "${NAMES[$i]}" "${CLUSTER[$i]}"; done)
 for i in "${!NAMES[@]}"; do
-	args=(--node-name "${NAMES[$i]}" --amqp-listen "127.0.0.1:${AMQP[$i]}" --http-listen none --data-dir "$WORK/${NAMES[$i]}")
+	http=none
+	[ "$FAILOVER" = 1 ] && [ "$i" = 1 ] && http="127.0.0.1:${HTTP[$i]}"
+	args=(--node-name "${NAMES[$i]}" --amqp-listen "127.0.0.1:${AMQP[$i]}" --http-listen "$http" --data-dir "$WORK/${NAMES[$i]}")
 	if [ "$NODES" -gt 1 ]; then
 		args+=(--cluster-listen "127.0.0.1:${CLUSTER[$i]}" --peers "${PEERS%,}" --cluster-secret-file "$WORK/secret")
 	fi
@@ -56,10 +62,11 @@ for i in "${!NAMES[@]}"; do
 	PIDS+=($!)
 done
 
-python3 - "$QUEUES" "$SETTLE" "$WINDOW" "$LOCATOR" "${AMQP[0]}" "${PIDS[@]}" <<'EOF'
-import os, sys, time, pika
+python3 - "$QUEUES" "$SETTLE" "$WINDOW" "$LOCATOR" "${AMQP[0]}" "$FAILOVER" "${HTTP[1]:-0}" "${PIDS[@]}" <<'EOF'
+import base64, json, os, signal, sys, time, urllib.request, pika
 queues, settle, window, locator, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
-pids = [int(p) for p in sys.argv[6:]]
+failover, http_port = sys.argv[6] == "1", int(sys.argv[7])
+pids = [int(p) for p in sys.argv[8:]]
 arguments = {"x-queue-type": "quorum", "x-queue-leader-locator": locator}
 def rss_kb(pid):
     fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/smaps_rollup") if ":" in line)
@@ -98,4 +105,27 @@ for n, pid in enumerate(pids):
     anonymous = (after[n][1] - before[n][1]) / queues
     cpu = (cpu_after[n] - cpu_before[n]) / window * 100
     print(f"| {n + 1} | {before[n][0] / 1024:.0f} | {after[n][0] / 1024:.0f} | {per_queue:.0f} | {anonymous:.0f} | {cpu:.1f} |")
+if failover:
+    def leaders():
+        request = urllib.request.Request(f"http://127.0.0.1:{http_port}/api/queues/%2F")
+        request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return {q["name"]: q.get("leader") for q in json.load(answer) if q["name"].startswith("idle-")}
+    on_first = sum(1 for leader in leaders().values() if leader == "warren@n1")
+    os.kill(pids[0], signal.SIGKILL)
+    killed = time.time()
+    while True:
+        try:
+            shown = leaders()
+        except Exception:
+            shown = {}
+        waiting = [name for name, leader in shown.items() if leader in (None, "warren@n1")]
+        if len(shown) == queues and not waiting:
+            break
+        if time.time() - killed > 60:
+            print(f"after 60 s, {len(waiting)} queues still have no leader on a surviving node")
+            sys.exit(1)
+        time.sleep(0.05)
+    print(f"kill -9 of warren@n1 (leader of {on_first} of {queues} queues): every queue had a leader "
+          f"on a surviving node {time.time() - killed:.2f} s later")
 EOF

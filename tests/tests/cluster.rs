@@ -172,7 +172,7 @@ async fn a_leader_change_is_one_info_line_per_member_and_is_counted() {
 /// group's leader, whether it was cut off from every node or from the leader only (so that it
 /// still reaches the other follower). Its pre-votes are refused while the others hear from the
 /// leader, so it never raises the group's term (issue 30: it used to, and the leader stepped
-/// down when the links healed). For a quorum queue and a replicated stream.
+/// down when the links healed). For a quorum queue and a replicated stream, and the catalog.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_healed_follower_does_not_unseat_a_quorum_queues_leader() {
     healed_follower_keeps_the_leader("quorum").await;
@@ -197,10 +197,11 @@ async fn healed_follower_keeps_the_leader(queue_type: &str) {
     wait_for_ctl_status(&cluster, 0, verb, &queue, "A leads", a_leads).await;
     let on_a = confirm_channel(&a).await;
     assert_eq!(publish_within(&on_a, &queue, b"before", Duration::from_secs(5)).await, Some(true));
+    // Of the queue's group and of the catalog's.
     let changes = || -> usize {
-        let group = format!(":/:{queue}");
-        let running = cluster.nodes.iter().flatten();
-        running.map(|n| n.log_lines().iter().filter(|l| l.contains(LINE) && l.contains(&group)).count()).sum()
+        let groups = [format!("group={queue_type}:/:{queue}"), "group=metadata".to_string()];
+        let change = |l: &&String| l.contains(LINE) && groups.iter().any(|g| l.contains(g.as_str()));
+        cluster.nodes.iter().flatten().map(|n| n.log_lines().iter().filter(change).count()).sum()
     };
     let before = changes();
 

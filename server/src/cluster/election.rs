@@ -1,6 +1,7 @@
-//! Who calls an election in a quorum queue's or stream's group, and when. This node calls it
-//! for its member (openraft's own election timer is off, see
-//! `warren_delivery::quorum::ELECTION_TIMEOUT_MS`) once the failure detector says the group's
+//! Who calls an election in a Raft group of a cluster (a quorum queue's, a stream's, a delayed
+//! exchange's, the catalog's), and when. This node calls it for its member (openraft's own
+//! election timer is off, see `warren_delivery::quorum::ELECTION_TIMEOUT_MS`) once the
+//! failure detector says the group's
 //! leader is gone or the group has had none for a while, and only after a **pre-vote**
 //! (Ongaro's thesis, §9.6): the member asks the group's other voters whether they would vote
 //! for it, and nobody's term changes on the way.
@@ -18,12 +19,11 @@
 //! each new term first and split the votes.
 
 use super::raft_rpc::RaftGroupId;
-use openraft::{BasicNode, Raft, RaftMetrics, ServerState};
+use openraft::{BasicNode, Raft, RaftMetrics, RaftTypeConfig, ServerState};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
-use warren_delivery::quorum::QuorumRaft;
 
 /// How long a candidate waits for the pre-vote answers.
 pub const PRE_VOTE_TIMEOUT_MS: u64 = 300;
@@ -37,6 +37,12 @@ const YIELD_ROUNDS: u32 = 3;
 /// Rounds of one campaign; a group still without a leader after them gets a new campaign from
 /// the failure detector.
 const CAMPAIGN_ROUNDS: u32 = 10;
+
+/// The groups elections are called for: openraft groups whose members are node ids and
+/// [`BasicNode`]s (quorum queues' and streams' groups, and the catalog's).
+pub trait Group: RaftTypeConfig<NodeId = u64, Node = BasicNode> {}
+
+impl<C: RaftTypeConfig<NodeId = u64, Node = BasicNode>> Group for C {}
 
 /// A voter's answer to a pre-vote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,7 +71,7 @@ pub fn leader_lost(metrics: &RaftMetrics<u64, BasicNode>, is_up: impl Fn(u64) ->
 
 /// A voter's answer to a candidate whose log ends at `last_log_index`; `is_up` says which
 /// nodes this node hears from.
-pub fn answer_pre_vote(raft: &Raft<QuorumRaft>, last_log_index: u64, is_up: impl Fn(u64) -> bool) -> PreVoteAnswer {
+pub fn answer_pre_vote<C: Group>(raft: &Raft<C>, last_log_index: u64, is_up: impl Fn(u64) -> bool) -> PreVoteAnswer {
     let metrics = raft.metrics().borrow().clone();
     let mine = metrics.last_log_index.unwrap_or(0);
     PreVoteAnswer { granted: leader_lost(&metrics, is_up) && last_log_index >= mine, last_log_index: mine }
@@ -87,7 +93,7 @@ pub trait PreVoter: Send + Sync + 'static {
 /// it can follow, a pre-vote, then an election if a majority would vote for it and no more
 /// up-to-date member is there to run instead. Ends when the group has a leader, or after
 /// [`CAMPAIGN_ROUNDS`].
-pub async fn campaign(group: RaftGroupId, raft: Raft<QuorumRaft>, voters: impl PreVoter, is_up: impl Fn(u64) -> bool) {
+pub async fn campaign<C: Group>(group: RaftGroupId, raft: Raft<C>, voters: impl PreVoter, is_up: impl Fn(u64) -> bool) {
     for round in 0..CAMPAIGN_ROUNDS {
         let metrics = raft.metrics().borrow().clone();
         if !leader_lost(&metrics, &is_up) {

@@ -7,18 +7,20 @@
 //!   members up to date;
 //! - a disconnected peer silent for [`PEER_DOWN_AFTER_MS`] counts as down, here and in the
 //!   answers to other nodes' pre-votes;
-//! - a member that has lost its leader (its node is down, or none is known) campaigns: a
-//!   pre-vote, then an election (see `super::election`, which also says who runs first);
+//! - a member that has lost its leader (its node is down, or none has been known for
+//!   [`NO_LEADER_GRACE`]) campaigns: a pre-vote, then an election (see `super::election`,
+//!   which also says who runs first);
 //! - a group still without a leader after [`LEADERLESS_TIMER_AFTER_MS`] has openraft's own
 //!   election timer turned on as well, until it has one (the last resort, should campaigns
 //!   keep failing).
 
-use super::election::{self, PreVoteAnswer, PreVoter};
+use super::election::{self, Group, PreVoteAnswer, PreVoter};
+use super::metadata_group::METADATA_GROUP;
 use super::nodes::Nodes;
 use super::raft_router::RaftRouter;
 use super::raft_rpc::RaftGroupId;
 use super::service::{ClusterTransport, PeerRequest, PeerResponse};
-use openraft::ServerState;
+use openraft::{Raft, ServerState};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -34,6 +36,10 @@ pub const PEER_DOWN_AFTER_MS: u64 = 500;
 /// How long a group may be without a leader before openraft's election timer is turned on
 /// as well as the campaigns.
 pub const LEADERLESS_TIMER_AFTER_MS: u64 = 10_000;
+
+/// How long a member that knows of no leader at all waits before it campaigns: a new group's
+/// initializer calls its first election at once, and the others should not run against it.
+const NO_LEADER_GRACE: Duration = Duration::from_millis(1_000);
 
 /// What the detector knows of a peer.
 #[derive(Debug, Clone, Copy)]
@@ -95,8 +101,8 @@ impl Campaigns {
     }
 }
 
-/// For every member here: a campaign if it has lost its leader and runs none yet, and
-/// openraft's election timer while its group has had no known leader for
+/// For every member here (the catalog's too): a campaign if it has lost its leader and runs
+/// none yet, and openraft's election timer while its group has had no known leader for
 /// [`LEADERLESS_TIMER_AFTER_MS`] (off again once it has one: with heartbeats off, a
 /// follower's timer would unseat an idle leader).
 fn look_after_groups(
@@ -106,15 +112,43 @@ fn look_after_groups(
     leaderless: &mut HashMap<RaftGroupId, Instant>,
     now: Instant,
 ) {
-    let mut still = HashMap::new();
+    let mut watch = GroupWatch { router, campaigns, voters, leaderless, still: HashMap::new(), now };
     for (group, raft) in router.members() {
+        watch.look_after(group, &raft);
+    }
+    if let Some(metadata) = router.metadata() {
+        watch.look_after(RaftGroupId::new(METADATA_GROUP), metadata.raft());
+    }
+    let still = std::mem::take(&mut watch.still);
+    *leaderless = still;
+}
+
+/// One pass of [`look_after_groups`].
+struct GroupWatch<'a> {
+    router: &'a RaftRouter,
+    campaigns: &'a Campaigns,
+    voters: &'a TransportVoters,
+    /// The groups without a known leader at the last pass, since when.
+    leaderless: &'a HashMap<RaftGroupId, Instant>,
+    /// The same, as this pass finds them.
+    still: HashMap<RaftGroupId, Instant>,
+    now: Instant,
+}
+
+impl GroupWatch<'_> {
+    fn look_after<C: Group>(&mut self, group: RaftGroupId, raft: &Raft<C>) {
+        let router = self.router;
         let (lost, none_known) = {
             let watch = raft.metrics();
             let metrics = watch.borrow();
             (election::leader_lost(&metrics, |id| router.peer_is_up(id)), election::leader_lost(&metrics, |_| true))
         };
-        if lost && campaigns.start(&group) {
-            let (router, campaigns, voters, raft) = (router.clone(), campaigns.clone(), voters.clone(), raft.clone());
+        let since = self.leaderless.get(&group).copied();
+        // A group that never had a leader here may be forming: its initializer elects first.
+        let forming = none_known && since.is_none_or(|since| self.now.duration_since(since) < NO_LEADER_GRACE);
+        if lost && !forming && self.campaigns.start(&group) {
+            let (router, campaigns, voters, raft) =
+                (router.clone(), self.campaigns.clone(), self.voters.clone(), raft.clone());
             let group = group.clone();
             tokio::spawn(async move {
                 let is_up = |id| router.peer_is_up(id);
@@ -122,20 +156,18 @@ fn look_after_groups(
                 campaigns.end(&group);
             });
         }
-        let since = leaderless.get(&group).copied();
         if !none_known {
             if since.is_some() {
                 raft.runtime_config().elect(false);
             }
-            continue;
+            return;
         }
-        let since = since.unwrap_or(now);
-        if now.duration_since(since) >= Duration::from_millis(LEADERLESS_TIMER_AFTER_MS) {
+        let since = since.unwrap_or(self.now);
+        if self.now.duration_since(since) >= Duration::from_millis(LEADERLESS_TIMER_AFTER_MS) {
             raft.runtime_config().elect(true);
         }
-        still.insert(group, since);
+        self.still.insert(group, since);
     }
-    *leaderless = still;
 }
 
 /// The other nodes, asked for pre-votes over the transport.

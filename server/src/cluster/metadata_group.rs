@@ -134,7 +134,9 @@ pub async fn start(
     may_initialize: bool,
 ) -> Result<Arc<Metadata>, MetadataStartError> {
     check_cluster_name(&cluster_dir(data_dir), &settings.cluster_name)?;
-    let config = fit_to_transport(&raft_config(settings)).map_err(|e| MetadataStartError::Raft(e.to_string()))?;
+    // Elections are called by the failure detector, after a pre-vote (`super::election`).
+    let config = Config { enable_elect: false, ..raft_config(settings) };
+    let config = fit_to_transport(&config).map_err(|e| MetadataStartError::Raft(e.to_string()))?;
     let network = GroupNetwork::<MetaRaft>::new(cluster.transport().clone(), RaftGroupId::new(METADATA_GROUP));
     let first = cluster.node_names().into_iter().next();
     let initializes = may_initialize && first.as_deref() == Some(cluster.transport().node_name());

@@ -13,6 +13,7 @@
 
 use super::election::answer_pre_vote;
 use super::inbox::Responder;
+use super::metadata_group::METADATA_GROUP;
 use super::peer_address::PeerAddress;
 use super::raft_rpc::{RaftGroupId, RaftReply, RaftRpc, WireGroup};
 use super::service::{PeerRequest, PeerResponse};
@@ -232,9 +233,13 @@ impl RaftRouter {
             PeerRequest::MachineVersions => {
                 PeerResponse::MachineVersions(warren_delivery::feature_flags::known_versions())
             }
-            PeerRequest::PreVote { group, last_log_index } => PeerResponse::PreVote(
-                self.get(&group).map(|raft| answer_pre_vote(&raft, last_log_index, |id| self.peer_is_up(id))),
-            ),
+            PeerRequest::PreVote { group, last_log_index } => {
+                let is_up = |id| self.peer_is_up(id);
+                PeerResponse::PreVote(match self.metadata().filter(|_| group.0 == METADATA_GROUP) {
+                    Some(metadata) => Some(answer_pre_vote(metadata.raft(), last_log_index, is_up)),
+                    None => self.get(&group).map(|raft| answer_pre_vote(&raft, last_log_index, is_up)),
+                })
+            }
             // Forwarded operations are one-way, in order: as a request, one would be out of it.
             PeerRequest::Forwarded(_) => {
                 tracing::debug!("a forwarded operation sent as a request was ignored");
