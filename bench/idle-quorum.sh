@@ -114,12 +114,17 @@ if failover:
     on_first = sum(1 for leader in leaders().values() if leader == "warren@n1")
     os.kill(pids[0], signal.SIGKILL)
     killed = time.time()
+    marks = {}
     while True:
         try:
             shown = leaders()
         except Exception:
             shown = {}
         waiting = [name for name, leader in shown.items() if leader in (None, "warren@n1")]
+        led = len(shown) - len(waiting)
+        for share in (0.01, 0.5, 0.9):
+            if led >= share * queues and share not in marks:
+                marks[share] = time.time() - killed
         if len(shown) == queues and not waiting:
             break
         if time.time() - killed > 60:
@@ -127,5 +132,6 @@ if failover:
             sys.exit(1)
         time.sleep(0.05)
     print(f"kill -9 of warren@n1 (leader of {on_first} of {queues} queues): every queue had a leader "
-          f"on a surviving node {time.time() - killed:.2f} s later")
+          f"on a surviving node {time.time() - killed:.2f} s later (the first after {marks.get(0.01, 0):.2f} s, "
+          f"half after {marks.get(0.5, 0):.2f} s, 90% after {marks.get(0.9, 0):.2f} s)")
 EOF

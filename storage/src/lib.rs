@@ -8,6 +8,7 @@
 //! The on-disk format is specified in `storage/README.md`. Start at [`Log`].
 
 mod alternating_file;
+pub mod blocking_io;
 mod config;
 mod damage;
 mod entry_file;

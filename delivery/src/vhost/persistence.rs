@@ -197,16 +197,11 @@ pub(super) fn queue_record(queue: &Queue) -> QueueRecord {
 /// worker, so one tenant declaring thousands of durable queues never stalls another tenant's
 /// confirms. Elsewhere (a current-thread runtime, or no runtime) it just runs.
 pub(super) fn durable(pending: PendingChange) -> BrokerResult<()> {
-    use tokio::runtime::{Handle, RuntimeFlavor};
     if pending.is_empty() {
         // Nothing to sync: handing the worker's tasks over would only cost a thread.
         return Ok(());
     }
-    let wait = || pending.wait().map_err(|e| internal_error("cannot save definitions", e));
-    match Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(wait),
-        _ => wait(),
-    }
+    warren_storage::blocking_io::run(|| pending.wait().map_err(|e| internal_error("cannot save definitions", e)))
 }
 
 fn exchange_definition(record: &ExchangeRecord) -> BrokerResult<ExchangeDefinition> {

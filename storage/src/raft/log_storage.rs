@@ -276,7 +276,8 @@ impl<C: RaftTypeConfig> RaftLog<C> {
 
     /// Saves `meta` durably and makes it current.
     fn save_meta(&self, st: &mut State<C>, meta: RaftMeta<C::NodeId>) -> Result<(), RaftLogError> {
-        self.inner.meta_file.write(&meta)?;
+        // Two fsyncs: a thousand groups voting at once must not take turns on the workers.
+        crate::blocking_io::run(|| self.inner.meta_file.write(&meta))?;
         st.meta = meta;
         st.committed_unsaved = false;
         st.meta_saved_at = Instant::now();
