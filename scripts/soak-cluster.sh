@@ -27,12 +27,12 @@ run "$ROUNDS" replicated_streams a_replicated_stream_confirms
 run $((ROUNDS * 2)) replicated_streams a_replicated_stream_loses_nothing
 echo
 echo "Window without a confirm after each fault (s), from $LOG:"
-grep -o 'fault [a-z-]* window [0-9.]* s ([a-z ]*' "$LOG" | sed 's/(//' |
-  awk '{ key = $2 " (" $5 " " $6 ")"; print key "\t" $4 }' | sort -t$'\t' -k1,1 -k2,2n |
+printf "%-44s %6s %8s %8s\n" "fault (queue type)" "rounds" "median" "max"
+grep -o 'fault [a-z-]* window [0-9.]* s ([a-z ]*' "$LOG" |
+  awk '{ sub(/^\(/, "", $6); key = $2 " (" $6 " " $7 ")"; print key "\t" $4 }' | sort -t$'\t' -k1,1 -k2,2n |
   awk -F'\t' '
     { v[$1] = v[$1] " " $2; n[$1]++ }
     END {
-      printf "%-44s %6s %8s %8s\n", "fault", "rounds", "median", "max"
       for (k in n) {
         split(substr(v[k], 2), a, " ")
         m = (n[k] % 2) ? a[(n[k] + 1) / 2] : (a[n[k] / 2] + a[n[k] / 2 + 1]) / 2

@@ -21,8 +21,8 @@
 use super::raft_rpc::RaftGroupId;
 use openraft::{BasicNode, Raft, RaftMetrics, RaftTypeConfig, ServerState};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use std::future::Future;
-use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 /// How long a candidate waits for the pre-vote answers.
@@ -124,11 +124,11 @@ pub async fn campaign<C: Group>(group: RaftGroupId, raft: Raft<C>, voters: impl 
 }
 
 /// A member's place among a group's members when their logs are equally long: the higher
-/// runs first. A hash of the group and the member, so that leadership spreads over the nodes.
+/// runs first. A hash of the group and the member, so that leadership spreads over the nodes,
+/// and one that every node and release computes alike (SHA-256, as node ids are).
 pub fn rank(group: &RaftGroupId, member: u64) -> u64 {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (group, member).hash(&mut hasher);
-    hasher.finish()
+    let digest = Sha256::new().chain_update(group.0.as_bytes()).chain_update(member.to_be_bytes()).finalize();
+    u64::from_be_bytes([digest[0], digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7]])
 }
 
 /// The votes that elect a leader among `voters`.
@@ -156,6 +156,14 @@ mod tests {
         metrics.current_leader = leader;
         metrics.membership_config = std::sync::Arc::new(StoredMembership::new(None, membership));
         metrics
+    }
+
+    #[test]
+    fn ranks_are_stable_and_differ_by_group_and_member() {
+        let group = RaftGroupId::new("quorum:/:q");
+        assert_eq!(rank(&group, 1), rank(&RaftGroupId::new("quorum:/:q"), 1), "every node computes the same");
+        assert_ne!(rank(&group, 1), rank(&group, 2));
+        assert_ne!(rank(&group, 1), rank(&RaftGroupId::new("quorum:/:r"), 1));
     }
 
     #[test]

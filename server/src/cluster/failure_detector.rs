@@ -25,7 +25,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// How often the detector looks.
+/// How often the detector looks, besides when a link comes or goes and when a disconnected
+/// peer comes to count as down.
 const TICK_MS: u64 = 200;
 /// How long a peer must stay silent before it counts as down and its groups elect new
 /// leaders: longer than the transport takes to redial a link that healed (its backoff is
@@ -61,8 +62,20 @@ pub async fn run(transport: ClusterTransport, router: RaftRouter, nodes: Arc<Nod
     let mut leaderless: HashMap<RaftGroupId, Instant> = HashMap::new();
     let campaigns = Campaigns::default();
     let mut tick = tokio::time::interval(Duration::from_millis(TICK_MS));
+    let mut links = transport.link_changes();
+    // When a disconnected peer will count as down: looked at then, not at the next tick.
+    let mut next_down: Option<Instant> = None;
     loop {
-        tick.tick().await;
+        let down_at = next_down.map(tokio::time::Instant::from_std);
+        tokio::select! {
+            _ = tick.tick() => {}
+            changed = links.changed() => {
+                if changed.is_err() {
+                    return; // The transport is gone.
+                }
+            }
+            () = sleep_until_if(down_at) => {}
+        }
         let connected = transport.connected_peers();
         let now = Instant::now();
         let mut up_now = HashSet::new();
@@ -81,8 +94,18 @@ pub async fn run(transport: ClusterTransport, router: RaftRouter, nodes: Arc<Nod
             }
         }
         router.set_peers_up(up_now);
+        let down_after = Duration::from_millis(PEER_DOWN_AFTER_MS);
+        next_down = peers.values().filter(|p| p.counts_as_up(now) && !p.up).map(|p| p.since + down_after).min();
         let voters = TransportVoters { transport: transport.clone(), nodes: Arc::clone(&nodes) };
         look_after_groups(&router, &campaigns, &voters, &mut leaderless, now);
+    }
+}
+
+/// Sleeps until `at`, or for ever without one.
+async fn sleep_until_if(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
