@@ -50,6 +50,25 @@ async fn read_back(conn: &Connection, stream: &str, count: usize) -> Vec<(u64, V
     records
 }
 
+/// Waits until node `node`'s copy of `stream` holds every message of `confirmed` (numbered
+/// bodies), at most 30 s; returns how many records it holds then. Counting is not enough: a
+/// publish that was nacked may be stored too (its outcome is unknown), so the count can reach
+/// the number confirmed before the last confirmed records are there.
+async fn wait_for_every_confirmed(cluster: &Cluster, node: usize, stream: &str, confirmed: &[u64]) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let held = wait_for_count(cluster, node, stream, confirmed.len() as u32).await;
+        let conn = cluster.connect(node).await;
+        let records = read_back(&conn, stream, held as usize).await;
+        let stored: std::collections::HashSet<u64> =
+            records.iter().map(|(_, body)| u64::from_be_bytes(body.as_slice().try_into().expect("8 bytes"))).collect();
+        if confirmed.iter().all(|n| stored.contains(n)) || Instant::now() > deadline {
+            return held;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Waits until node `node` reports `stream` holding at least `count` messages; returns them.
 async fn wait_for_count(cluster: &Cluster, node: usize, stream: &str, count: u32) -> u32 {
     let conn = cluster.connect(node).await;
@@ -159,8 +178,7 @@ async fn stream_failover_round(seed: u64, fault: Fault) {
     if fault == Fault::KillLeader {
         fault.repair(&mut cluster);
     }
-    let confirmed = published.confirmed.len() as u32;
-    let held = wait_for_count(&cluster, 1, "s", confirmed).await;
+    let held = wait_for_every_confirmed(&cluster, 1, "s", &published.confirmed).await;
     for node in [0, 2] {
         wait_for_count(&cluster, node, "s", held).await;
     }
