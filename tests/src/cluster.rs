@@ -502,6 +502,19 @@ pub fn failover_rounds() -> (u64, u64) {
     (var("WARREN_FAILOVER_SEED", 1), var("WARREN_FAILOVER_ROUNDS", 2))
 }
 
+/// The rounds of the "every fault" tests: each fault but kill -9 (which has rounds of its
+/// own), for half of [`failover_rounds`]' seeds rounded up (the soak script asks for twice
+/// the rounds it wants of each). Prints how to replay each round as it is taken.
+pub fn other_fault_rounds(what: &'static str) -> impl Iterator<Item = (u64, Fault)> {
+    let (first, rounds) = failover_rounds();
+    let faults = Fault::ALL.into_iter().filter(|f| *f != Fault::KillLeader);
+    let all = (first..first + rounds.div_ceil(2)).flat_map(move |seed| faults.clone().map(move |f| (seed, f)));
+    all.inspect(move |(seed, fault)| {
+        let replay = format!("WARREN_FAILOVER_SEED={seed} WARREN_FAILOVER_ROUNDS=1");
+        eprintln!("{} {what} round, seed {seed} (replay: {replay})", fault.name());
+    })
+}
+
 /// A small deterministic generator (xorshift64*), so that a failing seed can be replayed.
 pub fn seeded(seed: u64) -> impl FnMut(u64) -> u64 {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;

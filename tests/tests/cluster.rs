@@ -297,15 +297,8 @@ async fn killing_the_leader_mid_load_loses_no_confirmed_message() {
 /// (`scripts/soak-cluster.sh` runs many rounds and sums them up).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_mid_load_loses_no_confirmed_message() {
-    let (first, rounds) = failover_rounds();
-    for seed in first..first + rounds.div_ceil(2) {
-        for fault in Fault::ALL.into_iter().filter(|f| *f != Fault::KillLeader) {
-            eprintln!(
-                "{} round, seed {seed} (replay: WARREN_FAILOVER_SEED={seed} WARREN_FAILOVER_ROUNDS=1)",
-                fault.name()
-            );
-            failover_round(seed, fault).await;
-        }
+    for (seed, fault) in other_fault_rounds("quorum queue") {
+        failover_round(seed, fault).await;
     }
 }
 

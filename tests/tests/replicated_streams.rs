@@ -99,15 +99,8 @@ async fn a_replicated_stream_confirms_through_a_leader_kill_and_every_replica_re
 /// in `cluster.rs`): every confirmed message stored, replicas identical, the window printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replicated_stream_loses_nothing_confirmed_under_every_fault() {
-    let (first, rounds) = failover_rounds();
-    for seed in first..first + rounds.div_ceil(2) {
-        for fault in Fault::ALL.into_iter().filter(|f| *f != Fault::KillLeader) {
-            eprintln!(
-                "{} stream round, seed {seed} (replay: WARREN_FAILOVER_SEED={seed} WARREN_FAILOVER_ROUNDS=1)",
-                fault.name()
-            );
-            stream_failover_round(seed, fault).await;
-        }
+    for (seed, fault) in other_fault_rounds("stream") {
+        stream_failover_round(seed, fault).await;
     }
 }
 
