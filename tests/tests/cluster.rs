@@ -692,6 +692,7 @@ async fn a_node_back_after_the_log_was_purged_installs_the_catalog() {
     let c = cluster.connect(2).await;
     assert!(passive_count(&c, "doomed").await.is_some(), "C knows the queues before it stops");
     drop(c);
+    let last_on_c = store_figure(&cluster, 2, "last_log_index");
     cluster.nodes[2].take().expect("running").kill9();
 
     // More changes than the log keeps behind a snapshot (1,024 entries), while C is down.
@@ -706,6 +707,13 @@ async fn a_node_back_after_the_log_was_purged_installs_the_catalog() {
         .await
         .expect("bind");
 
+    // A leader purges only between its retries to C (not a log it is sending), so C comes back
+    // once both others have purged past its last entry: whichever leads must send a snapshot.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while [0, 1].iter().any(|&node| store_figure(&cluster, node, "purged_index") <= last_on_c) {
+        assert!(Instant::now() < deadline, "A and B purge their logs behind a snapshot while C is down");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     cluster.restart(2);
     let c = cluster.connect(2).await;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -725,6 +733,14 @@ async fn a_node_back_after_the_log_was_purged_installs_the_catalog() {
         .await
         .expect("publish");
     await_count(&a, "after", 1, "C routes by the binding made while it was down").await;
+}
+
+/// Figure `key` of node `node`'s member of the catalog, as `warren ctl metadata_store_status`
+/// prints it.
+fn store_figure(cluster: &Cluster, node: usize, key: &str) -> u64 {
+    let status = tokio::task::block_in_place(|| ctl(cluster, node, &["metadata_store_status"]));
+    let line = status.lines().find_map(|line| line.strip_prefix(key).and_then(|rest| rest.strip_prefix(' ')));
+    line.and_then(|value| value.parse().ok()).unwrap_or_else(|| panic!("no {key} in {status}"))
 }
 
 /// The switch that makes a node know machine versions as the previous release did.

@@ -58,6 +58,27 @@ impl MetaForwarding for NoOtherNodes {
     }
 }
 
+/// This node's member of the catalog as an operator inspects it (RabbitMQ 3.13's
+/// `rabbitmq-diagnostics metadata_store_status` shows the same figures of its store).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StoreStatus {
+    /// `leader`, `follower`, `candidate` or `learner`.
+    pub raft_state: &'static str,
+    /// The member's current term.
+    pub term: u64,
+    /// The last entry written to this member's log.
+    pub last_log_index: u64,
+    /// The last entry applied to this node's definitions.
+    pub last_applied_index: u64,
+    /// The entry the latest snapshot covers.
+    pub snapshot_index: u64,
+    /// The last entry purged from the log (behind a snapshot); a node further behind than
+    /// this receives the snapshot.
+    pub purged_index: u64,
+    /// The catalog's machine version in effect on this node.
+    pub machine_version: u16,
+}
+
 /// This node's side of the metadata group.
 pub struct Metadata {
     raft: Raft<MetaRaft>,
@@ -96,6 +117,27 @@ impl Metadata {
     /// This node's state machine.
     pub fn machine(&self) -> &MetaStateMachine {
         &self.machine
+    }
+
+    /// This node's member as an operator inspects it.
+    pub fn store_status(&self) -> StoreStatus {
+        let metrics = self.raft.metrics().borrow().clone();
+        let index = |id: Option<openraft::LogId<u64>>| id.map_or(0, |id| id.index);
+        StoreStatus {
+            raft_state: match metrics.state {
+                openraft::ServerState::Leader => "leader",
+                openraft::ServerState::Follower => "follower",
+                openraft::ServerState::Candidate => "candidate",
+                openraft::ServerState::Learner => "learner",
+                openraft::ServerState::Shutdown => "shut down",
+            },
+            term: metrics.current_term,
+            last_log_index: metrics.last_log_index.unwrap_or(0),
+            last_applied_index: index(metrics.last_applied),
+            snapshot_index: index(metrics.snapshot),
+            purged_index: index(metrics.purged),
+            machine_version: self.machine_version(),
+        }
     }
 
     /// Makes `op` in `vhost` on every node; returns this node's result once it is applied

@@ -27,7 +27,7 @@ mod snapshot;
 
 pub use command::{DefinitionOp, MetaCommand, MetaOutcome, MetaResult};
 pub use fence::DefinitionsFence;
-pub use handle::{MetaForwarding, Metadata, NoOtherNodes};
+pub use handle::{MetaForwarding, Metadata, NoOtherNodes, StoreStatus};
 pub use local::{change, change_for, Changed};
 pub use machine::{MetaRaft, MetaStateMachine};
 pub use snapshot::{CatalogSnapshot, CatalogSnapshotError, VhostCatalog};

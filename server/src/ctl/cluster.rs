@@ -1,5 +1,5 @@
 //! The cluster verbs of rabbitmqctl, rabbitmq-queues and rabbitmq-streams: `cluster_status`,
-//! `join_cluster`, `forget_cluster_node`, `quorum_status`, `add_member`, `delete_member`,
+//! `metadata_store_status`, `join_cluster`, `forget_cluster_node`, `quorum_status`, `add_member`, `delete_member`,
 //! `grow`, `shrink`, `stream_status`, `add_replica`, `delete_replica`; `enable_feature_flag`.
 
 use super::client::{encode, Client};
@@ -14,6 +14,18 @@ pub fn cluster_status(client: &Client) -> Result<(), CtlError> {
     for node in nodes.as_array().into_iter().flatten() {
         let running = if node["running"].as_bool() == Some(true) { "running" } else { "down" };
         say(&format!("{} {running}\n", node["name"].as_str().unwrap_or("?")));
+    }
+    Ok(())
+}
+
+/// `metadata_store_status`: this node's member of the catalog, a `key value` line per figure.
+pub fn metadata_store_status(client: &Client) -> Result<(), CtlError> {
+    let nodes = client.get("/api/nodes")?;
+    let status = nodes.as_array().into_iter().flatten().find_map(|node| node["metadata_store"].as_object());
+    let status = status.ok_or_else(|| CtlError::Failed("the node did not report its metadata store".into()))?;
+    for (key, value) in status {
+        let value = value.as_str().map_or_else(|| value.to_string(), str::to_string);
+        say(&format!("{key} {value}\n"));
     }
     Ok(())
 }

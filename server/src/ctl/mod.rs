@@ -345,6 +345,10 @@ enum Verb {
     /// The cluster's nodes and which are running.
     #[command(name = "cluster_status")]
     ClusterStatus,
+    /// This node's member of the catalog: its Raft state, term, log, applied, snapshot and
+    /// purged indexes, and machine version (rabbitmq-diagnostics' verb).
+    #[command(name = "metadata_store_status")]
+    MetadataStoreStatus,
     /// The feature flags and whether each is enabled (columns: name, state, stability,
     /// provided_by, desc, machine, machine_version).
     #[command(name = "list_feature_flags")]
@@ -648,6 +652,7 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
         }
         Verb::DeleteSuperStream { name } => super_streams::delete_super_stream(client, vhost, name),
         Verb::ClusterStatus => cluster::cluster_status(client),
+        Verb::MetadataStoreStatus => cluster::metadata_store_status(client),
         Verb::ListFeatureFlags { columns } => list(&lists::FEATURE_FLAGS, columns),
         Verb::EnableFeatureFlag { name } => cluster::enable_feature_flag(client, name),
         Verb::Ping | Verb::CheckRunning => health::run(client, &health::Check::Running),

@@ -69,7 +69,8 @@ pub(super) fn routes(table: &mut RouteTable) {
         .delete("/api/queues/quorum/replicas/on/{node}/shrink", Administrator, shrink);
 }
 
-/// The cluster's nodes; this one with its memory and disk figures (each node watches its own).
+/// The cluster's nodes; this one with its memory and disk figures (each node watches its own)
+/// and its member of the catalog (`metadata_store`).
 async fn nodes(State(api): State<Management>) -> Json<Value> {
     let local = api.node();
     let nodes = api.cluster.nodes().into_iter().map(|node| {
@@ -77,6 +78,10 @@ async fn nodes(State(api): State<Management>) -> Json<Value> {
         let mut shown = serde_json::to_value(node).unwrap_or_default();
         if let (true, Value::Object(fields)) = (is_local, &mut shown) {
             fields.extend(super::alarms::node_fields(&api));
+            if let Some(metadata) = api.broker().metadata() {
+                fields
+                    .insert("metadata_store".into(), serde_json::to_value(metadata.store_status()).unwrap_or_default());
+            }
         }
         shown
     });
