@@ -153,7 +153,8 @@ impl Broker {
                     storage = storage.owned_by_catalog();
                 }
                 let scheduler = Arc::clone(&self.scheduler);
-                VirtualHost::open(name, storage, scheduler, Arc::clone(replication), Arc::clone(&self.forwarder))?
+                let (replication, forwarder) = (Arc::clone(replication), Arc::clone(&self.forwarder));
+                VirtualHost::open(name, storage, scheduler, replication, forwarder, self.access.policies(name))?
             }
         };
         *vhost.metadata.write() = self.metadata.read().clone();
@@ -210,7 +211,13 @@ impl Broker {
             }
             _ => {}
         }
-        self.access.apply(change)
+        self.access.apply(change)?;
+        if let AccessChange::SetPolicy { vhost, .. } | AccessChange::ClearPolicy { vhost, .. } = change {
+            if let Some(host) = self.vhost(vhost) {
+                host.set_policies(self.access.policies(vhost));
+            }
+        }
+        Ok(())
     }
 
     /// Client connections open in vhost `name` on this node.

@@ -63,8 +63,17 @@ pub const CATALOG_SNAPSHOTS: FeatureFlag = FeatureFlag {
     version: 2,
 };
 
+/// Policies and operator policies ([`crate::policy`]) in the catalog: a release before them
+/// cannot read a policy change.
+pub const POLICIES: FeatureFlag = FeatureFlag {
+    name: "policies",
+    description: "Policies and operator policies configure queues by name pattern (set_policy, /api/policies)",
+    machine: Machine::Catalog,
+    version: 3,
+};
+
 /// Every feature flag, oldest first.
-pub const FEATURE_FLAGS: &[FeatureFlag] = &[CATALOG_SNAPSHOTS];
+pub const FEATURE_FLAGS: &[FeatureFlag] = &[CATALOG_SNAPSHOTS, POLICIES];
 
 impl FeatureFlag {
     /// Whether the flag is enabled where its machine is at `version`.

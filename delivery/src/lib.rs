@@ -28,6 +28,7 @@ pub mod metadata;
 pub mod node;
 pub mod node_counters;
 pub mod overflow;
+pub mod policy;
 pub mod properties;
 pub mod publish_outcome;
 pub mod queue;

@@ -80,3 +80,24 @@ def test_rabbitmqadmin_declares_publishes_gets_lists_and_deletes(admin, tmp_path
 
     assert "Uploaded definitions" in admin("import", str(exported))
     assert [q["name"] for q in raw(admin, "list", "queues")] == ["orders"]
+
+
+def test_rabbitmqadmin_declares_lists_and_deletes_policies(admin):
+    assert "policy declared" in admin("declare", "policy", "name=limits", "pattern=^orders",
+                                      'definition={"max-length": 5, "ha-mode": "all"}', "priority=2",
+                                      "apply-to=queues")
+    [policy] = raw(admin, "list", "policies")
+    assert (policy["name"], policy["pattern"], policy["apply-to"], policy["priority"]) == (
+        "limits", "^orders", "queues", 2)
+    assert policy["definition"] == {"max-length": 5, "ha-mode": "all"}
+    assert "operator_policy declared" in admin("declare", "operator_policy", "name=cap", "pattern=.*",
+                                               'definition={"max-length": 100}', "apply-to=queues")
+    assert [p["name"] for p in raw(admin, "list", "operator_policies")] == ["cap"]
+    assert "queue declared" in admin("declare", "queue", "name=orders", "durable=true")
+    [queue] = raw(admin, "list", "queues")
+    assert (queue["policy"], queue["operator_policy"]) == ("limits", "cap")
+    parameters = raw(admin, "list", "parameters")
+    assert [(p["component"], p["name"]) for p in parameters] == [("operator_policy", "cap")]
+    assert "policy deleted" in admin("delete", "policy", "name=limits")
+    assert "operator_policy deleted" in admin("delete", "operator_policy", "name=cap")
+    assert raw(admin, "list", "policies") == [] and raw(admin, "list", "parameters") == []

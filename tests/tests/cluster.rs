@@ -745,6 +745,8 @@ fn store_figure(cluster: &Cluster, node: usize, key: &str) -> u64 {
 
 /// The switch that makes a node know machine versions as the previous release did.
 const PREVIOUS_RELEASE: &str = "--pretend-previous-release";
+/// The flag a node of the previous release does not know.
+const NEWEST_FLAG: &str = "policies";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_feature_flag_waits_for_every_node_and_a_node_that_does_not_know_it_refuses_to_apply() {
@@ -756,8 +758,8 @@ async fn a_feature_flag_waits_for_every_node_and_a_node_that_does_not_know_it_re
     let ch = a.create_channel().await.expect("channel");
     declare_when_formed(&ch, "formed").await;
     let flags = tokio::task::block_in_place(|| ctl(&cluster, 0, &["list_feature_flags"]));
-    assert!(flags.contains("catalog_snapshots") && flags.contains("disabled"), "{flags}");
-    let refused = tokio::task::block_in_place(|| try_ctl(&cluster, 0, &["enable_feature_flag", "catalog_snapshots"]));
+    assert!(flags.contains(NEWEST_FLAG) && flags.contains("disabled"), "{flags}");
+    let refused = tokio::task::block_in_place(|| try_ctl(&cluster, 0, &["enable_feature_flag", NEWEST_FLAG]));
     let refused = refused.expect_err("refused while C does not know it");
     assert!(refused.contains("409") && refused.contains("warren@c") && refused.contains("upgrade"), "{refused}");
 
@@ -783,7 +785,7 @@ async fn a_feature_flag_waits_for_every_node_and_a_node_that_does_not_know_it_re
     tokio::task::block_in_place(|| ctl(&cluster, 0, &["enable_feature_flag", "all"]));
     for node in 0..3 {
         let flags = tokio::task::block_in_place(|| ctl(&cluster, node, &["list_feature_flags"]));
-        assert!(flags.contains("catalog_snapshots") && flags.contains("enabled"), "node {node}: {flags}");
+        assert!(flags.contains(NEWEST_FLAG) && !flags.contains("disabled"), "node {node}: {flags}");
     }
 
     // C back on the previous release refuses the catalog it would apply wrongly, and says why.
@@ -800,7 +802,7 @@ async fn a_feature_flag_waits_for_every_node_and_a_node_that_does_not_know_it_re
     });
     let said = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "a node behind the catalog's version does not run: {said}");
-    assert!(said.contains("machine version 2") && said.contains("upgrade this node"), "{said}");
+    assert!(said.contains("machine version 3") && said.contains("upgrade this node"), "{said}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -403,7 +403,7 @@ async fn definitions_exported_from_one_broker_load_into_a_fresh_one() {
     with_extras["policies"] = json!([{"name": "ha", "vhost": "/", "pattern": ".*", "definition": {}}]);
     let report = fresh.post("/api/definitions", with_extras).body;
     // Two vhosts, guest's permission in "/", an exchange, two queues, two bindings; alice's
-    // hash is not one (skipped), and policies are not applied.
+    // hash is not one (skipped), nor is a policy that sets nothing.
     assert_eq!(report["applied"], 8, "{report}");
     let skipped: Vec<&str> =
         report["skipped"].as_array().expect("skipped").iter().filter_map(|s| s["kind"].as_str()).collect();
@@ -417,6 +417,63 @@ async fn definitions_exported_from_one_broker_load_into_a_fresh_one() {
     let again = fresh.get("/api/definitions").body;
     assert_eq!(again["queues"], exported["queues"], "the same definitions come back out");
     assert_eq!(fresh.post("/api/definitions", json!([1, 2])).status, 400);
+}
+
+/// A definitions file as RabbitMQ 3.10 exports it, with every kind of item: users, vhosts,
+/// permissions, topic permissions, policies, an operator policy and vhost limits (RabbitMQ
+/// exports both as `parameters`), global parameters, queues, exchanges.
+fn rabbitmq_export() -> Value {
+    json!({
+        "rabbit_version": "3.10.8", "rabbitmq_version": "3.10.8",
+        "product_name": "RabbitMQ", "product_version": "3.10.8",
+        "users": [{"name": "ops", "password_hash": "27cx5+wEi8R8uwTeTr3hk5azuV3yYxxAtwPPhCyrbdsxVhqq",
+                   "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": ["administrator"], "limits": {}}],
+        "vhosts": [{"name": "/"}, {"name": "prod"}],
+        "permissions": [{"user": "ops", "vhost": "prod", "configure": ".*", "write": ".*", "read": ".*"}],
+        "topic_permissions": [{"user": "ops", "vhost": "prod", "exchange": "amq.topic", "write": "^a", "read": ".*"}],
+        "parameters": [
+            {"value": {"max-connections": 100, "max-queues": 50}, "vhost": "prod", "component": "vhost-limits",
+             "name": "limits"},
+            {"value": {"pattern": ".*", "definition": {"max-length": 1000}, "priority": 0, "apply-to": "queues"},
+             "vhost": "prod", "component": "operator_policy", "name": "cap"}
+        ],
+        "global_parameters": [{"name": "cluster_name", "value": "rabbit@host"},
+                              {"name": "internal_cluster_id", "value": "rabbitmq-cluster-id-x"}],
+        "policies": [{"vhost": "prod", "name": "ttl-dlx", "pattern": "^orders\\.", "apply-to": "queues",
+                      "definition": {"message-ttl": 60000, "dead-letter-exchange": "dlx", "max-length": 10000},
+                      "priority": 1}],
+        "queues": [{"name": "orders.eu", "vhost": "prod", "durable": true, "auto_delete": false, "arguments": {}}],
+        "exchanges": [{"name": "dlx", "vhost": "prod", "type": "fanout", "durable": true, "auto_delete": false,
+                       "internal": false, "arguments": {}}],
+        "bindings": []
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rabbitmq_export_applies_its_policies_and_parameters_and_round_trips() {
+    let broker = start_broker().await;
+    let api = api_of(&broker);
+    let report = api.post("/api/definitions", rabbitmq_export()).body;
+    // ops, two vhosts, a permission, the limits, the operator policy, the policy, the queue and
+    // the exchange; what Warren has no feature for yet is reported item by item.
+    assert_eq!(report["applied"], 9, "{report}");
+    let skipped: Vec<&str> =
+        report["skipped"].as_array().expect("skipped").iter().filter_map(|s| s["kind"].as_str()).collect();
+    assert_eq!(skipped, ["topic permission", "global parameter", "global parameter"], "{report}");
+    let queue = api.get("/api/queues/prod/orders.eu").body;
+    assert_eq!((queue["policy"].as_str(), queue["operator_policy"].as_str()), (Some("ttl-dlx"), Some("cap")));
+    assert_eq!(queue["effective_policy_definition"]["max-length"], 1000, "the operator policy caps it");
+    assert_eq!(api.get("/api/vhost-limits/prod").body[0]["value"]["max-queues"], 50);
+
+    let exported = api.get("/api/definitions").body;
+    let second = start_broker().await;
+    let fresh = api_of(&second);
+    let again = fresh.post("/api/definitions", exported.clone()).body;
+    assert_eq!(again["skipped"], json!([]), "{again}");
+    let round_trip = fresh.get("/api/definitions").body;
+    for key in ["policies", "parameters", "vhosts", "queues", "exchanges", "permissions"] {
+        assert_eq!(round_trip[key], exported[key], "{key} come back out the same");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

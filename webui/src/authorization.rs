@@ -45,6 +45,9 @@ pub enum Rule {
     Monitoring,
     /// `administrator`.
     Administrator,
+    /// `policymaker` or `administrator`, and the path's vhost (if it names one) visible: what
+    /// changing policies and parameters asks, as in RabbitMQ.
+    Policymaker,
     /// The path's vhost, which the caller must see: administrators and monitoring users see
     /// every vhost, others those they have permissions in.
     Vhost,
@@ -95,6 +98,7 @@ impl Rule {
             Rule::Management => "any management tag; only what the user may see",
             Rule::Monitoring => "`monitoring` or `administrator`",
             Rule::Administrator => "`administrator`",
+            Rule::Policymaker => "`policymaker` or `administrator`, and the vhost visible to the user",
             Rule::Vhost => "the vhost visible to the user",
             Rule::Object(op) => op.describe(),
             Rule::Connection(ConnectionOp::Read | ConnectionOp::ReadChannel) => {
@@ -136,6 +140,7 @@ pub struct Caller {
     pub user: String,
     administrator: bool,
     monitor: bool,
+    policymaker: bool,
     /// The revision of the user's access it was authenticated under: once it changes (a new
     /// password, tags or permissions, a deletion), the caller's sessions and feeds end.
     pub revision: u64,
@@ -151,6 +156,7 @@ impl Caller {
             user: user.name.clone(),
             administrator: user.is_administrator(),
             monitor: user.is_administrator() || user.has_tag(tags::MONITORING),
+            policymaker: user.is_administrator() || user.has_tag(tags::POLICYMAKER),
             revision,
             session,
         }
@@ -277,6 +283,11 @@ impl Gate {
             Rule::Monitoring => Err(not_authorised("Not monitor user")),
             Rule::Administrator if caller.is_administrator() => Ok(()),
             Rule::Administrator => Err(not_authorised("Not administrator user")),
+            Rule::Policymaker if !caller.policymaker => Err(not_authorised("Not policymaker user")),
+            Rule::Policymaker => match params.get("vhost") {
+                Some(vhost) => visible_vhost(api, caller, vhost),
+                None => Ok(()),
+            },
             Rule::Vhost => visible_vhost(api, caller, param(params, "vhost")?),
             Rule::Object(op) => object(api, caller, op, params, body),
             Rule::Connection(op) => connection(api, caller, op, param(params, "name")?),

@@ -1,9 +1,10 @@
-//! [`AccessChange`]: one change to users, vhosts, permissions or vhost limits, as it travels
+//! [`AccessChange`]: one change to users, vhosts, permissions, vhost limits or policies, as it travels
 //! through the cluster's metadata group (every node applies it to its own copy) or is applied
 //! at once on a broker without a cluster. Password hashes are made before the change is
 //! proposed, so every node stores the same hash.
 
 use super::permission::PermissionSpec;
+use crate::policy::{PolicyKind, PolicySpec};
 use crate::vhost_limits::VhostLimits;
 use serde::{Deserialize, Serialize};
 
@@ -76,4 +77,33 @@ pub enum AccessChange {
         /// Its new limits.
         limits: VhostLimits,
     },
+    /// Adds or replaces a policy or operator policy of a vhost (`set_policy`,
+    /// `set_operator_policy`). (After the other changes, so that what was written before it
+    /// existed still decodes; only proposed once the `policies` feature flag is enabled.)
+    SetPolicy {
+        /// The vhost.
+        vhost: String,
+        /// A user's or an operator's.
+        kind: PolicyKind,
+        /// Its name.
+        name: String,
+        /// What it is.
+        spec: PolicySpec,
+    },
+    /// Removes a policy or operator policy (`clear_policy`, `clear_operator_policy`).
+    ClearPolicy {
+        /// The vhost.
+        vhost: String,
+        /// A user's or an operator's.
+        kind: PolicyKind,
+        /// Its name.
+        name: String,
+    },
+}
+
+impl AccessChange {
+    /// Whether it changes policies (what the `policies` feature flag must allow first).
+    pub fn is_policy_change(&self) -> bool {
+        matches!(self, AccessChange::SetPolicy { .. } | AccessChange::ClearPolicy { .. })
+    }
 }

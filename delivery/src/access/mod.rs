@@ -1,6 +1,7 @@
 //! Who may do what (issue 15): users with RabbitMQ-compatible password hashes and tags, the
-//! virtual hosts that exist with their limits, and each user's permissions per vhost, kept in
-//! `access.json` under the data directory; the failed-login throttle.
+//! virtual hosts that exist with their limits and policies (issue 31), and each user's
+//! permissions per vhost, kept in `access.json` under the data directory; the failed-login
+//! throttle.
 //!
 //! - `password`: [`PasswordHash`]; `user`: [`User`] and its tags;
 //! - `permission`: [`Permissions`], the three patterns, and RabbitMQ's refusal;
@@ -27,6 +28,7 @@ pub use permission::{Access, PermissionSpec, Permissions, Resource};
 pub use user::User;
 
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
+use crate::policy::{Policy, PolicyKind, PolicySpec, VhostPolicies};
 use crate::vhost_limits::VhostLimits;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -93,6 +95,8 @@ struct AccessState {
     vhosts: BTreeMap<String, VhostEntry>,
     /// By vhost, then user.
     grants: BTreeMap<String, BTreeMap<String, Grant>>,
+    /// By vhost: handed out whole to the vhost, which resolves its queues against them.
+    policies: BTreeMap<String, Arc<VhostPolicies>>,
     /// By user: the generation of the last change to its password, tags or permissions, so
     /// that what was decided under an older one (a UI session, a live feed) is known stale.
     revisions: std::collections::HashMap<String, u64>,
@@ -184,6 +188,18 @@ impl AccessControl {
                 vhost_exists(vhost)
             }
             AccessChange::SetVhostLimits { vhost, .. } => vhost_exists(vhost),
+            AccessChange::SetPolicy { vhost, kind, name, spec } => {
+                vhost_exists(vhost)?;
+                Policy::compile(*kind, name, spec.clone()).map(drop)
+            }
+            AccessChange::ClearPolicy { vhost, kind, name } => {
+                vhost_exists(vhost)?;
+                let policies = state.policies.get(vhost);
+                match policies.and_then(|p| p.get(*kind, name)) {
+                    Some(_) => Ok(()),
+                    None => Err(not_found(kind.noun(), name)),
+                }
+            }
         }
     }
 
@@ -235,6 +251,7 @@ impl AccessControl {
             }
             AccessChange::DeleteVhost { name } => {
                 state.vhosts.remove(name);
+                state.policies.remove(name);
                 let users: Vec<String> = state.grants.remove(name).into_iter().flat_map(|g| g.into_keys()).collect();
                 for user in users {
                     state.revise(&user, generation);
@@ -259,6 +276,20 @@ impl AccessControl {
             AccessChange::SetVhostLimits { vhost, limits } => {
                 if let Some(entry) = state.vhosts.get_mut(vhost) {
                     entry.limits = *limits;
+                }
+            }
+            AccessChange::SetPolicy { vhost, kind, name, spec } => {
+                let policy = Policy::compile(*kind, name, spec.clone())?;
+                let without: Vec<String> = policy.without_effect().into_iter().map(|(key, _)| key).collect();
+                if !without.is_empty() {
+                    tracing::info!(vhost = %vhost, policy = %name, keys = ?without, "policy keys that have no effect in Warren");
+                }
+                let policies = state.policies.entry(vhost.clone()).or_default();
+                Arc::make_mut(policies).put(policy);
+            }
+            AccessChange::ClearPolicy { vhost, kind, name } => {
+                if let Some(policies) = state.policies.get_mut(vhost) {
+                    Arc::make_mut(policies).remove(*kind, name);
                 }
             }
         }
@@ -299,7 +330,32 @@ impl AccessControl {
                 permissions: grant.spec.clone(),
             })
         });
-        users.chain(vhosts).chain(grants).collect()
+        let policies = state.policies.iter().flat_map(|(vhost, policies)| {
+            let every = [PolicyKind::User, PolicyKind::Operator].into_iter().flat_map(|kind| policies.of_kind(kind));
+            every.map(|policy| AccessChange::SetPolicy {
+                vhost: vhost.clone(),
+                kind: policy.kind,
+                name: policy.name.clone(),
+                spec: policy.spec.clone(),
+            })
+        });
+        users.chain(vhosts).chain(grants).chain(policies).collect()
+    }
+
+    /// The policies of vhost `name` (none if it has none).
+    pub fn policies(&self, vhost: &str) -> Arc<VhostPolicies> {
+        self.state.read().policies.get(vhost).cloned().unwrap_or_default()
+    }
+
+    /// Every policy of `kind`: (vhost, name, spec).
+    pub fn policies_of_kind(&self, kind: PolicyKind) -> Vec<(String, String, PolicySpec)> {
+        let state = self.state.read();
+        let by_vhost = state.policies.iter();
+        by_vhost
+            .flat_map(|(vhost, policies)| {
+                policies.of_kind(kind).map(|p| (vhost.clone(), p.name.clone(), p.spec.clone())).collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// Checks a password login of `name` from `peer`.

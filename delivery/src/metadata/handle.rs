@@ -11,7 +11,7 @@ use super::command::{DefinitionOp, MetaCommand, MetaOutcome};
 use super::local::Changed;
 use super::machine::{MetaRaft, MetaStateMachine};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
-use crate::feature_flags::CATALOG_SNAPSHOTS;
+use crate::feature_flags::{CATALOG_SNAPSHOTS, POLICIES};
 use crate::quorum::{ClusterFuture, Replication};
 use openraft::Raft;
 use std::sync::Arc;
@@ -184,6 +184,14 @@ impl Metadata {
 
     /// Makes an access control change on every node; returns once it is applied here.
     pub async fn change_access(&self, change: crate::access::AccessChange) -> BrokerResult<()> {
+        // A node of a release before policies could not read the entry.
+        if change.is_policy_change() && !POLICIES.enabled_at(self.machine_version()) {
+            return Err(BrokerError::precondition_failed(format!(
+                "policies need feature flag '{}': enable it (warren ctl enable_feature_flag {}) once every node runs \
+                 a release that has it",
+                POLICIES.name, POLICIES.name
+            )));
+        }
         self.change("", DefinitionOp::Access(change)).await.map(|_| ())
     }
 

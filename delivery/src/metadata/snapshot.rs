@@ -18,6 +18,7 @@ use crate::broker::Broker;
 use crate::definitions::{BindingRecord, Definitions, ExchangeRecord, QueueRecord};
 use crate::exchange::DELAYED_TYPE;
 use crate::feature_flags::FIRST_MACHINE_VERSION;
+use crate::policy::PolicyKind;
 use crate::queue::QueueArguments;
 use crate::quorum::InitialMembers;
 use amq_protocol::types::FieldTable;
@@ -143,17 +144,21 @@ impl CatalogSnapshot {
     }
 }
 
-/// Deletes of what `broker` has and `target` has not (permissions, users, vhosts), then
+/// Deletes of what `broker` has and `target` has not (permissions, policies, users, vhosts), then
 /// `target`'s changes (each sets what it names, whatever was there).
 fn access_changes(broker: &Broker, target: &[AccessChange]) -> Vec<AccessChange> {
     let mut users = HashSet::new();
     let mut vhosts = HashSet::new();
     let mut grants = HashSet::new();
+    let mut policies = HashSet::new();
     for change in target {
         match change {
             AccessChange::PutUser { name, .. } => drop(users.insert(name.as_str())),
             AccessChange::PutVhost { name, .. } => drop(vhosts.insert(name.as_str())),
             AccessChange::SetPermissions { vhost, user, .. } => drop(grants.insert((vhost.as_str(), user.as_str()))),
+            AccessChange::SetPolicy { vhost, kind, name, .. } => {
+                policies.insert((vhost.as_str(), *kind, name.as_str()));
+            }
             _ => {}
         }
     }
@@ -164,6 +169,11 @@ fn access_changes(broker: &Broker, target: &[AccessChange]) -> Vec<AccessChange>
         .filter(|(vhost, user, _)| !grants.contains(&(vhost.as_str(), user.as_str())))
         .map(|(vhost, user, _)| AccessChange::ClearPermissions { vhost, user })
         .collect();
+    for kind in [PolicyKind::User, PolicyKind::Operator] {
+        let gone = access.policies_of_kind(kind).into_iter();
+        let gone = gone.filter(|(vhost, name, _)| !policies.contains(&(vhost.as_str(), kind, name.as_str())));
+        changes.extend(gone.map(|(vhost, name, _)| AccessChange::ClearPolicy { vhost, kind, name }));
+    }
     let gone_users = access.users().into_iter().filter(|user| !users.contains(user.name.as_str()));
     changes.extend(gone_users.map(|user| AccessChange::DeleteUser { name: user.name }));
     let gone_vhosts = access.vhosts().into_iter().filter(|(name, _)| !vhosts.contains(name.as_str()));

@@ -71,6 +71,19 @@ impl QueueType {
         REPLICATED.contains(&self)
     }
 
+    /// Whether queues of this kind run with the policies that apply to them. Quorum queues and
+    /// streams would have to take a policy change through their Raft group, so that every
+    /// replica applies the same values at the same point of the log: not built yet, so they
+    /// run with their own arguments.
+    pub fn takes_policies(self) -> bool {
+        self == QueueType::Classic
+    }
+
+    /// Whether queues of this kind interpret argument `name`.
+    pub fn interprets(self, name: &str) -> bool {
+        ARGUMENTS.iter().any(|a| a.name == name && a.kinds.contains(&self))
+    }
+
     /// Whether it refuses (rather than ignores) arguments that other kinds interpret.
     fn is_strict(self) -> bool {
         self == QueueType::Stream
@@ -320,6 +333,16 @@ fn text(name: &str, value: &AMQPValue) -> BrokerResult<String> {
     string_of(value)
         .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
         .ok_or_else(|| invalid(name, "a string", value))
+}
+
+/// Checks `value` as argument `name` would be checked at declare (by the first kind that
+/// interprets it); what a policy setting it is validated by.
+pub fn validate_argument(name: &str, value: &AMQPValue) -> BrokerResult<()> {
+    let Some(argument) = ARGUMENTS.iter().find(|a| a.name == name) else {
+        return Err(BrokerError::precondition_failed(format!("no queue argument '{name}'")));
+    };
+    let kind = argument.kinds.first().copied().unwrap_or_default();
+    (argument.parse)(argument.name, value, kind, &mut QueueArguments::default())
 }
 
 /// The kind named by `x-queue-type` (classic if absent).

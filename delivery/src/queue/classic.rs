@@ -104,6 +104,13 @@ pub(super) fn recover(
     Ok(ClassicQueue::build(definition, arguments, (Some(Box::new(store)), transient_store), context, restore))
 }
 
+/// The body bytes of every ready message, read from the stores (a byte limit that was not
+/// set did not count them).
+fn ready_bytes(state: &mut QueueState) -> u64 {
+    let ready: Vec<MessageRef> = state.ready.iter().collect();
+    ready.into_iter().map(|message| state.read(message).map_or(0, |m| m.body.len() as u64)).sum()
+}
+
 impl ClassicQueue {
     /// Attaches `consumer` (see [`QueueKind::add_consumer`]).
     fn attach(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> BrokerResult<()> {
@@ -252,14 +259,15 @@ impl ClassicQueue {
                 return false;
             }
         };
-        let Some(consumer) = state.choose_consumer(&queue.arguments, &message) else {
+        let arguments = queue.arguments();
+        let Some(consumer) = state.choose_consumer(&arguments, &message) else {
             if state.any_filter() && !state.consumers.iter().any(|c| c.wants(&message)) {
                 state.unwanted.insert(next.position);
             }
             return false;
         };
         state.ready.remove_ref(next);
-        state.count_bytes(&queue.arguments, message.body.len(), false);
+        state.count_bytes(&arguments, message.body.len(), false);
         let message = self.with_delivery_count(queue, state, next, message);
         let redelivered = state.is_redelivered(next);
         state.store(next).delivered(next.offset());
@@ -280,7 +288,7 @@ impl ClassicQueue {
         next: MessageRef,
         message: Arc<Message>,
     ) -> Arc<Message> {
-        if queue.arguments.delivery_limit.is_none() {
+        if queue.arguments().delivery_limit.is_none() {
             return message;
         }
         let Some(&count) = state.delivery_counts.get(&next.position) else { return message };
@@ -309,15 +317,14 @@ impl QueueKind for ClassicQueue {
 
     /// Stores a message and dispatches it if a consumer has credit.
     fn publish(&self, queue: &Arc<Queue>, message: Arc<Message>) -> Result<Published, StoreError> {
+        let arguments = queue.arguments();
         self.with_state(queue, |state| {
             if state.deleted {
                 return Ok(Published::Stored(None));
             }
-            if queue.arguments.overflow != Overflow::DropHead
-                && state.would_overflow(&queue.arguments, message.body.len())
-            {
-                if queue.arguments.overflow == Overflow::RejectPublishDlx {
-                    state.dead_letter(queue.name(), &queue.arguments, &message, DeathReason::Maxlen);
+            if arguments.overflow != Overflow::DropHead && state.would_overflow(&arguments, message.body.len()) {
+                if arguments.overflow == Overflow::RejectPublishDlx {
+                    state.dead_letter(queue.name(), &arguments, &message, DeathReason::Maxlen);
                 }
                 return Ok(Published::Rejected);
             }
@@ -328,10 +335,10 @@ impl QueueKind for ClassicQueue {
             };
             let position = state.next_position;
             state.next_position += 1;
-            let may_expire = queue.arguments.message_ttl_ms.is_some() || message.properties.expiration().is_some();
+            let may_expire = arguments.message_ttl_ms.is_some() || message.properties.expiration().is_some();
             let now = if may_expire { now_ms() } else { 0 };
-            Self::enqueue_locked(&queue.arguments, state, position, appended.offset, !persistent, &message, now);
-            state.drop_head(queue.name(), &queue.arguments);
+            Self::enqueue_locked(&arguments, state, position, appended.offset, !persistent, &message, now);
+            state.drop_head(queue.name(), &arguments);
             self.dispatch_locked(queue, state);
             if may_expire {
                 // What a TTL of 0 left undelivered goes now rather than at the next tick.
@@ -386,7 +393,7 @@ impl QueueKind for ClassicQueue {
                     }
                 }
             };
-            state.count_bytes(&queue.arguments, message.body.len(), false);
+            state.count_bytes(&queue.arguments(), message.body.len(), false);
             let message = self.with_delivery_count(queue, state, next, message);
             let redelivered = state.is_redelivered(next);
             state.store(next).delivered(next.offset());
@@ -419,7 +426,7 @@ impl QueueKind for ClassicQueue {
         self.with_state(queue, |state| {
             state.unacked = state.unacked.saturating_sub(messages.len());
             for &message in messages {
-                state.discard(queue.name(), &queue.arguments, message, DeathReason::Rejected);
+                state.discard(queue.name(), &queue.arguments(), message, DeathReason::Rejected);
             }
             self.dispatch_locked(queue, state);
         });
@@ -434,17 +441,18 @@ impl QueueKind for ClassicQueue {
             }
             state.unacked = state.unacked.saturating_sub(messages.len());
             let now = now_ms();
+            let arguments = queue.arguments();
             for &message in messages {
                 let count = state.delivery_counts.get(&message.position).copied().unwrap_or(0) + 1;
-                if queue.arguments.delivery_limit.is_some_and(|limit| u64::from(count) > limit) {
-                    state.discard(queue.name(), &queue.arguments, message, DeathReason::DeliveryLimit);
+                if arguments.delivery_limit.is_some_and(|limit| u64::from(count) > limit) {
+                    state.discard(queue.name(), &arguments, message, DeathReason::DeliveryLimit);
                 } else if state.is_expired(message, now) {
-                    state.discard(queue.name(), &queue.arguments, message, DeathReason::Expired);
+                    state.discard(queue.name(), &arguments, message, DeathReason::Expired);
                 } else {
                     state.delivery_counts.insert(message.position, count);
-                    if queue.arguments.max_length_bytes.is_some() {
+                    if arguments.max_length_bytes.is_some() {
                         let size = state.read(message).map_or(0, |m| m.body.len());
-                        state.count_bytes(&queue.arguments, size, true);
+                        state.count_bytes(&arguments, size, true);
                     }
                     state.ready.insert(message);
                 }
@@ -498,6 +506,31 @@ impl QueueKind for ClassicQueue {
 
     fn consumer_count(&self) -> u32 {
         self.state.lock().consumers.len() as u32
+    }
+
+    /// A policy changed the limits: a byte limit that was not counted before counts the
+    /// ready messages now, and lower limits drop (dead-letter) the oldest at once, as the next
+    /// publish would have; a new `x-expires` counts from the last use. A new TTL applies to
+    /// messages published from now on, as in RabbitMQ: each message's deadline was fixed when
+    /// it was stored.
+    fn arguments_changed(&self, queue: &Arc<Queue>, before: &QueueArguments) {
+        let arguments = queue.arguments();
+        let last_used_ms = self.with_state(queue, |state| {
+            if state.deleted {
+                return None;
+            }
+            if arguments.max_length_bytes.is_some() && before.max_length_bytes.is_none() {
+                state.ready_bytes = ready_bytes(state);
+            }
+            state.drop_head(queue.name(), &arguments);
+            Some(state.last_used_ms)
+        });
+        if let (Some(expires), Some(last_used_ms)) = (arguments.expires_ms, last_used_ms) {
+            if arguments.expires_ms != before.expires_ms {
+                let event = TimerEvent::QueueExpiry { queue: Arc::<Queue>::downgrade(queue) };
+                self.state.lock().scheduler.schedule(last_used_ms.saturating_add(expires), event);
+            }
+        }
     }
 
     fn touch(&self) {

@@ -27,9 +27,9 @@ impl ClassicQueue {
     pub(super) fn expire_ready(&self, queue: &Queue, state: &mut QueueState, position: u64) {
         if let Some(removed) = state.ready.remove(position) {
             if let Ok(content) = state.read(removed) {
-                state.count_bytes(&queue.arguments, content.body.len(), false);
+                state.count_bytes(&queue.arguments(), content.body.len(), false);
             }
-            state.discard(queue.name(), &queue.arguments, removed, DeathReason::Expired);
+            state.discard(queue.name(), &queue.arguments(), removed, DeathReason::Expired);
         }
     }
 
@@ -74,7 +74,7 @@ impl ClassicQueue {
 /// `x-expires` of any kind of queue: deletes `queue` if it is not `in_use` and was last used
 /// at `last_used_ms` longer ago than that; else re-arms its timer.
 pub(super) fn delete_if_unused(queue: &Arc<Queue>, scheduler: &SchedulerHandle, in_use: bool, last_used_ms: u64) {
-    let Some(expires) = queue.arguments.expires_ms else { return };
+    let Some(expires) = queue.arguments().expires_ms else { return };
     let idle_since = if in_use { now_ms() } else { last_used_ms };
     if in_use || now_ms() < idle_since.saturating_add(expires) {
         let event = TimerEvent::QueueExpiry { queue: Arc::<Queue>::downgrade(queue) };

@@ -7,14 +7,15 @@ use crate::definitions::VhostStorage;
 use crate::error::BrokerResult;
 use std::sync::Arc;
 
-/// A new queue for `queue.declare`, with its files created in `storage` if it keeps any
-/// (`None`: a broker without a data directory). Its arguments were checked: 406 if not.
+/// A new queue for `queue.declare` running with `arguments` (its own, checked, with the
+/// policies that apply), with its files created in `storage` if it keeps any (`None`: a broker
+/// without a data directory).
 pub(crate) fn declare(
     definition: QueueDefinition,
+    arguments: QueueArguments,
     storage: Option<&VhostStorage>,
     context: QueueContext,
 ) -> BrokerResult<Arc<Queue>> {
-    let arguments = QueueArguments::parse(&definition.arguments)?;
     match arguments.queue_type {
         QueueType::Classic => classic::declare(definition, arguments, storage, context),
         QueueType::Stream => stream_queue::declare(definition, arguments, storage, context),

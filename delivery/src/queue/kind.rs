@@ -60,6 +60,9 @@ pub(crate) trait QueueKind: Send + Sync {
     /// (Only a kind that tracks channels itself needs this; the session returns its
     /// deliveries one by one anyway.)
     fn channel_closed(&self, _queue: &Arc<Queue>, _session: SessionId) {}
+    /// The queue's arguments changed from `before` (a policy): limits, TTLs and expiry apply
+    /// from now on. Only kinds whose queues take policies are ever told.
+    fn arguments_changed(&self, _queue: &Arc<Queue>, _before: &super::QueueArguments) {}
     /// Messages ready for delivery.
     fn message_count(&self) -> u32;
     /// Messages delivered and not yet settled.

@@ -34,7 +34,9 @@ mod stream_queue;
 use crate::connection_id::ConnectionId;
 use crate::message_ref::MessageRef;
 use crate::message_store::{DurableMark, StoreError};
-pub use arguments::{LeaderLocator, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY, MAX_TIMER_MS};
+pub use arguments::{
+    validate_argument, LeaderLocator, QueueArgument, QueueArguments, QueueType, ARGUMENTS, MAX_PRIORITY, MAX_TIMER_MS,
+};
 pub use channel::{DeliveryChannel, SessionId};
 pub use kind::Holder;
 pub use stats::{MessageCounts, QueueStats};
@@ -42,6 +44,7 @@ pub use stats::{MessageCounts, QueueStats};
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::Message;
 use crate::metadata::DefinitionsFence;
+use crate::policy::{AppliedPolicy, ResolvedQueue};
 use crate::publish_outcome::PublishOutcome;
 use crate::scheduler::{QueueTimer, TimerTarget};
 use amq_protocol::types::FieldTable;
@@ -196,7 +199,11 @@ pub trait QueueHost: Send + Sync + std::fmt::Debug {
 /// A queue of any kind.
 pub struct Queue {
     definition: QueueDefinition,
-    arguments: QueueArguments,
+    /// What it runs with: the declared arguments with the policies applied (swapped whole
+    /// when a policy changes).
+    arguments: parking_lot::RwLock<Arc<QueueArguments>>,
+    /// The policies that gave them.
+    applied: parking_lot::RwLock<AppliedPolicy>,
     vhost: Weak<dyn QueueHost>,
     vhost_name: String,
     kind: Box<dyn QueueKind>,
@@ -220,7 +227,8 @@ impl Queue {
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| {
             let kind = make(me, &arguments);
-            Queue { definition, arguments, vhost, vhost_name, kind, stats: QueueStats::default() }
+            let (arguments, applied) = (parking_lot::RwLock::new(Arc::new(arguments)), Default::default());
+            Queue { definition, arguments, applied, vhost, vhost_name, kind, stats: QueueStats::default() }
         })
     }
 
@@ -234,9 +242,29 @@ impl Queue {
         &self.definition
     }
 
-    /// Its parsed arguments.
-    pub fn arguments(&self) -> &QueueArguments {
-        &self.arguments
+    /// The arguments it runs with: as declared, with the policies that apply to it.
+    pub fn arguments(&self) -> Arc<QueueArguments> {
+        Arc::clone(&self.arguments.read())
+    }
+
+    /// The policies that apply to it.
+    pub fn applied_policy(&self) -> AppliedPolicy {
+        self.applied.read().clone()
+    }
+
+    /// Records which policies gave the arguments it was built with.
+    pub(crate) fn set_applied(&self, applied: AppliedPolicy) {
+        *self.applied.write() = applied;
+    }
+
+    /// Runs with `resolved` from now on (a policy that applies to it was set, changed or
+    /// cleared); its kind adapts what it holds to new limits at once.
+    pub(crate) fn apply_policy(self: &Arc<Self>, resolved: ResolvedQueue) {
+        *self.applied.write() = resolved.applied;
+        let before = std::mem::replace(&mut *self.arguments.write(), Arc::new(resolved.arguments));
+        if *before != *self.arguments.read().as_ref() {
+            self.kind.arguments_changed(self, &before);
+        }
     }
 
     /// Its name.

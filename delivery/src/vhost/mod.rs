@@ -22,6 +22,7 @@ use crate::error::{internal_error, BrokerError, BrokerResult};
 use crate::exchange::{Destination, Exchange};
 use crate::message::Message;
 use crate::metadata::DefinitionsFence;
+use crate::policy::{ResolvedQueue, VhostPolicies};
 use crate::publish_outcome::PublishOutcome;
 use crate::queue::context::QueueContext;
 use crate::queue::{self, Queue, QueueDefinition, QueueHost};
@@ -109,6 +110,9 @@ pub struct VirtualHost {
     lifecycle: Mutex<()>,
     /// Its limits (`max-queues` is checked here, `max-connections` at `connection.open`).
     limits: RwLock<VhostLimits>,
+    /// Its policies and operator policies (kept by access control, handed in whole on each
+    /// change): what its queues run with besides their own arguments.
+    policies: RwLock<Arc<VhostPolicies>>,
     /// Set (under `lifecycle`) when the vhost is deleted: a client still connected may not
     /// declare into it, nor make it write files again.
     deleted: std::sync::atomic::AtomicBool,
@@ -163,24 +167,26 @@ impl VirtualHost {
     /// A virtual host kept in memory, with the standard exchanges.
     pub fn new(name: &str, scheduler: SchedulerHandle) -> Arc<Self> {
         let forwarder = Forwarder::new(Arc::new(NoForwarding));
-        Self::with_standard_exchanges(name, None, scheduler, SingleNode::shared(), forwarder)
+        let policies = Arc::default();
+        Self::with_standard_exchanges(name, None, scheduler, SingleNode::shared(), forwarder, policies)
     }
 
-    /// A virtual host on disk: its durable definitions and queues are recovered from `storage`.
-    /// Its quorum queues are replicated through `replication`; what its clients do to queues
-    /// of other nodes goes through `forwarder`.
+    /// A virtual host on disk: its durable definitions and queues are recovered from `storage`,
+    /// the queues running with `policies`. Its quorum queues are replicated through
+    /// `replication`; what its clients do to queues of other nodes goes through `forwarder`.
     pub fn open(
         name: &str,
         storage: VhostStorage,
         scheduler: SchedulerHandle,
         replication: Arc<dyn Replication>,
         forwarder: Arc<Forwarder>,
+        policies: Arc<VhostPolicies>,
     ) -> Result<Arc<Self>, BrokerError> {
         // What cannot be read is left out entity by entity (and its data kept aside) by
         // `restore`; only a file that is not a definitions document at all stops the start,
         // before anything on disk is touched.
         let loaded = storage.load().map_err(|e| internal_error("cannot read definitions", e))?;
-        let vhost = Self::with_standard_exchanges(name, Some(storage), scheduler, replication, forwarder);
+        let vhost = Self::with_standard_exchanges(name, Some(storage), scheduler, replication, forwarder, policies);
         vhost.restore(loaded)?;
         Ok(vhost)
     }
@@ -191,6 +197,7 @@ impl VirtualHost {
         scheduler: SchedulerHandle,
         replication: Arc<dyn Replication>,
         forwarder: Arc<Forwarder>,
+        policies: Arc<VhostPolicies>,
     ) -> Arc<Self> {
         let vhost = Arc::new_cyclic(|me| VirtualHost {
             name: name.to_string(),
@@ -205,6 +212,7 @@ impl VirtualHost {
             me: Weak::clone(me),
             lifecycle: Mutex::new(()),
             limits: RwLock::new(VhostLimits::default()),
+            policies: RwLock::new(policies),
             deleted: std::sync::atomic::AtomicBool::new(false),
             replaying: std::sync::atomic::AtomicBool::new(false),
             #[cfg(test)]
@@ -356,13 +364,44 @@ impl VirtualHost {
     /// files are here reopens them (declared just before a crash, it may have taken messages
     /// that its journal record, not synced yet, did not outlive).
     fn new_queue(&self, definition: QueueDefinition) -> BrokerResult<Arc<Queue>> {
-        match &self.storage {
+        let ResolvedQueue { arguments, applied } = self.resolve(&definition)?;
+        let queue = match &self.storage {
             Some(storage) if self.replaying() && is_stored(&definition) && storage.holds_queue(&definition.name) => {
-                let arguments = queue::QueueArguments::parse(&definition.arguments)?;
                 tracing::info!(queue = %definition.name, "the catalog's replay reopens a queue's files");
-                queue::factory::recover(definition, arguments, Vec::new(), storage, self.queue_context())
+                queue::factory::recover(definition, arguments, Vec::new(), storage, self.queue_context())?
             }
-            storage => queue::factory::declare(definition, storage.as_ref(), self.queue_context()),
+            storage => queue::factory::declare(definition, arguments, storage.as_ref(), self.queue_context())?,
+        };
+        queue.set_applied(applied);
+        Ok(queue)
+    }
+
+    /// What a queue of `definition` runs with here: its own arguments, with this vhost's
+    /// policies if its kind takes them; 406 if its own arguments are not valid.
+    pub(crate) fn resolve(&self, definition: &QueueDefinition) -> BrokerResult<ResolvedQueue> {
+        let arguments = queue::QueueArguments::parse(&definition.arguments)?;
+        if !arguments.queue_type.takes_policies() {
+            return Ok(ResolvedQueue { arguments, applied: Default::default() });
+        }
+        let policies = Arc::clone(&self.policies.read());
+        policies.resolve_queue(&definition.name, &definition.arguments)
+    }
+
+    /// Its policies now.
+    pub fn policies(&self) -> Arc<VhostPolicies> {
+        Arc::clone(&self.policies.read())
+    }
+
+    /// Runs its queues with `policies` from now on: each queue they apply to (or applied to)
+    /// takes its new arguments at once, keeping its messages.
+    pub(crate) fn set_policies(&self, policies: Arc<VhostPolicies>) {
+        *self.policies.write() = policies;
+        let queues: Vec<Arc<Queue>> = self.queues.read().values().cloned().collect();
+        for queue in queues.iter().filter(|queue| queue.homes().is_none()) {
+            match self.resolve(queue.definition()) {
+                Ok(resolved) => queue.apply_policy(resolved),
+                Err(error) => tracing::warn!(queue = queue.name(), %error, "a queue's arguments no longer parse"),
+            }
         }
     }
 
@@ -509,7 +548,7 @@ impl VirtualHost {
     pub fn replace_with_stand_in(&self, queue: &Arc<Queue>, homes: Vec<u64>) {
         let context = self.queue_context();
         self.swap_queue(queue.name(), |old| {
-            let (definition, arguments) = (old.definition().clone(), old.arguments().clone());
+            let (definition, arguments) = (old.definition().clone(), queue::QueueArguments::clone(&old.arguments()));
             Ok(queue::factory::remote(definition, arguments, homes, context))
         });
     }
@@ -520,9 +559,11 @@ impl VirtualHost {
     pub fn replace_stand_in(&self, definition: QueueDefinition) -> BrokerResult<()> {
         let name = definition.name.clone();
         let (storage, context) = (self.storage.as_ref(), self.queue_context());
+        // A replicated queue's kind: it runs with its own arguments (see `takes_policies`).
+        let arguments = self.resolve(&definition)?.arguments;
         let mut created = Ok(());
         self.swap_queue(&name, |_| {
-            let made = queue::factory::declare(definition, storage, context);
+            let made = queue::factory::declare(definition, arguments, storage, context);
             created = made.as_ref().map(|_| ()).map_err(Clone::clone);
             made
         });

@@ -8,7 +8,7 @@ use crate::definitions::{
 };
 use crate::error::{internal_error, BrokerResult};
 use crate::exchange::{Binding, DelayedMessages, Destination, Exchange, ExchangeDefinition};
-use crate::queue::{self, Queue, QueueArguments, QueueDefinition};
+use crate::queue::{self, Queue, QueueDefinition};
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 
@@ -35,9 +35,10 @@ impl VirtualHost {
         }
         let mut queues = Vec::new();
         for record in definitions.queues {
-            match queue_definition(&record) {
-                Ok((definition, arguments)) => {
-                    queues.push((definition, arguments, record.homes.clone()));
+            let definition = queue_definition(&record);
+            match self.resolve(&definition) {
+                Ok(resolved) => {
+                    queues.push((definition, resolved, record.homes.clone()));
                     kept.queues.push(record);
                 }
                 Err(e) => {
@@ -67,8 +68,9 @@ impl VirtualHost {
             };
             self.exchanges.write().insert(exchange.name().to_string(), Arc::new(exchange));
         }
-        for (definition, arguments, homes) in queues {
-            let queue = queue::factory::recover(definition, arguments, homes, storage, self.queue_context())?;
+        for (definition, resolved, homes) in queues {
+            let queue = queue::factory::recover(definition, resolved.arguments, homes, storage, self.queue_context())?;
+            queue.set_applied(resolved.applied);
             tracing::info!(queue = queue.name(), messages = queue.message_count(), "recovered queue");
             self.queues.write().insert(queue.name().to_string(), queue);
         }
@@ -215,17 +217,15 @@ fn exchange_definition(record: &ExchangeRecord) -> BrokerResult<ExchangeDefiniti
     )
 }
 
-/// A stored queue's definition and its parsed arguments (406 if they no longer parse).
-fn queue_definition(record: &QueueRecord) -> BrokerResult<(QueueDefinition, QueueArguments)> {
-    let definition = QueueDefinition {
+/// A stored queue's definition.
+fn queue_definition(record: &QueueRecord) -> QueueDefinition {
+    QueueDefinition {
         name: record.name.clone(),
         durable: true,
         exclusive_owner: None,
         auto_delete: record.auto_delete,
         arguments: record.arguments.clone(),
-    };
-    let arguments = QueueArguments::parse(&definition.arguments)?;
-    Ok((definition, arguments))
+    }
 }
 
 /// The names of the exchanges and queues being restored, which a binding's ends must be

@@ -1,6 +1,7 @@
 //! The list verbs (`list_queues`, `list_exchanges`, `list_bindings`, `list_connections`,
 //! `list_channels`, `list_consumers`, `list_users`, `list_vhosts`, `list_permissions`,
-//! `list_user_permissions`, `list_vhost_limits`): rabbitmqctl's names for
+//! `list_user_permissions`, `list_vhost_limits`, `list_policies`, `list_operator_policies`):
+//! rabbitmqctl's names for
 //! the columns, read from the API's JSON; any of them may be asked for, in any order.
 
 use super::client::{encode, Client};
@@ -162,6 +163,32 @@ pub const VHOST_LIMITS: Listing = Listing {
     path: "/api/vhost-limits/{scope}",
     defaults: &["vhost", "limits"],
     columns: &[("vhost", "vhost"), ("limits", "value")],
+};
+
+/// The columns of `list_policies` and `list_operator_policies` (rabbitmqctl's, and which keys
+/// change nothing in Warren).
+const POLICY_COLUMNS: &[(&str, &str)] = &[
+    ("vhost", "vhost"),
+    ("name", "name"),
+    ("pattern", "pattern"),
+    ("apply-to", "apply-to"),
+    ("definition", "definition"),
+    ("priority", "priority"),
+    ("no_effect", "no_effect"),
+];
+
+/// `list_policies`.
+pub const POLICIES: Listing = Listing {
+    path: "/api/policies/{scope}",
+    defaults: &["vhost", "name", "pattern", "apply-to", "definition", "priority"],
+    columns: POLICY_COLUMNS,
+};
+
+/// `list_operator_policies`.
+pub const OPERATOR_POLICIES: Listing = Listing {
+    path: "/api/operator-policies/{scope}",
+    defaults: &["vhost", "name", "pattern", "apply-to", "definition", "priority"],
+    columns: POLICY_COLUMNS,
 };
 
 /// `list_feature_flags`.

@@ -22,6 +22,7 @@ mod grammar_tests;
 mod health;
 mod lists;
 mod output;
+mod policies;
 mod super_streams;
 
 use clap::{Parser, Subcommand};
@@ -199,6 +200,60 @@ enum Verb {
         /// The limits, as JSON.
         definition: String,
     },
+    /// Sets a policy in the vhost (-p): queues and exchanges whose names PATTERN matches run
+    /// with DEFINITION ('{"message-ttl": 60000}'), the highest priority winning.
+    #[command(name = "set_policy")]
+    SetPolicy {
+        /// Its name.
+        name: String,
+        /// A regular expression over object names (anchor it with ^ and $).
+        #[arg(allow_hyphen_values = true)]
+        pattern: String,
+        /// Its keys and values, as JSON.
+        definition: String,
+        /// Among policies matching one object, the highest wins.
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        priority: i64,
+        /// What it applies to.
+        #[arg(long = "apply-to", default_value = "all")]
+        apply_to: String,
+    },
+    /// Clears a policy of the vhost (-p).
+    #[command(name = "clear_policy")]
+    ClearPolicy {
+        /// Its name.
+        name: String,
+    },
+    /// The vhost's (-p) policies (columns: vhost, name, pattern, apply-to, definition, priority,
+    /// no_effect).
+    #[command(name = "list_policies")]
+    ListPolicies { columns: Vec<String> },
+    /// Sets an operator policy in the vhost (-p): limits that policies cannot lift.
+    #[command(name = "set_operator_policy")]
+    SetOperatorPolicy {
+        /// Its name.
+        name: String,
+        /// A regular expression over queue names.
+        #[arg(allow_hyphen_values = true)]
+        pattern: String,
+        /// Its keys and values, as JSON (those RabbitMQ lets operators set).
+        definition: String,
+        /// Among operator policies matching one queue, the highest wins.
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        priority: i64,
+        /// What it applies to.
+        #[arg(long = "apply-to", default_value = "queues")]
+        apply_to: String,
+    },
+    /// Clears an operator policy of the vhost (-p).
+    #[command(name = "clear_operator_policy")]
+    ClearOperatorPolicy {
+        /// Its name.
+        name: String,
+    },
+    /// The vhost's (-p) operator policies (the columns of list_policies).
+    #[command(name = "list_operator_policies")]
+    ListOperatorPolicies { columns: Vec<String> },
     /// Declares a queue.
     #[command(name = "declare_queue")]
     DeclareQueue {
@@ -600,6 +655,18 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
         }
         Verb::ClearPermissions { user } => access::clear_permissions(client, vhost, user),
         Verb::SetVhostLimits { definition } => access::set_vhost_limits(client, vhost, definition),
+        Verb::SetPolicy { name, pattern, definition, priority, apply_to } => {
+            let policy = policies::Policy { name, pattern, definition, priority: *priority, apply_to };
+            policies::set(client, policies::Kind::User, vhost, &policy)
+        }
+        Verb::ClearPolicy { name } => policies::clear(client, policies::Kind::User, vhost, name),
+        Verb::ListPolicies { columns } => list(&lists::POLICIES, columns),
+        Verb::SetOperatorPolicy { name, pattern, definition, priority, apply_to } => {
+            let policy = policies::Policy { name, pattern, definition, priority: *priority, apply_to };
+            policies::set(client, policies::Kind::Operator, vhost, &policy)
+        }
+        Verb::ClearOperatorPolicy { name } => policies::clear(client, policies::Kind::Operator, vhost, name),
+        Verb::ListOperatorPolicies { columns } => list(&lists::OPERATOR_POLICIES, columns),
         Verb::DeclareQueue { queue, kind, durable, arguments } => {
             actions::declare_queue(client, vhost, queue, kind, *durable, arguments)
         }

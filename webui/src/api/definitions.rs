@@ -1,8 +1,9 @@
 //! `GET /api/definitions` (export) and `POST /api/definitions` (import) in RabbitMQ's
-//! definitions format, so that a file RabbitMQ exported loads into Warren and back. Durable
-//! exchanges, queues and bindings are imported through the same path as AMQP declares; what
-//! Warren cannot apply yet (users, other virtual hosts, permissions, policies, parameters) is
-//! reported and skipped rather than failing the import.
+//! definitions format, so that a file RabbitMQ exported loads into Warren and back. Users,
+//! vhosts, permissions, policies and the runtime parameters Warren has (operator policies,
+//! vhost limits) go through access control; durable exchanges, queues and bindings through
+//! the same path as AMQP declares. What Warren cannot apply (topic permissions, other
+//! parameters) is reported item by item and skipped rather than failing the import.
 
 use super::overview::COMPATIBLE_RABBITMQ_VERSION;
 use super::Management;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use warren_delivery::access::AccessChange;
 use warren_delivery::exchange::{Destination, Exchange};
 use warren_delivery::metadata::DefinitionOp;
+use warren_delivery::policy::PolicyKind;
 use warren_delivery::Queue;
 
 /// Entries an import applies at most (a definitions file is not a way to flood the broker).
@@ -78,6 +80,21 @@ fn binding_entries(vhost: &str, exchange: &Exchange) -> Vec<Value> {
     exchange.bindings().into_iter().map(entry).collect()
 }
 
+/// Every policy of `kind`, as a definitions file lists them (without Warren's `no_effect`).
+fn policy_entries(api: &Management, kind: PolicyKind) -> Vec<Value> {
+    let mut entries = Vec::new();
+    for vhost in api.broker().vhosts() {
+        for policy in vhost.policies().of_kind(kind) {
+            let mut entry = super::policies::policy_json(vhost.name(), policy);
+            if let Value::Object(fields) = &mut entry {
+                fields.remove("no_effect");
+            }
+            entries.push(entry);
+        }
+    }
+    entries
+}
+
 /// The definitions export, streamed: each queue, exchange and binding becomes JSON as the
 /// client reads, so an export of 100,000 queues is never held whole.
 async fn export(State(api): State<Management>) -> Response {
@@ -91,6 +108,9 @@ async fn export(State(api): State<Management>) -> Response {
         .collect();
     let permissions: Vec<Value> =
         access.permissions().iter().map(|(v, u, spec)| super::access::permission_json(v, u, spec)).collect();
+    let policies = policy_entries(&api, PolicyKind::User);
+    let vhost_names: Vec<String> = api.broker().vhosts().iter().map(|v| v.name().to_string()).collect();
+    let parameters: Vec<Value> = vhost_names.iter().flat_map(|v| super::parameters::of_vhost(&api, v)).collect();
     let head = json!({
         "rabbit_version": COMPATIBLE_RABBITMQ_VERSION,
         "rabbitmq_version": COMPATIBLE_RABBITMQ_VERSION,
@@ -100,9 +120,9 @@ async fn export(State(api): State<Management>) -> Response {
         "vhosts": vhosts,
         "permissions": permissions,
         "topic_permissions": [],
-        "parameters": [],
+        "parameters": parameters,
         "global_parameters": [],
-        "policies": [],
+        "policies": policies,
     });
     // The head is an object; the streamed arrays go in place of its closing brace.
     let head = head.to_string();
@@ -184,6 +204,12 @@ async fn import_access(api: &Management, body: &Value, report: &mut Report) {
         });
         changes.push(("permission", format!("{user} in {vhost}"), change.map_err(|e| e.reason().to_string())));
     }
+    for policy in entries(body, "policies") {
+        changes.push(policy_change(policy, text(policy, "vhost"), PolicyKind::User, policy));
+    }
+    for parameter in entries(body, "parameters") {
+        changes.push(parameter_change(parameter));
+    }
     for (kind, name, change) in changes {
         let outcome = match change {
             Ok(change) => api.broker().change_access(change).await.map_err(|e| e.text),
@@ -192,6 +218,44 @@ async fn import_access(api: &Management, body: &Value, report: &mut Report) {
         match outcome {
             Ok(()) => report.applied += 1,
             Err(why) => report.skip(kind, &name, why),
+        }
+    }
+}
+
+/// An entry's change type, its name in the report, and the change (or why there is none).
+type ImportedChange<'a> = (&'a str, String, Result<AccessChange, String>);
+
+/// A policy of `kind` named as `entry` names it, made of `spec` (the entry itself for a policy,
+/// its `value` for an operator policy among the parameters).
+fn policy_change<'a>(entry: &Value, vhost: &str, kind: PolicyKind, spec: &Value) -> ImportedChange<'a> {
+    let name = text(entry, "name").to_string();
+    let change = super::policies::policy_spec(spec).map(|spec| AccessChange::SetPolicy {
+        vhost: vhost.to_string(),
+        kind,
+        name: name.clone(),
+        spec,
+    });
+    let noun = if kind == PolicyKind::Operator { "operator policy" } else { "policy" };
+    (noun, format!("{name} in {vhost}"), change.map_err(|e| e.reason().to_string()))
+}
+
+/// A runtime parameter of a definitions file: an operator policy or a vhost's limits (what
+/// Warren has); any other component is reported as not applied.
+fn parameter_change(parameter: &Value) -> ImportedChange<'_> {
+    let (vhost, component) = (text(parameter, "vhost"), text(parameter, "component"));
+    let value = parameter.get("value").unwrap_or(&Value::Null);
+    match component {
+        super::parameters::OPERATOR_POLICY_COMPONENT => policy_change(parameter, vhost, PolicyKind::Operator, value),
+        super::parameters::VHOST_LIMITS_COMPONENT => {
+            let limits = value.as_object().ok_or("a vhost's limits are a JSON object".to_string());
+            let limits =
+                limits.and_then(|l| warren_delivery::vhost_limits::VhostLimits::from_json(l).map_err(|e| e.text));
+            let change = limits.map(|limits| AccessChange::SetVhostLimits { vhost: vhost.to_string(), limits });
+            ("vhost limits", vhost.to_string(), change)
+        }
+        _ => {
+            let why = format!("Warren has no runtime parameters of component '{component}'");
+            ("parameter", format!("{component} {} in {vhost}", text(parameter, "name")), Err(why))
         }
     }
 }
@@ -233,11 +297,11 @@ async fn import(State(api): State<Management>, JsonBody(body): JsonBody<Value>) 
     }
     let mut report = Report::default();
     import_access(&api, &body, &mut report).await;
-    for (key, kind) in [("topic_permissions", "topic permission"), ("policies", "policy"), ("parameters", "parameter")]
-    {
-        for entry in entries(&body, key) {
-            report.skip(kind, &label(entry), format!("{key} are not applied yet"));
-        }
+    for entry in entries(&body, "topic_permissions") {
+        report.skip("topic permission", &label(entry), "topic permissions are not applied yet");
+    }
+    for entry in entries(&body, "global_parameters") {
+        report.skip("global parameter", &label(entry), "global parameters are not kept yet");
     }
     for exchange in entries(&body, "exchanges") {
         let op = |arguments| DefinitionOp::DeclareExchange {

@@ -20,6 +20,8 @@ mod feature_flags;
 mod health;
 mod messages;
 mod overview;
+mod parameters;
+mod policies;
 mod queues;
 
 pub(crate) use bindings::to_exchange;
@@ -160,6 +162,8 @@ pub fn route_table() -> RouteTable {
     let mut table = RouteTable::default();
     overview::routes(&mut table);
     access::routes(&mut table);
+    policies::routes(&mut table);
+    parameters::routes(&mut table);
     alarms::routes(&mut table);
     health::routes(&mut table);
     exchanges::routes(&mut table);

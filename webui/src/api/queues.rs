@@ -62,6 +62,13 @@ pub(crate) fn queue_json(api: &Management, vhost: &str, queue: &Queue) -> Value 
         "consumers": queue.consumer_count(),
         "message_stats": message_stats(&sampled),
     });
+    let applied = queue.applied_policy();
+    if let Some(policy) = applied.policy {
+        item["policy"] = json!(policy);
+    }
+    // RabbitMQ's shapes: `policy` left out when none, `operator_policy` an empty string.
+    item["operator_policy"] = json!(applied.operator_policy.unwrap_or_default());
+    item["effective_policy_definition"] = Value::Object(applied.definition);
     if let Some(group) = queue.replicas() {
         let members = group.members();
         let leader = group.leader().and_then(|id| members.iter().find(|(m, _)| *m == id)).map(|(_, n)| n.addr.clone());

@@ -1,0 +1,225 @@
+"""Warren against pika: policies and operator policies as RabbitMQ has them. A policy set,
+changed and cleared through the management API (as rabbitmqadmin and rabbitmqctl set them)
+takes effect at once on classic queues that already hold messages, with RabbitMQ's precedence
+between a queue's own x-arguments and the policy, its apply-to and priority, and operator
+policies that user policies cannot lift. Nothing is lost: what a limit pushes out goes to the
+dead-letter exchange the policy names."""
+
+import base64
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pika
+import pytest
+
+from conftest import free_port, run_broker, wait_for_port
+from pika_helpers import get_message, message_count
+
+
+def api_call(port, method, path, body=None):
+    """(status, parsed body or None) of one management API request as guest."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
+    request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            text = answer.read()
+            return answer.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"null")
+
+
+@pytest.fixture
+def broker_with_api(tmp_path):
+    """A broker of its own; yields (pika connection, management port, data directory)."""
+    http = free_port()
+    with run_broker(tmp_path, ["--http-listen", f"127.0.0.1:{http}"]) as (_, parameters):
+        wait_for_port(http)
+        connection = pika.BlockingConnection(parameters)
+        yield connection, http, tmp_path
+        if connection.is_open:
+            connection.close()
+
+
+def set_policy(port, name, pattern, definition, priority=0, apply_to="queues", kind="policies"):
+    body = {"pattern": pattern, "definition": definition, "priority": priority, "apply-to": apply_to}
+    status, answer = api_call(port, "PUT", f"/api/{kind}/%2F/{name}", body)
+    assert status in (201, 204), answer
+
+
+def publish(channel, queue, bodies):
+    for body in bodies:
+        channel.basic_publish("", queue, body.encode(), pika.BasicProperties(delivery_mode=2))
+
+
+def drain(channel, queue):
+    """Every ready message's body, in order (taken)."""
+    bodies = []
+    while True:
+        method, _, body = channel.basic_get(queue=queue, auto_ack=True)
+        if method is None:
+            return bodies
+        bodies.append(body.decode())
+
+
+def wait_count(connection, queue, count, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while message_count(connection, queue) != count:
+        assert time.monotonic() < deadline, f"{queue} holds {message_count(connection, queue)}, not {count}"
+        time.sleep(0.05)
+
+
+def queue_json(port, name):
+    status, answer = api_call(port, "GET", f"/api/queues/%2F/{name}")
+    assert status == 200, answer
+    return answer
+
+
+def test_a_policy_added_changed_and_cleared_takes_effect_on_a_queue_holding_messages(broker_with_api):
+    connection, port, _ = broker_with_api
+    channel = connection.channel()
+    channel.queue_declare("dead", durable=True)
+    channel.queue_declare("orders.eu", durable=True)
+    publish(channel, "orders.eu", [f"m{i}" for i in range(6)])
+    assert message_count(connection, "orders.eu") == 6
+
+    # Added: the limit applies at once, the oldest go to the dead-letter exchange.
+    set_policy(port, "limits", r"^orders\.", {"max-length": 4, "dead-letter-exchange": "",
+                                              "dead-letter-routing-key": "dead"})
+    wait_count(connection, "orders.eu", 4)
+    wait_count(connection, "dead", 2)
+    shown = queue_json(port, "orders.eu")
+    assert shown["policy"] == "limits"
+    assert shown["effective_policy_definition"]["max-length"] == 4
+
+    # Changed: a higher limit lets more in; nothing already there is lost.
+    set_policy(port, "limits", r"^orders\.", {"max-length": 6, "dead-letter-exchange": "",
+                                              "dead-letter-routing-key": "dead"})
+    publish(channel, "orders.eu", ["m6", "m7", "m8"])
+    wait_count(connection, "orders.eu", 6)
+    wait_count(connection, "dead", 3)
+
+    # Cleared: no limit any more.
+    status, _ = api_call(port, "DELETE", "/api/policies/%2F/limits")
+    assert status == 204
+    publish(channel, "orders.eu", ["m9", "m10"])
+    wait_count(connection, "orders.eu", 8)
+    assert "policy" not in queue_json(port, "orders.eu")
+    kept, dead = drain(channel, "orders.eu"), drain(channel, "dead")
+    assert sorted(kept + dead, key=lambda b: int(b[1:])) == [f"m{i}" for i in range(11)], "nothing lost"
+
+
+def test_a_ttl_from_a_policy_dead_letters_what_is_published_under_it(broker_with_api):
+    connection, port, _ = broker_with_api
+    channel = connection.channel()
+    channel.queue_declare("expired")
+    channel.queue_declare("short.lived")
+    set_policy(port, "ttl", r"^short\.", {"message-ttl": 200, "dead-letter-exchange": "",
+                                          "dead-letter-routing-key": "expired"})
+    publish(channel, "short.lived", ["a", "b"])
+    wait_count(connection, "expired", 2)
+    assert message_count(connection, "short.lived") == 0
+
+
+def test_arguments_and_policies_combine_key_by_key_as_rabbitmq_documents(broker_with_api):
+    connection, port, _ = broker_with_api
+    channel = connection.channel()
+    for name in ["own-dlx-target", "policy-dlx-target"]:
+        channel.queue_declare(name)
+    # The lower of x-max-length and the policy's; the queue's own dead-letter exchange wins.
+    channel.queue_declare("both", arguments={"x-max-length": 2, "x-dead-letter-exchange": "",
+                                             "x-dead-letter-routing-key": "own-dlx-target"})
+    channel.queue_declare("policy-only")
+    set_policy(port, "p", "^(both|policy-only)$", {"max-length": 3, "dead-letter-exchange": "",
+                                                   "dead-letter-routing-key": "policy-dlx-target"})
+    publish(channel, "both", ["1", "2", "3", "4"])
+    publish(channel, "policy-only", ["1", "2", "3", "4"])
+    wait_count(connection, "both", 2)
+    wait_count(connection, "own-dlx-target", 2)
+    wait_count(connection, "policy-only", 3)
+    wait_count(connection, "policy-dlx-target", 1)
+
+
+def test_apply_to_and_the_highest_priority_decide_which_policy_applies(broker_with_api):
+    connection, port, _ = broker_with_api
+    channel = connection.channel()
+    channel.queue_declare("jobs")
+    set_policy(port, "exchanges-only", "^jobs$", {"alternate-exchange": "amq.fanout"}, apply_to="exchanges")
+    assert "policy" not in queue_json(port, "jobs")
+    set_policy(port, "low", "^jobs$", {"max-length": 1}, priority=1)
+    set_policy(port, "high", "^job", {"max-length": 3}, priority=5)
+    assert queue_json(port, "jobs")["policy"] == "high"
+    publish(channel, "jobs", ["1", "2", "3", "4"])
+    wait_count(connection, "jobs", 3)
+    # A policy holding a key classic queues do not support stays off them (RabbitMQ's rule).
+    set_policy(port, "streams", "^jobs$", {"max-age": "1D"}, priority=10)
+    assert queue_json(port, "jobs")["policy"] == "high"
+
+
+def test_an_operator_policy_caps_what_the_policy_and_the_arguments_allow(broker_with_api):
+    connection, port, _ = broker_with_api
+    channel = connection.channel()
+    channel.queue_declare("capped", arguments={"x-max-length": 100})
+    set_policy(port, "generous", "^capped$", {"max-length": 50})
+    set_policy(port, "cap", ".*", {"max-length": 2}, kind="operator-policies")
+    shown = queue_json(port, "capped")
+    assert (shown["policy"], shown["operator_policy"]) == ("generous", "cap")
+    assert shown["effective_policy_definition"]["max-length"] == 2
+    publish(channel, "capped", ["1", "2", "3"])
+    wait_count(connection, "capped", 2)
+    status, answer = api_call(port, "PUT", "/api/operator-policies/%2F/dlx",
+                              {"pattern": ".*", "definition": {"dead-letter-exchange": "x"}})
+    assert status == 400 and "cannot be set by an operator policy" in answer["reason"], answer
+
+
+def test_bad_policies_are_refused_with_what_to_fix(broker_with_api):
+    _, port, _ = broker_with_api
+    for definition, expected in [
+        ({"message-ttl": -1}, "message-ttl"),
+        ({"overflow": "spill"}, "overflow"),
+        ({"no-such-key": 1}, "is not a policy key"),
+        ({}, "sets no key"),
+    ]:
+        status, answer = api_call(port, "PUT", "/api/policies/%2F/bad", {"pattern": ".*", "definition": definition})
+        assert status == 400 and expected in answer["reason"], answer
+    status, answer = api_call(port, "PUT", "/api/policies/%2F/bad",
+                              {"pattern": "(", "definition": {"max-length": 1}})
+    assert status == 400 and "regular expression" in answer["reason"], answer
+    status, answer = api_call(port, "PUT", "/api/policies/%2F/bad",
+                              {"pattern": ".*", "definition": {"max-length": 1}, "apply-to": "both"})
+    assert status == 400 and "apply-to" in answer["reason"], answer
+    status, _ = api_call(port, "DELETE", "/api/policies/%2F/never-set")
+    assert status == 404
+
+
+def test_keys_of_features_warren_lacks_are_accepted_and_reported(broker_with_api):
+    _, port, _ = broker_with_api
+    set_policy(port, "mirrored", ".*", {"ha-mode": "all", "max-length": 10}, apply_to="all")
+    status, listed = api_call(port, "GET", "/api/policies/%2F")
+    assert status == 200
+    [policy] = [p for p in listed if p["name"] == "mirrored"]
+    assert "ha-mode" in policy["no_effect"] and "max-length" not in policy["no_effect"]
+
+
+def test_policies_survive_a_restart_and_apply_to_recovered_queues(tmp_path):
+    http = free_port()
+    args = ["--http-listen", f"127.0.0.1:{http}"]
+    with run_broker(tmp_path, args) as (_, parameters):
+        wait_for_port(http)
+        connection = pika.BlockingConnection(parameters)
+        channel = connection.channel()
+        channel.queue_declare("kept", durable=True)
+        set_policy(http, "limit", "^kept$", {"max-length": 2})
+        connection.close()
+    with run_broker(tmp_path, args) as (_, parameters):
+        wait_for_port(http)
+        connection = pika.BlockingConnection(parameters)
+        channel = connection.channel()
+        assert queue_json(http, "kept")["policy"] == "limit"
+        publish(channel, "kept", ["1", "2", "3"])
+        wait_count(connection, "kept", 2)
+        assert get_message(channel, "kept")[2] == b"2", "the oldest was dropped"
+        connection.close()
