@@ -159,6 +159,23 @@ def test_apply_to_and_the_highest_priority_decide_which_policy_applies(broker_wi
     assert queue_json(port, "jobs")["policy"] == "high"
 
 
+def test_an_alternate_exchange_from_a_policy_takes_what_an_exchange_does_not_route(broker_with_api):
+    connection, port, _ = broker_with_api
+    channel = connection.channel()
+    channel.exchange_declare("unrouted", "fanout")
+    channel.queue_declare("caught")
+    channel.queue_bind("caught", "unrouted")
+    channel.exchange_declare("orders", "direct")
+    channel.exchange_declare("own-ae", "fanout")
+    channel.exchange_declare("with-own", "direct", arguments={"alternate-exchange": "own-ae"})
+    set_policy(port, "ae", "^(orders|with-own)$", {"alternate-exchange": "unrouted"}, apply_to="exchanges")
+    channel.basic_publish("orders", "nowhere", b"lost?")
+    wait_count(connection, "caught", 1)
+    channel.basic_publish("with-own", "nowhere", b"to its own")
+    time.sleep(0.2)
+    assert message_count(connection, "caught") == 1, "the exchange's own argument wins"
+
+
 def test_an_operator_policy_caps_what_the_policy_and_the_arguments_allow(broker_with_api):
     connection, port, _ = broker_with_api
     channel = connection.channel()

@@ -387,6 +387,14 @@ impl VirtualHost {
         policies.resolve_queue(&definition.name, &definition.arguments)
     }
 
+    /// The alternate exchange a policy gives exchange `exchange`, if one does (looked up only
+    /// for a message its bindings did not route).
+    fn policy_alternate_exchange(&self, exchange: &str) -> Option<String> {
+        let policies = self.policies();
+        let applied = policies.applied(exchange, crate::policy::Target::Exchange);
+        applied.definition.get("alternate-exchange")?.as_str().map(str::to_string)
+    }
+
     /// Its policies now.
     pub fn policies(&self) -> Arc<VhostPolicies> {
         Arc::clone(&self.policies.read())

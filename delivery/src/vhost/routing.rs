@@ -126,8 +126,10 @@ impl VirtualHost {
         let mut destinations = Vec::new();
         exchange.route(message, &mut destinations);
         if destinations.is_empty() {
-            // The alternate exchange takes what this exchange's own bindings do not match.
-            if let Some(alternate) = exchange.definition().alternate_exchange() {
+            // The alternate exchange takes what this exchange's own bindings do not match: its
+            // own argument's, else a policy's.
+            let alternate = exchange.definition().alternate_exchange();
+            if let Some(alternate) = alternate.or_else(|| self.policy_alternate_exchange(exchange.name())) {
                 self.route_via(exchange, &alternate, message, visited, queues);
             }
             return;
