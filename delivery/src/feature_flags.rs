@@ -63,11 +63,12 @@ pub const CATALOG_SNAPSHOTS: FeatureFlag = FeatureFlag {
     version: 2,
 };
 
-/// Policies and operator policies ([`crate::policy`]) in the catalog: a release before them
-/// cannot read a policy change.
+/// Policies and operator policies ([`crate::policy`]) and topic permissions in the catalog: a
+/// release before them cannot read such a change.
 pub const POLICIES: FeatureFlag = FeatureFlag {
     name: "policies",
-    description: "Policies and operator policies configure queues by name pattern (set_policy, /api/policies)",
+    description: "Policies and operator policies configure queues by name pattern (set_policy, /api/policies); \
+                  topic permissions restrict routing keys on topic exchanges",
     machine: Machine::Catalog,
     version: 3,
 };

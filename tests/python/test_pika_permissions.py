@@ -108,3 +108,37 @@ def test_a_wrong_password_is_refused(erin):
                                       credentials=pika.PlainCredentials("erin", "nope"))
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
         pika.BlockingConnection(wrong)
+
+
+def test_topic_permissions_check_routing_keys_on_publish_and_binding_keys_on_bind(erin):
+    parameters, http = erin
+    # erin may publish to amq.topic (write on it) and bind her queues from it (read on it).
+    assert api_call(http, "PUT", "/api/permissions/%2F/erin",
+                    {"configure": "^erin\\.", "write": "^(erin\\..*|amq\\.topic)$", "read": "^(erin\\..*|amq\\.topic)$"}) == 204
+    topic = {"exchange": "amq.topic", "write": "^{username}\\.", "read": "^(news|{username})\\."}
+    assert api_call(http, "PUT", "/api/topic-permissions/%2F/erin", topic) == 201
+    connection = pika.BlockingConnection(parameters)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.queue_declare("erin.inbox")
+    channel.queue_bind("erin.inbox", "amq.topic", "erin.#")
+    channel.queue_bind("erin.inbox", "amq.topic", "news.*")
+    channel.basic_publish("amq.topic", "erin.note", b"mine")
+    assert channel.queue_declare("erin.inbox", passive=True).method.message_count == 1
+
+    refused(connection, lambda ch: ch.queue_bind("erin.inbox", "amq.topic", "bob.#"),
+            "read access to topic 'bob.#' in exchange 'amq.topic' in vhost '/' refused for user 'erin'")
+    publisher = connection.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+        publisher.basic_publish("amq.topic", "bob.note", b"not hers")
+        publisher.queue_declare("erin.inbox", passive=True)  # a round trip: the close arrives
+    assert closed.value.reply_code == 403
+    assert closed.value.reply_text == (
+        "ACCESS_REFUSED - write access to topic 'bob.note' in exchange 'amq.topic' in vhost '/' refused for user 'erin'")
+
+    # Other exchanges are not checked by topic; cleared, amq.topic is not either.
+    assert api_call(http, "DELETE", "/api/topic-permissions/%2F/erin") == 204
+    again = connection.channel()
+    again.basic_publish("amq.topic", "bob.note", b"allowed now")
+    again.queue_bind("erin.inbox", "amq.topic", "bob.#")
+    connection.close()

@@ -4,6 +4,7 @@
 //! proposed, so every node stores the same hash.
 
 use super::permission::PermissionSpec;
+use super::topic_permission::TopicPermissionSpec;
 use crate::policy::{PolicyKind, PolicySpec};
 use crate::vhost_limits::VhostLimits;
 use serde::{Deserialize, Serialize};
@@ -99,11 +100,37 @@ pub enum AccessChange {
         /// Its name.
         name: String,
     },
+    /// Sets a user's topic permission on one exchange of a vhost (`set_topic_permissions`).
+    SetTopicPermissions {
+        /// The vhost.
+        vhost: String,
+        /// The user.
+        user: String,
+        /// The exchange and the two patterns.
+        permissions: TopicPermissionSpec,
+    },
+    /// Takes a user's topic permissions in a vhost away: on one exchange, or on all
+    /// (`clear_topic_permissions`).
+    ClearTopicPermissions {
+        /// The vhost.
+        vhost: String,
+        /// The user.
+        user: String,
+        /// The exchange; `None`: every exchange.
+        exchange: Option<String>,
+    },
 }
 
 impl AccessChange {
-    /// Whether it changes policies (what the `policies` feature flag must allow first).
-    pub fn is_policy_change(&self) -> bool {
-        matches!(self, AccessChange::SetPolicy { .. } | AccessChange::ClearPolicy { .. })
+    /// Whether a node of a release before policies could not read it: the `policies` feature
+    /// flag must be enabled before it is proposed.
+    pub fn needs_policies_flag(&self) -> bool {
+        matches!(
+            self,
+            AccessChange::SetPolicy { .. }
+                | AccessChange::ClearPolicy { .. }
+                | AccessChange::SetTopicPermissions { .. }
+                | AccessChange::ClearTopicPermissions { .. }
+        )
     }
 }

@@ -18,6 +18,7 @@ mod operation;
 mod password;
 mod permission;
 mod stored;
+mod topic_permission;
 pub mod user;
 
 pub use change::{AccessChange, PasswordChange};
@@ -25,6 +26,7 @@ pub use login_throttle::LoginThrottle;
 pub use operation::Operation;
 pub use password::{HashingAlgorithm, PasswordHash, PasswordHashError};
 pub use permission::{Access, PermissionSpec, Permissions, Resource};
+pub use topic_permission::{TopicAccess, TopicPermissionSpec, TopicPermissions};
 pub use user::User;
 
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
@@ -89,6 +91,13 @@ struct Grant {
     compiled: Arc<Permissions>,
 }
 
+/// A user's topic permission on one exchange: as given, and compiled.
+#[derive(Debug, Clone)]
+struct TopicGrant {
+    spec: TopicPermissionSpec,
+    compiled: Arc<TopicPermissions>,
+}
+
 #[derive(Debug, Default)]
 struct AccessState {
     users: BTreeMap<String, User>,
@@ -97,12 +106,23 @@ struct AccessState {
     grants: BTreeMap<String, BTreeMap<String, Grant>>,
     /// By vhost: handed out whole to the vhost, which resolves its queues against them.
     policies: BTreeMap<String, Arc<VhostPolicies>>,
+    /// By vhost, then user, then exchange.
+    topic_grants: BTreeMap<String, BTreeMap<String, BTreeMap<String, TopicGrant>>>,
     /// By user: the generation of the last change to its password, tags or permissions, so
     /// that what was decided under an older one (a UI session, a live feed) is known stale.
     revisions: std::collections::HashMap<String, u64>,
 }
 
 impl AccessState {
+    /// Every topic permission: (vhost, user, exchange and patterns).
+    fn every_topic_grant(&self) -> impl Iterator<Item = (String, String, TopicPermissionSpec)> + '_ {
+        self.topic_grants.iter().flat_map(|(vhost, users)| {
+            users.iter().flat_map(move |(user, grants)| {
+                grants.values().map(move |grant| (vhost.clone(), user.clone(), grant.spec.clone()))
+            })
+        })
+    }
+
     /// Records that `user`'s credentials or rights changed at `generation`.
     fn revise(&mut self, user: &str, generation: u64) {
         self.revisions.insert(user.to_string(), generation);
@@ -192,6 +212,15 @@ impl AccessControl {
                 vhost_exists(vhost)?;
                 Policy::compile(*kind, name, spec.clone()).map(drop)
             }
+            AccessChange::SetTopicPermissions { vhost, user, permissions } => {
+                user_exists(user)?;
+                vhost_exists(vhost)?;
+                TopicPermissions::compile(permissions, user, vhost).map(drop)
+            }
+            AccessChange::ClearTopicPermissions { vhost, user, .. } => {
+                user_exists(user)?;
+                vhost_exists(vhost)
+            }
             AccessChange::ClearPolicy { vhost, kind, name } => {
                 vhost_exists(vhost)?;
                 let policies = state.policies.get(vhost);
@@ -245,6 +274,9 @@ impl AccessControl {
                 for grants in state.grants.values_mut() {
                     grants.remove(name);
                 }
+                for grants in state.topic_grants.values_mut() {
+                    grants.remove(name);
+                }
             }
             AccessChange::PutVhost { name, description } => {
                 state.vhosts.entry(name.clone()).or_default().description = description.clone();
@@ -252,6 +284,7 @@ impl AccessControl {
             AccessChange::DeleteVhost { name } => {
                 state.vhosts.remove(name);
                 state.policies.remove(name);
+                state.topic_grants.remove(name);
                 let users: Vec<String> = state.grants.remove(name).into_iter().flat_map(|g| g.into_keys()).collect();
                 for user in users {
                     state.revise(&user, generation);
@@ -290,6 +323,20 @@ impl AccessControl {
             AccessChange::ClearPolicy { vhost, kind, name } => {
                 if let Some(policies) = state.policies.get_mut(vhost) {
                     Arc::make_mut(policies).remove(*kind, name);
+                }
+            }
+            AccessChange::SetTopicPermissions { vhost, user, permissions } => {
+                let compiled = Arc::new(TopicPermissions::compile(permissions, user, vhost)?);
+                let grant = TopicGrant { spec: permissions.clone(), compiled };
+                let of_user = state.topic_grants.entry(vhost.clone()).or_default().entry(user.clone()).or_default();
+                of_user.insert(permissions.exchange.clone(), grant);
+            }
+            AccessChange::ClearTopicPermissions { vhost, user, exchange } => {
+                let of_user = state.topic_grants.get_mut(vhost).and_then(|users| users.get_mut(user));
+                match (of_user, exchange) {
+                    (Some(of_user), Some(exchange)) => drop(of_user.remove(exchange)),
+                    (Some(of_user), None) => of_user.clear(),
+                    (None, _) => {}
                 }
             }
         }
@@ -339,7 +386,25 @@ impl AccessControl {
                 spec: policy.spec.clone(),
             })
         });
-        users.chain(vhosts).chain(grants).chain(policies).collect()
+        let topic = state.every_topic_grant().map(|(vhost, user, permissions)| AccessChange::SetTopicPermissions {
+            vhost,
+            user,
+            permissions,
+        });
+        users.chain(vhosts).chain(grants).chain(policies).chain(topic).collect()
+    }
+
+    /// Every topic permission: (vhost, user, exchange and patterns).
+    pub fn topic_permissions(&self) -> Vec<(String, String, TopicPermissionSpec)> {
+        self.state.read().every_topic_grant().collect()
+    }
+
+    /// `user`'s topic permission on `exchange` in `vhost`, if it has one (then publishing to
+    /// and binding from that topic exchange are checked against it).
+    pub fn topic_permissions_of(&self, vhost: &str, user: &str, exchange: &str) -> Option<Arc<TopicPermissions>> {
+        let state = self.state.read();
+        let grant = state.topic_grants.get(vhost)?.get(user)?.get(exchange)?;
+        Some(Arc::clone(&grant.compiled))
     }
 
     /// The policies of vhost `name` (none if it has none).

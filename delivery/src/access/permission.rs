@@ -48,7 +48,7 @@ impl Resource<'_> {
 
 /// One permission pattern, compiled.
 #[derive(Debug, Clone)]
-enum Pattern {
+pub(super) enum Pattern {
     /// `.*`: every name (the common case, checked without a regex).
     Everything,
     /// `""`: no name at all, as RabbitMQ reads an empty pattern.
@@ -61,7 +61,7 @@ enum Pattern {
 const MAX_PATTERN_BYTES: usize = 4096;
 
 impl Pattern {
-    fn compile(text: &str) -> Result<Self, BrokerError> {
+    pub(super) fn compile(text: &str) -> Result<Self, BrokerError> {
         match text {
             ".*" => Ok(Pattern::Everything),
             "" => Ok(Pattern::Nothing),
@@ -74,7 +74,7 @@ impl Pattern {
         }
     }
 
-    fn allows(&self, name: &str) -> bool {
+    pub(super) fn allows(&self, name: &str) -> bool {
         match self {
             Pattern::Everything => true,
             Pattern::Nothing => false,

@@ -185,9 +185,9 @@ impl Metadata {
     /// Makes an access control change on every node; returns once it is applied here.
     pub async fn change_access(&self, change: crate::access::AccessChange) -> BrokerResult<()> {
         // A node of a release before policies could not read the entry.
-        if change.is_policy_change() && !POLICIES.enabled_at(self.machine_version()) {
+        if change.needs_policies_flag() && !POLICIES.enabled_at(self.machine_version()) {
             return Err(BrokerError::precondition_failed(format!(
-                "policies need feature flag '{}': enable it (warren ctl enable_feature_flag {}) once every node runs \
+                "policies and topic permissions need feature flag '{}': enable it (warren ctl enable_feature_flag {}) once every node runs \
                  a release that has it",
                 POLICIES.name, POLICIES.name
             )));

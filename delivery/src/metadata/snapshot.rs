@@ -169,6 +169,22 @@ fn access_changes(broker: &Broker, target: &[AccessChange]) -> Vec<AccessChange>
         .filter(|(vhost, user, _)| !grants.contains(&(vhost.as_str(), user.as_str())))
         .map(|(vhost, user, _)| AccessChange::ClearPermissions { vhost, user })
         .collect();
+    let topic: HashSet<(&str, &str, &str)> = target
+        .iter()
+        .filter_map(|change| match change {
+            AccessChange::SetTopicPermissions { vhost, user, permissions } => {
+                Some((vhost.as_str(), user.as_str(), permissions.exchange.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    let gone_topic = access.topic_permissions().into_iter();
+    let gone_topic = gone_topic.filter(|(v, u, p)| !topic.contains(&(v.as_str(), u.as_str(), p.exchange.as_str())));
+    changes.extend(gone_topic.map(|(vhost, user, permissions)| AccessChange::ClearTopicPermissions {
+        vhost,
+        user,
+        exchange: Some(permissions.exchange),
+    }));
     for kind in [PolicyKind::User, PolicyKind::Operator] {
         let gone = access.policies_of_kind(kind).into_iter();
         let gone = gone.filter(|(vhost, name, _)| !policies.contains(&(vhost.as_str(), kind, name.as_str())));

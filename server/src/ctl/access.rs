@@ -1,6 +1,7 @@
 //! The verbs of users, vhosts, permissions and vhost limits, rabbitmqctl's: `add_user`,
 //! `delete_user`, `change_password`, `clear_password`, `set_user_tags`, `add_vhost`, `delete_vhost`,
-//! `set_permissions`, `clear_permissions`, `set_vhost_limits` (the lists are in `lists`).
+//! `set_permissions`, `clear_permissions`, `set_topic_permissions`, `clear_topic_permissions`,
+//! `set_vhost_limits` (the lists are in `lists`).
 
 use super::client::{encode, Client};
 use super::output::say;
@@ -93,6 +94,31 @@ pub fn set_permissions(client: &Client, vhost: &str, user: &str, patterns: [&str
 pub fn clear_permissions(client: &Client, vhost: &str, user: &str) -> Result<(), CtlError> {
     client.delete(&permission_path(vhost, user), &[])?;
     say(&format!("Clearing permissions for user \"{user}\" in vhost \"{vhost}\" ...\n"));
+    Ok(())
+}
+
+/// `set_topic_permissions [-p VHOST] USER EXCHANGE WRITE READ`.
+pub fn set_topic_permissions(client: &Client, vhost: &str, user: &str, given: [&str; 3]) -> Result<(), CtlError> {
+    let [exchange, write, read] = given;
+    let path = format!("/api/topic-permissions/{}/{}", encode(vhost), encode(user));
+    client.send("PUT", &path, &json!({ "exchange": exchange, "write": write, "read": read }))?;
+    say(&format!("Setting topic permissions on \"{exchange}\" for user \"{user}\" in vhost \"{vhost}\" ...\n"));
+    Ok(())
+}
+
+/// `clear_topic_permissions [-p VHOST] USER [EXCHANGE]`.
+pub fn clear_topic_permissions(
+    client: &Client,
+    vhost: &str,
+    user: &str,
+    exchange: Option<&str>,
+) -> Result<(), CtlError> {
+    let mut path = format!("/api/topic-permissions/{}/{}", encode(vhost), encode(user));
+    if let Some(exchange) = exchange {
+        path = format!("{path}/{}", encode(exchange));
+    }
+    client.delete(&path, &[])?;
+    say(&format!("Clearing topic permissions for user \"{user}\" in vhost \"{vhost}\" ...\n"));
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! The list verbs (`list_queues`, `list_exchanges`, `list_bindings`, `list_connections`,
 //! `list_channels`, `list_consumers`, `list_users`, `list_vhosts`, `list_permissions`,
-//! `list_user_permissions`, `list_vhost_limits`, `list_policies`, `list_operator_policies`):
+//! `list_user_permissions`, `list_vhost_limits`, `list_policies`, `list_operator_policies`, `list_topic_permissions`):
 //! rabbitmqctl's names for
 //! the columns, read from the API's JSON; any of them may be asked for, in any order.
 
@@ -163,6 +163,13 @@ pub const VHOST_LIMITS: Listing = Listing {
     path: "/api/vhost-limits/{scope}",
     defaults: &["vhost", "limits"],
     columns: &[("vhost", "vhost"), ("limits", "value")],
+};
+
+/// `list_topic_permissions`.
+pub const TOPIC_PERMISSIONS: Listing = Listing {
+    path: "/api/vhosts/{scope}/topic-permissions",
+    defaults: &["user", "exchange", "write", "read"],
+    columns: &[("user", "user"), ("vhost", "vhost"), ("exchange", "exchange"), ("write", "write"), ("read", "read")],
 };
 
 /// The columns of `list_policies` and `list_operator_policies` (rabbitmqctl's, and which keys

@@ -194,6 +194,33 @@ enum Verb {
         /// The user.
         user: String,
     },
+    /// Sets a user's topic permission on a topic exchange of the vhost (-p): the routing keys it
+    /// may publish with (WRITE) and bind with (READ), regular expressions in which {username}
+    /// and {vhost} stand for the names.
+    #[command(name = "set_topic_permissions")]
+    SetTopicPermissions {
+        /// The user.
+        user: String,
+        /// The topic exchange.
+        exchange: String,
+        /// Routing keys it may publish with.
+        #[arg(allow_hyphen_values = true)]
+        write: String,
+        /// Binding keys it may bind with.
+        #[arg(allow_hyphen_values = true)]
+        read: String,
+    },
+    /// Takes a user's topic permissions in the vhost (-p) away: on EXCHANGE, or on all.
+    #[command(name = "clear_topic_permissions")]
+    ClearTopicPermissions {
+        /// The user.
+        user: String,
+        /// The exchange (all if not given).
+        exchange: Option<String>,
+    },
+    /// The vhost's (-p) topic permissions (columns: user, vhost, exchange, write, read).
+    #[command(name = "list_topic_permissions")]
+    ListTopicPermissions { columns: Vec<String> },
     /// Sets the vhost's (-p) limits: '{"max-connections": N, "max-queues": N}' (negative: none).
     #[command(name = "set_vhost_limits")]
     SetVhostLimits {
@@ -655,6 +682,13 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
         }
         Verb::ClearPermissions { user } => access::clear_permissions(client, vhost, user),
         Verb::SetVhostLimits { definition } => access::set_vhost_limits(client, vhost, definition),
+        Verb::SetTopicPermissions { user, exchange, write, read } => {
+            access::set_topic_permissions(client, vhost, user, [exchange, write, read])
+        }
+        Verb::ClearTopicPermissions { user, exchange } => {
+            access::clear_topic_permissions(client, vhost, user, exchange.as_deref())
+        }
+        Verb::ListTopicPermissions { columns } => list(&lists::TOPIC_PERMISSIONS, columns),
         Verb::SetPolicy { name, pattern, definition, priority, apply_to } => {
             let policy = policies::Policy { name, pattern, definition, priority: *priority, apply_to };
             policies::set(client, policies::Kind::User, vhost, &policy)

@@ -1,8 +1,8 @@
 //! `GET /api/definitions` (export) and `POST /api/definitions` (import) in RabbitMQ's
 //! definitions format, so that a file RabbitMQ exported loads into Warren and back. Users,
-//! vhosts, permissions, policies and the runtime parameters Warren has (operator policies,
-//! vhost limits) go through access control; durable exchanges, queues and bindings through
-//! the same path as AMQP declares. What Warren cannot apply (topic permissions, other
+//! vhosts, permissions, topic permissions, policies and the runtime parameters Warren has
+//! (operator policies, vhost limits) go through access control; durable exchanges, queues and
+//! bindings through the same path as AMQP declares. What Warren cannot apply (global and other
 //! parameters) is reported item by item and skipped rather than failing the import.
 
 use super::overview::COMPATIBLE_RABBITMQ_VERSION;
@@ -108,6 +108,11 @@ async fn export(State(api): State<Management>) -> Response {
         .collect();
     let permissions: Vec<Value> =
         access.permissions().iter().map(|(v, u, spec)| super::access::permission_json(v, u, spec)).collect();
+    let topic_permissions: Vec<Value> = access
+        .topic_permissions()
+        .iter()
+        .map(|(v, u, spec)| super::topic_permissions::topic_permission_json(v, u, spec))
+        .collect();
     let policies = policy_entries(&api, PolicyKind::User);
     let vhost_names: Vec<String> = api.broker().vhosts().iter().map(|v| v.name().to_string()).collect();
     let parameters: Vec<Value> = vhost_names.iter().flat_map(|v| super::parameters::of_vhost(&api, v)).collect();
@@ -119,7 +124,7 @@ async fn export(State(api): State<Management>) -> Response {
         "users": users,
         "vhosts": vhosts,
         "permissions": permissions,
-        "topic_permissions": [],
+        "topic_permissions": topic_permissions,
         "parameters": parameters,
         "global_parameters": [],
         "policies": policies,
@@ -203,6 +208,14 @@ async fn import_access(api: &Management, body: &Value, report: &mut Report) {
             permissions,
         });
         changes.push(("permission", format!("{user} in {vhost}"), change.map_err(|e| e.reason().to_string())));
+    }
+    for permission in entries(body, "topic_permissions") {
+        let (vhost, user) = (text(permission, "vhost").to_string(), text(permission, "user").to_string());
+        let change = super::topic_permissions::topic_permission_spec(permission).map(|permissions| {
+            AccessChange::SetTopicPermissions { vhost: vhost.clone(), user: user.clone(), permissions }
+        });
+        let name = format!("{user} on {} in {vhost}", text(permission, "exchange"));
+        changes.push(("topic permission", name, change.map_err(|e| e.reason().to_string())));
     }
     for policy in entries(body, "policies") {
         changes.push(policy_change(policy, text(policy, "vhost"), PolicyKind::User, policy));
@@ -297,9 +310,6 @@ async fn import(State(api): State<Management>, JsonBody(body): JsonBody<Value>) 
     }
     let mut report = Report::default();
     import_access(&api, &body, &mut report).await;
-    for entry in entries(&body, "topic_permissions") {
-        report.skip("topic permission", &label(entry), "topic permissions are not applied yet");
-    }
     for entry in entries(&body, "global_parameters") {
         report.skip("global parameter", &label(entry), "global parameters are not kept yet");
     }

@@ -23,6 +23,7 @@ mod overview;
 mod parameters;
 mod policies;
 mod queues;
+mod topic_permissions;
 
 pub(crate) use bindings::to_exchange;
 pub use cluster::{ClusterView, NodeStatus};
@@ -164,6 +165,7 @@ pub fn route_table() -> RouteTable {
     access::routes(&mut table);
     policies::routes(&mut table);
     parameters::routes(&mut table);
+    topic_permissions::routes(&mut table);
     alarms::routes(&mut table);
     health::routes(&mut table);
     exchanges::routes(&mut table);
