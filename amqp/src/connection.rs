@@ -480,6 +480,8 @@ impl Connection {
                     return Err(BrokerError::new(ReplyCode::ChannelError, format!("channel {id} is already open")));
                 }
                 self.check_channel_limit()?;
+                let user_limits = ctx.broker.access().user_limits(&ctx.user);
+                user_limits.check_channel(&ctx.user, || ctx.broker.channels_of(&ctx.user))?;
                 let channel = Channel::open(id, ctx);
                 self.registered.info().channel_opened(id, Arc::clone(channel.session()));
                 self.channels.insert(id, channel);

@@ -67,13 +67,15 @@ fn external(broker: &Broker, certificate_login: Option<&str>, peer: SocketAddr) 
 }
 
 /// The vhost `connection.open` names, if it exists, `user` may use it, and its connection
-/// limit lets one more in (530 NOT_ALLOWED otherwise, with RabbitMQ's texts).
+/// limit and the user's let one more in (530 NOT_ALLOWED otherwise, with RabbitMQ's texts).
 pub fn open_vhost(broker: &Broker, name: &str, user: &str) -> Result<std::sync::Arc<VirtualHost>, BrokerError> {
     let not_allowed = |text: String| BrokerError::new(ReplyCode::NotAllowed, text);
     let vhost = broker.vhost(name).ok_or_else(|| not_allowed(format!("vhost '{name}' not found")))?;
     if broker.access().permissions_of(name, user).is_none() {
         return Err(not_allowed(format!("access to vhost '{name}' refused for user '{user}'")));
     }
+    // This connection is not counted yet (it counts once it opened).
+    broker.access().user_limits(user).check_connection(user, || broker.connections_of(user))?;
     if let Some(max) = vhost.limits().max_connections {
         // This connection is counted once it opened: those already open are compared.
         if broker.connections_in(name) >= max as usize {

@@ -220,6 +220,19 @@ impl Broker {
         Ok(())
     }
 
+    /// Client connections user `name` has open (past `connection.open`) on this node.
+    pub fn connections_of(&self, name: &str) -> usize {
+        let opened = |handshake: &crate::connections::Handshake| handshake.vhost.is_some();
+        let of_user = self.connections.all().into_iter().map(|c| c.handshake());
+        of_user.filter(|h| h.user.as_deref() == Some(name) && opened(h)).count()
+    }
+
+    /// Channels open on user `name`'s connections to this node, together.
+    pub fn channels_of(&self, name: &str) -> usize {
+        let of_user = self.connections.all().into_iter().filter(|c| c.handshake().user.as_deref() == Some(name));
+        of_user.map(|c| c.channels().len()).sum()
+    }
+
     /// Client connections open in vhost `name` on this node.
     pub fn connections_in(&self, name: &str) -> usize {
         self.connections.all().iter().filter(|c| c.handshake().vhost.as_deref() == Some(name)).count()

@@ -21,6 +21,7 @@ pub mod feature_flags;
 pub mod field_table;
 mod field_value;
 pub mod home_node;
+pub(crate) mod limit_table;
 pub mod message;
 pub mod message_ref;
 pub mod message_store;
@@ -43,6 +44,7 @@ pub mod session;
 pub mod stream;
 pub mod tag_filter;
 pub mod timing_wheel;
+pub mod user_limits;
 pub mod vhost;
 pub mod vhost_limits;
 

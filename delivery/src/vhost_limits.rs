@@ -3,15 +3,10 @@
 //! means no limit; 0 allows none.
 
 use crate::error::{BrokerError, BrokerResult};
-
-/// One kind of limit: its name in RabbitMQ's JSON, and where it is kept.
-struct LimitKind {
-    name: &'static str,
-    field: fn(&mut VhostLimits) -> &mut Option<u32>,
-}
+use crate::limit_table::{self, LimitKind};
 
 /// Every limit a vhost may have (one place: parsing, listing and docs follow from it).
-const LIMIT_KINDS: [LimitKind; 2] = [
+const LIMIT_KINDS: [LimitKind<VhostLimits>; 2] = [
     LimitKind { name: "max-connections", field: |limits| &mut limits.max_connections },
     LimitKind { name: "max-queues", field: |limits| &mut limits.max_queues },
 ];
@@ -29,27 +24,12 @@ impl VhostLimits {
     /// Limits from RabbitMQ's JSON object (`{"max-connections": 10, "max-queues": -1}`);
     /// an unknown name is refused with the names there are.
     pub fn from_json(limits: &serde_json::Map<String, serde_json::Value>) -> BrokerResult<Self> {
-        let mut parsed = VhostLimits::default();
-        for (name, value) in limits {
-            let kind = LIMIT_KINDS.iter().find(|kind| kind.name == name).ok_or_else(|| {
-                let known: Vec<&str> = LIMIT_KINDS.iter().map(|kind| kind.name).collect();
-                BrokerError::precondition_failed(format!("unknown vhost limit '{name}' (known: {})", known.join(", ")))
-            })?;
-            let value = value.as_i64().ok_or_else(|| {
-                BrokerError::precondition_failed(format!("vhost limit '{name}' must be an integer, not {value}"))
-            })?;
-            *(kind.field)(&mut parsed) = u32::try_from(value).ok();
-        }
-        Ok(parsed)
+        limit_table::from_json(&LIMIT_KINDS, "vhost", limits)
     }
 
     /// The limits that are set, as RabbitMQ's JSON object.
     pub fn to_json(&self) -> serde_json::Map<String, serde_json::Value> {
-        let mut copy = *self;
-        LIMIT_KINDS
-            .iter()
-            .filter_map(|kind| (kind.field)(&mut copy).map(|value| (kind.name.to_string(), value.into())))
-            .collect()
+        limit_table::to_json(&LIMIT_KINDS, self)
     }
 
     /// Whether none is set.

@@ -142,3 +142,26 @@ def test_topic_permissions_check_routing_keys_on_publish_and_binding_keys_on_bin
     again.basic_publish("amq.topic", "bob.note", b"allowed now")
     again.queue_bind("erin.inbox", "amq.topic", "bob.#")
     connection.close()
+
+
+def test_user_limits_cap_connections_and_channels_with_rabbitmqs_texts(erin):
+    parameters, http = erin
+    assert api_call(http, "PUT", "/api/user-limits/erin/max-connections", {"value": 1}) == 204
+    assert api_call(http, "PUT", "/api/user-limits/erin/max-channels", {"value": 2}) == 204
+    first = pika.BlockingConnection(parameters)
+    # pika reports a close at connection.open as a probable access denial, with the broker's text.
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as refused_open:
+        pika.BlockingConnection(parameters)
+    assert "(530)" in str(refused_open.value)
+    assert "connection refused for user 'erin': user connection limit (1) is reached" in str(refused_open.value)
+    first.channel()
+    first.channel()
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        first.channel()
+    assert closed.value.reply_code == 530
+    assert "has reached the maximum allowed user limit of (2)" in closed.value.reply_text
+
+    # A limit cleared lets the next one in; another user is not limited by erin's.
+    assert api_call(http, "DELETE", "/api/user-limits/erin/max-connections") == 204
+    second = pika.BlockingConnection(parameters)
+    second.close()

@@ -6,6 +6,7 @@
 use super::permission::PermissionSpec;
 use super::topic_permission::TopicPermissionSpec;
 use crate::policy::{PolicyKind, PolicySpec};
+use crate::user_limits::UserLimits;
 use crate::vhost_limits::VhostLimits;
 use serde::{Deserialize, Serialize};
 
@@ -119,6 +120,13 @@ pub enum AccessChange {
         /// The exchange; `None`: every exchange.
         exchange: Option<String>,
     },
+    /// Replaces a user's limits (`set_user_limits`, `clear_user_limits`).
+    SetUserLimits {
+        /// The user.
+        user: String,
+        /// Its new limits.
+        limits: UserLimits,
+    },
 }
 
 impl AccessChange {
@@ -131,6 +139,7 @@ impl AccessChange {
                 | AccessChange::ClearPolicy { .. }
                 | AccessChange::SetTopicPermissions { .. }
                 | AccessChange::ClearTopicPermissions { .. }
+                | AccessChange::SetUserLimits { .. }
         )
     }
 }

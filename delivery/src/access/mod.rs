@@ -31,6 +31,7 @@ pub use user::User;
 
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::policy::{Policy, PolicyKind, PolicySpec, VhostPolicies};
+use crate::user_limits::UserLimits;
 use crate::vhost_limits::VhostLimits;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -106,6 +107,8 @@ struct AccessState {
     grants: BTreeMap<String, BTreeMap<String, Grant>>,
     /// By vhost: handed out whole to the vhost, which resolves its queues against them.
     policies: BTreeMap<String, Arc<VhostPolicies>>,
+    /// By user: those with any limit.
+    user_limits: BTreeMap<String, UserLimits>,
     /// By vhost, then user, then exchange.
     topic_grants: BTreeMap<String, BTreeMap<String, BTreeMap<String, TopicGrant>>>,
     /// By user: the generation of the last change to its password, tags or permissions, so
@@ -221,6 +224,7 @@ impl AccessControl {
                 user_exists(user)?;
                 vhost_exists(vhost)
             }
+            AccessChange::SetUserLimits { user, .. } => user_exists(user),
             AccessChange::ClearPolicy { vhost, kind, name } => {
                 vhost_exists(vhost)?;
                 let policies = state.policies.get(vhost);
@@ -277,6 +281,7 @@ impl AccessControl {
                 for grants in state.topic_grants.values_mut() {
                     grants.remove(name);
                 }
+                state.user_limits.remove(name);
             }
             AccessChange::PutVhost { name, description } => {
                 state.vhosts.entry(name.clone()).or_default().description = description.clone();
@@ -323,6 +328,13 @@ impl AccessControl {
             AccessChange::ClearPolicy { vhost, kind, name } => {
                 if let Some(policies) = state.policies.get_mut(vhost) {
                     Arc::make_mut(policies).remove(*kind, name);
+                }
+            }
+            AccessChange::SetUserLimits { user, limits } => {
+                if limits.is_empty() {
+                    state.user_limits.remove(user);
+                } else if state.users.contains_key(user) {
+                    state.user_limits.insert(user.clone(), *limits);
                 }
             }
             AccessChange::SetTopicPermissions { vhost, user, permissions } => {
@@ -391,7 +403,21 @@ impl AccessControl {
             user,
             permissions,
         });
-        users.chain(vhosts).chain(grants).chain(policies).chain(topic).collect()
+        let limits = state
+            .user_limits
+            .iter()
+            .map(|(user, limits)| AccessChange::SetUserLimits { user: user.clone(), limits: *limits });
+        users.chain(vhosts).chain(grants).chain(policies).chain(topic).chain(limits).collect()
+    }
+
+    /// The limits of user `name` (none set: no limit).
+    pub fn user_limits(&self, name: &str) -> UserLimits {
+        self.state.read().user_limits.get(name).copied().unwrap_or_default()
+    }
+
+    /// Every user with a limit, and its limits.
+    pub fn all_user_limits(&self) -> Vec<(String, UserLimits)> {
+        self.state.read().user_limits.iter().map(|(user, limits)| (user.clone(), *limits)).collect()
     }
 
     /// Every topic permission: (vhost, user, exchange and patterns).

@@ -185,6 +185,15 @@ fn access_changes(broker: &Broker, target: &[AccessChange]) -> Vec<AccessChange>
         user,
         exchange: Some(permissions.exchange),
     }));
+    let limited: HashSet<&str> = target
+        .iter()
+        .filter_map(|change| match change {
+            AccessChange::SetUserLimits { user, .. } => Some(user.as_str()),
+            _ => None,
+        })
+        .collect();
+    let unlimited = access.all_user_limits().into_iter().filter(|(user, _)| !limited.contains(user.as_str()));
+    changes.extend(unlimited.map(|(user, _)| AccessChange::SetUserLimits { user, limits: Default::default() }));
     for kind in [PolicyKind::User, PolicyKind::Operator] {
         let gone = access.policies_of_kind(kind).into_iter();
         let gone = gone.filter(|(vhost, name, _)| !policies.contains(&(vhost.as_str(), kind, name.as_str())));

@@ -1,7 +1,7 @@
 //! The verbs of users, vhosts, permissions and vhost limits, rabbitmqctl's: `add_user`,
 //! `delete_user`, `change_password`, `clear_password`, `set_user_tags`, `add_vhost`, `delete_vhost`,
 //! `set_permissions`, `clear_permissions`, `set_topic_permissions`, `clear_topic_permissions`,
-//! `set_vhost_limits` (the lists are in `lists`).
+//! `set_vhost_limits`, `set_user_limits`, `clear_user_limits` (the lists are in `lists`).
 
 use super::client::{encode, Client};
 use super::output::say;
@@ -119,6 +119,35 @@ pub fn clear_topic_permissions(
     }
     client.delete(&path, &[])?;
     say(&format!("Clearing topic permissions for user \"{user}\" in vhost \"{vhost}\" ...\n"));
+    Ok(())
+}
+
+/// `set_user_limits USER JSON`: the limits of JSON are merged into the user's, as rabbitmqctl
+/// does.
+pub fn set_user_limits(client: &Client, user: &str, definition: &str) -> Result<(), CtlError> {
+    let limits: serde_json::Map<String, Value> = serde_json::from_str(definition).map_err(|e| {
+        CtlError::Failed(format!("the limits are a JSON object such as '{{\"max-connections\": 10}}': {e}"))
+    })?;
+    for (name, value) in &limits {
+        let path = format!("/api/user-limits/{}/{}", encode(user), encode(name));
+        client.send("PUT", &path, &json!({ "value": value }))?;
+    }
+    say(&format!("Setting user limits to \"{definition}\" for user \"{user}\" ...\n"));
+    Ok(())
+}
+
+/// `clear_user_limits USER NAME|all`.
+pub fn clear_user_limits(client: &Client, user: &str, limit: &str) -> Result<(), CtlError> {
+    let names: Vec<String> = if limit == "all" {
+        let current = client.get(&format!("/api/user-limits/{}", encode(user)))?;
+        current[0]["value"].as_object().map(|v| v.keys().cloned().collect()).unwrap_or_default()
+    } else {
+        vec![limit.to_string()]
+    };
+    for name in names {
+        client.delete(&format!("/api/user-limits/{}/{}", encode(user), encode(&name)), &[])?;
+    }
+    say(&format!("Clearing \"{limit}\" limit for user \"{user}\" ...\n"));
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! The list verbs (`list_queues`, `list_exchanges`, `list_bindings`, `list_connections`,
 //! `list_channels`, `list_consumers`, `list_users`, `list_vhosts`, `list_permissions`,
-//! `list_user_permissions`, `list_vhost_limits`, `list_policies`, `list_operator_policies`, `list_topic_permissions`):
+//! `list_user_permissions`, `list_vhost_limits`, `list_policies`, `list_operator_policies`, `list_topic_permissions`,
+//! `list_user_limits`):
 //! rabbitmqctl's names for
 //! the columns, read from the API's JSON; any of them may be asked for, in any order.
 
@@ -163,6 +164,13 @@ pub const VHOST_LIMITS: Listing = Listing {
     path: "/api/vhost-limits/{scope}",
     defaults: &["vhost", "limits"],
     columns: &[("vhost", "vhost"), ("limits", "value")],
+};
+
+/// `list_user_limits`.
+pub const USER_LIMITS: Listing = Listing {
+    path: "/api/user-limits",
+    defaults: &["user", "limits"],
+    columns: &[("user", "user"), ("limits", "value")],
 };
 
 /// `list_topic_permissions`.

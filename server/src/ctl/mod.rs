@@ -221,6 +221,26 @@ enum Verb {
     /// The vhost's (-p) topic permissions (columns: user, vhost, exchange, write, read).
     #[command(name = "list_topic_permissions")]
     ListTopicPermissions { columns: Vec<String> },
+    /// Sets a user's limits: '{"max-connections": N, "max-channels": N}' (negative: none),
+    /// merged into those it has, as rabbitmqctl does.
+    #[command(name = "set_user_limits")]
+    SetUserLimits {
+        /// The user.
+        user: String,
+        /// The limits, as JSON.
+        definition: String,
+    },
+    /// Clears one of a user's limits (max-connections, max-channels), or all.
+    #[command(name = "clear_user_limits")]
+    ClearUserLimits {
+        /// The user.
+        user: String,
+        /// The limit, or all.
+        limit: String,
+    },
+    /// Users' limits (columns: user, limits).
+    #[command(name = "list_user_limits")]
+    ListUserLimits { columns: Vec<String> },
     /// Sets the vhost's (-p) limits: '{"max-connections": N, "max-queues": N}' (negative: none).
     #[command(name = "set_vhost_limits")]
     SetVhostLimits {
@@ -682,6 +702,9 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
         }
         Verb::ClearPermissions { user } => access::clear_permissions(client, vhost, user),
         Verb::SetVhostLimits { definition } => access::set_vhost_limits(client, vhost, definition),
+        Verb::SetUserLimits { user, definition } => access::set_user_limits(client, user, definition),
+        Verb::ClearUserLimits { user, limit } => access::clear_user_limits(client, user, limit),
+        Verb::ListUserLimits { columns } => list(&lists::USER_LIMITS, columns),
         Verb::SetTopicPermissions { user, exchange, write, read } => {
             access::set_topic_permissions(client, vhost, user, [exchange, write, read])
         }

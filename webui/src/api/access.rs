@@ -18,6 +18,7 @@ use axum::response::Response;
 use axum::Json;
 use serde_json::{json, Value};
 use warren_delivery::access::{AccessChange, PasswordChange, PermissionSpec, User};
+use warren_delivery::user_limits::UserLimits;
 use warren_delivery::vhost_limits::VhostLimits;
 
 /// The routes.
@@ -38,6 +39,10 @@ pub(super) fn routes(table: &mut RouteTable) {
         .get("/api/vhost-limits/{vhost}", Rule::Vhost, vhost_limits)
         .put("/api/vhost-limits/{vhost}/{name}", Administrator, put_vhost_limit)
         .delete("/api/vhost-limits/{vhost}/{name}", Administrator, delete_vhost_limit)
+        .get("/api/user-limits", Administrator, all_user_limits)
+        .get("/api/user-limits/{user}", Administrator, user_limits)
+        .put("/api/user-limits/{user}/{name}", Administrator, put_user_limit)
+        .delete("/api/user-limits/{user}/{name}", Administrator, delete_user_limit)
         .get("/api/whoami", Rule::Management, whoami);
 }
 
@@ -46,12 +51,21 @@ fn bad_request(reason: impl Into<String>) -> ApiError {
 }
 
 /// A user as RabbitMQ's API and definitions show it.
-pub(super) fn user_json(user: &User) -> Value {
+pub(super) fn user_json(user: &User, limits: &UserLimits) -> Value {
     let (hash, algorithm) = match &user.password {
         Some(hash) => (hash.to_base64(), hash.algorithm().name()),
         None => (String::new(), warren_delivery::access::HashingAlgorithm::Sha256.name()),
     };
-    json!({ "name": user.name, "password_hash": hash, "hashing_algorithm": algorithm, "tags": user.tags, "limits": {} })
+    json!({
+        "name": user.name, "password_hash": hash, "hashing_algorithm": algorithm, "tags": user.tags,
+        "limits": limits.to_json(),
+    })
+}
+
+/// Every user as RabbitMQ's API and definitions show them, with their limits.
+pub(super) fn users_json(api: &Management) -> Vec<Value> {
+    let access = api.broker().access();
+    access.users().iter().map(|user| user_json(user, &access.user_limits(&user.name))).collect()
 }
 
 /// Tags as RabbitMQ writes them: a list, or (older versions) one comma-separated string.
@@ -105,7 +119,7 @@ pub(super) fn permission_spec(body: &Value) -> Result<PermissionSpec, ApiError> 
 }
 
 async fn users(State(api): State<Management>, Query(query): Query<ListQuery>) -> Result<Response, ApiError> {
-    let items = api.broker().access().users().iter().map(user_json).collect();
+    let items = users_json(&api);
     query.answer(items)
 }
 
@@ -115,7 +129,7 @@ async fn user(State(api): State<Management>, Path(name): Path<String>) -> Result
         .access()
         .user(&name)
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no user '{name}'")))?;
-    Ok(Json(user_json(&user)))
+    Ok(Json(user_json(&user, &api.broker().access().user_limits(&user.name))))
 }
 
 async fn put_user(
@@ -223,6 +237,53 @@ async fn delete_vhost_limit(
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     change_limit(&api, vhost, &name, None).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn user_limits_json(user: &str, limits: &UserLimits) -> Value {
+    json!({ "user": user, "value": limits.to_json() })
+}
+
+/// Every user with a limit, and its limits.
+async fn all_user_limits(State(api): State<Management>) -> Json<Value> {
+    let every = api.broker().access().all_user_limits();
+    Json(Value::Array(every.iter().map(|(user, limits)| user_limits_json(user, limits)).collect()))
+}
+
+async fn user_limits(State(api): State<Management>, Path(user): Path<String>) -> Result<Json<Value>, ApiError> {
+    let access = api.broker().access();
+    access.user(&user).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no user '{user}'")))?;
+    let limits = access.user_limits(&user);
+    Ok(Json(Value::Array(if limits.is_empty() { Vec::new() } else { vec![user_limits_json(&user, &limits)] })))
+}
+
+/// Sets (`value` some) or clears one limit of `user`.
+async fn change_user_limit(api: &Management, user: String, name: &str, value: Option<Value>) -> Result<(), ApiError> {
+    let mut limits = api.broker().access().user_limits(&user).to_json();
+    match value {
+        Some(value) => limits.insert(name.to_string(), value),
+        None => limits.remove(name),
+    };
+    let limits = UserLimits::from_json(&limits)?;
+    api.broker().change_access(AccessChange::SetUserLimits { user, limits }).await?;
+    Ok(())
+}
+
+async fn put_user_limit(
+    State(api): State<Management>,
+    Path((user, name)): Path<(String, String)>,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<StatusCode, ApiError> {
+    let value = body.get("value").cloned().ok_or_else(|| bad_request("'value' must be set"))?;
+    change_user_limit(&api, user, &name, Some(value)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_user_limit(
+    State(api): State<Management>,
+    Path((user, name)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    change_user_limit(&api, user, &name, None).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

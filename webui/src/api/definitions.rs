@@ -100,7 +100,7 @@ fn policy_entries(api: &Management, kind: PolicyKind) -> Vec<Value> {
 async fn export(State(api): State<Management>) -> Response {
     let (queues, exchanges) = durable_objects(&api);
     let access = api.broker().access();
-    let users: Vec<Value> = access.users().iter().map(super::access::user_json).collect();
+    let users = super::access::users_json(&api);
     let vhosts: Vec<Value> = access
         .vhosts()
         .iter()
@@ -189,6 +189,11 @@ async fn import_access(api: &Management, body: &Value, report: &mut Report) {
         let name = text(user, "name");
         let change = super::access::user_change(name, user, access.user(name).is_some());
         changes.push(("user", name.to_string(), change.map_err(|e| e.reason().to_string())));
+        if let Some(limits) = user.get("limits").and_then(Value::as_object).filter(|l| !l.is_empty()) {
+            let limits = warren_delivery::user_limits::UserLimits::from_json(limits);
+            let change = limits.map(|limits| AccessChange::SetUserLimits { user: name.to_string(), limits });
+            changes.push(("user limits", name.to_string(), change.map_err(|e| e.text)));
+        }
     }
     for vhost in entries(body, "vhosts") {
         let name = text(vhost, "name").to_string();
