@@ -127,6 +127,18 @@ pub enum AccessChange {
         /// Its new limits.
         limits: UserLimits,
     },
+    /// Sets a global runtime parameter (`set_global_parameter`): any JSON value, kept as text.
+    SetGlobalParameter {
+        /// Its name.
+        name: String,
+        /// Its value, as JSON text.
+        value: String,
+    },
+    /// Clears a global runtime parameter (`clear_global_parameter`).
+    ClearGlobalParameter {
+        /// Its name.
+        name: String,
+    },
 }
 
 impl AccessChange {
@@ -140,6 +152,8 @@ impl AccessChange {
                 | AccessChange::SetTopicPermissions { .. }
                 | AccessChange::ClearTopicPermissions { .. }
                 | AccessChange::SetUserLimits { .. }
+                | AccessChange::SetGlobalParameter { .. }
+                | AccessChange::ClearGlobalParameter { .. }
         )
     }
 }

@@ -109,6 +109,8 @@ struct AccessState {
     policies: BTreeMap<String, Arc<VhostPolicies>>,
     /// By user: those with any limit.
     user_limits: BTreeMap<String, UserLimits>,
+    /// Global runtime parameters, by name: their values as JSON text.
+    global_parameters: BTreeMap<String, String>,
     /// By vhost, then user, then exchange.
     topic_grants: BTreeMap<String, BTreeMap<String, BTreeMap<String, TopicGrant>>>,
     /// By user: the generation of the last change to its password, tags or permissions, so
@@ -225,6 +227,27 @@ impl AccessControl {
                 vhost_exists(vhost)
             }
             AccessChange::SetUserLimits { user, .. } => user_exists(user),
+            AccessChange::SetGlobalParameter { name, value } => {
+                let too_many = !state.global_parameters.contains_key(name)
+                    && state.global_parameters.len() >= MAX_GLOBAL_PARAMETERS;
+                if name.is_empty()
+                    || name.len() > MAX_NAME_BYTES
+                    || value.len() > MAX_GLOBAL_PARAMETER_BYTES
+                    || too_many
+                {
+                    return Err(BrokerError::precondition_failed(format!(
+                        "a global parameter has a name of 1 to {MAX_NAME_BYTES} bytes and a value of at most \
+                         {MAX_GLOBAL_PARAMETER_BYTES} bytes, and there are at most {MAX_GLOBAL_PARAMETERS}"
+                    )));
+                }
+                serde_json::from_str::<serde_json::Value>(value)
+                    .map(drop)
+                    .map_err(|e| BrokerError::precondition_failed(format!("a global parameter's value is JSON: {e}")))
+            }
+            AccessChange::ClearGlobalParameter { name } => match state.global_parameters.contains_key(name) {
+                true => Ok(()),
+                false => Err(not_found("global parameter", name)),
+            },
             AccessChange::ClearPolicy { vhost, kind, name } => {
                 vhost_exists(vhost)?;
                 let policies = state.policies.get(vhost);
@@ -330,6 +353,12 @@ impl AccessControl {
                     Arc::make_mut(policies).remove(*kind, name);
                 }
             }
+            AccessChange::SetGlobalParameter { name, value } => {
+                state.global_parameters.insert(name.clone(), value.clone());
+            }
+            AccessChange::ClearGlobalParameter { name } => {
+                state.global_parameters.remove(name);
+            }
             AccessChange::SetUserLimits { user, limits } => {
                 if limits.is_empty() {
                     state.user_limits.remove(user);
@@ -407,7 +436,21 @@ impl AccessControl {
             .user_limits
             .iter()
             .map(|(user, limits)| AccessChange::SetUserLimits { user: user.clone(), limits: *limits });
-        users.chain(vhosts).chain(grants).chain(policies).chain(topic).chain(limits).collect()
+        let parameters = state
+            .global_parameters
+            .iter()
+            .map(|(name, value)| AccessChange::SetGlobalParameter { name: name.clone(), value: value.clone() });
+        users.chain(vhosts).chain(grants).chain(policies).chain(topic).chain(limits).chain(parameters).collect()
+    }
+
+    /// Every global runtime parameter: its name and its value as JSON text.
+    pub fn global_parameters(&self) -> Vec<(String, String)> {
+        self.state.read().global_parameters.iter().map(|(n, v)| (n.clone(), v.clone())).collect()
+    }
+
+    /// The global runtime parameter `name`, as JSON text.
+    pub fn global_parameter(&self, name: &str) -> Option<String> {
+        self.state.read().global_parameters.get(name).cloned()
     }
 
     /// The limits of user `name` (none set: no limit).
@@ -591,6 +634,11 @@ const MAX_MECHANISM_LOG_BYTES: usize = 32;
 
 /// Longest user or vhost name: they reach logs, paths (vhosts, hex-encoded) and the API.
 const MAX_NAME_BYTES: usize = 255;
+
+/// Global runtime parameters at most (they come through the API).
+const MAX_GLOBAL_PARAMETERS: usize = 1024;
+/// The longest value of a global runtime parameter, as JSON text.
+const MAX_GLOBAL_PARAMETER_BYTES: usize = 64 * 1024;
 
 fn validate_name(what: &str, name: &str) -> BrokerResult<()> {
     if name.is_empty() || name.len() > MAX_NAME_BYTES || name.chars().any(char::is_control) {

@@ -194,6 +194,15 @@ fn access_changes(broker: &Broker, target: &[AccessChange]) -> Vec<AccessChange>
         .collect();
     let unlimited = access.all_user_limits().into_iter().filter(|(user, _)| !limited.contains(user.as_str()));
     changes.extend(unlimited.map(|(user, _)| AccessChange::SetUserLimits { user, limits: Default::default() }));
+    let kept: HashSet<&str> = target
+        .iter()
+        .filter_map(|change| match change {
+            AccessChange::SetGlobalParameter { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    let gone_parameters = access.global_parameters().into_iter().filter(|(name, _)| !kept.contains(name.as_str()));
+    changes.extend(gone_parameters.map(|(name, _)| AccessChange::ClearGlobalParameter { name }));
     for kind in [PolicyKind::User, PolicyKind::Operator] {
         let gone = access.policies_of_kind(kind).into_iter();
         let gone = gone.filter(|(vhost, name, _)| !policies.contains(&(vhost.as_str(), kind, name.as_str())));

@@ -1,7 +1,8 @@
 //! The verbs of users, vhosts, permissions and vhost limits, rabbitmqctl's: `add_user`,
 //! `delete_user`, `change_password`, `clear_password`, `set_user_tags`, `add_vhost`, `delete_vhost`,
 //! `set_permissions`, `clear_permissions`, `set_topic_permissions`, `clear_topic_permissions`,
-//! `set_vhost_limits`, `set_user_limits`, `clear_user_limits` (the lists are in `lists`).
+//! `set_vhost_limits`, `set_user_limits`, `clear_user_limits`, `set_global_parameter`,
+//! `clear_global_parameter` (the lists are in `lists`).
 
 use super::client::{encode, Client};
 use super::output::say;
@@ -148,6 +149,22 @@ pub fn clear_user_limits(client: &Client, user: &str, limit: &str) -> Result<(),
         client.delete(&format!("/api/user-limits/{}/{}", encode(user), encode(&name)), &[])?;
     }
     say(&format!("Clearing \"{limit}\" limit for user \"{user}\" ...\n"));
+    Ok(())
+}
+
+/// `set_global_parameter NAME JSON`.
+pub fn set_global_parameter(client: &Client, name: &str, value: &str) -> Result<(), CtlError> {
+    let value: Value = serde_json::from_str(value)
+        .map_err(|e| CtlError::Failed(format!("the value is JSON (a string is quoted: '\"prod\"'): {e}")))?;
+    client.send("PUT", &format!("/api/global-parameters/{}", encode(name)), &json!({ "value": value }))?;
+    say(&format!("Setting global runtime parameter \"{name}\" to {value} ...\n"));
+    Ok(())
+}
+
+/// `clear_global_parameter NAME`.
+pub fn clear_global_parameter(client: &Client, name: &str) -> Result<(), CtlError> {
+    client.delete(&format!("/api/global-parameters/{}", encode(name)), &[])?;
+    say(&format!("Clearing global runtime parameter \"{name}\" ...\n"));
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! The list verbs (`list_queues`, `list_exchanges`, `list_bindings`, `list_connections`,
 //! `list_channels`, `list_consumers`, `list_users`, `list_vhosts`, `list_permissions`,
 //! `list_user_permissions`, `list_vhost_limits`, `list_policies`, `list_operator_policies`, `list_topic_permissions`,
-//! `list_user_limits`):
+//! `list_user_limits`, `list_global_parameters`):
 //! rabbitmqctl's names for
 //! the columns, read from the API's JSON; any of them may be asked for, in any order.
 
@@ -164,6 +164,13 @@ pub const VHOST_LIMITS: Listing = Listing {
     path: "/api/vhost-limits/{scope}",
     defaults: &["vhost", "limits"],
     columns: &[("vhost", "vhost"), ("limits", "value")],
+};
+
+/// `list_global_parameters`.
+pub const GLOBAL_PARAMETERS: Listing = Listing {
+    path: "/api/global-parameters",
+    defaults: &["name", "value"],
+    columns: &[("name", "name"), ("value", "value")],
 };
 
 /// `list_user_limits`.

@@ -241,6 +241,24 @@ enum Verb {
     /// Users' limits (columns: user, limits).
     #[command(name = "list_user_limits")]
     ListUserLimits { columns: Vec<String> },
+    /// Sets a global runtime parameter to a JSON value (cluster_name names the cluster in the
+    /// API, as in RabbitMQ).
+    #[command(name = "set_global_parameter")]
+    SetGlobalParameter {
+        /// Its name.
+        name: String,
+        /// Its value, as JSON ('"prod-eu"', '{"a": 1}').
+        value: String,
+    },
+    /// Clears a global runtime parameter.
+    #[command(name = "clear_global_parameter")]
+    ClearGlobalParameter {
+        /// Its name.
+        name: String,
+    },
+    /// The global runtime parameters (columns: name, value).
+    #[command(name = "list_global_parameters")]
+    ListGlobalParameters { columns: Vec<String> },
     /// Sets the vhost's (-p) limits: '{"max-connections": N, "max-queues": N}' (negative: none).
     #[command(name = "set_vhost_limits")]
     SetVhostLimits {
@@ -702,6 +720,9 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
         }
         Verb::ClearPermissions { user } => access::clear_permissions(client, vhost, user),
         Verb::SetVhostLimits { definition } => access::set_vhost_limits(client, vhost, definition),
+        Verb::SetGlobalParameter { name, value } => access::set_global_parameter(client, name, value),
+        Verb::ClearGlobalParameter { name } => access::clear_global_parameter(client, name),
+        Verb::ListGlobalParameters { columns } => list(&lists::GLOBAL_PARAMETERS, columns),
         Verb::SetUserLimits { user, definition } => access::set_user_limits(client, user, definition),
         Verb::ClearUserLimits { user, limit } => access::clear_user_limits(client, user, limit),
         Verb::ListUserLimits { columns } => list(&lists::USER_LIMITS, columns),

@@ -2,8 +2,8 @@
 //! definitions format, so that a file RabbitMQ exported loads into Warren and back. Users,
 //! vhosts, permissions, topic permissions, policies and the runtime parameters Warren has
 //! (operator policies, vhost limits) go through access control; durable exchanges, queues and
-//! bindings through the same path as AMQP declares. What Warren cannot apply (global and other
-//! parameters) is reported item by item and skipped rather than failing the import.
+//! bindings through the same path as AMQP declares; global parameters are kept. What Warren cannot apply
+//! (parameters of other components) is reported item by item and skipped rather than failing the import.
 
 use super::overview::COMPATIBLE_RABBITMQ_VERSION;
 use super::Management;
@@ -126,7 +126,7 @@ async fn export(State(api): State<Management>) -> Response {
         "permissions": permissions,
         "topic_permissions": topic_permissions,
         "parameters": parameters,
-        "global_parameters": [],
+        "global_parameters": super::parameters::exported_global_parameters(&api),
         "policies": policies,
     });
     // The head is an object; the streamed arrays go in place of its closing brace.
@@ -225,6 +225,11 @@ async fn import_access(api: &Management, body: &Value, report: &mut Report) {
     for policy in entries(body, "policies") {
         changes.push(policy_change(policy, text(policy, "vhost"), PolicyKind::User, policy));
     }
+    for parameter in entries(body, "global_parameters") {
+        let name = text(parameter, "name");
+        let change = super::parameters::global_parameter_change(name, parameter);
+        changes.push(("global parameter", name.to_string(), change.map_err(|e| e.reason().to_string())));
+    }
     for parameter in entries(body, "parameters") {
         changes.push(parameter_change(parameter));
     }
@@ -315,9 +320,6 @@ async fn import(State(api): State<Management>, JsonBody(body): JsonBody<Value>) 
     }
     let mut report = Report::default();
     import_access(&api, &body, &mut report).await;
-    for entry in entries(&body, "global_parameters") {
-        report.skip("global parameter", &label(entry), "global parameters are not kept yet");
-    }
     for exchange in entries(&body, "exchanges") {
         let op = |arguments| DefinitionOp::DeclareExchange {
             name: text(exchange, "name").to_string(),

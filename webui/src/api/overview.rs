@@ -46,7 +46,7 @@ async fn overview(caller: Caller, State(api): State<Management>) -> Json<Value> 
         "product_name": "Warren",
         "product_version": env!("CARGO_PKG_VERSION"),
         "rates_mode": "basic",
-        "cluster_name": api.cluster.cluster_name(),
+        "cluster_name": super::parameters::shown_cluster_name(&api),
         "statistics_db_event_queue": 0,
     });
     if let (Value::Object(fields), Value::Object(figures)) = (&mut overview, totals.overview_fields()) {
