@@ -435,3 +435,25 @@ async fn bodies_are_stored_verbatim_and_read_by_index_without_a_copy() {
     assert!(matches!(membership_view.payload, PayloadView::Membership(m) if m.get_node(&1).is_some()));
     assert!(log.entry_payload(3).unwrap().is_none());
 }
+
+#[tokio::test]
+async fn a_committed_log_id_that_cannot_be_saved_keeps_the_group_going_and_a_vote_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), small_config(FlushPolicy::Batch));
+    append_range(&mut log, 1, 0, 5).await;
+    // The meta file cannot be replaced (as on a full disk): its temporary file cannot be made.
+    let blocker = dir.path().join(format!("{META_FILE_NAME}.tmp"));
+    std::fs::create_dir(&blocker).unwrap();
+    let past_interval = Duration::from_millis(warren_storage::raft::COMMITTED_SAVE_INTERVAL_MS + 50);
+    tokio::time::sleep(past_interval).await;
+    log.save_committed(Some(log_id(1, 3))).await.expect("a committed log id that cannot be saved is no error");
+    assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 3)), "it is remembered");
+    assert!(log.save_vote(&Vote::new_committed(2, 1)).await.is_err(), "a vote that cannot be saved is one");
+
+    std::fs::remove_dir(&blocker).unwrap();
+    tokio::time::sleep(past_interval).await;
+    log.save_committed(Some(log_id(1, 4))).await.unwrap();
+    drop(log);
+    let mut log = open(dir.path(), small_config(FlushPolicy::Batch));
+    assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 4)), "saved once the disk takes it");
+}

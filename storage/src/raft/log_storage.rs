@@ -77,8 +77,10 @@ struct State<C: RaftTypeConfig> {
     meta: RaftMeta<C::NodeId>,
     /// Whether `meta.committed` is newer than the file's.
     committed_unsaved: bool,
-    /// When the file was last written.
+    /// When the file was last written (or a committed log id last failed to be).
     meta_saved_at: Instant,
+    /// Whether the last save of a committed log id failed (said once, not per commit).
+    committed_save_failing: bool,
     /// Log id of the newest record in the log, purged or not; `None` if it has none.
     last_log_id: Option<LogId<C::NodeId>>,
 }
@@ -119,7 +121,13 @@ impl<C: RaftTypeConfig> RaftLog<C> {
         }
         log.flush()?;
         let last_log_id = last_log_id::<C>(&log)?;
-        let state = State { meta, committed_unsaved: false, meta_saved_at: Instant::now(), last_log_id };
+        let state = State {
+            meta,
+            committed_unsaved: false,
+            meta_saved_at: Instant::now(),
+            committed_save_failing: false,
+            last_log_id,
+        };
         Ok(RaftLog {
             inner: Arc::new(Inner {
                 log,
@@ -397,13 +405,27 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for RaftLog<C> {
     ) -> Result<(), openraft::StorageError<C::NodeId>> {
         let mut st = self.inner.state.lock();
         let meta = RaftMeta { committed, ..st.meta.clone() };
-        if st.meta_saved_at.elapsed() >= Duration::from_millis(COMMITTED_SAVE_INTERVAL_MS) {
-            self.save_meta(&mut st, meta).map_err(|e| e.into_raft(ErrorSubject::Store, ErrorVerb::Write))
-        } else {
+        if st.meta_saved_at.elapsed() < Duration::from_millis(COMMITTED_SAVE_INTERVAL_MS) {
             st.meta = meta;
             st.committed_unsaved = true;
-            Ok(())
+            return Ok(());
         }
+        // A committed log id that could not be saved (a full disk) is not an error: the file's
+        // older one is safe (see COMMITTED_SAVE_INTERVAL_MS), and failing here would stop the
+        // whole group, which a vote or an append that cannot be saved must do but this need
+        // not. The next save tries again.
+        if let Err(error) = self.save_meta(&mut st, meta.clone()) {
+            if !st.committed_save_failing {
+                tracing::warn!(path = %self.inner.meta_file.path().display(), %error, "cannot save the committed log id; keeping the older one until a save succeeds");
+            }
+            st.committed_save_failing = true;
+            st.meta = meta;
+            st.committed_unsaved = true;
+            st.meta_saved_at = Instant::now();
+        } else {
+            st.committed_save_failing = false;
+        }
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<C::NodeId>>, openraft::StorageError<C::NodeId>> {
