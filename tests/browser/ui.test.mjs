@@ -171,6 +171,26 @@ test('the UI shows the broker live and browses a stream without consuming it', a
   await page.goto(base + '/#/connections');
   await page.locator('table tbody tr', { hasText: 'guest' }).waitFor();
   await shot('connections');
+
+  // Policies: one added through the form applies to the queue it names, is edited, and deleted.
+  await page.goto(base + '/#/policies');
+  await page.fill('#policy-name', 'ui-limit');
+  await page.fill('#policy-pattern', '^ui-demo$');
+  await page.selectOption('#policy-apply-to', 'queues');
+  await page.fill('#policy-definition', '{"max-length": 3, "ha-mode": "all"}');
+  await page.click('#policy-form button[type=submit]');
+  await page.locator('#policies table tbody tr', { hasText: 'ui-limit' }).waitFor();
+  await page.locator('#policies table tbody tr', { hasText: 'ha-mode' }).waitFor();
+  await page.goto(base + '/#/queue/%2F/ui-demo');
+  await page.waitForFunction(() => document.querySelector('[data-field="Policy"]')?.textContent === 'ui-limit', null, { timeout: 10_000 });
+  await page.goto(base + '/#/policies');
+  await page.locator('#policies table tbody tr', { hasText: 'ui-limit' }).locator('button', { hasText: 'Edit' }).click();
+  await page.fill('#policy-definition', '{"max-length": 5}');
+  await page.click('#policy-form button[type=submit]');
+  await page.locator('#policies table tbody tr', { hasText: '"max-length":5' }).waitFor();
+  await shot('policies');
+  await page.locator('#policies table tbody tr', { hasText: 'ui-limit' }).locator('button', { hasText: 'Delete' }).click();
+  await page.locator('#policies table tbody tr', { hasText: 'No policies.' }).waitFor();
   await setup.close();
 
   // The session survives a reload.

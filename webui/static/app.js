@@ -198,6 +198,7 @@ const pages = {
   browse: browsePage,
   exchanges: exchangesPage,
   exchange: exchangePage,
+  policies: policiesPage,
   connections: (root) => listPage("Connections", "/api/connections", connectionColumns, connectionActions)(root),
   channels: (root) => listPage("Channels", "/api/channels", channelColumns)(root),
   consumers: (root) => listPage("Consumers", "/api/consumers", consumerColumns)(root),
@@ -446,7 +447,9 @@ function queuePage(root, vhost, name) {
       purge.classList.toggle("hidden", q.type === "stream");
       const rows = [["Type", typeBadge(q.type)], ["Durable", q.durable ? "yes" : "no"], ["Ready", fmt(q.messages_ready)], ["Unacked", fmt(q.messages_unacknowledged)],
         ["Consumers", fmt(q.consumers)], ["Publish / s", fmt(rate(q.message_stats, "publish"))], ["Deliver / s", fmt(rate(q.message_stats, "deliver_get"))],
-        ["Node", q.node], ...(q.leader ? [["Leader", q.leader], ["Members", q.members.join(", ")]] : [])];
+        ["Node", q.node], ...(q.leader ? [["Leader", q.leader], ["Members", q.members.join(", ")]] : []),
+        ["Policy", q.policy || "none"], ...(q.operator_policy ? [["Operator policy", q.operator_policy]] : []),
+        ...(q.policy || q.operator_policy ? [["Effective policy", el("span", { class: "mono" }, JSON.stringify(q.effective_policy_definition))]] : [])];
       props.replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
       const args = Object.entries(q.arguments || {});
       argumentsList.replaceChildren(...(args.length ? args.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { class: "mono" }, JSON.stringify(v))]) : [el("dd", { class: "muted" }, "none")]));
@@ -570,6 +573,68 @@ function exchangePage(root, vhost, name) {
   );
   if (name !== "amq.default") api("GET", `/api/exchanges/${enc(vhost)}/${enc(name)}/bindings/source`).then(bindings.set, () => {});
   return {};
+}
+
+// ---------- policies ----------
+
+// Policies and operator policies: listed, added or replaced (the form; a row's Edit fills it),
+// deleted. Which keys change nothing in Warren is shown beside each definition.
+function policiesPage(root) {
+  const field = (id, attrs = {}) => el("input", { id, ...attrs });
+  const kind = el("select", { id: "policy-kind" }, el("option", { value: "policies" }, "policy"), el("option", { value: "operator-policies" }, "operator policy"));
+  const vhost = field("policy-vhost", { value: "/" });
+  const name = field("policy-name", { placeholder: "name" });
+  const pattern = field("policy-pattern", { placeholder: "^orders\\." });
+  const applyTo = el("select", { id: "policy-apply-to" }, ...["all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams"].map((v) => el("option", { value: v }, v)));
+  const priority = field("policy-priority", { type: "number", value: "0" });
+  const definition = el("textarea", { id: "policy-definition", placeholder: '{"message-ttl": 60000, "max-length": 10000}' });
+  const form = el("form", { class: "inline", id: "policy-form" },
+    el("label", {}, "Kind"), kind, el("label", {}, "Vhost"), vhost, el("label", {}, "Name"), name, el("label", {}, "Pattern"), pattern,
+    el("label", {}, "Apply to"), applyTo, el("label", {}, "Priority"), priority, el("label", {}, "Definition (JSON)"), definition,
+    el("span"), el("button", { type: "submit" }, "Save policy"));
+  const columns = (base) => [
+    { key: "vhost", label: "Vhost" },
+    { key: "name", label: "Name" },
+    { key: "pattern", label: "Pattern", cell: (p) => el("span", { class: "mono" }, p.pattern) },
+    { key: "apply-to", label: "Apply to" },
+    { key: "priority", label: "Priority", num: true },
+    { key: "definition", label: "Definition", value: (p) => JSON.stringify(p.definition), cell: (p) => el("span", { class: "mono" }, JSON.stringify(p.definition)) },
+    { key: "no_effect", label: "No effect in Warren", value: (p) => Object.keys(p.no_effect || {}).join(", ") },
+    { key: "action", label: "", cell: (p) => el("span", {},
+      el("button", { class: "secondary", onclick: () => {
+        kind.value = base; vhost.value = p.vhost; name.value = p.name; pattern.value = p.pattern;
+        applyTo.value = p["apply-to"]; priority.value = p.priority; definition.value = JSON.stringify(p.definition);
+      } }, "Edit"),
+      el("button", { class: "danger", onclick: async () => {
+        if (!confirm(`Delete ${base === "policies" ? "policy" : "operator policy"} ${p.name}?`)) return;
+        try { await api("DELETE", `/api/${base}/${enc(p.vhost)}/${enc(p.name)}`); toast(`${p.name} deleted`); refresh(); } catch (error) { toast(error.message, true); }
+      } }, "Delete")) },
+  ];
+  const policies = table(columns("policies"), { sort: "priority", empty: "No policies." });
+  const operatorPolicies = table(columns("operator-policies"), { sort: "priority", empty: "No operator policies." });
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      const body = { pattern: pattern.value, definition: JSON.parse(definition.value || "{}"), priority: Number(priority.value || 0), "apply-to": applyTo.value };
+      await api("PUT", `/api/${kind.value}/${enc(vhost.value)}/${enc(name.value)}`, body);
+      toast(`${name.value} saved`);
+      refresh();
+    } catch (error) { toast(error.message, true); }
+  });
+  root.append(
+    el("div", { class: "header" }, el("div", {}, el("h1", {}, "Policies"), el("div", { class: "muted" }, "Queues and exchanges whose names a pattern matches run with its definition; the highest priority wins."))),
+    el("div", { class: "panel" }, el("h2", {}, "Add or replace"), form),
+    el("div", { class: "panel", id: "policies" }, el("h2", {}, "Policies"), policies.node),
+    el("div", { class: "panel", id: "operator-policies" }, el("h2", {}, "Operator policies"), operatorPolicies.node),
+  );
+  const refresh = async () => {
+    try {
+      policies.set(await api("GET", "/api/policies"));
+      operatorPolicies.set(await api("GET", "/api/operator-policies"));
+    } catch (_) { /* shown on the next refresh */ }
+  };
+  refresh();
+  return { refresh };
 }
 
 // ---------- connections, channels, consumers ----------
