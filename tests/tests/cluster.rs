@@ -735,6 +735,32 @@ async fn a_node_back_after_the_log_was_purged_installs_the_catalog() {
     await_count(&a, "after", 1, "C routes by the binding made while it was down").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_set_through_one_node_applies_on_every_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_cluster(dir.path(), false).await;
+    let b = cluster.connect(1).await;
+    let ch = b.create_channel().await.expect("channel");
+    declare_when_formed(&ch, "formed").await;
+    // A classic queue lives on B, where it was declared; the policy is set through A.
+    ch.queue_declare("capped".into(), durable(), FieldTable::default()).await.expect("declare");
+    let set = ["set_policy", "cap", "^capped$", r#"{"max-length": 2}"#, "--apply-to", "queues"];
+    tokio::task::block_in_place(|| ctl(&cluster, 0, &set));
+    let listed = tokio::task::block_in_place(|| ctl(&cluster, 2, &["list_policies"]));
+    assert!(listed.contains("cap") && listed.contains("^capped$"), "C lists the policy: {listed}");
+    let c = cluster.connect(2).await;
+    let publisher = confirm_channel(&c).await;
+    for i in 0..5u8 {
+        let body = [i];
+        let published =
+            publisher.basic_publish("".into(), "capped".into(), Default::default(), &body, BasicProperties::default());
+        published.await.expect("publish").await.expect("confirm");
+    }
+    await_count(&b, "capped", 2, "B's queue keeps the policy's two, published through C").await;
+    let queues = tokio::task::block_in_place(|| ctl(&cluster, 1, &["list_queues", "name", "messages"]));
+    assert!(queues.lines().any(|line| line.split_whitespace().collect::<Vec<_>>() == ["capped", "2"]), "{queues}");
+}
+
 /// Figure `key` of node `node`'s member of the catalog, as `warren ctl metadata_store_status`
 /// prints it.
 fn store_figure(cluster: &Cluster, node: usize, key: &str) -> u64 {
