@@ -144,73 +144,68 @@ impl CatalogSnapshot {
     }
 }
 
-/// Deletes of what `broker` has and `target` has not (permissions, policies, users, vhosts), then
-/// `target`'s changes (each sets what it names, whatever was there).
-fn access_changes(broker: &Broker, target: &[AccessChange]) -> Vec<AccessChange> {
-    let mut users = HashSet::new();
-    let mut vhosts = HashSet::new();
-    let mut grants = HashSet::new();
-    let mut policies = HashSet::new();
-    for change in target {
-        match change {
-            AccessChange::PutUser { name, .. } => drop(users.insert(name.as_str())),
-            AccessChange::PutVhost { name, .. } => drop(vhosts.insert(name.as_str())),
-            AccessChange::SetPermissions { vhost, user, .. } => drop(grants.insert((vhost.as_str(), user.as_str()))),
-            AccessChange::SetPolicy { vhost, kind, name, .. } => {
-                policies.insert((vhost.as_str(), *kind, name.as_str()));
+/// What a snapshot's access changes name: each set holds the keys its changes set.
+#[derive(Default)]
+struct NamedInTarget<'a> {
+    users: HashSet<&'a str>,
+    vhosts: HashSet<&'a str>,
+    grants: HashSet<(&'a str, &'a str)>,
+    topic_grants: HashSet<(&'a str, &'a str, &'a str)>,
+    policies: HashSet<(&'a str, PolicyKind, &'a str)>,
+    limited_users: HashSet<&'a str>,
+    parameters: HashSet<&'a str>,
+}
+
+impl<'a> NamedInTarget<'a> {
+    fn of(target: &'a [AccessChange]) -> Self {
+        let mut named = NamedInTarget::default();
+        for change in target {
+            match change {
+                AccessChange::PutUser { name, .. } => drop(named.users.insert(name)),
+                AccessChange::PutVhost { name, .. } => drop(named.vhosts.insert(name)),
+                AccessChange::SetPermissions { vhost, user, .. } => drop(named.grants.insert((vhost, user))),
+                AccessChange::SetTopicPermissions { vhost, user, permissions } => {
+                    named.topic_grants.insert((vhost, user, &permissions.exchange));
+                }
+                AccessChange::SetPolicy { vhost, kind, name, .. } => drop(named.policies.insert((vhost, *kind, name))),
+                AccessChange::SetUserLimits { user, .. } => drop(named.limited_users.insert(user)),
+                AccessChange::SetGlobalParameter { name, .. } => drop(named.parameters.insert(name)),
+                _ => {}
             }
-            _ => {}
         }
+        named
     }
+}
+
+/// Deletes of what `broker` has and `target` has not (permissions, topic permissions, user
+/// limits, global parameters, policies, users, vhosts), then `target`'s changes (each sets
+/// what it names, whatever was there).
+fn access_changes(broker: &Broker, target: &[AccessChange]) -> Vec<AccessChange> {
+    let named = NamedInTarget::of(target);
     let access = broker.access();
-    let mut changes: Vec<AccessChange> = access
-        .permissions()
-        .into_iter()
-        .filter(|(vhost, user, _)| !grants.contains(&(vhost.as_str(), user.as_str())))
-        .map(|(vhost, user, _)| AccessChange::ClearPermissions { vhost, user })
-        .collect();
-    let topic: HashSet<(&str, &str, &str)> = target
-        .iter()
-        .filter_map(|change| match change {
-            AccessChange::SetTopicPermissions { vhost, user, permissions } => {
-                Some((vhost.as_str(), user.as_str(), permissions.exchange.as_str()))
-            }
-            _ => None,
-        })
-        .collect();
-    let gone_topic = access.topic_permissions().into_iter();
-    let gone_topic = gone_topic.filter(|(v, u, p)| !topic.contains(&(v.as_str(), u.as_str(), p.exchange.as_str())));
-    changes.extend(gone_topic.map(|(vhost, user, permissions)| AccessChange::ClearTopicPermissions {
+    let mut changes: Vec<AccessChange> = Vec::new();
+    let grants = access.permissions().into_iter().filter(|(v, u, _)| !named.grants.contains(&(v.as_str(), u.as_str())));
+    changes.extend(grants.map(|(vhost, user, _)| AccessChange::ClearPermissions { vhost, user }));
+    let topic = access.topic_permissions().into_iter();
+    let topic = topic.filter(|(v, u, p)| !named.topic_grants.contains(&(v.as_str(), u.as_str(), p.exchange.as_str())));
+    changes.extend(topic.map(|(vhost, user, permissions)| AccessChange::ClearTopicPermissions {
         vhost,
         user,
         exchange: Some(permissions.exchange),
     }));
-    let limited: HashSet<&str> = target
-        .iter()
-        .filter_map(|change| match change {
-            AccessChange::SetUserLimits { user, .. } => Some(user.as_str()),
-            _ => None,
-        })
-        .collect();
-    let unlimited = access.all_user_limits().into_iter().filter(|(user, _)| !limited.contains(user.as_str()));
-    changes.extend(unlimited.map(|(user, _)| AccessChange::SetUserLimits { user, limits: Default::default() }));
-    let kept: HashSet<&str> = target
-        .iter()
-        .filter_map(|change| match change {
-            AccessChange::SetGlobalParameter { name, .. } => Some(name.as_str()),
-            _ => None,
-        })
-        .collect();
-    let gone_parameters = access.global_parameters().into_iter().filter(|(name, _)| !kept.contains(name.as_str()));
-    changes.extend(gone_parameters.map(|(name, _)| AccessChange::ClearGlobalParameter { name }));
+    let limits = access.all_user_limits().into_iter().filter(|(user, _)| !named.limited_users.contains(user.as_str()));
+    changes.extend(limits.map(|(user, _)| AccessChange::SetUserLimits { user, limits: Default::default() }));
+    let parameters =
+        access.global_parameters().into_iter().filter(|(name, _)| !named.parameters.contains(name.as_str()));
+    changes.extend(parameters.map(|(name, _)| AccessChange::ClearGlobalParameter { name }));
     for kind in [PolicyKind::User, PolicyKind::Operator] {
         let gone = access.policies_of_kind(kind).into_iter();
-        let gone = gone.filter(|(vhost, name, _)| !policies.contains(&(vhost.as_str(), kind, name.as_str())));
+        let gone = gone.filter(|(vhost, name, _)| !named.policies.contains(&(vhost.as_str(), kind, name.as_str())));
         changes.extend(gone.map(|(vhost, name, _)| AccessChange::ClearPolicy { vhost, kind, name }));
     }
-    let gone_users = access.users().into_iter().filter(|user| !users.contains(user.name.as_str()));
+    let gone_users = access.users().into_iter().filter(|user| !named.users.contains(user.name.as_str()));
     changes.extend(gone_users.map(|user| AccessChange::DeleteUser { name: user.name }));
-    let gone_vhosts = access.vhosts().into_iter().filter(|(name, _)| !vhosts.contains(name.as_str()));
+    let gone_vhosts = access.vhosts().into_iter().filter(|(name, _)| !named.vhosts.contains(name.as_str()));
     changes.extend(gone_vhosts.map(|(name, _)| AccessChange::DeleteVhost { name }));
     changes.extend(target.iter().cloned());
     changes

@@ -131,3 +131,23 @@ fn rabbitmqctls_output_flags_are_taken_anywhere_on_the_line() {
     assert_eq!(Format::Json.silenced(), Format::Json);
     assert!(parse(&["--formatter", "rows", "status"]).is_err(), "the header-less table is --silent's, not a value");
 }
+
+#[test]
+fn set_policy_takes_rabbitmqctls_options_anywhere() {
+    let expected = Verb::SetPolicy(super::policies::PolicyArgs {
+        name: "ttl".into(),
+        pattern: "^orders\\.".into(),
+        definition: r#"{"message-ttl": 60000}"#.into(),
+        priority: -1,
+        apply_to: "queues".into(),
+    });
+    let definition = r#"{"message-ttl": 60000}"#;
+    for args in [
+        &["-p", "prod", "set_policy", "--priority", "-1", "--apply-to", "queues", "ttl", "^orders\\.", definition][..],
+        &["set_policy", "ttl", "^orders\\.", definition, "--apply-to", "queues", "-p", "prod", "--priority=-1"],
+    ] {
+        let ctl = parsed(args);
+        assert_eq!(ctl.vhost.as_deref(), Some("prod"), "{args:?}");
+        assert_eq!(ctl.verb, expected, "{args:?}");
+    }
+}

@@ -268,21 +268,7 @@ enum Verb {
     /// Sets a policy in the vhost (-p): queues and exchanges whose names PATTERN matches run
     /// with DEFINITION ('{"message-ttl": 60000}'), the highest priority winning.
     #[command(name = "set_policy")]
-    SetPolicy {
-        /// Its name.
-        name: String,
-        /// A regular expression over object names (anchor it with ^ and $).
-        #[arg(allow_hyphen_values = true)]
-        pattern: String,
-        /// Its keys and values, as JSON.
-        definition: String,
-        /// Among policies matching one object, the highest wins.
-        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-        priority: i64,
-        /// What it applies to.
-        #[arg(long = "apply-to", default_value = "all")]
-        apply_to: String,
-    },
+    SetPolicy(policies::PolicyArgs),
     /// Clears a policy of the vhost (-p).
     #[command(name = "clear_policy")]
     ClearPolicy {
@@ -293,23 +279,10 @@ enum Verb {
     /// no_effect).
     #[command(name = "list_policies")]
     ListPolicies { columns: Vec<String> },
-    /// Sets an operator policy in the vhost (-p): limits that policies cannot lift.
+    /// Sets an operator policy in the vhost (-p): limits that policies cannot lift (only the
+    /// keys RabbitMQ lets operators set).
     #[command(name = "set_operator_policy")]
-    SetOperatorPolicy {
-        /// Its name.
-        name: String,
-        /// A regular expression over queue names.
-        #[arg(allow_hyphen_values = true)]
-        pattern: String,
-        /// Its keys and values, as JSON (those RabbitMQ lets operators set).
-        definition: String,
-        /// Among operator policies matching one queue, the highest wins.
-        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-        priority: i64,
-        /// What it applies to.
-        #[arg(long = "apply-to", default_value = "queues")]
-        apply_to: String,
-    },
+    SetOperatorPolicy(policies::PolicyArgs),
     /// Clears an operator policy of the vhost (-p).
     #[command(name = "clear_operator_policy")]
     ClearOperatorPolicy {
@@ -733,16 +706,10 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
             access::clear_topic_permissions(client, vhost, user, exchange.as_deref())
         }
         Verb::ListTopicPermissions { columns } => list(&lists::TOPIC_PERMISSIONS, columns),
-        Verb::SetPolicy { name, pattern, definition, priority, apply_to } => {
-            let policy = policies::Policy { name, pattern, definition, priority: *priority, apply_to };
-            policies::set(client, policies::Kind::User, vhost, &policy)
-        }
+        Verb::SetPolicy(policy) => policies::set(client, policies::Kind::User, vhost, policy),
         Verb::ClearPolicy { name } => policies::clear(client, policies::Kind::User, vhost, name),
         Verb::ListPolicies { columns } => list(&lists::POLICIES, columns),
-        Verb::SetOperatorPolicy { name, pattern, definition, priority, apply_to } => {
-            let policy = policies::Policy { name, pattern, definition, priority: *priority, apply_to };
-            policies::set(client, policies::Kind::Operator, vhost, &policy)
-        }
+        Verb::SetOperatorPolicy(policy) => policies::set(client, policies::Kind::Operator, vhost, policy),
         Verb::ClearOperatorPolicy { name } => policies::clear(client, policies::Kind::Operator, vhost, name),
         Verb::ListOperatorPolicies { columns } => list(&lists::OPERATOR_POLICIES, columns),
         Verb::DeclareQueue { queue, kind, durable, arguments } => {

@@ -33,25 +33,28 @@ impl Kind {
     }
 }
 
-/// A policy as the verb's arguments give it.
-#[derive(Debug)]
-pub struct Policy<'a> {
+/// A policy as `set_policy` and `set_operator_policy` take it, rabbitmqctl's grammar.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct PolicyArgs {
     /// Its name.
-    pub name: &'a str,
-    /// The regular expression over names.
-    pub pattern: &'a str,
-    /// Its definition, as JSON text.
-    pub definition: &'a str,
-    /// Its priority.
+    pub name: String,
+    /// A regular expression over object names (anchor it with ^ and $).
+    #[arg(allow_hyphen_values = true)]
+    pub pattern: String,
+    /// Its keys and values, as JSON.
+    pub definition: String,
+    /// Among policies matching one object, the highest wins.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     pub priority: i64,
-    /// What it applies to.
-    pub apply_to: &'a str,
+    /// What it applies to: all, queues, exchanges, classic_queues, quorum_queues, streams.
+    #[arg(long = "apply-to", default_value = "all")]
+    pub apply_to: String,
 }
 
 /// `set_policy` / `set_operator_policy`: the definition must be a JSON object; the broker
 /// checks every key and value and says what is wrong.
-pub fn set(client: &Client, kind: Kind, vhost: &str, policy: &Policy<'_>) -> Result<(), CtlError> {
-    let definition: Value = serde_json::from_str(policy.definition).map_err(|e| {
+pub fn set(client: &Client, kind: Kind, vhost: &str, policy: &PolicyArgs) -> Result<(), CtlError> {
+    let definition: Value = serde_json::from_str(&policy.definition).map_err(|e| {
         CtlError::Failed(format!("the definition is a JSON object such as '{{\"message-ttl\": 60000}}': {e}"))
     })?;
     let body = json!({
@@ -60,7 +63,7 @@ pub fn set(client: &Client, kind: Kind, vhost: &str, policy: &Policy<'_>) -> Res
         "priority": policy.priority,
         "apply-to": policy.apply_to,
     });
-    client.send("PUT", &kind.path(vhost, policy.name), &body)?;
+    client.send("PUT", &kind.path(vhost, &policy.name), &body)?;
     say(&format!(
         "Setting {} \"{}\" for pattern \"{}\" to \"{}\" with priority \"{}\" for vhost \"{vhost}\" ...\n",
         kind.noun(),
