@@ -403,8 +403,13 @@ impl VirtualHost {
     /// Runs its queues with `policies` from now on: each queue they apply to (or applied to)
     /// takes its new arguments at once, keeping its messages.
     pub(crate) fn set_policies(&self, policies: Arc<VhostPolicies>) {
-        *self.policies.write() = policies;
-        let queues: Vec<Arc<Queue>> = self.queues.read().values().cloned().collect();
+        // Under the lifecycle lock, which every declare holds: a queue declared meanwhile is
+        // either built with these policies or among those they are applied to below.
+        let queues: Vec<Arc<Queue>> = {
+            let _lifecycle = self.lifecycle.lock();
+            *self.policies.write() = policies;
+            self.queues.read().values().cloned().collect()
+        };
         for queue in queues.iter().filter(|queue| queue.homes().is_none()) {
             match self.resolve(queue.definition()) {
                 Ok(resolved) => queue.apply_policy(resolved),
