@@ -16,7 +16,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use warren_delivery::access::{AccessChange, PasswordChange, PermissionSpec, User};
 use warren_delivery::user_limits::UserLimits;
 use warren_delivery::vhost_limits::VhostLimits;
@@ -210,14 +210,24 @@ async fn vhost_limits(State(api): State<Management>, Path(vhost): Path<String>) 
     Ok(Json(Value::Array(if limits.is_empty() { Vec::new() } else { vec![limits_json(&vhost, &limits)] })))
 }
 
-/// Sets (`value` some) or clears one limit of `vhost`.
-async fn change_limit(api: &Management, vhost: String, name: &str, value: Option<Value>) -> Result<(), ApiError> {
-    let mut limits = api.vhost(&vhost)?.limits().to_json();
+/// `limits` (RabbitMQ's JSON object) with limit `name` set to `value`, or cleared: what a
+/// per-limit `PUT` or `DELETE` makes of a vhost's or a user's limits (merged, as RabbitMQ's).
+fn with_limit(mut limits: Map<String, Value>, name: &str, value: Option<Value>) -> Map<String, Value> {
     match value {
         Some(value) => limits.insert(name.to_string(), value),
         None => limits.remove(name),
     };
-    let limits = VhostLimits::from_json(&limits)?;
+    limits
+}
+
+/// The `value` of a per-limit `PUT`.
+fn limit_value(body: &Value) -> Result<Value, ApiError> {
+    body.get("value").cloned().ok_or_else(|| bad_request("'value' must be set"))
+}
+
+/// Sets (`value` some) or clears one limit of `vhost`.
+async fn change_limit(api: &Management, vhost: String, name: &str, value: Option<Value>) -> Result<(), ApiError> {
+    let limits = VhostLimits::from_json(&with_limit(api.vhost(&vhost)?.limits().to_json(), name, value))?;
     api.broker().change_access(AccessChange::SetVhostLimits { vhost, limits }).await?;
     Ok(())
 }
@@ -227,8 +237,7 @@ async fn put_vhost_limit(
     Path((vhost, name)): Path<(String, String)>,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<StatusCode, ApiError> {
-    let value = body.get("value").cloned().ok_or_else(|| bad_request("'value' must be set"))?;
-    change_limit(&api, vhost, &name, Some(value)).await?;
+    change_limit(&api, vhost, &name, Some(limit_value(&body)?)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -259,12 +268,8 @@ async fn user_limits(State(api): State<Management>, Path(user): Path<String>) ->
 
 /// Sets (`value` some) or clears one limit of `user`.
 async fn change_user_limit(api: &Management, user: String, name: &str, value: Option<Value>) -> Result<(), ApiError> {
-    let mut limits = api.broker().access().user_limits(&user).to_json();
-    match value {
-        Some(value) => limits.insert(name.to_string(), value),
-        None => limits.remove(name),
-    };
-    let limits = UserLimits::from_json(&limits)?;
+    let current = api.broker().access().user_limits(&user).to_json();
+    let limits = UserLimits::from_json(&with_limit(current, name, value))?;
     api.broker().change_access(AccessChange::SetUserLimits { user, limits }).await?;
     Ok(())
 }
@@ -274,8 +279,7 @@ async fn put_user_limit(
     Path((user, name)): Path<(String, String)>,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<StatusCode, ApiError> {
-    let value = body.get("value").cloned().ok_or_else(|| bad_request("'value' must be set"))?;
-    change_user_limit(&api, user, &name, Some(value)).await?;
+    change_user_limit(&api, user, &name, Some(limit_value(&body)?)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
