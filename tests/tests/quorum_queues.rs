@@ -43,26 +43,26 @@ async fn connect(target: &Target) -> lapin::Connection {
     match target {
         Target::Local(broker) => warren_tests::connect(broker).await,
         Target::Cluster { cluster, .. } => {
-            let connection = cluster.connect(1).await;
-            wait_until_formed(&connection).await;
-            connection
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                // A declare refused while the catalog elects its first leader is a connection
+                // error (541): the next try needs a new connection.
+                let connection = cluster.connect(1).await;
+                match takes_declares(&connection).await {
+                    Ok(()) => return connection,
+                    Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(200)).await,
+                    Err(error) => panic!("the cluster did not form: {error}"),
+                }
+            }
         }
     }
 }
 
-/// Waits until a cluster takes definitions (its metadata group has a leader).
-async fn wait_until_formed(connection: &lapin::Connection) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let ch = connection.create_channel().await.expect("channel");
-        let probe = ExchangeDeclareOptions { durable: true, ..Default::default() };
-        match ch.exchange_declare("formed".into(), ExchangeKind::Fanout, probe, FieldTable::default()).await {
-            Ok(()) => return,
-            // Refused while the cluster forms.
-            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(200)).await,
-            Err(error) => panic!("the cluster did not form: {error}"),
-        }
-    }
+/// Whether the cluster takes definitions (its catalog has a leader) through `connection`.
+async fn takes_declares(connection: &lapin::Connection) -> Result<(), lapin::Error> {
+    let ch = connection.create_channel().await?;
+    let probe = ExchangeDeclareOptions { durable: true, ..Default::default() };
+    ch.exchange_declare("formed".into(), ExchangeKind::Fanout, probe, FieldTable::default()).await
 }
 
 fn quorum(extra: &[(&str, AMQPValue)]) -> FieldTable {
