@@ -32,8 +32,9 @@ pub struct Broker {
     home: VhostHome,
     /// Users, vhosts' limits, permissions.
     access: AccessControl,
-    /// The cluster's metadata group, once this node is in one.
-    metadata: RwLock<Option<Arc<crate::metadata::Metadata>>>,
+    /// The catalog every definition change goes through, once the server has started it (a
+    /// bare broker, as in delivery's own tests, has none and changes each host directly).
+    catalog: RwLock<Option<Arc<crate::catalog::Catalog>>>,
     next_connection: AtomicU64,
     scheduler: Arc<Scheduler>,
     /// This node's end of forwarding to and from queues of other nodes.
@@ -123,7 +124,7 @@ impl Broker {
             vhost_lifecycle: parking_lot::Mutex::new(()),
             home,
             access,
-            metadata: RwLock::new(None),
+            catalog: RwLock::new(None),
             next_connection: AtomicU64::new(1),
             scheduler: Arc::new(Scheduler::default()),
             forwarder,
@@ -157,7 +158,7 @@ impl Broker {
                 VirtualHost::open(name, storage, scheduler, replication, forwarder, self.access.policies(name))?
             }
         };
-        *vhost.metadata.write() = self.metadata.read().clone();
+        *vhost.catalog.write() = self.catalog.read().clone();
         self.vhosts.write().insert(name.to_string(), Arc::clone(&vhost));
         Ok(vhost)
     }
@@ -186,18 +187,18 @@ impl Broker {
         &self.access
     }
 
-    /// Makes `change`: through the cluster's metadata group when this node is in one (every
+    /// Makes `change`: through the catalog when there is one (every
     /// node then makes it), here at once otherwise.
     pub async fn change_access(&self, change: AccessChange) -> Result<(), BrokerError> {
         self.access.validate(&change)?;
-        let metadata = self.metadata.read().clone();
-        match metadata {
-            Some(metadata) => metadata.change_access(change).await,
+        let catalog = self.catalog.read().clone();
+        match catalog {
+            Some(catalog) => catalog.change_access(change).await,
             None => self.apply_access(&change),
         }
     }
 
-    /// Applies `change` on this node (what the metadata group's state machine calls).
+    /// Applies `change` on this node (what the catalog group's state machine calls).
     pub fn apply_access(&self, change: &AccessChange) -> Result<(), BrokerError> {
         match change {
             AccessChange::PutVhost { name, .. } => {
@@ -266,18 +267,18 @@ impl Broker {
         self.vhosts.read().get(name).cloned()
     }
 
-    /// Makes this node part of a cluster whose definitions change through `metadata` (in
-    /// place of the group it was part of before, if any).
-    pub fn join_metadata(&self, metadata: &Arc<crate::metadata::Metadata>) {
-        *self.metadata.write() = Some(Arc::clone(metadata));
+    /// Makes every definition change go through `catalog` (in place of the one before, if any:
+    /// a node joining a cluster swaps its one-member catalog for the cluster's).
+    pub fn join_catalog(&self, catalog: &Arc<crate::catalog::Catalog>) {
+        *self.catalog.write() = Some(Arc::clone(catalog));
         for vhost in self.vhosts.read().values() {
-            *vhost.metadata.write() = Some(Arc::clone(metadata));
+            *vhost.catalog.write() = Some(Arc::clone(catalog));
         }
     }
 
-    /// The cluster's metadata group, if this node is in a cluster.
-    pub fn metadata(&self) -> Option<Arc<crate::metadata::Metadata>> {
-        self.metadata.read().clone()
+    /// The catalog, once the server has started it.
+    pub fn catalog(&self) -> Option<Arc<crate::catalog::Catalog>> {
+        self.catalog.read().clone()
     }
 
     /// Makes every definition change recorded so far durable (the catalog's checkpoint).
@@ -321,8 +322,8 @@ impl Broker {
             vhost.close();
         }
         // A clean stop replays nothing at the next start.
-        if let Some(metadata) = self.metadata() {
-            if let Err(error) = metadata.machine().checkpoint() {
+        if let Some(catalog) = self.catalog() {
+            if let Err(error) = catalog.machine().checkpoint() {
                 tracing::warn!(%error, "cannot checkpoint the catalog: the next start replays its log");
             }
         }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// A replicated state machine that has versions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Machine {
-    /// The cluster's catalog (the metadata group).
+    /// The catalog (its Raft group, one member on a node alone).
     Catalog,
 }
 
@@ -53,11 +53,11 @@ pub struct FeatureFlag {
     pub version: u16,
 }
 
-/// The catalog's snapshots ([`crate::metadata::CatalogSnapshot`]): a release before them
+/// The catalog's snapshots ([`crate::catalog::CatalogSnapshot`]): a release before them
 /// cannot install one, so the log is not purged until every node can.
 pub const CATALOG_SNAPSHOTS: FeatureFlag = FeatureFlag {
     name: "catalog_snapshots",
-    description: "The metadata group snapshots the catalog and purges its log behind the snapshot; a node that \
+    description: "The catalog group snapshots the catalog and purges its log behind the snapshot; a node that \
                   fell behind installs the snapshot",
     machine: Machine::Catalog,
     version: 2,

@@ -6,6 +6,7 @@
 
 pub mod access;
 pub mod broker;
+pub mod catalog;
 pub mod client_text;
 pub mod clock;
 pub mod connection_id;
@@ -25,7 +26,6 @@ pub(crate) mod limit_table;
 pub mod message;
 pub mod message_ref;
 pub mod message_store;
-pub mod metadata;
 pub mod node;
 pub mod node_counters;
 pub mod overflow;

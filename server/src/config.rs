@@ -136,9 +136,9 @@ pub struct Cli {
     #[arg(long, value_name = "NAME", env = "WARREN_CLUSTER_NAME", default_value = DEFAULT_CLUSTER_NAME)]
     pub cluster_name: String,
 
-    /// Metadata changes between two snapshots of the cluster's catalog; the metadata log is purged
-    /// behind each, and a node that fell further behind receives the snapshot.
-    #[arg(long, env = "WARREN_METADATA_SNAPSHOT_INTERVAL", value_name = "ENTRIES", default_value_t = warren_delivery::metadata::DEFAULT_SNAPSHOT_INTERVAL_ENTRIES)]
+    /// Catalog changes between two snapshots of the catalog; its log is purged behind each, and
+    /// a node that fell further behind receives the snapshot.
+    #[arg(long, env = "WARREN_METADATA_SNAPSHOT_INTERVAL", value_name = "ENTRIES", default_value_t = warren_delivery::catalog::DEFAULT_SNAPSHOT_INTERVAL_ENTRIES)]
     pub metadata_snapshot_interval: u64,
 
     /// Test-only: this node knows machine versions as the release before the newest feature
@@ -311,7 +311,7 @@ pub struct ClusterSettings {
     pub node_name: String,
     /// The cluster's name.
     pub cluster_name: String,
-    /// Metadata changes between two snapshots of the catalog.
+    /// Catalog changes between two snapshots of the catalog.
     pub metadata_snapshot_interval_entries: u64,
     /// Test-only: the node knows machine versions as the previous release did.
     pub pretend_previous_release: bool,
@@ -469,7 +469,7 @@ fn cluster_settings(cli: &Cli) -> Result<ClusterSettings, ConfigError> {
         check_name(name).map_err(|e| ConfigError::Invalid { key, message: e.to_string() })?;
     }
     if cli.metadata_snapshot_interval == 0 {
-        let message = "must be at least 1 (metadata changes between two snapshots)".to_string();
+        let message = "must be at least 1 (catalog changes between two snapshots)".to_string();
         return Err(ConfigError::Invalid { key: "metadata_snapshot_interval", message });
     }
     let mut peers = cli.peers.clone();

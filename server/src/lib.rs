@@ -48,9 +48,9 @@ pub enum StartError {
     /// The inter-node transport cannot start.
     #[error(transparent)]
     Cluster(#[from] cluster::service::ClusterStartError),
-    /// The cluster's metadata group cannot start.
+    /// The cluster's catalog group cannot start.
     #[error(transparent)]
-    Metadata(#[from] cluster::metadata_group::MetadataStartError),
+    Catalog(#[from] cluster::catalog_group::CatalogStartError),
     /// The seeds learnt at `join_cluster` cannot be read.
     #[error(transparent)]
     JoinedSeeds(#[from] cluster::join::JoinError),
@@ -290,17 +290,17 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         forwarding.serve(broker.forwarder());
         router.set_forwarder(Arc::clone(broker.forwarder()));
     }
-    let settings = cluster::metadata_group::MetadataSettings {
+    let settings = cluster::catalog_group::CatalogSettings {
         cluster_name: config.cluster.cluster_name.clone(),
         snapshot_interval_entries: config.cluster.metadata_snapshot_interval_entries,
     };
     if replication.is_none() {
-        cluster::metadata_group::start_alone(&broker, &config.data_dir, &settings, log_config.clone()).await?;
+        cluster::catalog_group::start_alone(&broker, &config.data_dir, &settings, log_config.clone()).await?;
     }
     if let Some(replication) = &replication {
         let dir = &config.data_dir;
         let may_initialize = joined_seeds.is_empty();
-        cluster::metadata_group::start(
+        cluster::catalog_group::start(
             replication,
             &router,
             &broker,

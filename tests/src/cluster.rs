@@ -215,7 +215,7 @@ pub fn quorum() -> FieldTable {
     table(&[("x-queue-type", text("quorum"))])
 }
 
-/// Retries `declare` until the metadata group has a leader (the cluster is forming).
+/// Retries `declare` until the catalog group has a leader (the cluster is forming).
 pub async fn declare_when_formed(ch: &lapin::Channel, name: &str) {
     ch.queue_declare(name.into(), durable(), quorum()).await.expect("declare on a formed cluster");
 }

@@ -1,4 +1,4 @@
-//! A node whose definitions go through the catalog (its metadata Raft group) syncs only the
+//! A node whose definitions go through the catalog (its catalog's Raft group) syncs only the
 //! catalog's log per change; the virtual hosts' journals are synced at the catalog's
 //! checkpoints. These tests kill the node with SIGKILL and then cut its journals back to what
 //! a power loss could have left (what the last checkpoint synced), so that the restart must
@@ -16,7 +16,7 @@ use warren_tests::process::WarrenProcess;
 const QUEUES: usize = 20;
 const PERSISTENT: u8 = 2;
 
-/// The arguments of a node alone in its cluster (a one-member metadata group).
+/// The arguments of a node alone in its cluster (a one-member catalog group).
 fn lone_node_args(dir: &Path) -> Vec<String> {
     let secret = dir.join("secret");
     std::fs::write(&secret, "the cluster's shared secret\n").expect("secret");

@@ -668,7 +668,7 @@ async fn deduplication_recognises_a_retry_after_the_leader_dies() {
     assert_eq!(got, (0..60).collect::<Vec<u64>>(), "each key once, in publish order, after the failover");
 }
 
-/// Metadata changes between two catalog snapshots in [`a_node_back_after_the_log_was_purged_installs_the_catalog`]:
+/// Catalog changes between two catalog snapshots in [`a_node_back_after_the_log_was_purged_installs_the_catalog`]:
 /// small, so that a thousand changes purge the log well past the stopped node.
 const SMALL_SNAPSHOT_INTERVAL: &str = "64";
 

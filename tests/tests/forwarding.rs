@@ -278,7 +278,7 @@ async fn a_queue_its_home_node_expires_is_gone_from_every_node() {
     let a = cluster.connect(0).await;
     let expires = table(&[("x-expires", lapin::types::AMQPValue::LongInt(300))]);
     declare(&a, "fleeting", expires).await;
-    // Unused on A for 300 ms: deleted through the metadata group, so B's stand-in goes too.
+    // Unused on A for 300 ms: deleted through the catalog group, so B's stand-in goes too.
     // While B still had one, a publish there would be forwarded and nacked (no queue on A);
     // with none, it is unroutable, and confirmed (returned, being mandatory).
     tokio::time::sleep(Duration::from_millis(1_500)).await;

@@ -473,6 +473,42 @@ async fn delete_ok_comes_before_the_cancel_of_the_deleting_channels_consumer() {
     broker.shutdown().await;
 }
 
+/// A client that hangs up right after its `queue.delete` (before the `delete-ok`) still has
+/// the queue deleted, and the queue's consumers on other connections are told: a method the
+/// broker has read runs to its end without the client that sent it.
+#[tokio::test]
+async fn a_delete_whose_client_hung_up_still_cancels_the_queues_consumers() {
+    use amq_protocol::protocol::{queue, AMQPClass};
+    use warren_tests::raw_client::RawClient;
+    const ROUNDS: usize = 8;
+    let broker = start_broker().await;
+    let conn = connect(&broker).await;
+    let consumer_ch = channel(&conn).await;
+    let mut consumers = Vec::new();
+    for round in 0..ROUNDS {
+        let name = format!("hung-up-{round}");
+        declare(&consumer_ch, &name).await;
+        consumers.push((name.clone(), consume(&consumer_ch, &name, &name).await));
+    }
+    for (name, _) in &consumers {
+        let mut client = RawClient::handshake(broker.amqp_addr).await;
+        client.open_channel(1).await;
+        let delete = queue::Delete { queue: name.as_str().into(), if_unused: false, if_empty: false, nowait: false };
+        client.send_method(1, AMQPClass::Queue(queue::AMQPMethod::Delete(delete))).await;
+        drop(client);
+    }
+    for (name, mut consumer) in consumers {
+        match tokio::time::timeout(Duration::from_secs(5), consumer.next()).await {
+            Ok(None) => {}
+            Ok(Some(item)) => panic!("expected {name}'s consumer to end, got {item:?}"),
+            Err(_) => panic!("{name}'s consumer not cancelled within 5 s of its deletion by a client that hung up"),
+        }
+        let error = passive(&channel(&conn).await, &name).await.expect_err("the queue is deleted");
+        assert_eq!(reply_code(&error), Some(NOT_FOUND), "{name}: {error}");
+    }
+    broker.shutdown().await;
+}
+
 #[tokio::test]
 async fn declaring_an_amq_prefixed_queue_is_403() {
     let broker = start_broker().await;

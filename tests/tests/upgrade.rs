@@ -58,12 +58,29 @@ async fn shop_counts(admin: &Connection) -> Vec<u32> {
     counts
 }
 
-#[tokio::test]
+/// The catalog's last snapshot index on `broker`, once it took one (waits at most 10 s).
+async fn catalog_snapshot_index(broker: &TestBroker) -> u64 {
+    let api = warren_tests::http::Api::new(broker.http_addr.expect("the management API listens"));
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let nodes = api.get("/api/nodes");
+        assert_eq!(nodes.status, 200, "{:?}", nodes.body);
+        let index = nodes.body[0]["metadata_store"]["snapshot_index"].as_u64().unwrap_or(0);
+        if index > 0 || tokio::time::Instant::now() > deadline {
+            return index;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_data_directory_of_release_0_1_starts_with_every_user_binding_and_message() {
     let dir = tempfile::tempdir().expect("tempdir");
     unpack(RELEASE_0_1_DATA_DIR, dir.path());
     let data_dir = dir.path().join("data");
     let broker = start_broker_in(&data_dir).await;
+    // The catalog takes over what the release's files held: they are its first snapshot.
+    assert!(catalog_snapshot_index(&broker).await > 0, "the first start snapshots the catalog it took over");
 
     // Users, passwords, vhosts and permissions.
     let admin = connect_as(&broker, "admin", "admin-secret", "shop").await.expect("admin logs in to shop");

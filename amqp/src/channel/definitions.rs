@@ -1,13 +1,13 @@
 //! The methods of classes exchange and queue: declares, deletes, binds and purges. Every
-//! definition change goes through `warren_delivery::metadata::change_for`, which makes it
-//! here or through the cluster's metadata group (the channel's reply then waits for it); the
+//! definition change goes through `warren_delivery::catalog::change_for`, which makes it
+//! here or through the catalog (the channel's reply then waits for it); the
 //! channel does not ask which. Exclusive queues are the connection's, on this node.
 
 use super::{short, Channel};
 use crate::connection_context::ConnectionContext;
 use crate::pending_reply::{Answer, PendingReply};
 use amq_protocol::protocol::{exchange, queue, AMQPClass};
-use warren_delivery::metadata::{change_for, Changed, DefinitionOp, MetaOutcome};
+use warren_delivery::catalog::{change_for, ChangeOutcome, Changed, DefinitionOp};
 use warren_delivery::{direct_reply_to, BrokerError, BrokerResult, QueueDefinition, Reply, VirtualHost};
 
 impl Channel {
@@ -76,7 +76,7 @@ impl Channel {
         ctx: &ConnectionContext,
         op: DefinitionOp,
         nowait: bool,
-        ok: impl FnOnce(MetaOutcome) -> AMQPClass + Send + 'static,
+        ok: impl FnOnce(ChangeOutcome) -> AMQPClass + Send + 'static,
     ) -> BrokerResult<()> {
         match change_for(&ctx.vhost, op, ctx.id) {
             Reply::Now(changed) => {
@@ -172,7 +172,7 @@ impl Channel {
                     arguments: d.arguments,
                     members: None,
                 };
-                let ok = move |declared: MetaOutcome| {
+                let ok = move |declared: ChangeOutcome| {
                     AMQPClass::Queue(queue::AMQPMethod::DeclareOk(queue::DeclareOk {
                         queue: short(name),
                         message_count: declared.message_count,
@@ -226,7 +226,7 @@ impl Channel {
                     if_unused: d.if_unused,
                     if_empty: d.if_empty,
                 };
-                let ok = |deleted: MetaOutcome| {
+                let ok = |deleted: ChangeOutcome| {
                     let message_count = deleted.message_count;
                     AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk { message_count }))
                 };

@@ -1,5 +1,5 @@
 //! [`AccessChange`]: one change to users, vhosts, permissions, vhost limits or policies, as it travels
-//! through the cluster's metadata group (every node applies it to its own copy) or is applied
+//! through the catalog (every node applies it to its own copy) or is applied
 //! at once on a broker without a cluster. Password hashes are made before the change is
 //! proposed, so every node stores the same hash.
 

@@ -17,10 +17,10 @@
 //! ([`DefinitionsFence`]).
 
 use super::delayed::HeldMessages;
+use crate::catalog::DefinitionsFence;
 use crate::clock::now_ms;
 use crate::message::{Message, WireMessage};
 use crate::message_store::{DurableMark, StoreError};
-use crate::metadata::DefinitionsFence;
 use crate::quorum::{
     AppliedEffects, Effect, GroupError, InitialMembers, MessageId, Op, QuorumGroup, QuorumStateMachine, Replication,
     Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES,

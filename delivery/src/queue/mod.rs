@@ -41,9 +41,9 @@ pub use channel::{DeliveryChannel, SessionId};
 pub use kind::Holder;
 pub use stats::{MessageCounts, QueueStats};
 
+use crate::catalog::DefinitionsFence;
 use crate::error::{BrokerError, BrokerResult};
 use crate::message::Message;
-use crate::metadata::DefinitionsFence;
 use crate::policy::{AppliedPolicy, ResolvedQueue};
 use crate::publish_outcome::PublishOutcome;
 use crate::scheduler::{QueueTimer, TimerTarget};

@@ -68,7 +68,7 @@ struct Inner {
     /// idle queues do not wake a thousand times a second.
     housekeeping_wanted: Arc<tokio::sync::Notify>,
     /// Passed once per term before this node dead-letters at least once as the leader.
-    fence: crate::metadata::DefinitionsFence,
+    fence: crate::catalog::DefinitionsFence,
 }
 
 /// What this node knows that the replicated state does not: where deliveries go.
@@ -173,7 +173,7 @@ fn build(
         local: Mutex::new(local),
         scheduler: Arc::clone(&context.scheduler),
         housekeeping_wanted: Arc::new(tokio::sync::Notify::new()),
-        fence: crate::metadata::DefinitionsFence::default(),
+        fence: crate::catalog::DefinitionsFence::default(),
     });
     let kind = QuorumQueue { inner: Arc::clone(&inner) };
     let queue =
@@ -274,7 +274,7 @@ async fn take_over(queue: Weak<Queue>, inner: Weak<Inner>) {
 
 /// At-least-once dead-lettering: publishes the message to the dead-letter exchange until
 /// its targets have it (confirmed), then tells the group it may go. A new leader first
-/// catches up with the definitions ([`crate::metadata::DefinitionsFence`]).
+/// catches up with the definitions ([`crate::catalog::DefinitionsFence`]).
 async fn dead_letter_at_least_once(queue: Weak<Queue>, inner: Weak<Inner>, id: MessageId, reason: DeathReason) {
     loop {
         let marks = {

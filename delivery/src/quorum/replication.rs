@@ -99,7 +99,7 @@ pub trait Replication: Send + Sync + std::fmt::Debug + 'static {
         machine: GroupMachine,
     ) -> ClusterFuture<Result<Raft<QuorumRaft>, String>>;
 
-    /// The metadata group decided the members of quorum queue `queue` in `vhost`: the next
+    /// The catalog group decided the members of quorum queue `queue` in `vhost`: the next
     /// [`Replication::initial_members`] for it answers them.
     fn plan_members(&self, _vhost: &str, _queue: &str, _members: InitialMembers) {}
 
@@ -108,12 +108,12 @@ pub trait Replication: Send + Sync + std::fmt::Debug + 'static {
         true
     }
 
-    /// Node `id` left the cluster (`forget_cluster_node`, applied by the metadata group, or
+    /// Node `id` left the cluster (`forget_cluster_node`, applied by the catalog group, or
     /// remembered from before a restart): new queues no longer place members on it.
     fn forget_node(&self, _id: u64) {}
 
     /// Node `name`, its inter-node listener at `address`, joined the cluster (`join_cluster`,
-    /// applied by the metadata group, or remembered from before a restart).
+    /// applied by the catalog group, or remembered from before a restart).
     fn add_node(&self, _name: &str, _address: &str) {}
 
     /// This node's member of `group` stopped: its RPCs are no longer routed here.

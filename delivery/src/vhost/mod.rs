@@ -14,6 +14,7 @@
 //! with it: a queue is either in the map with its files, or in neither, and a declare never
 //! sees a name half-deleted.
 
+use crate::catalog::DefinitionsFence;
 use crate::connection_id::ConnectionId;
 use crate::definitions::VhostStorage;
 use crate::direct_reply_to::ReplyConsumers;
@@ -21,7 +22,6 @@ use crate::equivalence;
 use crate::error::{internal_error, BrokerError, BrokerResult};
 use crate::exchange::{Destination, Exchange};
 use crate::message::Message;
-use crate::metadata::DefinitionsFence;
 use crate::policy::{ResolvedQueue, VhostPolicies};
 use crate::publish_outcome::PublishOutcome;
 use crate::queue::context::QueueContext;
@@ -98,9 +98,9 @@ pub struct VirtualHost {
     replication: Arc<dyn Replication>,
     /// Where what its clients do to queues of other nodes goes.
     forwarder: Arc<Forwarder>,
-    /// The cluster's metadata group, once this node is part of one: definitions change
+    /// The catalog, once the server has started it: definitions change
     /// through it. Replaced when the node joins another cluster (`join_cluster`).
-    pub(crate) metadata: RwLock<Option<Arc<crate::metadata::Metadata>>>,
+    pub(crate) catalog: RwLock<Option<Arc<crate::catalog::Catalog>>>,
     /// Direct reply-to consumers, by the address their replies are published to.
     reply_consumers: ReplyConsumers,
     me: Weak<VirtualHost>,
@@ -207,7 +207,7 @@ impl VirtualHost {
             scheduler,
             replication,
             forwarder,
-            metadata: RwLock::new(None),
+            catalog: RwLock::new(None),
             reply_consumers: ReplyConsumers::new(crate::node::local_id()),
             me: Weak::clone(me),
             lifecycle: Mutex::new(()),
@@ -234,10 +234,10 @@ impl VirtualHost {
         }
     }
 
-    /// The cluster's metadata group, if this node is in a cluster: definition changes go
-    /// through it ([`crate::metadata::Metadata::change`]) instead of straight to this host.
-    pub fn metadata(&self) -> Option<Arc<crate::metadata::Metadata>> {
-        self.metadata.read().clone()
+    /// The catalog, once the server has started it: definition changes go
+    /// through it ([`crate::catalog::Catalog::change`]) instead of straight to this host.
+    pub fn catalog(&self) -> Option<Arc<crate::catalog::Catalog>> {
+        self.catalog.read().clone()
     }
 
     /// A name for a server-named queue (`amq.gen-...`, as RabbitMQ's).
@@ -304,7 +304,7 @@ impl VirtualHost {
         self.declare_generated_queue(definition, connection)
     }
 
-    /// `queue.declare` as the cluster's metadata group carries it: a server-named queue was
+    /// `queue.declare` as the catalog carries it: a server-named queue was
     /// named by the channel that declared it, and its name is taken as it is.
     pub fn declare_proposed_queue(
         &self,
@@ -466,7 +466,7 @@ impl VirtualHost {
         self.record(DefinitionsChange::PutQueue(persistence::queue_record(queue)))
     }
 
-    /// A stand-in for a queue that lives on `homes` (declared through the cluster's metadata
+    /// A stand-in for a queue that lives on `homes` (declared through the cluster's catalog
     /// group on another node): this node's clients reach it through [`crate::remote`]. A queue
     /// of that name held here already stays (this node is one of its homes).
     pub fn declare_remote_queue(&self, definition: QueueDefinition, homes: Vec<u64>) -> BrokerResult<()> {
@@ -616,16 +616,15 @@ impl VirtualHost {
     }
 
     /// Deletes a queue nobody uses any more (`auto-delete`, `x-expires`). In a cluster the
-    /// metadata group deletes it, so that the other nodes drop their stand-ins too; it checks
+    /// catalog group deletes it, so that the other nodes drop their stand-ins too; it checks
     /// again there that the queue has no consumer (one may have come meanwhile).
     fn delete_unused_queue(&self, queue: &Arc<Queue>, what: &'static str) {
         let replicated = queue.definition().exclusive_owner.is_none();
-        if let Some(metadata) = self.metadata().filter(|_| replicated) {
+        if let Some(catalog) = self.catalog().filter(|_| replicated) {
             let (vhost, name) = (self.name.clone(), queue.name().to_string());
-            let op =
-                crate::metadata::DefinitionOp::DeleteQueue { name: name.clone(), if_unused: true, if_empty: false };
+            let op = crate::catalog::DefinitionOp::DeleteQueue { name: name.clone(), if_unused: true, if_empty: false };
             tokio::spawn(async move {
-                if let Err(error) = metadata.change(&vhost, op).await {
+                if let Err(error) = catalog.change(&vhost, op).await {
                     tracing::warn!(queue = %name, %error, "{what} queue not deleted");
                 }
             });

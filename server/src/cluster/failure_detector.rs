@@ -14,8 +14,8 @@
 //!   election timer turned on as well, until it has one (the last resort, should campaigns
 //!   keep failing).
 
+use super::catalog_group::METADATA_GROUP;
 use super::election::{self, Group, PreVoteAnswer, PreVoter};
-use super::metadata_group::METADATA_GROUP;
 use super::nodes::Nodes;
 use super::raft_router::RaftRouter;
 use super::raft_rpc::RaftGroupId;
@@ -139,8 +139,8 @@ fn look_after_groups(
     for (group, raft) in router.members() {
         watch.look_after(group, &raft);
     }
-    if let Some(metadata) = router.metadata() {
-        watch.look_after(RaftGroupId::new(METADATA_GROUP), metadata.raft());
+    if let Some(catalog) = router.catalog() {
+        watch.look_after(RaftGroupId::new(METADATA_GROUP), catalog.raft());
     }
     let still = std::mem::take(&mut watch.still);
     *leaderless = still;

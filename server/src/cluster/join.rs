@@ -5,17 +5,17 @@
 //! ones), since the cluster's definitions replace its own: RabbitMQ resets such a node;
 //! Warren refuses rather than delete data. It then
 //! 1. records the node it joins through as its seed (`DATA_DIR/cluster/joined-seeds`), so
-//!    that it never again initializes a metadata group of its own, even after a crash;
-//! 2. replaces its one-node metadata member by an empty one, which the cluster's leader
+//!    that it never again initializes a catalog group of its own, even after a crash;
+//! 2. replaces its one-node catalog member by an empty one, which the cluster's leader
 //!    fills by replication;
 //! 3. dials the node it joins ([`Transport::dial_to_join`](super::Transport::dial_to_join))
 //!    and asks it to take it in ([`JoinDesk`]): that node proposes an `AddNode` (name and
-//!    inter-node address) to the metadata group, on which every node learns to dial the
+//!    inter-node address) to the catalog group, on which every node learns to dial the
 //!    newcomer and counts it, and the group's leader makes it a learner, then a voter;
 //! 4. learns the other nodes and their addresses from the answer, and records them with its
 //!    seed.
 
-use super::metadata_group::{self, MetadataSettings, MetadataStartError};
+use super::catalog_group::{self, CatalogSettings, CatalogStartError};
 use super::nodes::Nodes;
 use super::peer_address::PeerAddress;
 use super::raft_router::{JoinDesk, RaftRouter};
@@ -27,7 +27,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-use warren_delivery::metadata::DefinitionOp;
+use warren_delivery::catalog::DefinitionOp;
 use warren_delivery::quorum::{ClusterFuture, Replication};
 use warren_delivery::{Broker, DEFAULT_VHOST};
 use warren_storage::LogConfig;
@@ -80,14 +80,14 @@ pub enum JoinError {
         /// Why.
         source: std::io::Error,
     },
-    /// The new metadata member did not start.
+    /// The new catalog member did not start.
     #[error(transparent)]
-    Metadata(#[from] MetadataStartError),
+    Catalog(#[from] CatalogStartError),
 }
 
 /// The seeds this node learnt when it joined a cluster (none if it never did).
 pub fn stored_seeds(data_dir: &Path) -> Result<Vec<PeerAddress>, JoinError> {
-    let path = metadata_group::cluster_dir(data_dir).join(JOINED_SEEDS_FILE);
+    let path = catalog_group::cluster_dir(data_dir).join(JOINED_SEEDS_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -100,7 +100,7 @@ pub fn stored_seeds(data_dir: &Path) -> Result<Vec<PeerAddress>, JoinError> {
 
 /// Replaces the stored seeds with `seeds`, atomically.
 fn store_seeds(data_dir: &Path, seeds: &[PeerAddress]) -> Result<(), JoinError> {
-    let dir = metadata_group::cluster_dir(data_dir);
+    let dir = catalog_group::cluster_dir(data_dir);
     let path = dir.join(JOINED_SEEDS_FILE);
     let io = |source| JoinError::Io { path: path.clone(), source };
     std::fs::create_dir_all(&dir).map_err(io)?;
@@ -118,20 +118,20 @@ pub struct Desk {
 }
 
 impl Desk {
-    /// Takes nodes into the cluster of `nodes`, through the metadata member `router` runs.
+    /// Takes nodes into the cluster of `nodes`, through the catalog member `router` runs.
     pub fn new(nodes: Arc<Nodes>, router: RaftRouter) -> Arc<Self> {
         Arc::new(Desk { nodes, router })
     }
 
     async fn take_in(nodes: Arc<Nodes>, router: RaftRouter, node: PeerAddress) -> Result<Vec<PeerAddress>, String> {
-        let metadata = router.metadata().ok_or("this node's metadata member is not running yet")?;
+        let catalog = router.catalog().ok_or("this node's catalog member is not running yet")?;
         let op = DefinitionOp::AddNode { name: node.name.clone(), address: node.address.clone() };
-        metadata.change(DEFAULT_VHOST, op).await.map_err(|e| e.to_string())?;
+        catalog.change(DEFAULT_VHOST, op).await.map_err(|e| e.to_string())?;
         let id = raft_node_id(&node.name);
         let deadline = tokio::time::Instant::now() + VOTER_WAIT;
-        while !metadata.raft().metrics().borrow().membership_config.membership().voter_ids().any(|v| v == id) {
+        while !catalog.raft().metrics().borrow().membership_config.membership().voter_ids().any(|v| v == id) {
             if tokio::time::Instant::now() > deadline {
-                return Err(format!("{} did not become a member of the metadata group in {VOTER_WAIT:?}", node.name));
+                return Err(format!("{} did not become a member of the catalog group in {VOTER_WAIT:?}", node.name));
             }
             tokio::time::sleep(VOTER_POLL).await;
         }
@@ -153,18 +153,18 @@ pub struct Joiner {
     router: RaftRouter,
     broker: Weak<Broker>,
     data_dir: PathBuf,
-    settings: MetadataSettings,
+    settings: CatalogSettings,
     log_config: LogConfig,
 }
 
 impl Joiner {
-    /// Joins for `cluster`'s node, whose metadata member `router` runs over `broker`.
+    /// Joins for `cluster`'s node, whose catalog member `router` runs over `broker`.
     pub fn new(
         cluster: &Arc<ClusterReplication>,
         router: RaftRouter,
         broker: &Arc<Broker>,
         data_dir: &Path,
-        settings: &MetadataSettings,
+        settings: &CatalogSettings,
         log_config: LogConfig,
     ) -> Self {
         Joiner {
@@ -186,7 +186,7 @@ impl Joiner {
         self.check_alone(&cluster, &target)?;
         check_empty(&broker)?;
         store_seeds(&self.data_dir, std::slice::from_ref(&target))?;
-        self.replace_metadata_member(&cluster, &broker).await?;
+        self.replace_catalog_member(&cluster, &broker).await?;
         let me =
             PeerAddress { name: cluster.nodes().me().to_string(), address: advertised(listen, &target).to_string() };
         let others = ask_to_join(cluster.transport(), &target, me).await?;
@@ -198,7 +198,7 @@ impl Joiner {
         Ok(cluster.node_names())
     }
 
-    /// Refuses a node whose metadata group has voters besides itself, and a join of itself.
+    /// Refuses a node whose catalog group has voters besides itself, and a join of itself.
     fn check_alone(&self, cluster: &ClusterReplication, target: &PeerAddress) -> Result<(), JoinError> {
         let me = cluster.node_id();
         if target.name == cluster.nodes().me() {
@@ -211,8 +211,8 @@ impl Joiner {
         if !seeded.is_empty() {
             return Err(JoinError::AlreadyClustered(seeded.join(", ")));
         }
-        let Some(metadata) = self.router.metadata() else { return Ok(()) };
-        let metrics = metadata.raft().metrics().borrow().clone();
+        let Some(catalog) = self.router.catalog() else { return Ok(()) };
+        let metrics = catalog.raft().metrics().borrow().clone();
         let others: Vec<String> = metrics
             .membership_config
             .membership()
@@ -227,21 +227,21 @@ impl Joiner {
         }
     }
 
-    /// Stops this node's metadata member, removes its files, and starts an empty one that
+    /// Stops this node's catalog member, removes its files, and starts an empty one that
     /// never initializes a group: the cluster's leader fills it.
-    async fn replace_metadata_member(
+    async fn replace_catalog_member(
         &self,
         cluster: &Arc<ClusterReplication>,
         broker: &Arc<Broker>,
     ) -> Result<(), JoinError> {
-        if let Some(old) = self.router.metadata() {
+        if let Some(old) = self.router.catalog() {
             if let Err(error) = old.raft().shutdown().await {
-                tracing::warn!(%error, "the metadata member replaced by join_cluster stopped uncleanly");
+                tracing::warn!(%error, "the catalog member replaced by join_cluster stopped uncleanly");
             }
         }
-        metadata_group::remove_member_files(&self.data_dir).map_err(|(path, source)| JoinError::Io { path, source })?;
+        catalog_group::remove_member_files(&self.data_dir).map_err(|(path, source)| JoinError::Io { path, source })?;
         let initialize = false;
-        metadata_group::start(
+        catalog_group::start(
             cluster,
             &self.router,
             broker,

@@ -14,14 +14,15 @@
 //! - [`raft_network`]: openraft's network for one group (sending RPCs, mapping errors).
 //! - [`raft_router`]: the local group members, by group, that incoming RPCs are handed to.
 //! - [`replication`]: the cluster as the broker core sees it (quorum queues' members, the
-//!   metadata group's forwarding).
-//! - [`metadata_group`]: starting this node's member of the metadata group.
+//!   catalog group's forwarding).
+//! - [`catalog_group`]: starting this node's member of the catalog group.
 //! - [`forwarding`]: client operations on queues of other nodes, in order per peer.
 //! - [`failure_detector`]: one watch per pair of nodes; heartbeats and elections of quorum
 //!   queues' groups when a node comes or goes.
 //! - [`nodes`]: the cluster's nodes as this node knows them, read by all of the above.
 //! - [`join`]: `join_cluster`, both sides: the joining node, and the node it joins through.
 
+pub mod catalog_group;
 mod connection;
 pub mod election;
 mod envelope;
@@ -33,7 +34,6 @@ mod handshake_slots;
 pub mod inbox;
 pub mod join;
 mod log_limiter;
-pub mod metadata_group;
 pub mod nodes;
 pub mod peer_address;
 pub mod raft_network;

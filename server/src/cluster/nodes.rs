@@ -2,7 +2,7 @@
 //! quorum queues' placement, forwarding and the failure detector all read, so that a node
 //! that joins (`join_cluster`) or leaves (`forget_cluster_node`) is seen by every part at once.
 //!
-//! A node is known from the seed list (`--peers`), from the metadata group (a node that
+//! A node is known from the seed list (`--peers`), from the catalog group (a node that
 //! joined later, with its address), or from the answer to this node's own `join_cluster`.
 //! Forgotten nodes stay in the directory (their Raft ids still name old log entries) but are
 //! no longer counted.

@@ -3,7 +3,7 @@
 //! the broker core's `Forwarder`.
 //!
 //! Owns: the registry of this node's group members ([`RaftRouter::register`] when a replica
-//! starts, [`RaftRouter::unregister`] when it stops; the metadata group's member once it
+//! starts, [`RaftRouter::unregister`] when it stops; the catalog group's member once it
 //! runs), and the bound on requests being handled at once ([`MAX_CONCURRENT_RAFT_RPCS`],
 //! for all groups together). A request is handled on its own
 //! task, so a slow group (a snapshot being installed) does not hold up the others; when the
@@ -11,9 +11,9 @@
 //! back-pressure does the rest. Nothing is queued per group. An RPC for a group this node
 //! does not run is answered [`RaftReply::UnknownGroup`].
 
+use super::catalog_group::METADATA_GROUP;
 use super::election::answer_pre_vote;
 use super::inbox::Responder;
-use super::metadata_group::METADATA_GROUP;
 use super::peer_address::PeerAddress;
 use super::raft_rpc::{RaftGroupId, RaftReply, RaftRpc, WireGroup};
 use super::service::{PeerRequest, PeerResponse};
@@ -22,15 +22,15 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 use tokio::sync::Semaphore;
+use warren_delivery::catalog::Catalog;
 use warren_delivery::clock::now_ms;
-use warren_delivery::metadata::Metadata;
 use warren_delivery::quorum::{CommandBatch, QuorumRaft};
 use warren_delivery::remote::{Forwarded, Forwarder};
 use warren_delivery::stream::{StreamChunk, StreamStateMachine};
 
 /// Raft RPCs handled at once on this node, over all groups.
 pub const MAX_CONCURRENT_RAFT_RPCS: usize = 64;
-/// The longest a peer may have this node wait for a metadata entry to be applied.
+/// The longest a peer may have this node wait for a catalog entry to be applied.
 const MAX_META_APPLIED_WAIT_MS: u64 = 10_000;
 /// Payload bytes one answer to a catching-up replica carries at most (a peer asking for more
 /// gets this much), well within a frame.
@@ -46,8 +46,8 @@ struct Shared {
     groups: Mutex<HashMap<RaftGroupId, Raft<QuorumRaft>>>,
     /// The replicated streams among the groups: their logs serve replicas catching up.
     streams: Mutex<HashMap<RaftGroupId, StreamStateMachine>>,
-    /// This node's metadata member; replaced when the node joins a cluster.
-    metadata: Mutex<Option<Arc<Metadata>>>,
+    /// This node's catalog member; replaced when the node joins a cluster.
+    catalog: Mutex<Option<Arc<Catalog>>>,
     /// Answers nodes asking to join the cluster.
     joins: OnceLock<Arc<dyn JoinDesk>>,
     /// Where forwarded client operations go.
@@ -70,7 +70,7 @@ impl RaftRouter {
         let shared = Shared {
             groups: Mutex::default(),
             streams: Mutex::default(),
-            metadata: Mutex::default(),
+            catalog: Mutex::default(),
             joins: OnceLock::new(),
             forwarder: OnceLock::new(),
             peers_up: Mutex::default(),
@@ -104,15 +104,15 @@ impl RaftRouter {
         machine.read_chunk(from, max_bytes.min(MAX_STREAM_READ_BYTES)).map_err(|e| e.to_string())
     }
 
-    /// Routes the metadata group's RPCs and proposals to this node's member (in place of
+    /// Routes the catalog group's RPCs and proposals to this node's member (in place of
     /// the one before, if any).
-    pub fn set_metadata(&self, metadata: Arc<Metadata>) {
-        *self.shared.metadata.lock().unwrap_or_else(PoisonError::into_inner) = Some(metadata);
+    pub fn set_catalog(&self, catalog: Arc<Catalog>) {
+        *self.shared.catalog.lock().unwrap_or_else(PoisonError::into_inner) = Some(catalog);
     }
 
-    /// This node's member of the metadata group, once it runs.
-    pub fn metadata(&self) -> Option<Arc<Metadata>> {
-        self.shared.metadata.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    /// This node's member of the catalog group, once it runs.
+    pub fn catalog(&self) -> Option<Arc<Catalog>> {
+        self.shared.catalog.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Hands nodes asking to join the cluster to `desk` (once).
@@ -165,7 +165,7 @@ impl RaftRouter {
     /// Handles `request` from node `from` on its own task and answers through `responder`;
     /// waits first while [`MAX_CONCURRENT_RAFT_RPCS`] are being handled.
     pub async fn dispatch(&self, from: String, request: PeerRequest, responder: Responder<PeerResponse>) {
-        // A wait for the metadata to be applied takes no permit: it lasts while this node
+        // A wait for the catalog to be applied takes no permit: it lasts while this node
         // catches up, through the very RPCs the permits are for. A pre-vote takes none either:
         // it is answered at once, and an election should not queue behind a snapshot.
         let permit = match request {
@@ -189,9 +189,9 @@ impl RaftRouter {
         match request {
             PeerRequest::Ping => PeerResponse::Pong,
             PeerRequest::Raft { group, rpc } => PeerResponse::Raft(Box::new(self.handle(&group, *rpc).await)),
-            PeerRequest::MetaRaft { rpc } => {
-                let reply = match self.metadata() {
-                    Some(metadata) => handle_rpc(&metadata.raft().clone(), *rpc).await,
+            PeerRequest::CatalogRaft { rpc } => {
+                let reply = match self.catalog() {
+                    Some(catalog) => handle_rpc(&catalog.raft().clone(), *rpc).await,
                     None => RaftReply::UnknownGroup,
                 };
                 PeerResponse::Raft(Box::new(reply))
@@ -208,20 +208,20 @@ impl RaftRouter {
                 },
                 None => Err(format!("this node runs no member of {group}")),
             }),
-            PeerRequest::ProposeMeta { command } => PeerResponse::MetaProposed(match self.metadata() {
-                Some(metadata) => metadata.submit(command).await,
-                None => Err("this node's metadata member is not running yet".into()),
+            PeerRequest::ProposeMeta { command } => PeerResponse::MetaProposed(match self.catalog() {
+                Some(catalog) => catalog.submit(command).await,
+                None => Err("this node's catalog member is not running yet".into()),
             }),
             PeerRequest::MetaApplied { index, within_ms } => {
                 let within = Duration::from_millis(within_ms.min(MAX_META_APPLIED_WAIT_MS));
-                PeerResponse::MetaApplied(match self.metadata() {
-                    Some(metadata) => metadata.machine().applied_within(index, within).await,
+                PeerResponse::MetaApplied(match self.catalog() {
+                    Some(catalog) => catalog.machine().applied_within(index, within).await,
                     None => false,
                 })
             }
-            PeerRequest::MetaReadIndex => PeerResponse::MetaReadIndex(match self.metadata() {
-                Some(metadata) => metadata.leader_read_index().await,
-                None => Err("this node's metadata member is not running yet".into()),
+            PeerRequest::MetaReadIndex => PeerResponse::MetaReadIndex(match self.catalog() {
+                Some(catalog) => catalog.leader_read_index().await,
+                None => Err("this node's catalog member is not running yet".into()),
             }),
             PeerRequest::Join { node } => PeerResponse::Joined(match self.shared.joins.get() {
                 Some(desk) => desk.admit(node).await,
@@ -235,8 +235,8 @@ impl RaftRouter {
             }
             PeerRequest::PreVote { group, last_log_index } => {
                 let is_up = |id| self.peer_is_up(id);
-                PeerResponse::PreVote(match self.metadata().filter(|_| group.0 == METADATA_GROUP) {
-                    Some(metadata) => Some(answer_pre_vote(metadata.raft(), last_log_index, is_up)),
+                PeerResponse::PreVote(match self.catalog().filter(|_| group.0 == METADATA_GROUP) {
+                    Some(catalog) => Some(answer_pre_vote(catalog.raft(), last_log_index, is_up)),
                     None => self.get(&group).map(|raft| answer_pre_vote(&raft, last_log_index, is_up)),
                 })
             }

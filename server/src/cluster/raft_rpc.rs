@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Cursor;
-use warren_delivery::metadata::MetaRaft;
+use warren_delivery::catalog::CatalogRaft;
 use warren_delivery::node::NodeId;
 use warren_delivery::quorum::QuorumRaft;
 
@@ -60,7 +60,7 @@ pub enum RaftRpc<C: RaftTypeConfig = QuorumRaft> {
     InstallSnapshot(InstallSnapshotRequest<C>),
 }
 
-/// A kind of Raft group the cluster runs (quorum queues, the metadata group): its type
+/// A kind of Raft group the cluster runs (quorum queues, the catalog group): its type
 /// config, and how its RPCs travel in the broker's inter-node messages.
 pub trait WireGroup: RaftTypeConfig<NodeId = u64, Node = BasicNode, SnapshotData = Cursor<Vec<u8>>> {
     /// `rpc` for this node's member of `group`, as a request.
@@ -73,9 +73,9 @@ impl WireGroup for QuorumRaft {
     }
 }
 
-impl WireGroup for MetaRaft {
+impl WireGroup for CatalogRaft {
     fn request(_group: RaftGroupId, rpc: RaftRpc<Self>) -> PeerRequest {
-        PeerRequest::MetaRaft { rpc: Box::new(rpc) }
+        PeerRequest::CatalogRaft { rpc: Box::new(rpc) }
     }
 }
 

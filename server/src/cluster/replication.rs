@@ -1,5 +1,5 @@
 //! The cluster as the broker core sees it: [`ClusterReplication`] implements the core's
-//! `Replication` (quorum queues' groups) and `MetaForwarding` (the metadata group) over the
+//! `Replication` (quorum queues' groups) and `CatalogForwarding` (the catalog group) over the
 //! transport. It knows the nodes (this one and the seeds), chooses a new quorum queue's
 //! members, starts group members on the transport with their RPCs routed by the
 //! [`RaftRouter`], and hands proposals to leaders on other nodes.
@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
+use warren_delivery::catalog::{CatalogCommand, CatalogForwarding};
 use warren_delivery::feature_flags::{self, NodeVersions};
-use warren_delivery::metadata::{MetaCommand, MetaForwarding};
 use warren_delivery::queue::LeaderLocator;
 use warren_delivery::quorum::{
     ClusterFuture, CommandBatch, GroupMachine, InitialMembers, ProposeError, QuorumRaft, Replication, Response,
@@ -47,9 +47,9 @@ pub struct ClusterReplication {
     nodes: Arc<Nodes>,
     transport: ClusterTransport,
     router: RaftRouter,
-    /// Members the metadata group decided, until the queue's group is created.
+    /// Members the catalog group decided, until the queue's group is created.
     planned: Mutex<HashMap<(String, String), InitialMembers>>,
-    /// How this node joins another cluster, once its metadata member runs.
+    /// How this node joins another cluster, once its catalog member runs.
     joiner: OnceLock<Joiner>,
 }
 
@@ -127,11 +127,11 @@ impl ClusterReplication {
         self.nodes.name_of(id).ok_or_else(|| format!("no node has Raft id {id}"))
     }
 
-    /// Changes the metadata group's voters to the nodes counted now, if this node leads it
+    /// Changes the catalog group's voters to the nodes counted now, if this node leads it
     /// (a joined node first becomes a learner and catches up).
-    fn update_metadata_voters(&self, joined: Option<u64>) {
-        let Some(metadata) = self.router.metadata() else { return };
-        let raft = metadata.raft().clone();
+    fn update_catalog_voters(&self, joined: Option<u64>) {
+        let Some(catalog) = self.router.catalog() else { return };
+        let raft = catalog.raft().clone();
         if raft.metrics().borrow().current_leader != Some(self.node_id()) {
             return;
         }
@@ -141,13 +141,13 @@ impl ClusterReplication {
         tokio::spawn(async move {
             if let Some((id, node)) = learner {
                 if let Err(error) = raft.add_learner(id, node, true).await {
-                    tracing::warn!(node_id = id, %error, "cannot add a joining node to the metadata group");
+                    tracing::warn!(node_id = id, %error, "cannot add a joining node to the catalog group");
                     return;
                 }
             }
             match raft.change_membership(voters.clone(), false).await {
-                Ok(_) => tracing::info!(?voters, "the metadata group's voters changed"),
-                Err(error) => tracing::warn!(%error, "cannot change the metadata group's voters"),
+                Ok(_) => tracing::info!(?voters, "the catalog group's voters changed"),
+                Err(error) => tracing::warn!(%error, "cannot change the catalog group's voters"),
             }
         });
     }
@@ -213,14 +213,14 @@ impl Replication for ClusterReplication {
         })
     }
 
-    /// The node is no longer counted; if this node leads the metadata group, it removes the
+    /// The node is no longer counted; if this node leads the catalog group, it removes the
     /// node from the group.
     fn forget_node(&self, id: u64) {
         self.nodes.forget(id);
-        self.update_metadata_voters(None);
+        self.update_catalog_voters(None);
     }
 
-    /// The node is counted and dialled; if this node leads the metadata group, it makes the
+    /// The node is counted and dialled; if this node leads the catalog group, it makes the
     /// node a member of the group.
     fn add_node(&self, name: &str, address: &str) {
         let node = PeerAddress { name: name.to_string(), address: address.to_string() };
@@ -228,7 +228,7 @@ impl Replication for ClusterReplication {
             tracing::info!(node = %node, "a node joined the cluster");
         }
         self.transport.add_peer(&node);
-        self.update_metadata_voters(Some(raft_node_id(name)));
+        self.update_catalog_voters(Some(raft_node_id(name)));
     }
 
     fn is_node_up(&self, id: u64) -> bool {
@@ -335,7 +335,7 @@ impl warren_webui::ClusterView for ClusterReplication {
     fn join_cluster(&self, target: &str) -> ClusterFuture<Result<Vec<String>, String>> {
         let target = target.parse::<PeerAddress>().map_err(|e| format!("{e} (give the node as name@host:port)"));
         let Some(joiner) = self.joiner.get() else {
-            return Box::pin(async { Err("this node's metadata member is not running yet".to_string()) });
+            return Box::pin(async { Err("this node's catalog member is not running yet".to_string()) });
         };
         let joiner = joiner.clone();
         Box::pin(async move { joiner.join(target?).await.map_err(|e| e.to_string()) })
@@ -369,15 +369,15 @@ impl warren_webui::ClusterView for OneNode {
     }
 }
 
-impl MetaForwarding for ClusterReplication {
-    fn propose_to(&self, leader: u64, command: MetaCommand) -> ClusterFuture<Result<u64, String>> {
+impl CatalogForwarding for ClusterReplication {
+    fn propose_to(&self, leader: u64, command: CatalogCommand) -> ClusterFuture<Result<u64, String>> {
         let node = self.node_name_of(leader);
         let transport = self.transport.clone();
         Box::pin(async move {
             let request = PeerRequest::ProposeMeta { command };
             match transport.request_within(&node?, request, PROPOSAL_TIMEOUT).await.map_err(|e| e.to_string())? {
                 PeerResponse::MetaProposed(result) => result,
-                other => Err(format!("unexpected answer to a metadata proposal: {other:?}")),
+                other => Err(format!("unexpected answer to a catalog proposal: {other:?}")),
             }
         })
     }
@@ -407,7 +407,7 @@ impl MetaForwarding for ClusterReplication {
     }
 }
 
-/// Waits until `peer` has applied the metadata entry at `index`, for as long as it is
+/// Waits until `peer` has applied the catalog entry at `index`, for as long as it is
 /// reachable, and at most until `deadline`.
 async fn wait_until_applied_on(transport: &ClusterTransport, peer: &str, index: u64, deadline: Instant) {
     loop {

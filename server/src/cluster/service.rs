@@ -16,8 +16,8 @@ use crate::config::ClusterSettings;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
+use warren_delivery::catalog::{CatalogCommand, CatalogRaft};
 use warren_delivery::client_text::sanitize;
-use warren_delivery::metadata::{MetaCommand, MetaRaft};
 use warren_delivery::quorum::{CommandBatch, Response};
 use warren_delivery::remote::Forwarded;
 use warren_delivery::stream::StreamChunk;
@@ -35,11 +35,11 @@ pub enum PeerRequest {
         /// The RPC (boxed: it is far larger than the other requests).
         rpc: Box<RaftRpc>,
     },
-    /// A Raft RPC for the local member of the metadata group. Answered with
+    /// A Raft RPC for the local member of the catalog group. Answered with
     /// [`PeerResponse::Raft`].
-    MetaRaft {
+    CatalogRaft {
         /// The RPC.
-        rpc: Box<RaftRpc<MetaRaft>>,
+        rpc: Box<RaftRpc<CatalogRaft>>,
     },
     /// Commands for quorum queue group `group`, for its leader to propose. Answered with
     /// [`PeerResponse::Proposed`].
@@ -49,13 +49,13 @@ pub enum PeerRequest {
         /// The commands.
         batch: CommandBatch,
     },
-    /// A definition change for the metadata group's leader to propose. Answered with
+    /// A definition change for the catalog group's leader to propose. Answered with
     /// [`PeerResponse::MetaProposed`].
     ProposeMeta {
         /// The change.
-        command: MetaCommand,
+        command: CatalogCommand,
     },
-    /// Answer once this node's metadata member has applied the entry at `index`, or after
+    /// Answer once this node's catalog member has applied the entry at `index`, or after
     /// `within_ms` (capped) with what it has. Answered with [`PeerResponse::MetaApplied`].
     MetaApplied {
         /// The entry's log index.
@@ -63,13 +63,13 @@ pub enum PeerRequest {
         /// How long to wait for it, in ms.
         within_ms: u64,
     },
-    /// The metadata group's read index, from its leader: the log index up to which every
+    /// The catalog group's read index, from its leader: the log index up to which every
     /// change committed before the request lies. Answered with [`PeerResponse::MetaReadIndex`].
     MetaReadIndex,
     /// A client operation on a queue of another node, or what comes back of one (one-way).
     Forwarded(Forwarded),
     /// `join_cluster`: node `node` (its name and where to dial it) asks to become a member.
-    /// Answered with [`PeerResponse::Joined`] once it is a voter of the metadata group.
+    /// Answered with [`PeerResponse::Joined`] once it is a voter of the catalog group.
     Join {
         /// The joining node.
         node: PeerAddress,
@@ -103,7 +103,7 @@ pub enum PeerRequest {
 pub enum PeerResponse {
     /// The answer to [`PeerRequest::Ping`].
     Pong,
-    /// The answer to [`PeerRequest::Raft`] and [`PeerRequest::MetaRaft`].
+    /// The answer to [`PeerRequest::Raft`] and [`PeerRequest::CatalogRaft`].
     Raft(Box<RaftReply>),
     /// The answer to [`PeerRequest::Propose`]: the responses of the commands once applied,
     /// or why they were not.

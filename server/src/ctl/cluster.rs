@@ -22,7 +22,8 @@ pub fn cluster_status(client: &Client) -> Result<(), CtlError> {
 pub fn metadata_store_status(client: &Client) -> Result<(), CtlError> {
     let nodes = client.get("/api/nodes")?;
     let status = nodes.as_array().into_iter().flatten().find_map(|node| node["metadata_store"].as_object());
-    let status = status.ok_or_else(|| CtlError::Failed("the node did not report its metadata store".into()))?;
+    let status =
+        status.ok_or_else(|| CtlError::Failed("the node did not report its catalog (metadata store)".into()))?;
     for (key, value) in status {
         let value = value.as_str().map_or_else(|| value.to_string(), str::to_string);
         say(&format!("{key} {value}\n"));

@@ -3,7 +3,7 @@
 //! `/api/vhosts/{vhost}/permissions`, `/api/permissions[/{vhost}/{user}]`,
 //! `/api/vhost-limits[/{vhost}[/{name}]]`, `/api/whoami`. Users, permissions and changes are
 //! for administrators, as in RabbitMQ (a password hash is never shown to anyone else); they go
-//! through the broker's access control (the cluster's metadata group in a cluster), which
+//! through the broker's access control (the catalog), which
 //! stores them. The JSON forms here serve definitions export and import too.
 
 use super::Management;

@@ -17,8 +17,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use warren_delivery::catalog::DefinitionOp;
 use warren_delivery::exchange::{Binding, Destination};
-use warren_delivery::metadata::DefinitionOp;
 use warren_delivery::VirtualHost;
 
 /// The binding routes.
@@ -252,7 +252,7 @@ async fn create(
         routing_key: body.routing_key,
         arguments,
     };
-    warren_delivery::metadata::change(&host, op).await?;
+    warren_delivery::catalog::change(&host, op).await?;
     Ok((StatusCode::CREATED, [(header::LOCATION, properties_key(&binding))]).into_response())
 }
 
@@ -269,6 +269,6 @@ async fn remove(
         routing_key: listed.binding.routing_key,
         arguments: listed.binding.arguments,
     };
-    warren_delivery::metadata::change(&host, op).await?;
+    warren_delivery::catalog::change(&host, op).await?;
     Ok(StatusCode::NO_CONTENT)
 }

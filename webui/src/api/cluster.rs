@@ -78,9 +78,9 @@ async fn nodes(State(api): State<Management>) -> Json<Value> {
         let mut shown = serde_json::to_value(node).unwrap_or_default();
         if let (true, Value::Object(fields)) = (is_local, &mut shown) {
             fields.extend(super::alarms::node_fields(&api));
-            if let Some(metadata) = api.broker().metadata() {
+            if let Some(catalog) = api.broker().catalog() {
                 fields
-                    .insert("metadata_store".into(), serde_json::to_value(metadata.store_status()).unwrap_or_default());
+                    .insert("metadata_store".into(), serde_json::to_value(catalog.store_status()).unwrap_or_default());
             }
         }
         shown
@@ -125,11 +125,11 @@ async fn change_replicas(
     change: ReplicaChange,
 ) -> Result<StatusCode, ApiError> {
     let host = api.vhost(vhost)?;
-    let metadata = host.metadata().ok_or_else(not_clustered)?;
+    let catalog = host.catalog().ok_or_else(not_clustered)?;
     known_node(api, node)?;
     match change {
-        ReplicaChange::Add => metadata.add_member(&host, queue, node).await?,
-        ReplicaChange::Delete => metadata.delete_member(vhost, queue, node).await?,
+        ReplicaChange::Add => catalog.add_member(&host, queue, node).await?,
+        ReplicaChange::Delete => catalog.delete_member(vhost, queue, node).await?,
     }
     Ok(StatusCode::NO_CONTENT)
 }
@@ -158,8 +158,8 @@ fn replicated_queues(
 async fn grow(State(api): State<Management>, Path(node): Path<String>) -> Result<StatusCode, ApiError> {
     known_node(&api, &node)?;
     for (vhost, queue) in replicated_queues(&api, &[QueueType::Quorum], &node, false) {
-        let metadata = vhost.metadata().ok_or_else(not_clustered)?;
-        metadata.add_member(&vhost, queue.name(), &node).await?;
+        let catalog = vhost.catalog().ok_or_else(not_clustered)?;
+        catalog.add_member(&vhost, queue.name(), &node).await?;
     }
     Ok(StatusCode::NO_CONTENT)
 }
@@ -167,15 +167,15 @@ async fn grow(State(api): State<Management>, Path(node): Path<String>) -> Result
 /// rabbitmq-queues `shrink NODE`: every quorum queue here with a replica on `node` loses it.
 async fn shrink(State(api): State<Management>, Path(node): Path<String>) -> Result<StatusCode, ApiError> {
     for (vhost, queue) in replicated_queues(&api, &[QueueType::Quorum], &node, true) {
-        let metadata = vhost.metadata().ok_or_else(not_clustered)?;
-        metadata.delete_member(vhost.name(), queue.name(), &node).await?;
+        let catalog = vhost.catalog().ok_or_else(not_clustered)?;
+        catalog.delete_member(vhost.name(), queue.name(), &node).await?;
     }
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// rabbitmqctl `forget_cluster_node NODE` (a Warren extension of the API: RabbitMQ has no
 /// route for it): `node`, stopped, leaves the cluster. Its replicas of quorum queues and
-/// streams are removed first (as `shrink` does), then the metadata group stops counting it.
+/// streams are removed first (as `shrink` does), then the catalog group stops counting it.
 async fn forget_node(State(api): State<Management>, Path(node): Path<String>) -> Result<StatusCode, ApiError> {
     let bad_request = |text: String| ApiError::new(StatusCode::BAD_REQUEST, text);
     if node == api.cluster.local_node() {
@@ -186,19 +186,19 @@ async fn forget_node(State(api): State<Management>, Path(node): Path<String>) ->
         return Err(bad_request(format!("{node} is running: stop it first, then forget it")));
     }
     for (vhost, queue) in replicated_queues(&api, &[QueueType::Quorum, QueueType::Stream], &node, true) {
-        let metadata = vhost.metadata().ok_or_else(not_clustered)?;
-        metadata.delete_member(vhost.name(), queue.name(), &node).await?;
+        let catalog = vhost.catalog().ok_or_else(not_clustered)?;
+        catalog.delete_member(vhost.name(), queue.name(), &node).await?;
     }
-    // Any vhost's handle reaches the metadata group; the change is not about one.
+    // Any vhost's handle reaches the catalog group; the change is not about one.
     let vhost = api.broker().vhosts().into_iter().next().ok_or_else(not_clustered)?;
-    let metadata = vhost.metadata().ok_or_else(not_clustered)?;
-    metadata.change(vhost.name(), warren_delivery::metadata::DefinitionOp::ForgetNode { node_id }).await?;
+    let catalog = vhost.catalog().ok_or_else(not_clustered)?;
+    catalog.change(vhost.name(), warren_delivery::catalog::DefinitionOp::ForgetNode { node_id }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// rabbitmqctl `join_cluster NODE` (a Warren extension of the API, as `forget_node`): this
 /// node joins the cluster of the node named in the body (`{"node": "name@host:port"}`, its
-/// inter-node address). Answers the cluster's nodes once this one votes in its metadata group.
+/// inter-node address). Answers the cluster's nodes once this one votes in its catalog group.
 async fn join_cluster(
     State(api): State<Management>,
     JsonBody(request): JsonBody<NodeRequest>,

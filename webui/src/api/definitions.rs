@@ -20,8 +20,8 @@ use axum::Json;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_delivery::access::AccessChange;
+use warren_delivery::catalog::DefinitionOp;
 use warren_delivery::exchange::{Destination, Exchange};
-use warren_delivery::metadata::DefinitionOp;
 use warren_delivery::policy::PolicyKind;
 use warren_delivery::Queue;
 
@@ -299,7 +299,7 @@ async fn apply(
         Ok(arguments) => arguments,
         Err(why) => return report.skip(kind, &name, why),
     };
-    match warren_delivery::metadata::change(&host, op(arguments)).await {
+    match warren_delivery::catalog::change(&host, op(arguments)).await {
         Ok(_) => report.applied += 1,
         Err(error) => report.skip(kind, &name, error.text),
     }

@@ -25,9 +25,9 @@ pub(super) fn routes(table: &mut RouteTable) {
 
 /// Whether `flag` is enabled on this node's cluster.
 fn is_enabled(api: &Management, flag: &FeatureFlag) -> bool {
-    match api.broker().metadata() {
-        Some(metadata) => match flag.machine {
-            feature_flags::Machine::Catalog => flag.enabled_at(metadata.machine_version()),
+    match api.broker().catalog() {
+        Some(catalog) => match flag.machine {
+            feature_flags::Machine::Catalog => flag.enabled_at(catalog.machine_version()),
         },
         None => true,
     }
@@ -56,7 +56,7 @@ async fn enable(State(api): State<Management>, Path(name): Path<String>) -> Resu
         let known: Vec<&str> = FEATURE_FLAGS.iter().map(|flag| flag.name).collect();
         ApiError::new(StatusCode::NOT_FOUND, format!("no feature flag '{name}' (known: {})", known.join(", ")))
     })?;
-    let Some(metadata) = api.broker().metadata() else { return Ok(StatusCode::NO_CONTENT) };
+    let Some(catalog) = api.broker().catalog() else { return Ok(StatusCode::NO_CONTENT) };
     if is_enabled(&api, flag) {
         return Ok(StatusCode::NO_CONTENT);
     }
@@ -64,7 +64,7 @@ async fn enable(State(api): State<Management>, Path(name): Path<String>) -> Resu
     if let Some(why) = feature_flags::why_not_enabled(flag, &nodes) {
         return Err(ApiError::new(StatusCode::CONFLICT, why));
     }
-    metadata.set_machine_version(flag.version).await?;
+    catalog.set_machine_version(flag.version).await?;
     tracing::info!(flag = flag.name, version = flag.version, "feature flag enabled");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,15 +1,15 @@
-//! [`Metadata`]: how a node changes definitions through the metadata group. The change is
+//! [`Catalog`]: how a node changes definitions through the catalog group. The change is
 //! proposed to the leader (this node's member, or another node's through
-//! [`MetaForwarding`]); once it is committed and applied here, and applied on every other
+//! [`CatalogForwarding`]); once it is committed and applied here, and applied on every other
 //! node that is reachable (however slow it is, up to [`PEERS_APPLY_MAX_WAIT_MS`]), the caller gets this
 //! node's own result. So whatever the client does next, on this node or through a connection
 //! to another, sees the change: a queue declared through one node can be published to
 //! through the next at once, as with RabbitMQ, whose definitions are changed on every node
 //! before the `-ok`.
 
-use super::command::{DefinitionOp, MetaCommand, MetaOutcome};
+use super::command::{CatalogCommand, ChangeOutcome, DefinitionOp};
 use super::local::Changed;
-use super::machine::{MetaRaft, MetaStateMachine};
+use super::machine::{CatalogMachine, CatalogRaft};
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::feature_flags::{CATALOG_SNAPSHOTS, POLICIES};
 use crate::quorum::{ClusterFuture, Replication};
@@ -17,7 +17,7 @@ use openraft::Raft;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long a change waits for the metadata group to have a leader.
+/// How long a change waits for the catalog group to have a leader.
 const LEADER_WAIT_MS: u64 = 5_000;
 /// How long a change waits, at most, for the other nodes to apply it. A node that is
 /// reachable is waited for, however slow (a busy machine, a node catching up after a
@@ -26,16 +26,16 @@ const LEADER_WAIT_MS: u64 = 5_000;
 /// timing: a wait this long means that node is broken.
 pub const PEERS_APPLY_MAX_WAIT_MS: u64 = 30_000;
 
-/// What the metadata group needs of the other nodes.
-pub trait MetaForwarding: Send + Sync + std::fmt::Debug + 'static {
+/// What the catalog group needs of the other nodes.
+pub trait CatalogForwarding: Send + Sync + std::fmt::Debug + 'static {
     /// Submits `command` to node `leader`'s member; returns the log index it was committed at.
-    fn propose_to(&self, leader: u64, command: MetaCommand) -> ClusterFuture<Result<u64, String>>;
+    fn propose_to(&self, leader: u64, command: CatalogCommand) -> ClusterFuture<Result<u64, String>>;
 
     /// Resolves once every other node reachable now has applied the entry at `index`, or is
     /// no longer reachable, or `within` has passed.
     fn applied_on_peers(&self, index: u64, within: Duration) -> ClusterFuture<()>;
 
-    /// Node `leader`'s read index ([`Metadata::leader_read_index`]).
+    /// Node `leader`'s read index ([`Catalog::leader_read_index`]).
     fn read_index_of(&self, leader: u64) -> ClusterFuture<Result<u64, String>>;
 }
 
@@ -44,8 +44,8 @@ pub trait MetaForwarding: Send + Sync + std::fmt::Debug + 'static {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoOtherNodes;
 
-impl MetaForwarding for NoOtherNodes {
-    fn propose_to(&self, leader: u64, _command: MetaCommand) -> ClusterFuture<Result<u64, String>> {
+impl CatalogForwarding for NoOtherNodes {
+    fn propose_to(&self, leader: u64, _command: CatalogCommand) -> ClusterFuture<Result<u64, String>> {
         Box::pin(async move { Err(format!("node {leader} is not this node, and this node is alone")) })
     }
 
@@ -79,43 +79,43 @@ pub struct StoreStatus {
     pub machine_version: u16,
 }
 
-/// This node's side of the metadata group.
-pub struct Metadata {
-    raft: Raft<MetaRaft>,
-    machine: MetaStateMachine,
-    forwarding: Arc<dyn MetaForwarding>,
+/// This node's side of the catalog group.
+pub struct Catalog {
+    raft: Raft<CatalogRaft>,
+    machine: CatalogMachine,
+    forwarding: Arc<dyn CatalogForwarding>,
     replication: Arc<dyn Replication>,
 }
 
-impl std::fmt::Debug for Metadata {
+impl std::fmt::Debug for Catalog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Metadata").field("machine", &self.machine).finish_non_exhaustive()
+        f.debug_struct("Catalog").field("machine", &self.machine).finish_non_exhaustive()
     }
 }
 
 fn unavailable(why: impl std::fmt::Display) -> BrokerError {
-    BrokerError::new(ReplyCode::InternalError, format!("the cluster's metadata group cannot take the change: {why}"))
+    BrokerError::new(ReplyCode::InternalError, format!("the catalog cannot take the change: {why}"))
 }
 
-impl Metadata {
+impl Catalog {
     /// This node's member `raft` over `machine`; changes to make on another node go through
     /// `forwarding`, quorum queues' members are chosen by `replication`.
     pub fn new(
-        raft: Raft<MetaRaft>,
-        machine: MetaStateMachine,
-        forwarding: Arc<dyn MetaForwarding>,
+        raft: Raft<CatalogRaft>,
+        machine: CatalogMachine,
+        forwarding: Arc<dyn CatalogForwarding>,
         replication: Arc<dyn Replication>,
     ) -> Arc<Self> {
-        Arc::new(Metadata { raft, machine, forwarding, replication })
+        Arc::new(Catalog { raft, machine, forwarding, replication })
     }
 
     /// This node's member of the group.
-    pub fn raft(&self) -> &Raft<MetaRaft> {
+    pub fn raft(&self) -> &Raft<CatalogRaft> {
         &self.raft
     }
 
     /// This node's state machine.
-    pub fn machine(&self) -> &MetaStateMachine {
+    pub fn machine(&self) -> &CatalogMachine {
         &self.machine
     }
 
@@ -142,13 +142,13 @@ impl Metadata {
 
     /// Makes `op` in `vhost` on every node; returns this node's result once it is applied
     /// here. A quorum queue's or a stream's members are chosen here, the declaring node first.
-    pub async fn change(&self, vhost: &str, op: DefinitionOp) -> BrokerResult<MetaOutcome> {
+    pub async fn change(self: &Arc<Self>, vhost: &str, op: DefinitionOp) -> BrokerResult<ChangeOutcome> {
         self.change_holding(vhost, op).await.map(|changed| changed.outcome)
     }
 
-    /// [`Metadata::change`], with a queue it deleted held for the caller: its consumers here
+    /// [`Catalog::change`], with a queue it deleted held for the caller: its consumers here
     /// are told when the caller drops it, after its `-ok`.
-    pub async fn change_holding(&self, vhost: &str, mut op: DefinitionOp) -> BrokerResult<Changed> {
+    pub async fn change_holding(self: &Arc<Self>, vhost: &str, mut op: DefinitionOp) -> BrokerResult<Changed> {
         if let DefinitionOp::DeclareQueue { name, arguments, members, .. } = &mut op {
             let parsed = crate::queue::QueueArguments::parse(arguments)?;
             if parsed.queue_type.is_replicated() {
@@ -157,15 +157,28 @@ impl Metadata {
             }
         }
         let op = self.replicated_if_delayed(vhost, op);
-        let command = MetaCommand { origin: self.replication.node_id(), vhost: vhost.to_string(), op };
+        let command = CatalogCommand { origin: self.replication.node_id(), vhost: vhost.to_string(), op };
+        // Once proposed, a change runs to its end even if the caller goes away (its client hung
+        // up while it waited): a queue it deletes is then taken and let go here, so that its
+        // consumers are told, instead of being held for a caller that never comes.
+        let catalog = Arc::clone(self);
+        let (index, result) = tokio::spawn(async move { catalog.propose_and_apply(command).await })
+            .await
+            .map_err(|error| unavailable(format!("its proposer stopped: {error}")))??;
+        self.forwarding.applied_on_peers(index, Duration::from_millis(PEERS_APPLY_MAX_WAIT_MS)).await;
+        result
+    }
+
+    /// Proposes `command`, waits until it is applied here; its index and this node's result,
+    /// with the queue it deleted.
+    async fn propose_and_apply(&self, command: CatalogCommand) -> BrokerResult<(u64, BrokerResult<Changed>)> {
         let index = self.submit(command).await.map_err(unavailable)?;
         let result = match self.machine.applied(index).await {
             Some(result) => result,
             None => Err(unavailable("its result here was lost")),
         };
         let deleted = self.machine.take_deleted(index);
-        self.forwarding.applied_on_peers(index, Duration::from_millis(PEERS_APPLY_MAX_WAIT_MS)).await;
-        result.map(|outcome| Changed { outcome, deleted })
+        Ok((index, result.map(|outcome| Changed { outcome, deleted })))
     }
 
     /// A durable delayed exchange's declare, with the members its pending set is replicated
@@ -183,7 +196,7 @@ impl Metadata {
     }
 
     /// Makes an access control change on every node; returns once it is applied here.
-    pub async fn change_access(&self, change: crate::access::AccessChange) -> BrokerResult<()> {
+    pub async fn change_access(self: &Arc<Self>, change: crate::access::AccessChange) -> BrokerResult<()> {
         // A node of a release before policies could not read the entry.
         if change.needs_policies_flag() && !POLICIES.enabled_at(self.machine_version()) {
             return Err(BrokerError::precondition_failed(format!(
@@ -197,7 +210,12 @@ impl Metadata {
 
     /// Adds a member on node `node` to quorum queue or replicated stream `queue` of `vhost` (this node must have
     /// the queue: its definition goes to the new member).
-    pub async fn add_member(&self, vhost: &crate::vhost::VirtualHost, queue: &str, node: &str) -> BrokerResult<()> {
+    pub async fn add_member(
+        self: &Arc<Self>,
+        vhost: &crate::vhost::VirtualHost,
+        queue: &str,
+        node: &str,
+    ) -> BrokerResult<()> {
         let local = vhost.queue(queue)?;
         if local.replicas().is_none() {
             let text = format!("queue '{queue}' is not a quorum queue or a replicated stream on this node");
@@ -213,7 +231,7 @@ impl Metadata {
     }
 
     /// Removes quorum queue or replicated stream `queue`'s member on node `node`.
-    pub async fn delete_member(&self, vhost: &str, queue: &str, node: &str) -> BrokerResult<()> {
+    pub async fn delete_member(self: &Arc<Self>, vhost: &str, queue: &str, node: &str) -> BrokerResult<()> {
         let op =
             DefinitionOp::DeleteMember { name: queue.to_string(), node_id: crate::node::NodeId::of(node).raft_id() };
         self.change(vhost, op).await.map(|_| ())
@@ -226,7 +244,7 @@ impl Metadata {
 
     /// Moves the catalog to machine version `version` on every node (a feature flag is
     /// enabled); the caller has checked that every node knows it.
-    pub async fn set_machine_version(&self, version: u16) -> BrokerResult<()> {
+    pub async fn set_machine_version(self: &Arc<Self>, version: u16) -> BrokerResult<()> {
         self.change("", DefinitionOp::SetMachineVersion { version }).await.map(|_| ())
     }
 
@@ -257,7 +275,7 @@ impl Metadata {
 
     /// Submits `command` to the leader (this node's member, or through forwarding); returns
     /// the log index it was committed at. What a forwarded proposal runs on the leader.
-    pub async fn submit(&self, command: MetaCommand) -> Result<u64, String> {
+    pub async fn submit(&self, command: CatalogCommand) -> Result<u64, String> {
         let leader = self.leader().await?;
         if leader == self.replication.node_id() {
             let written = self.raft.client_write(command).await.map_err(|e| e.to_string())?;
@@ -275,7 +293,7 @@ impl Metadata {
         let index = match tokio::time::timeout(within, self.read_index()).await {
             Ok(Ok(index)) => index,
             Ok(Err(error)) => {
-                tracing::debug!(%error, "the metadata group's read index is unknown");
+                tracing::debug!(%error, "the catalog group's read index is unknown");
                 return false;
             }
             Err(_) => return false,

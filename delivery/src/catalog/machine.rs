@@ -1,5 +1,5 @@
-//! The metadata group's openraft glue: its type config ([`MetaRaft`]) and state machine
-//! ([`MetaStateMachine`]), which applies each committed [`MetaCommand`] to this node's
+//! The catalog group's openraft glue: its type config ([`CatalogRaft`]) and state machine
+//! ([`CatalogMachine`]), which applies each committed [`CatalogCommand`] to this node's
 //! virtual hosts, as the channel that received the method would have.
 //!
 //! The Raft log is the record of every change: an entry is synced there before it is
@@ -19,7 +19,7 @@
 //! with the applied state, and an entry that moves it beyond what this node knows is not applied.
 
 use super::applied_state::{decode_applied, Applied};
-use super::command::{DefinitionOp, MetaCommand, MetaOutcome, MetaResult};
+use super::command::{CatalogCommand, ChangeOutcome, ChangeResult, DefinitionOp};
 use super::local::ANYONE;
 use super::snapshot::CatalogSnapshot;
 use crate::broker::Broker;
@@ -43,14 +43,14 @@ use tokio::sync::watch;
 use warren_storage::{AlternatingFile, SnapshotFile};
 
 openraft::declare_raft_types!(
-    /// The metadata group's Raft types: entries carry [`MetaCommand`]s and apply to a
-    /// [`MetaResult`]; u64 node ids, `BasicNode`, tokio.
-    pub MetaRaft:
-        D = MetaCommand,
-        R = MetaResult,
+    /// The catalog group's Raft types: entries carry [`CatalogCommand`]s and apply to a
+    /// [`ChangeResult`]; u64 node ids, `BasicNode`, tokio.
+    pub CatalogRaft:
+        D = CatalogCommand,
+        R = ChangeResult,
 );
 
-/// The metadata group's name in logs.
+/// The catalog group's name in logs.
 const GROUP_LABEL: &str = "metadata";
 /// Results of this node's own commands kept for their proposer, at most: one that is never
 /// taken (its client went away) is dropped after this many newer ones.
@@ -84,7 +84,7 @@ struct Shared {
     snapshot: Mutex<SnapshotFile>,
     applied: Mutex<Applied>,
     /// The results of commands proposed by this node, by log index, until taken.
-    results: Mutex<BTreeMap<u64, MetaResult>>,
+    results: Mutex<BTreeMap<u64, ChangeResult>>,
     /// Queues deleted by commands this node proposed, by log index, until taken: their
     /// consumers here are told once the proposer's `-ok` is out, as RabbitMQ does.
     deleted: Mutex<BTreeMap<u64, DeletedQueue>>,
@@ -99,17 +99,17 @@ struct Shared {
 
 /// This node's metadata state machine.
 #[derive(Clone)]
-pub struct MetaStateMachine {
+pub struct CatalogMachine {
     shared: Arc<Shared>,
 }
 
-impl std::fmt::Debug for MetaStateMachine {
+impl std::fmt::Debug for CatalogMachine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MetaStateMachine").field("node_id", &self.shared.node_id).finish_non_exhaustive()
+        f.debug_struct("CatalogMachine").field("node_id", &self.shared.node_id).finish_non_exhaustive()
     }
 }
 
-impl MetaStateMachine {
+impl CatalogMachine {
     /// The state machine of node `node_id`, applying to `broker`'s virtual hosts, its applied
     /// state kept in `applied_path` and its current snapshot beside it. `recovery_point` is
     /// the index of the last entry in the log at start: the entries after the checkpoint up
@@ -154,7 +154,7 @@ impl MetaStateMachine {
             recovery_point,
             recovered: std::sync::atomic::AtomicBool::new(false),
         };
-        let machine = MetaStateMachine { shared: Arc::new(shared) };
+        let machine = CatalogMachine { shared: Arc::new(shared) };
         if recovery_point <= index {
             machine.finish_recovery(broker);
         } else {
@@ -183,7 +183,7 @@ impl MetaStateMachine {
 
     /// Whether applying `entry` cannot be repeated safely over later changes: it must be
     /// checkpointed before it is answered (see the module documentation).
-    fn destroys(entry: &Entry<MetaRaft>) -> bool {
+    fn destroys(entry: &Entry<CatalogRaft>) -> bool {
         match &entry.payload {
             EntryPayload::Normal(command) => !matches!(
                 command.op,
@@ -198,10 +198,10 @@ impl MetaStateMachine {
     }
 
     /// A declare of something that does not outlive a restart, replayed after one: skipped.
-    fn is_transient_declare(entry: &Entry<MetaRaft>) -> bool {
+    fn is_transient_declare(entry: &Entry<CatalogRaft>) -> bool {
         matches!(
             &entry.payload,
-            EntryPayload::Normal(MetaCommand {
+            EntryPayload::Normal(CatalogCommand {
                 op: DefinitionOp::DeclareExchange { durable: false, .. }
                     | DefinitionOp::DeclareQueue { durable: false, .. },
                 ..
@@ -234,7 +234,7 @@ impl MetaStateMachine {
 
     /// Waits until the entry at `index` is applied here; then the result of this node's own
     /// command at that index (`None` if it was not this node's, or was taken).
-    pub async fn applied(&self, index: u64) -> Option<MetaResult> {
+    pub async fn applied(&self, index: u64) -> Option<ChangeResult> {
         let mut applied = self.shared.applied_index.subscribe();
         let _ = applied.wait_for(|at| *at >= index).await;
         self.shared.results.lock().remove(&index)
@@ -266,7 +266,7 @@ impl MetaStateMachine {
 
     /// Applies one command to this node's virtual host; a queue it deleted is returned, not
     /// dropped (which tells its consumers).
-    fn apply_keeping(&self, command: &MetaCommand) -> (MetaResult, Option<DeletedQueue>) {
+    fn apply_keeping(&self, command: &CatalogCommand) -> (ChangeResult, Option<DeletedQueue>) {
         let DefinitionOp::DeleteQueue { name, if_unused, if_empty } = &command.op else {
             return (self.apply_command(command), None);
         };
@@ -275,22 +275,24 @@ impl MetaStateMachine {
             return (Err(BrokerError::new(ReplyCode::NotAllowed, format!("no vhost '{}'", command.vhost))), None);
         };
         match vhost.delete_queue(name, *if_unused, *if_empty, ANYONE) {
-            Ok(deleted) => (Ok(MetaOutcome { message_count: deleted.message_count, consumer_count: 0 }), Some(deleted)),
+            Ok(deleted) => {
+                (Ok(ChangeOutcome { message_count: deleted.message_count, consumer_count: 0 }), Some(deleted))
+            }
             Err(error) => (Err(error), None),
         }
     }
 
     /// Applies one command to this node's virtual host.
-    fn apply_command(&self, command: &MetaCommand) -> MetaResult {
+    fn apply_command(&self, command: &CatalogCommand) -> ChangeResult {
         let broker =
             self.shared.broker.upgrade().ok_or_else(|| BrokerError::new(ReplyCode::InternalError, "stopping"))?;
         match &command.op {
-            DefinitionOp::Access(change) => return broker.apply_access(change).map(|()| MetaOutcome::default()),
+            DefinitionOp::Access(change) => return broker.apply_access(change).map(|()| ChangeOutcome::default()),
             DefinitionOp::SetMachineVersion { version } => {
                 // apply() has refused a version this node does not know.
                 self.shared.applied.lock().machine_version = *version;
                 tracing::info!(version, "the catalog's machine version changed");
-                return Ok(MetaOutcome::default());
+                return Ok(ChangeOutcome::default());
             }
             _ => {}
         }
@@ -315,13 +317,13 @@ impl MetaStateMachine {
                 if !homes.contains(&self.shared.node_id) {
                     // Its clients here reach it through a stand-in.
                     vhost.declare_remote_queue(definition, homes)?;
-                    return Ok(MetaOutcome::default());
+                    return Ok(ChangeOutcome::default());
                 }
                 if let Some(members) = members {
                     self.shared.replication.plan_members(&command.vhost, name, members.clone());
                 }
                 let declared = vhost.declare_proposed_queue(definition, ConnectionId(0))?;
-                return Ok(MetaOutcome {
+                return Ok(ChangeOutcome {
                     message_count: declared.message_count,
                     consumer_count: declared.consumer_count,
                 });
@@ -348,9 +350,9 @@ impl MetaStateMachine {
                 drop(applied);
                 self.shared.replication.add_node(name, address);
             }
-            other => return super::local::apply_here(&vhost, other, ANYONE).unwrap_or(Ok(MetaOutcome::default())),
+            other => return super::local::apply_here(&vhost, other, ANYONE).unwrap_or(Ok(ChangeOutcome::default())),
         }
-        Ok(MetaOutcome::default())
+        Ok(ChangeOutcome::default())
     }
 
     /// The new member's node creates its replica (it is not initialized: the leader sends it
@@ -431,13 +433,13 @@ impl MetaStateMachine {
 
     fn store_snapshot(&self, snapshot: &SavedSnapshot) -> Result<(), warren_storage::StorageError> {
         let bytes = postcard::to_extend(snapshot, vec![SAVED_SNAPSHOT_FORMAT_VERSION])
-            .map_err(|e| warren_storage::StorageError::Failed(format!("cannot encode the metadata snapshot: {e}")))?;
+            .map_err(|e| warren_storage::StorageError::Failed(format!("cannot encode the catalog snapshot: {e}")))?;
         self.shared.snapshot.lock().write(&bytes)
     }
 
     fn stored_snapshot(&self) -> Result<Option<SavedSnapshot>, warren_storage::StorageError> {
         let Some(bytes) = self.shared.snapshot.lock().read()? else { return Ok(None) };
-        let undecodable = |why: String| warren_storage::StorageError::Failed(format!("metadata snapshot: {why}"));
+        let undecodable = |why: String| warren_storage::StorageError::Failed(format!("catalog snapshot: {why}"));
         match bytes.split_first() {
             Some((&SAVED_SNAPSHOT_FORMAT_VERSION, rest)) => {
                 postcard::from_bytes(rest).map(Some).map_err(|e| undecodable(e.to_string()))
@@ -481,16 +483,16 @@ impl MetaStateMachine {
     }
 
     /// Refuses an entry that moves the catalog to a machine version this node does not know.
-    fn check_version(entry: &openraft::Entry<MetaRaft>) -> Result<(), crate::feature_flags::NewerVersion> {
+    fn check_version(entry: &openraft::Entry<CatalogRaft>) -> Result<(), crate::feature_flags::NewerVersion> {
         match &entry.payload {
-            EntryPayload::Normal(MetaCommand { op: DefinitionOp::SetMachineVersion { version }, .. }) => {
+            EntryPayload::Normal(CatalogCommand { op: DefinitionOp::SetMachineVersion { version }, .. }) => {
                 check_known(Machine::Catalog, *version)
             }
             _ => Ok(()),
         }
     }
 
-    fn apply_entry(&self, log_id: LogId, payload: EntryPayload<MetaRaft>) -> MetaResult {
+    fn apply_entry(&self, log_id: LogId, payload: EntryPayload<CatalogRaft>) -> ChangeResult {
         let result = match payload {
             EntryPayload::Normal(command) => {
                 let (result, deleted) = self.apply_keeping(&command);
@@ -508,18 +510,18 @@ impl MetaStateMachine {
                         }
                     }
                 } else if let Err(error) = &result {
-                    tracing::debug!(index = log_id.index, %error, "metadata change refused here too");
+                    tracing::debug!(index = log_id.index, %error, "catalog change refused here too");
                 }
                 result
             }
             EntryPayload::Membership(membership) => {
                 self.shared.applied.lock().membership = StoredMembership::new(Some(log_id), membership);
-                Ok(MetaOutcome::default())
+                Ok(ChangeOutcome::default())
             }
             EntryPayload::Blank => {
                 // The applied index is stored with every entry: nothing is applied twice.
                 self.shared.leader_changes.lock().blank_applied(&log_id, false);
-                Ok(MetaOutcome::default())
+                Ok(ChangeOutcome::default())
             }
         };
         self.shared.applied.lock().last_applied = Some(log_id);
@@ -556,13 +558,13 @@ fn snapshot_path(applied_path: &std::path::Path) -> PathBuf {
     applied_path.with_file_name(name)
 }
 
-impl StateMachine<MetaRaft> for MetaStateMachine {
+impl StateMachine<CatalogRaft> for CatalogMachine {
     fn applied_state(&self) -> (Option<LogId>, StoredMembership) {
         let applied = self.shared.applied.lock();
         (applied.last_applied, applied.membership.clone())
     }
 
-    fn apply(&self, entries: Vec<Entry<MetaRaft>>) -> Result<Vec<MetaResult>, MachineError> {
+    fn apply(&self, entries: Vec<Entry<CatalogRaft>>) -> Result<Vec<ChangeResult>, MachineError> {
         let mut results = Vec::with_capacity(entries.len());
         let mut refused = None;
         let mut checkpoint = false;
@@ -577,7 +579,7 @@ impl StateMachine<MetaRaft> for MetaStateMachine {
             checkpoint |= Self::destroys(&entry);
             if entry.log_id.index <= self.shared.recovery_point && Self::is_transient_declare(&entry) {
                 self.shared.applied.lock().last_applied = Some(entry.log_id);
-                results.push(Ok(MetaOutcome::default()));
+                results.push(Ok(ChangeOutcome::default()));
                 continue;
             }
             results.push(self.apply_entry(entry.log_id, entry.payload));
@@ -648,18 +650,18 @@ mod tests {
         let path = dir.path().join("metadata-applied");
         SnapshotFile::new(&path).write(&encoded(&applied_at(41))).expect("the old release's file");
 
-        let machine = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path, 0).expect("open");
+        let machine = CatalogMachine::open(1, &broker, SingleNode::shared(), &path, 0).expect("open");
         let (last, _) = machine.applied_state();
         assert_eq!(last.map(|id| id.index), Some(41), "read from the old file");
         *machine.shared.applied.lock() = applied_at(42);
         machine.save().expect("save");
         assert!(!path.exists(), "the old file goes once the new one holds the state");
 
-        let reopened = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path, 0).expect("reopen");
+        let reopened = CatalogMachine::open(1, &broker, SingleNode::shared(), &path, 0).expect("reopen");
         let (last, _) = reopened.applied_state();
         assert_eq!(last.map(|id| id.index), Some(42));
-        MetaStateMachine::remove_applied(&path).expect("remove");
-        let fresh = MetaStateMachine::open(1, &broker, SingleNode::shared(), &path, 0).expect("open afresh");
+        CatalogMachine::remove_applied(&path).expect("remove");
+        let fresh = CatalogMachine::open(1, &broker, SingleNode::shared(), &path, 0).expect("open afresh");
         assert_eq!(fresh.applied_state().0, None, "join_cluster starts afresh");
     }
 }

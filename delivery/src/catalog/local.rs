@@ -1,5 +1,5 @@
 //! The one way a front end (a channel, the management API) changes definitions: [`change_for`]
-//! makes a [`DefinitionOp`] through the catalog (the metadata group: every node the server
+//! makes a [`DefinitionOp`] through the catalog (the catalog group: every node the server
 //! starts has one, a node alone as a group of one); the front ends never ask which. What every
 //! node does when it applies the group's entry is the same code ([`apply_here`]). A broker
 //! built without a catalog (a library test) makes the change here at once, through that same
@@ -7,7 +7,7 @@
 //! a broker refuses them. Exclusive queues are their connection's, on this node: changes
 //! naming one stay here, checked against the connection that asks.
 
-use super::command::{DefinitionOp, MetaOutcome, MetaResult};
+use super::command::{ChangeOutcome, ChangeResult, DefinitionOp};
 use crate::connection_id::ConnectionId;
 use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::exchange::{Binding, Destination, ExchangeDefinition};
@@ -23,14 +23,14 @@ pub(super) const ANYONE: ConnectionId = ConnectionId(0);
 #[must_use = "dropping it cancels a deleted queue's consumers"]
 pub struct Changed {
     /// What the `-ok` answers.
-    pub outcome: MetaOutcome,
+    pub outcome: ChangeOutcome,
     /// A queue deleted here, held until the `-ok` is out: its consumers are told after, as
     /// RabbitMQ does.
     pub deleted: Option<DeletedQueue>,
 }
 
-impl From<MetaOutcome> for Changed {
-    fn from(outcome: MetaOutcome) -> Self {
+impl From<ChangeOutcome> for Changed {
+    fn from(outcome: ChangeOutcome) -> Self {
         Changed { outcome, deleted: None }
     }
 }
@@ -45,7 +45,7 @@ pub fn change_for(
     op: DefinitionOp,
     connection: ConnectionId,
 ) -> Reply<BrokerResult<Changed>> {
-    let Some(metadata) = vhost.metadata().filter(|_| !stays_here(vhost, &op)) else {
+    let Some(catalog) = vhost.catalog().filter(|_| !stays_here(vhost, &op)) else {
         return Reply::Now(make_here(vhost, &op, connection));
     };
     let vhost = Arc::clone(vhost);
@@ -58,12 +58,12 @@ pub fn change_for(
             }
             op => op,
         };
-        metadata.change_holding(vhost.name(), op).await
+        catalog.change_holding(vhost.name(), op).await
     }))
 }
 
 /// [`change_for`] on behalf of no connection (the management API), awaited.
-pub async fn change(vhost: &Arc<VirtualHost>, op: DefinitionOp) -> BrokerResult<MetaOutcome> {
+pub async fn change(vhost: &Arc<VirtualHost>, op: DefinitionOp) -> BrokerResult<ChangeOutcome> {
     change_for(vhost, op, ANYONE).wait().await.map(|changed| changed.outcome)
 }
 
@@ -83,7 +83,7 @@ fn stays_here(vhost: &VirtualHost, op: &DefinitionOp) -> bool {
 fn make_here(vhost: &VirtualHost, op: &DefinitionOp, connection: ConnectionId) -> BrokerResult<Changed> {
     if let DefinitionOp::DeleteQueue { name, if_unused, if_empty } = op {
         let deleted = vhost.delete_queue(name, *if_unused, *if_empty, connection)?;
-        let outcome = MetaOutcome { message_count: deleted.message_count, consumer_count: 0 };
+        let outcome = ChangeOutcome { message_count: deleted.message_count, consumer_count: 0 };
         return Ok(Changed { outcome, deleted: Some(deleted) });
     }
     match apply_here(vhost, op, connection) {
@@ -105,16 +105,16 @@ async fn check_at_home(vhost: &VirtualHost, name: &str, condition: DeleteConditi
 
 /// Applies `op` to `vhost` as a node-local change for `connection`; `None` for the changes
 /// that are not one (queue declares in a cluster decide where the queue lives; members and
-/// nodes). What every node does with the metadata group's entry, for [`ANYONE`].
-pub(super) fn apply_here(vhost: &VirtualHost, op: &DefinitionOp, connection: ConnectionId) -> Option<MetaResult> {
+/// nodes). What every node does with the catalog group's entry, for [`ANYONE`].
+pub(super) fn apply_here(vhost: &VirtualHost, op: &DefinitionOp, connection: ConnectionId) -> Option<ChangeResult> {
     let outcome = match op {
         DefinitionOp::DeclareExchange { name, kind, durable, auto_delete, internal, arguments } => {
             ExchangeDefinition::declared(name, kind, *durable, *auto_delete, *internal, arguments.clone())
                 .and_then(|definition| vhost.declare_exchange(definition))
-                .map(|()| MetaOutcome::default())
+                .map(|()| ChangeOutcome::default())
         }
         DefinitionOp::DeleteExchange { name, if_unused } => {
-            vhost.delete_exchange(name, *if_unused).map(|()| MetaOutcome::default())
+            vhost.delete_exchange(name, *if_unused).map(|()| ChangeOutcome::default())
         }
         DefinitionOp::DeclareQueue { name, durable, auto_delete, arguments, members: None } => {
             let definition = QueueDefinition {
@@ -124,21 +124,21 @@ pub(super) fn apply_here(vhost: &VirtualHost, op: &DefinitionOp, connection: Con
                 auto_delete: *auto_delete,
                 arguments: arguments.clone(),
             };
-            vhost.declare_proposed_queue(definition, connection).map(|declared| MetaOutcome {
+            vhost.declare_proposed_queue(definition, connection).map(|declared| ChangeOutcome {
                 message_count: declared.message_count,
                 consumer_count: declared.consumer_count,
             })
         }
         DefinitionOp::DeleteQueue { name, if_unused, if_empty } => vhost
             .delete_queue(name, *if_unused, *if_empty, connection)
-            .map(|deleted| MetaOutcome { message_count: deleted.message_count, consumer_count: 0 }),
+            .map(|deleted| ChangeOutcome { message_count: deleted.message_count, consumer_count: 0 }),
         DefinitionOp::Bind { source, destination, to_exchange, routing_key, arguments } => {
             let binding = binding(destination, *to_exchange, routing_key, arguments);
-            vhost.bind(source, binding, connection).map(|()| MetaOutcome::default())
+            vhost.bind(source, binding, connection).map(|()| ChangeOutcome::default())
         }
         DefinitionOp::Unbind { source, destination, to_exchange, routing_key, arguments } => {
             let binding = binding(destination, *to_exchange, routing_key, arguments);
-            vhost.unbind(source, &binding, connection).map(|()| MetaOutcome::default())
+            vhost.unbind(source, &binding, connection).map(|()| ChangeOutcome::default())
         }
         DefinitionOp::DeclareQueue { members: Some(_), .. }
         | DefinitionOp::AddMember { .. }

@@ -2,7 +2,7 @@
 //! behind while queues, bindings, users and vhosts came and went) installs another node's
 //! snapshot and ends with the same catalog; the snapshot survives a restart of its machine.
 
-use super::{CatalogSnapshot, MetaStateMachine};
+use super::{CatalogMachine, CatalogSnapshot};
 use crate::access::{AccessChange, PasswordChange, PermissionSpec};
 use crate::broker::Broker;
 use crate::connection_id::ConnectionId;
@@ -122,7 +122,7 @@ async fn a_node_that_fell_behind_installs_the_snapshot_and_ends_with_the_same_ca
     let leader = open(&dir.path().join("leader"));
     ahead(&leader);
     let leader_machine =
-        MetaStateMachine::open(LOCAL_NODE_ID, &leader, SingleNode::shared(), dir.path().join("leader-applied"), 0)
+        CatalogMachine::open(LOCAL_NODE_ID, &leader, SingleNode::shared(), dir.path().join("leader-applied"), 0)
             .expect("machine");
     let snapshot = leader_machine.take_snapshot().await.expect("snapshot");
 
@@ -130,7 +130,7 @@ async fn a_node_that_fell_behind_installs_the_snapshot_and_ends_with_the_same_ca
     behind(&follower);
     assert_ne!(catalog(&follower), catalog(&leader), "the follower starts behind");
     let machine =
-        MetaStateMachine::open(LOCAL_NODE_ID, &follower, SingleNode::shared(), dir.path().join("follower-applied"), 0)
+        CatalogMachine::open(LOCAL_NODE_ID, &follower, SingleNode::shared(), dir.path().join("follower-applied"), 0)
             .expect("machine");
     machine.install(snapshot.clone()).await.expect("install");
 
@@ -149,19 +149,19 @@ async fn the_current_snapshot_outlives_its_machine_and_installing_it_twice_chang
     let broker = open(&dir.path().join("data"));
     ahead(&broker);
     let applied = dir.path().join("applied");
-    let machine = MetaStateMachine::open(LOCAL_NODE_ID, &broker, SingleNode::shared(), &applied, 0).expect("open");
+    let machine = CatalogMachine::open(LOCAL_NODE_ID, &broker, SingleNode::shared(), &applied, 0).expect("open");
     let built = machine.take_snapshot().await.expect("snapshot");
     drop(machine);
 
-    let reopened = MetaStateMachine::open(LOCAL_NODE_ID, &broker, SingleNode::shared(), &applied, 0).expect("reopen");
+    let reopened = CatalogMachine::open(LOCAL_NODE_ID, &broker, SingleNode::shared(), &applied, 0).expect("reopen");
     let current = reopened.current_snapshot().expect("read").expect("present after a restart");
     assert_eq!(current.meta, built.meta);
     let before = catalog(&broker);
     reopened.install(current.clone()).await.expect("install over the same catalog");
     assert_eq!(catalog(&broker), before);
 
-    MetaStateMachine::remove_applied(&applied).expect("remove");
-    let fresh = MetaStateMachine::open(LOCAL_NODE_ID, &broker, SingleNode::shared(), &applied, 0).expect("afresh");
+    CatalogMachine::remove_applied(&applied).expect("remove");
+    let fresh = CatalogMachine::open(LOCAL_NODE_ID, &broker, SingleNode::shared(), &applied, 0).expect("afresh");
     assert!(fresh.current_snapshot().expect("read").is_none(), "join_cluster starts without it");
 }
 

@@ -1,4 +1,4 @@
-//! Starting this node's member of the metadata group (`warren_delivery::metadata`): with the
+//! Starting this node's member of the catalog group (`warren_delivery::catalog`): with the
 //! cluster's nodes, or alone, as a group of one (a broker on its own is a cluster of one).
 //!
 //! Its files are under `DATA_DIR/cluster/`: the Raft log, the applied state, and the name of
@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use warren_delivery::feature_flags::{newest_common_version, newest_version, Machine};
-use warren_delivery::metadata::{MetaForwarding, MetaRaft, MetaStateMachine, Metadata, NoOtherNodes};
+use warren_delivery::catalog::{Catalog, CatalogForwarding, CatalogMachine, CatalogRaft, NoOtherNodes};
+use warren_delivery::feature_flags::{newest_common_version, newest_version, Machine, CATALOG_SNAPSHOTS};
 use warren_delivery::quorum::{NoPeers, Replication, SingleNode};
 use warren_delivery::raft_adapter::{Adapter, StateMachine};
 use warren_delivery::Broker;
@@ -27,19 +27,19 @@ use warren_storage::raft::RaftLog;
 use warren_storage::LogConfig;
 use warren_webui::ClusterView;
 
-/// The metadata group's name on the wire.
+/// The catalog group's name on the wire.
 pub const METADATA_GROUP: &str = "metadata";
 /// The cluster's files, in the data directory.
 const CLUSTER_DIR: &str = "cluster";
-/// The metadata member's Raft log, in the cluster's files.
+/// The catalog member's Raft log, in the cluster's files.
 const LOG_DIR: &str = "metadata-log";
-/// The metadata state machine's applied state, in the cluster's files.
+/// The catalog state machine's applied state, in the cluster's files.
 const APPLIED_FILE: &str = "metadata-applied";
-/// Segment size of the metadata log: its entries are small (about 65 bytes for a declare), so
+/// Segment size of the catalog log: its entries are small (about 65 bytes for a declare), so
 /// that a purge behind each snapshot frees whole segments often and the log stays a few
 /// megabytes (a 64 MiB segment would hold a million changes before the first could go).
 const LOG_SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
-/// Group-commit spacing of the metadata log (see `LogConfig::flush_interval`). A change is
+/// Group-commit spacing of the catalog log (see `LogConfig::flush_interval`). A change is
 /// answered only once its entry is synced and one client's changes come one at a time, so the
 /// 1 ms spacing of message logs would cap such a client at about a thousand changes a second;
 /// changes arriving during a sync still share the next one.
@@ -50,9 +50,9 @@ const LOG_KEPT_BEHIND_SNAPSHOT_ENTRIES: u64 = 1024;
 /// The file naming the cluster the data directory belongs to.
 const CLUSTER_NAME_FILE: &str = "cluster-name";
 
-/// The metadata member could not start.
+/// The catalog member could not start.
 #[derive(Debug, thiserror::Error)]
-pub enum MetadataStartError {
+pub enum CatalogStartError {
     /// The data directory belongs to another cluster.
     #[error(
         "the data directory {dir} belongs to cluster '{found}', not '{expected}': start this node with \
@@ -89,11 +89,11 @@ pub enum MetadataStartError {
         alone: bool,
     },
     /// The Raft log, state machine or Raft itself failed.
-    #[error("the cluster's metadata group cannot start: {0}")]
+    #[error("the catalog cannot start: {0}")]
     Raft(String),
 }
 
-/// Removes what this node's metadata member keeps in the cluster's files of `data_dir` (its
+/// Removes what this node's catalog member keeps in the cluster's files of `data_dir` (its
 /// log and applied state): `join_cluster` starts it afresh. The path that could not be
 /// removed, and why.
 pub fn remove_member_files(data_dir: &Path) -> Result<(), (PathBuf, std::io::Error)> {
@@ -104,7 +104,7 @@ pub fn remove_member_files(data_dir: &Path) -> Result<(), (PathBuf, std::io::Err
         _ => {}
     }
     let applied = dir.join(APPLIED_FILE);
-    MetaStateMachine::remove_applied(&applied).map_err(|error| (applied, error))
+    CatalogMachine::remove_applied(&applied).map_err(|error| (applied, error))
 }
 
 /// The cluster's files in data directory `data_dir`.
@@ -112,16 +112,16 @@ pub fn cluster_dir(data_dir: &Path) -> PathBuf {
     data_dir.join(CLUSTER_DIR)
 }
 
-/// How the metadata member runs: the cluster's name and the entries between two snapshots.
+/// How the catalog member runs: the cluster's name and the entries between two snapshots.
 #[derive(Debug, Clone)]
-pub struct MetadataSettings {
+pub struct CatalogSettings {
     /// The cluster's name (a data directory of another cluster is refused).
     pub cluster_name: String,
     /// Entries between two snapshots of the catalog.
     pub snapshot_interval_entries: u64,
 }
 
-/// Starts this node's metadata member over `broker`, routes the group's RPCs and proposals to
+/// Starts this node's catalog member over `broker`, routes the group's RPCs and proposals to
 /// it, and makes `broker`'s definition changes go through it. The group is initialized here
 /// if `may_initialize`, its log is empty and this node's name sorts first.
 pub async fn start(
@@ -129,41 +129,41 @@ pub async fn start(
     router: &RaftRouter,
     broker: &Arc<Broker>,
     data_dir: &Path,
-    settings: &MetadataSettings,
+    settings: &CatalogSettings,
     log_config: LogConfig,
     may_initialize: bool,
-) -> Result<Arc<Metadata>, MetadataStartError> {
+) -> Result<Arc<Catalog>, CatalogStartError> {
     check_cluster_name(&cluster_dir(data_dir), &settings.cluster_name)?;
     // Elections are called by the failure detector, after a pre-vote (`super::election`).
     let config = Config { enable_elect: false, ..raft_config(settings) };
-    let config = fit_to_transport(&config).map_err(|e| MetadataStartError::Raft(e.to_string()))?;
-    let network = GroupNetwork::<MetaRaft>::new(cluster.transport().clone(), RaftGroupId::new(METADATA_GROUP));
+    let config = fit_to_transport(&config).map_err(|e| CatalogStartError::Raft(e.to_string()))?;
+    let network = GroupNetwork::<CatalogRaft>::new(cluster.transport().clone(), RaftGroupId::new(METADATA_GROUP));
     let first = cluster.node_names().into_iter().next();
     let initializes = may_initialize && first.as_deref() == Some(cluster.transport().node_name());
     let member = Member {
         replication: Arc::clone(cluster) as Arc<dyn Replication>,
-        forwarding: Arc::clone(cluster) as Arc<dyn MetaForwarding>,
+        forwarding: Arc::clone(cluster) as Arc<dyn CatalogForwarding>,
         initial_members: initializes.then(|| cluster.members()),
         runs_alone: false,
     };
-    let (metadata, initialized) = open_member(broker, data_dir, settings, config, network, member, log_config).await?;
+    let (catalog, initialized) = open_member(broker, data_dir, settings, config, network, member, log_config).await?;
     if initialized {
-        tracing::info!(nodes = ?cluster.node_names(), "initialized the cluster's metadata group");
-        enable_common_versions(Arc::clone(cluster), Arc::clone(&metadata));
+        tracing::info!(nodes = ?cluster.node_names(), "initialized the catalog");
+        enable_common_versions(Arc::clone(cluster), Arc::clone(&catalog));
     }
-    router.set_metadata(Arc::clone(&metadata));
-    Ok(metadata)
+    router.set_catalog(Arc::clone(&catalog));
+    Ok(catalog)
 }
 
 /// Starts the catalog of a node alone: the same state machine and log as a cluster's
-/// metadata member, in a group of one (it leads itself at once; nothing is forwarded), so that
+/// catalog member, in a group of one (it leads itself at once; nothing is forwarded), so that
 /// a broker on its own changes its definitions exactly as a cluster does.
 pub async fn start_alone(
     broker: &Arc<Broker>,
     data_dir: &Path,
-    settings: &MetadataSettings,
+    settings: &CatalogSettings,
     log_config: LogConfig,
-) -> Result<Arc<Metadata>, MetadataStartError> {
+) -> Result<Arc<Catalog>, CatalogStartError> {
     let me = warren_delivery::quorum::LOCAL_NODE_ID;
     let member = Member {
         replication: SingleNode::shared(),
@@ -172,17 +172,27 @@ pub async fn start_alone(
         runs_alone: true,
     };
     let config = raft_config(settings);
-    let (metadata, initialized) = open_member(broker, data_dir, settings, config, NoPeers, member, log_config).await?;
+    let (catalog, initialized) = open_member(broker, data_dir, settings, config, NoPeers, member, log_config).await?;
     if initialized {
         let version = newest_version(Machine::Catalog);
-        let catalog = Arc::clone(&metadata);
+        let new = Arc::clone(&catalog);
         tokio::spawn(async move {
-            if let Err(error) = catalog.set_machine_version(version).await {
+            if let Err(error) = new.set_machine_version(version).await {
                 tracing::warn!(%error, version, "cannot move the new catalog to the newest machine version");
+                return;
+            }
+            // What the data directory held before (an earlier release's definitions files) is
+            // the catalog's from its first snapshot on: the record a node of a cluster it
+            // later forms would be sent, and what its log is purged behind.
+            if !CATALOG_SNAPSHOTS.enabled_at(new.machine_version()) {
+                return;
+            }
+            if let Err(error) = new.raft().trigger().snapshot().await {
+                tracing::warn!(%error, "cannot take the new catalog's first snapshot");
             }
         });
     }
-    Ok(metadata)
+    Ok(catalog)
 }
 
 /// The address a node alone gives itself in its catalog's membership (it has no other).
@@ -191,17 +201,17 @@ const ALONE_NODE_ADDRESS: &str = "local";
 /// What differs between a member of a cluster and the catalog of a node alone.
 struct Member {
     replication: Arc<dyn Replication>,
-    forwarding: Arc<dyn MetaForwarding>,
+    forwarding: Arc<dyn CatalogForwarding>,
     /// The members to initialize the group with if its log is empty; `None`: another node
     /// initializes it.
     initial_members: Option<BTreeMap<u64, BasicNode>>,
     runs_alone: bool,
 }
 
-fn raft_config(settings: &MetadataSettings) -> Config {
+fn raft_config(settings: &CatalogSettings) -> Config {
     Config {
         cluster_name: settings.cluster_name.clone(),
-        // Snapshots are asked for once every node can install one (Metadata::snapshot_every).
+        // Snapshots are asked for once every node can install one (Catalog::snapshot_every).
         snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: LOG_KEPT_BEHIND_SNAPSHOT_ENTRIES,
         ..Default::default()
@@ -212,26 +222,26 @@ fn raft_config(settings: &MetadataSettings) -> Config {
 /// other mode, if it was stopped cleanly), starts Raft, initializes the group when its log is
 /// empty and `member` says with whom, and makes `broker`'s definition changes go through it.
 /// Whether it initialized the group.
-async fn open_member<N: openraft::network::RaftNetworkFactory<MetaRaft>>(
+async fn open_member<N: openraft::network::RaftNetworkFactory<CatalogRaft>>(
     broker: &Arc<Broker>,
     data_dir: &Path,
-    settings: &MetadataSettings,
+    settings: &CatalogSettings,
     config: Config,
     network: N,
     member: Member,
     log_config: LogConfig,
-) -> Result<(Arc<Metadata>, bool), MetadataStartError> {
+) -> Result<(Arc<Catalog>, bool), CatalogStartError> {
     let dir = cluster_dir(data_dir);
-    let raft_error = |e: &dyn std::fmt::Display| MetadataStartError::Raft(e.to_string());
+    let raft_error = |e: &dyn std::fmt::Display| CatalogStartError::Raft(e.to_string());
     let log_config = LogConfig { segment_bytes: LOG_SEGMENT_BYTES, flush_interval: LOG_FLUSH_INTERVAL, ..log_config };
     let node_id = member.replication.node_id();
     let mut discarded = false;
     let (log, machine, last) = loop {
-        let log = RaftLog::<MetaRaft>::open(dir.join(LOG_DIR), log_config.clone()).map_err(|e| raft_error(&e))?;
+        let log = RaftLog::<CatalogRaft>::open(dir.join(LOG_DIR), log_config.clone()).map_err(|e| raft_error(&e))?;
         let last = log.clone().get_log_state().await.map_err(|e| raft_error(&e))?.last_log_id;
         let recovery_point = last.map_or(0, |id| id.index);
         let replication = Arc::clone(&member.replication);
-        let machine = MetaStateMachine::open(node_id, broker, replication, dir.join(APPLIED_FILE), recovery_point)
+        let machine = CatalogMachine::open(node_id, broker, replication, dir.join(APPLIED_FILE), recovery_point)
             .map_err(|e| raft_error(&e))?;
         let (applied, membership) = StateMachine::applied_state(&machine);
         let voters: BTreeSet<u64> = membership.membership().voter_ids().collect();
@@ -239,12 +249,12 @@ async fn open_member<N: openraft::network::RaftNetworkFactory<MetaRaft>>(
             break (log, machine, last);
         }
         if applied != last {
-            return Err(MetadataStartError::OtherMode { dir, alone: !member.runs_alone });
+            return Err(CatalogStartError::OtherMode { dir, alone: !member.runs_alone });
         }
         // Stopped cleanly: the definitions journals hold everything, the log adds nothing.
         drop((log, machine));
         tracing::info!(dir = %dir.display(), "starting the catalog afresh: it was written by this node in the other mode");
-        remove_member_files(data_dir).map_err(|(path, source)| MetadataStartError::Io { path, source })?;
+        remove_member_files(data_dir).map_err(|(path, source)| CatalogStartError::Io { path, source })?;
         discarded = true;
     };
     let raft = Raft::new(node_id, Arc::new(config), network, log, Adapter::new(machine.clone()))
@@ -253,13 +263,13 @@ async fn open_member<N: openraft::network::RaftNetworkFactory<MetaRaft>>(
     let initializes = last.is_none() && member.initial_members.is_some();
     if let Some(members) = member.initial_members.filter(|_| last.is_none()) {
         if let Err(error) = raft.initialize(members).await {
-            tracing::info!(%error, "the metadata group was initialized already");
+            tracing::info!(%error, "the catalog group was initialized already");
         }
     }
-    let metadata = Metadata::new(raft, machine, member.forwarding, member.replication);
-    metadata.snapshot_every(settings.snapshot_interval_entries);
-    broker.join_metadata(&metadata);
-    Ok((metadata, initializes))
+    let catalog = Catalog::new(raft, machine, member.forwarding, member.replication);
+    catalog.snapshot_every(settings.snapshot_interval_entries);
+    broker.join_catalog(&catalog);
+    Ok((catalog, initializes))
 }
 
 /// Whether a catalog with these voters is a node alone's (a cluster's node ids are digests of
@@ -278,16 +288,16 @@ const FORMATION_VERSIONS_RETRY: Duration = Duration::from_secs(1);
 /// enabled, as RabbitMQ's does: the first node asks every seed, and moves the catalog to the
 /// newest version they share. A seed that does not answer in time leaves the flags to the
 /// operator (`warren ctl enable_feature_flag all`).
-fn enable_common_versions(cluster: Arc<ClusterReplication>, metadata: Arc<Metadata>) {
+fn enable_common_versions(cluster: Arc<ClusterReplication>, catalog: Arc<Catalog>) {
     tokio::spawn(async move {
         let deadline = tokio::time::Instant::now() + FORMATION_VERSIONS_WAIT;
         while tokio::time::Instant::now() < deadline {
             let nodes = ClusterView::machine_versions(&*cluster).await;
             if let Some(version) = newest_common_version(Machine::Catalog, &nodes) {
-                if version <= metadata.machine_version() {
+                if version <= catalog.machine_version() {
                     return;
                 }
-                match metadata.set_machine_version(version).await {
+                match catalog.set_machine_version(version).await {
                     Ok(()) => {
                         return tracing::info!(
                             version,
@@ -304,12 +314,12 @@ fn enable_common_versions(cluster: Arc<ClusterReplication>, metadata: Arc<Metada
 }
 
 /// Records the cluster's name in a new data directory; refuses one of another cluster.
-fn check_cluster_name(dir: &Path, cluster_name: &str) -> Result<(), MetadataStartError> {
+fn check_cluster_name(dir: &Path, cluster_name: &str) -> Result<(), CatalogStartError> {
     let path = dir.join(CLUSTER_NAME_FILE);
-    let io = |source| MetadataStartError::Io { path: path.clone(), source };
+    let io = |source| CatalogStartError::Io { path: path.clone(), source };
     match std::fs::read_to_string(&path) {
         Ok(found) if found.trim() == cluster_name => Ok(()),
-        Ok(found) => Err(MetadataStartError::OtherCluster {
+        Ok(found) => Err(CatalogStartError::OtherCluster {
             dir: dir.to_path_buf(),
             found: found.trim().to_string(),
             expected: cluster_name.to_string(),

@@ -1,14 +1,17 @@
-//! The catalog (the metadata group): one Raft group over every node that replicates
+//! The catalog: one Raft group over every node that replicates
 //! definitions (exchanges, queues with their replicas, bindings) and access (users, vhosts,
 //! permissions, limits), so that a declare on any node is known on every node once committed,
 //! and its `-ok` is sent only then. A node alone runs it too, as a group of one: a broker on
 //! its own is a cluster of one, and changes its definitions the same way.
 //!
-//! - `command`: [`MetaCommand`] (a vhost and a [`DefinitionOp`], from the node it came from)
+//! - `command`: [`CatalogCommand`] (a vhost and a [`DefinitionOp`], from the node it came from)
 //!   and what applying it answers.
-//! - `machine`: the type config [`MetaRaft`] and [`MetaStateMachine`], which applies each
+//! - `machine`: the type config [`CatalogRaft`] and [`CatalogMachine`], which applies each
 //!   command to this node's virtual hosts as a channel would.
-//! - `handle`: [`Metadata`], how a channel proposes a definition change and waits for it.
+//! - `handle`: [`Catalog`], how a channel proposes a definition change and waits for it.
+//! - `local`: [`change_for`], the one entry the front ends use: what stays on this node (an
+//!   exclusive queue's changes), what goes through the catalog, and what a node does with an
+//!   applied change.
 //! - `snapshot`: [`CatalogSnapshot`], the catalog at one entry, which lets the log be
 //!   purged behind it, and the changes that bring a node that fell behind up to it.
 //! - `fence`: [`DefinitionsFence`], what a group's new leader passes before it routes by
@@ -25,14 +28,14 @@ mod local;
 mod machine;
 mod snapshot;
 
-pub use command::{DefinitionOp, MetaCommand, MetaOutcome, MetaResult};
+pub use command::{CatalogCommand, ChangeOutcome, ChangeResult, DefinitionOp};
 pub use fence::DefinitionsFence;
-pub use handle::{MetaForwarding, Metadata, NoOtherNodes, StoreStatus};
+pub use handle::{Catalog, CatalogForwarding, NoOtherNodes, StoreStatus};
 pub use local::{change, change_for, Changed};
-pub use machine::{MetaRaft, MetaStateMachine};
+pub use machine::{CatalogMachine, CatalogRaft};
 pub use snapshot::{CatalogSnapshot, CatalogSnapshotError, VhostCatalog};
 
-/// Metadata changes between two snapshots of the catalog, unless configured otherwise: a
+/// Catalog changes between two snapshots of the catalog, unless configured otherwise: a
 /// snapshot of 100,000 queues takes a fraction of a second, and at this interval costs little
 /// next to the declares between two.
 pub const DEFAULT_SNAPSHOT_INTERVAL_ENTRIES: u64 = 8192;

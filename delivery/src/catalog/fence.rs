@@ -2,7 +2,7 @@
 //! copy of the definitions.
 //!
 //! A leader that fires delayed messages, or dead-letters at least once, routes by the
-//! bindings this node has applied, and a node may lag behind the metadata group: a `-ok`
+//! bindings this node has applied, and a node may lag behind the catalog group: a `-ok`
 //! waits only for the nodes that are reachable, and a node that was unreachable or
 //! restarting learns later. Routed by stale bindings, a message would go
 //! where a binding since deleted sent it, miss a queue bound since, or be dropped for an
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 /// not (its caller tries again later).
 const DEFINITIONS_WAIT_MS: u64 = 5_000;
 /// After a failed catch-up, how long routings are refused without asking again: so that a
-/// thousand pending messages ask the metadata group (and log) once, not a thousand times.
+/// thousand pending messages ask the catalog group (and log) once, not a thousand times.
 const RETRY_AFTER_FAILURE_MS: u64 = 1_000;
 
 /// Remembers the leader term in which this node caught up with the definitions.
@@ -48,8 +48,8 @@ impl DefinitionsFence {
         if state.failed_at.is_some_and(|at| at.elapsed() < retry_after) {
             return false;
         }
-        let caught_up = match vhost.metadata() {
-            Some(metadata) => metadata.caught_up(Duration::from_millis(DEFINITIONS_WAIT_MS)).await,
+        let caught_up = match vhost.catalog() {
+            Some(catalog) => catalog.caught_up(Duration::from_millis(DEFINITIONS_WAIT_MS)).await,
             None => true,
         };
         if caught_up {

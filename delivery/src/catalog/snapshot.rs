@@ -1,9 +1,9 @@
-//! The metadata group's snapshot: the catalog as data at one applied entry (every vhost's
+//! The catalog group's snapshot: the catalog as data at one applied entry (every vhost's
 //! durable exchanges, queues and bindings, the access state, the nodes that joined or were
 //! forgotten), and how a node that receives one makes its own state equal to it.
 //!
 //! Taking snapshots lets openraft purge the log behind them, so a long-lived cluster's
-//! metadata log and restart time stay bounded. A node that fell behind the purge (it was down,
+//! catalog log and restart time stay bounded. A node that fell behind the purge (it was down,
 //! or it joins) gets the snapshot instead of the entries: it works out the changes that take
 //! its catalog to the snapshot's (what it has that the snapshot has not is deleted first, then
 //! what it lacks is declared) and applies them as it would have applied the entries, through
@@ -12,7 +12,7 @@
 //! The document is JSON with a format number, so that a later release can read an older
 //! snapshot. Transient queues are not in it (they do not outlive a restart either).
 
-use super::command::{DefinitionOp, MetaCommand};
+use super::command::{CatalogCommand, DefinitionOp};
 use crate::access::AccessChange;
 use crate::broker::Broker;
 use crate::definitions::{BindingRecord, Definitions, ExchangeRecord, QueueRecord};
@@ -132,9 +132,9 @@ impl CatalogSnapshot {
     /// The changes that take `broker`'s catalog (node `me`'s) to this one, in the order they
     /// apply: access first (a vhost must exist before its definitions), then, per vhost,
     /// unbinds, deletes, declares and binds.
-    pub fn changes_from(&self, broker: &Broker, me: u64) -> Vec<MetaCommand> {
-        let command = |vhost: &str, op| MetaCommand { origin: me, vhost: vhost.to_string(), op };
-        let mut changes: Vec<MetaCommand> =
+    pub fn changes_from(&self, broker: &Broker, me: u64) -> Vec<CatalogCommand> {
+        let command = |vhost: &str, op| CatalogCommand { origin: me, vhost: vhost.to_string(), op };
+        let mut changes: Vec<CatalogCommand> =
             access_changes(broker, &self.access).into_iter().map(|c| command("", DefinitionOp::Access(c))).collect();
         for target in &self.vhosts {
             let here = broker.vhost(&target.name).map(|vhost| vhost.durable_definitions()).unwrap_or_default();
@@ -214,8 +214,8 @@ fn access_changes(broker: &Broker, target: &[AccessChange]) -> Vec<AccessChange>
 /// The changes that take one vhost's definitions from `here` to `target`. Queues and
 /// exchanges present on both sides stay as they are (their definitions do not change once
 /// declared).
-fn definition_changes(here: &Definitions, target: &Definitions, me: u64, vhost: &str) -> Vec<MetaCommand> {
-    let command = |origin, op| MetaCommand { origin, vhost: vhost.to_string(), op };
+fn definition_changes(here: &Definitions, target: &Definitions, me: u64, vhost: &str) -> Vec<CatalogCommand> {
+    let command = |origin, op| CatalogCommand { origin, vhost: vhost.to_string(), op };
     let mut changes = Vec::new();
     let (bound_here, bound_there) = (BindingSet::of(here), BindingSet::of(target));
     for binding in here.bindings.iter().filter(|b| !bound_there.contains(b)) {

@@ -1,4 +1,4 @@
-//! What goes through the metadata group's log: definition changes as a channel received them
+//! What goes through the catalog group's log: definition changes as a channel received them
 //! (a [`DefinitionOp`] in a virtual host, from a node), and what applying one answers.
 
 use crate::error::BrokerError;
@@ -109,7 +109,7 @@ pub enum DefinitionOp {
         arguments: FieldTable,
     },
     /// `warren ctl join_cluster`: node `name` joins the cluster: every node learns where to
-    /// dial it and counts it, and the metadata group's leader makes it a member of the group.
+    /// dial it and counts it, and the catalog group's leader makes it a member of the group.
     /// (Last of the ops, so that logs written before it existed still decode.)
     AddNode {
         /// The node's name.
@@ -149,7 +149,7 @@ pub enum DefinitionOp {
 
 /// A definition change in `vhost`, proposed by node `origin`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MetaCommand {
+pub struct CatalogCommand {
     /// The node whose client asked for it (its answer is that node's own result).
     pub origin: u64,
     /// The virtual host.
@@ -160,7 +160,7 @@ pub struct MetaCommand {
 
 /// What a declare answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct MetaOutcome {
+pub struct ChangeOutcome {
     /// Ready messages (`queue.declare-ok`, `queue.delete-ok`).
     pub message_count: u32,
     /// Consumers (`queue.declare-ok`).
@@ -169,4 +169,4 @@ pub struct MetaOutcome {
 
 /// The result of applying a command on one node: its outcome, or the error that closes
 /// the channel.
-pub type MetaResult = Result<MetaOutcome, BrokerError>;
+pub type ChangeResult = Result<ChangeOutcome, BrokerError>;

@@ -71,7 +71,8 @@ struct AppliedV1 {
 }
 
 pub(super) fn decode_applied(bytes: &[u8]) -> Result<Applied, StorageError> {
-    let undecodable = |e: postcard::Error| StorageError::Failed(format!("metadata applied state does not decode: {e}"));
+    let undecodable =
+        |e: postcard::Error| StorageError::Failed(format!("the catalog's applied state does not decode: {e}"));
     match bytes.split_first() {
         Some((&APPLIED_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(undecodable),
         Some((3, rest)) => {
@@ -88,7 +89,7 @@ pub(super) fn decode_applied(bytes: &[u8]) -> Result<Applied, StorageError> {
             let v1: AppliedV1 = postcard::from_bytes(rest).map_err(undecodable)?;
             Ok(Applied { last_applied: v1.last_applied, membership: v1.membership, ..Applied::default() })
         }
-        _ => Err(StorageError::Failed("unknown metadata applied-state format".into())),
+        _ => Err(StorageError::Failed("unknown format of the catalog's applied state".into())),
     }
 }
 
