@@ -174,6 +174,15 @@ def test_an_alternate_exchange_from_a_policy_takes_what_an_exchange_does_not_rou
     channel.basic_publish("with-own", "nowhere", b"to its own")
     time.sleep(0.2)
     assert message_count(connection, "caught") == 1, "the exchange's own argument wins"
+    status, shown = api_call(port, "GET", "/api/exchanges/%2F/orders")
+    assert status == 200, shown
+    assert (shown["policy"], shown["operator_policy"]) == ("ae", "")
+    assert shown["effective_policy_definition"] == {"alternate-exchange": "unrouted"}
+    status, listed = api_call(port, "GET", "/api/exchanges/%2F")
+    assert status == 200, listed
+    by_name = {exchange["name"]: exchange for exchange in listed}
+    assert by_name["with-own"]["policy"] == "ae"
+    assert "policy" not in by_name["unrouted"], "no policy applies to it"
 
 
 def test_an_operator_policy_caps_what_the_policy_and_the_arguments_allow(broker_with_api):

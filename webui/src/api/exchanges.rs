@@ -18,8 +18,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
+use warren_delivery::catalog::DefinitionOp;
 use warren_delivery::exchange::Exchange;
-use warren_delivery::metadata::DefinitionOp;
 use warren_delivery::VirtualHost;
 
 /// The exchange routes.
@@ -32,7 +32,7 @@ pub(super) fn routes(table: &mut RouteTable) {
         .delete("/api/exchanges/{vhost}/{name}", Rule::Object(ObjectOp::DeleteExchange), remove);
 }
 
-/// An exchange as RabbitMQ's API shows it.
+/// An exchange's definition as RabbitMQ's API and definitions show it.
 pub(crate) fn exchange_json(vhost: &str, exchange: &Exchange) -> Value {
     let definition = exchange.definition();
     json!({
@@ -45,6 +45,15 @@ pub(crate) fn exchange_json(vhost: &str, exchange: &Exchange) -> Value {
         "arguments": json_table::to_json(&definition.arguments),
         "user_who_performed_action": "",
     })
+}
+
+/// An exchange as the API shows it: its definition (as [`exchange_json`]) and the policies
+/// that apply to it.
+fn exchange_with_policies(vhost: &VirtualHost, exchange: &Exchange) -> Value {
+    let mut item = exchange_json(vhost.name(), exchange);
+    let applied = vhost.policies().applied(exchange.name(), warren_delivery::policy::Target::Exchange);
+    super::policies::insert_applied(&mut item, applied);
+    item
 }
 
 /// An exchange in a list: shown as JSON when its turn comes.
@@ -61,12 +70,12 @@ impl Listed for ExchangeRow {
     fn sort_key(&self, path: &str) -> SortKey {
         match path {
             "name" => SortKey::text(self.exchange.name()),
-            _ => SortKey::of(field(&exchange_json(self.vhost.name(), &self.exchange), path)),
+            _ => SortKey::of(field(&exchange_with_policies(&self.vhost, &self.exchange), path)),
         }
     }
 
     fn into_json(self) -> Value {
-        exchange_json(self.vhost.name(), &self.exchange)
+        exchange_with_policies(&self.vhost, &self.exchange)
     }
 }
 
@@ -99,8 +108,9 @@ async fn show(
     State(api): State<Management>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let exchange = api.vhost(&vhost)?.exchange(exchange_name(&name))?;
-    Ok(Json(exchange_json(&vhost, &exchange)))
+    let host = api.vhost(&vhost)?;
+    let exchange = host.exchange(exchange_name(&name))?;
+    Ok(Json(exchange_with_policies(&host, &exchange)))
 }
 
 /// The body of `PUT /api/exchanges/{vhost}/{name}`.
@@ -139,7 +149,7 @@ async fn declare(
         internal: body.internal,
         arguments,
     };
-    warren_delivery::metadata::change(&host, op).await?;
+    warren_delivery::catalog::change(&host, op).await?;
     Ok(if existed { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
 }
 
@@ -153,6 +163,6 @@ async fn remove(
     let name = exchange_name(&name).to_string();
     host.exchange(&name)?;
     let op = DefinitionOp::DeleteExchange { name, if_unused: flag(flags.get("if-unused")) };
-    warren_delivery::metadata::change(&host, op).await?;
+    warren_delivery::catalog::change(&host, op).await?;
     Ok(StatusCode::NO_CONTENT)
 }

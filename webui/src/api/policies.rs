@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Map, Value};
 use warren_delivery::access::AccessChange;
-use warren_delivery::policy::{Policy, PolicyKind, PolicySpec};
+use warren_delivery::policy::{AppliedPolicy, Policy, PolicyKind, PolicySpec};
 
 /// The policy routes: reading for whoever sees the vhost, changing for policymakers (user
 /// policies) and administrators (operator policies). A handler's `OPERATOR` says which kind.
@@ -37,6 +37,17 @@ const fn kind<const OPERATOR: bool>() -> PolicyKind {
     } else {
         PolicyKind::User
     }
+}
+
+/// Adds to a queue's or exchange's JSON the policies that apply to it, in RabbitMQ's shapes:
+/// `policy` left out when none, `operator_policy` an empty string, and
+/// `effective_policy_definition` their merged definition.
+pub(super) fn insert_applied(item: &mut Value, applied: AppliedPolicy) {
+    if let Some(policy) = applied.policy {
+        item["policy"] = json!(policy);
+    }
+    item["operator_policy"] = json!(applied.operator_policy.unwrap_or_default());
+    item["effective_policy_definition"] = Value::Object(applied.definition);
 }
 
 /// A policy as RabbitMQ's API and definitions show it, with Warren's `no_effect` keys.

@@ -1,6 +1,6 @@
 //! Queues: `GET /api/queues[/{vhost}[/{name}]]`, `PUT` and `DELETE /api/queues/{vhost}/{name}`,
 //! `DELETE /api/queues/{vhost}/{name}/contents` (purge). Declares and deletes go through the
-//! same path as AMQP's (the metadata group in a cluster). Another connection's exclusive
+//! same path as AMQP's (the catalog). Another connection's exclusive
 //! queue is not the API's to purge (405, as over AMQP).
 
 use super::{flag, message_stats, Management};
@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
-use warren_delivery::metadata::DefinitionOp;
+use warren_delivery::catalog::DefinitionOp;
 use warren_delivery::vhost::VirtualHost;
 use warren_delivery::Queue;
 
@@ -62,13 +62,7 @@ pub(crate) fn queue_json(api: &Management, vhost: &str, queue: &Queue) -> Value 
         "consumers": queue.consumer_count(),
         "message_stats": message_stats(&sampled),
     });
-    let applied = queue.applied_policy();
-    if let Some(policy) = applied.policy {
-        item["policy"] = json!(policy);
-    }
-    // RabbitMQ's shapes: `policy` left out when none, `operator_policy` an empty string.
-    item["operator_policy"] = json!(applied.operator_policy.unwrap_or_default());
-    item["effective_policy_definition"] = Value::Object(applied.definition);
+    super::policies::insert_applied(&mut item, queue.applied_policy());
     if let Some(group) = queue.replicas() {
         let members = group.members();
         let leader = group.leader().and_then(|id| members.iter().find(|(m, _)| *m == id)).map(|(_, n)| n.addr.clone());
@@ -190,7 +184,7 @@ async fn declare(
         arguments,
         members: None,
     };
-    warren_delivery::metadata::change(&host, op).await?;
+    warren_delivery::catalog::change(&host, op).await?;
     Ok(if existed { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
 }
 
@@ -207,7 +201,7 @@ async fn remove(
         if_unused: flag(flags.get("if-unused")),
         if_empty: flag(flags.get("if-empty")),
     };
-    warren_delivery::metadata::change(&host, op).await?;
+    warren_delivery::catalog::change(&host, op).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
