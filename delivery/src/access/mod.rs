@@ -7,11 +7,14 @@
 //! - `permission`: [`Permissions`], the three patterns, and RabbitMQ's refusal;
 //! - `operation`: [`Operation`], what each operation needs of them (RabbitMQ's table);
 //! - `change`: [`AccessChange`], one change as the cluster replicates it;
+//! - `access_state`: what is held, how a change is checked against it and made, and the
+//!   bounds on what clients may make it hold;
 //! - `stored`: the file's format; `login_throttle`: [`LoginThrottle`].
 //!
 //! [`AccessControl`] answers logins and checks; it changes only by [`AccessControl::apply`],
 //! which the broker calls for each change (on every node of a cluster).
 
+mod access_state;
 mod change;
 mod login_throttle;
 mod operation;
@@ -29,12 +32,12 @@ pub use permission::{Access, PermissionSpec, Permissions, Resource};
 pub use topic_permission::{TopicAccess, TopicPermissionSpec, TopicPermissions};
 pub use user::User;
 
-use crate::error::{BrokerError, BrokerResult, ReplyCode};
-use crate::policy::{Policy, PolicyKind, PolicySpec, VhostPolicies};
+use crate::error::{BrokerError, BrokerResult};
+use crate::policy::{PolicyKind, PolicySpec, VhostPolicies};
 use crate::user_limits::UserLimits;
 use crate::vhost_limits::VhostLimits;
+use access_state::AccessState;
 use parking_lot::RwLock;
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,55 +86,6 @@ pub struct VhostEntry {
     pub description: String,
     /// Its limits.
     pub limits: VhostLimits,
-}
-
-/// A user's permissions in a vhost: as given, and compiled.
-#[derive(Debug, Clone)]
-struct Grant {
-    spec: PermissionSpec,
-    compiled: Arc<Permissions>,
-}
-
-/// A user's topic permission on one exchange: as given, and compiled.
-#[derive(Debug, Clone)]
-struct TopicGrant {
-    spec: TopicPermissionSpec,
-    compiled: Arc<TopicPermissions>,
-}
-
-#[derive(Debug, Default)]
-struct AccessState {
-    users: BTreeMap<String, User>,
-    vhosts: BTreeMap<String, VhostEntry>,
-    /// By vhost, then user.
-    grants: BTreeMap<String, BTreeMap<String, Grant>>,
-    /// By vhost: handed out whole to the vhost, which resolves its queues against them.
-    policies: BTreeMap<String, Arc<VhostPolicies>>,
-    /// By user: those with any limit.
-    user_limits: BTreeMap<String, UserLimits>,
-    /// Global runtime parameters, by name: their values as JSON text.
-    global_parameters: BTreeMap<String, String>,
-    /// By vhost, then user, then exchange.
-    topic_grants: BTreeMap<String, BTreeMap<String, BTreeMap<String, TopicGrant>>>,
-    /// By user: the generation of the last change to its password, tags or permissions, so
-    /// that what was decided under an older one (a UI session, a live feed) is known stale.
-    revisions: std::collections::HashMap<String, u64>,
-}
-
-impl AccessState {
-    /// Every topic permission: (vhost, user, exchange and patterns).
-    fn every_topic_grant(&self) -> impl Iterator<Item = (String, String, TopicPermissionSpec)> + '_ {
-        self.topic_grants.iter().flat_map(|(vhost, users)| {
-            users.iter().flat_map(move |(user, grants)| {
-                grants.values().map(move |grant| (vhost.clone(), user.clone(), grant.spec.clone()))
-            })
-        })
-    }
-
-    /// Records that `user`'s credentials or rights changed at `generation`.
-    fn revise(&mut self, user: &str, generation: u64) {
-        self.revisions.insert(user.to_string(), generation);
-    }
 }
 
 /// Users, vhosts and permissions.
@@ -183,80 +137,11 @@ impl AccessControl {
         Ok(control)
     }
 
-    /// Whether `change` can be made: what it names exists, its hash and patterns are valid.
-    /// Checked before a change is proposed, so that the cluster's log holds only valid ones.
+    /// Whether `change` can be made: what it names exists, its hash and patterns are valid, and
+    /// it keeps what access control holds within bounds. Checked before a change is proposed,
+    /// so that the cluster's log holds only valid ones.
     pub fn validate(&self, change: &AccessChange) -> BrokerResult<()> {
-        let state = self.state.read();
-        let user_exists =
-            |name: &str| state.users.contains_key(name).then_some(()).ok_or_else(|| not_found("user", name));
-        let vhost_exists =
-            |name: &str| state.vhosts.contains_key(name).then_some(()).ok_or_else(|| not_found("vhost", name));
-        match change {
-            AccessChange::PutUser { name, password, .. } => {
-                validate_name("user", name)?;
-                if let PasswordChange::Hash { hashing_algorithm, password_hash } = password {
-                    PasswordHash::from_definition(hashing_algorithm, password_hash)
-                        .map_err(|e| BrokerError::precondition_failed(e.to_string()))?;
-                }
-                Ok(())
-            }
-            AccessChange::DeleteUser { name } => user_exists(name),
-            AccessChange::PutVhost { name, .. } => validate_name("vhost", name),
-            AccessChange::DeleteVhost { name } => vhost_exists(name),
-            AccessChange::SetPermissions { vhost, user, permissions } => {
-                user_exists(user)?;
-                vhost_exists(vhost)?;
-                Permissions::compile(permissions).map(|_| ())
-            }
-            AccessChange::ClearPermissions { vhost, user } => {
-                user_exists(user)?;
-                vhost_exists(vhost)
-            }
-            AccessChange::SetVhostLimits { vhost, .. } => vhost_exists(vhost),
-            AccessChange::SetPolicy { vhost, kind, name, spec } => {
-                vhost_exists(vhost)?;
-                Policy::compile(*kind, name, spec.clone()).map(drop)
-            }
-            AccessChange::SetTopicPermissions { vhost, user, permissions } => {
-                user_exists(user)?;
-                vhost_exists(vhost)?;
-                TopicPermissions::compile(permissions, user, vhost).map(drop)
-            }
-            AccessChange::ClearTopicPermissions { vhost, user, .. } => {
-                user_exists(user)?;
-                vhost_exists(vhost)
-            }
-            AccessChange::SetUserLimits { user, .. } => user_exists(user),
-            AccessChange::SetGlobalParameter { name, value } => {
-                let too_many = !state.global_parameters.contains_key(name)
-                    && state.global_parameters.len() >= MAX_GLOBAL_PARAMETERS;
-                if name.is_empty()
-                    || name.len() > MAX_NAME_BYTES
-                    || value.len() > MAX_GLOBAL_PARAMETER_BYTES
-                    || too_many
-                {
-                    return Err(BrokerError::precondition_failed(format!(
-                        "a global parameter has a name of 1 to {MAX_NAME_BYTES} bytes and a value of at most \
-                         {MAX_GLOBAL_PARAMETER_BYTES} bytes, and there are at most {MAX_GLOBAL_PARAMETERS}"
-                    )));
-                }
-                serde_json::from_str::<serde_json::Value>(value)
-                    .map(drop)
-                    .map_err(|e| BrokerError::precondition_failed(format!("a global parameter's value is JSON: {e}")))
-            }
-            AccessChange::ClearGlobalParameter { name } => match state.global_parameters.contains_key(name) {
-                true => Ok(()),
-                false => Err(not_found("global parameter", name)),
-            },
-            AccessChange::ClearPolicy { vhost, kind, name } => {
-                vhost_exists(vhost)?;
-                let policies = state.policies.get(vhost);
-                match policies.and_then(|p| p.get(*kind, name)) {
-                    Some(_) => Ok(()),
-                    None => Err(not_found(kind.noun(), name)),
-                }
-            }
-        }
+        self.state.read().validate(change)
     }
 
     /// Makes `change` and stores the result.
@@ -269,119 +154,8 @@ impl AccessControl {
     }
 
     fn apply_to_state(&self, change: &AccessChange) -> BrokerResult<()> {
-        let mut state = self.state.write();
         let generation = self.generation.fetch_add(1, std::sync::atomic::Ordering::Release) + 1;
-        match change {
-            AccessChange::PutUser { name, password, tags } => {
-                let user = state.users.entry(name.clone()).or_insert_with(|| User {
-                    name: name.clone(),
-                    password: None,
-                    tags: Vec::new(),
-                });
-                let before = user.clone();
-                match password {
-                    PasswordChange::Keep => {}
-                    PasswordChange::Clear => user.password = None,
-                    PasswordChange::Hash { hashing_algorithm, password_hash } => {
-                        let hash = PasswordHash::from_definition(hashing_algorithm, password_hash)
-                            .map_err(|e| BrokerError::precondition_failed(e.to_string()))?;
-                        user.password = Some(hash);
-                    }
-                }
-                if let Some(tags) = tags {
-                    user.tags = tags.clone();
-                }
-                if *user != before {
-                    state.revise(name, generation);
-                }
-            }
-            AccessChange::DeleteUser { name } => {
-                state.users.remove(name);
-                state.revisions.remove(name);
-                for grants in state.grants.values_mut() {
-                    grants.remove(name);
-                }
-                for grants in state.topic_grants.values_mut() {
-                    grants.remove(name);
-                }
-                state.user_limits.remove(name);
-            }
-            AccessChange::PutVhost { name, description } => {
-                state.vhosts.entry(name.clone()).or_default().description = description.clone();
-            }
-            AccessChange::DeleteVhost { name } => {
-                state.vhosts.remove(name);
-                state.policies.remove(name);
-                state.topic_grants.remove(name);
-                let users: Vec<String> = state.grants.remove(name).into_iter().flat_map(|g| g.into_keys()).collect();
-                for user in users {
-                    state.revise(&user, generation);
-                }
-            }
-            AccessChange::SetPermissions { vhost, user, permissions } => {
-                let compiled = Arc::new(Permissions::compile(permissions)?);
-                let grant = Grant { spec: permissions.clone(), compiled };
-                let grants = state.grants.entry(vhost.clone()).or_default();
-                let changed = grants.get(user).is_none_or(|old| old.spec != *permissions);
-                grants.insert(user.clone(), grant);
-                if changed {
-                    state.revise(user, generation);
-                }
-            }
-            AccessChange::ClearPermissions { vhost, user } => {
-                let removed = state.grants.get_mut(vhost).and_then(|grants| grants.remove(user));
-                if removed.is_some() {
-                    state.revise(user, generation);
-                }
-            }
-            AccessChange::SetVhostLimits { vhost, limits } => {
-                if let Some(entry) = state.vhosts.get_mut(vhost) {
-                    entry.limits = *limits;
-                }
-            }
-            AccessChange::SetPolicy { vhost, kind, name, spec } => {
-                let policy = Policy::compile(*kind, name, spec.clone())?;
-                let without: Vec<String> = policy.without_effect().into_iter().map(|(key, _)| key).collect();
-                if !without.is_empty() {
-                    tracing::info!(vhost = %vhost, policy = %name, keys = ?without, "policy keys that have no effect in Warren");
-                }
-                let policies = state.policies.entry(vhost.clone()).or_default();
-                Arc::make_mut(policies).put(policy);
-            }
-            AccessChange::ClearPolicy { vhost, kind, name } => {
-                if let Some(policies) = state.policies.get_mut(vhost) {
-                    Arc::make_mut(policies).remove(*kind, name);
-                }
-            }
-            AccessChange::SetGlobalParameter { name, value } => {
-                state.global_parameters.insert(name.clone(), value.clone());
-            }
-            AccessChange::ClearGlobalParameter { name } => {
-                state.global_parameters.remove(name);
-            }
-            AccessChange::SetUserLimits { user, limits } => {
-                if limits.is_empty() {
-                    state.user_limits.remove(user);
-                } else if state.users.contains_key(user) {
-                    state.user_limits.insert(user.clone(), *limits);
-                }
-            }
-            AccessChange::SetTopicPermissions { vhost, user, permissions } => {
-                let compiled = Arc::new(TopicPermissions::compile(permissions, user, vhost)?);
-                let grant = TopicGrant { spec: permissions.clone(), compiled };
-                let of_user = state.topic_grants.entry(vhost.clone()).or_default().entry(user.clone()).or_default();
-                of_user.insert(permissions.exchange.clone(), grant);
-            }
-            AccessChange::ClearTopicPermissions { vhost, user, exchange } => {
-                let of_user = state.topic_grants.get_mut(vhost).and_then(|users| users.get_mut(user));
-                match (of_user, exchange) {
-                    (Some(of_user), Some(exchange)) => drop(of_user.remove(exchange)),
-                    (Some(of_user), None) => of_user.clear(),
-                    (None, _) => {}
-                }
-            }
-        }
-        Ok(())
+        self.state.write().apply(change, generation)
     }
 
     fn save(&self) -> BrokerResult<()> {
@@ -393,54 +167,7 @@ impl AccessControl {
     /// The whole state as the changes that rebuild it (what the file and the catalog's
     /// snapshot hold).
     pub(crate) fn as_changes(&self) -> Vec<AccessChange> {
-        let state = self.state.read();
-        let users = state.users.values().map(|user| AccessChange::PutUser {
-            name: user.name.clone(),
-            password: match &user.password {
-                Some(hash) => PasswordChange::Hash {
-                    hashing_algorithm: hash.algorithm().name().to_string(),
-                    password_hash: hash.to_base64(),
-                },
-                None => PasswordChange::Clear,
-            },
-            tags: Some(user.tags.clone()),
-        });
-        let vhosts = state.vhosts.iter().flat_map(|(name, entry)| {
-            [
-                AccessChange::PutVhost { name: name.clone(), description: entry.description.clone() },
-                AccessChange::SetVhostLimits { vhost: name.clone(), limits: entry.limits },
-            ]
-        });
-        let grants = state.grants.iter().flat_map(|(vhost, grants)| {
-            grants.iter().map(|(user, grant)| AccessChange::SetPermissions {
-                vhost: vhost.clone(),
-                user: user.clone(),
-                permissions: grant.spec.clone(),
-            })
-        });
-        let policies = state.policies.iter().flat_map(|(vhost, policies)| {
-            let every = [PolicyKind::User, PolicyKind::Operator].into_iter().flat_map(|kind| policies.of_kind(kind));
-            every.map(|policy| AccessChange::SetPolicy {
-                vhost: vhost.clone(),
-                kind: policy.kind,
-                name: policy.name.clone(),
-                spec: policy.spec.clone(),
-            })
-        });
-        let topic = state.every_topic_grant().map(|(vhost, user, permissions)| AccessChange::SetTopicPermissions {
-            vhost,
-            user,
-            permissions,
-        });
-        let limits = state
-            .user_limits
-            .iter()
-            .map(|(user, limits)| AccessChange::SetUserLimits { user: user.clone(), limits: *limits });
-        let parameters = state
-            .global_parameters
-            .iter()
-            .map(|(name, value)| AccessChange::SetGlobalParameter { name: name.clone(), value: value.clone() });
-        users.chain(vhosts).chain(grants).chain(policies).chain(topic).chain(limits).chain(parameters).collect()
+        self.state.read().as_changes()
     }
 
     /// Every global runtime parameter: its name and its value as JSON text.
@@ -631,24 +358,6 @@ pub fn check_user_id(properties: &crate::properties::Properties, user: &str) -> 
 
 /// How much of a client's mechanism name reaches the log.
 const MAX_MECHANISM_LOG_BYTES: usize = 32;
-
-/// Longest user or vhost name: they reach logs, paths (vhosts, hex-encoded) and the API.
-const MAX_NAME_BYTES: usize = 255;
-
-/// Global runtime parameters at most (they come through the API).
-const MAX_GLOBAL_PARAMETERS: usize = 1024;
-/// The longest value of a global runtime parameter, as JSON text.
-const MAX_GLOBAL_PARAMETER_BYTES: usize = 64 * 1024;
-
-fn validate_name(what: &str, name: &str) -> BrokerResult<()> {
-    if name.is_empty() || name.len() > MAX_NAME_BYTES || name.chars().any(char::is_control) {
-        return Err(BrokerError::new(
-            ReplyCode::PreconditionFailed,
-            format!("a {what} name must be 1 to {MAX_NAME_BYTES} bytes with no control characters"),
-        ));
-    }
-    Ok(())
-}
 
 /// What a first start creates.
 fn first_start(settings: &AccessSettings) -> Vec<AccessChange> {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::error::ReplyCode;
 
 fn loopback() -> IpAddr {
     "127.0.0.1".parse().unwrap()
@@ -85,4 +86,47 @@ fn invalid_changes_are_refused_before_they_are_made() {
     };
     assert!(control.validate(&bad_hash).is_err());
     assert!(control.validate(&put_user("", "pw")).is_err());
+}
+
+fn set_policy(kind: PolicyKind, name: &str) -> AccessChange {
+    let spec = PolicySpec {
+        pattern: "^q".into(),
+        definition: r#"{"max-length": 10}"#.into(),
+        priority: 0,
+        apply_to: "queues".into(),
+    };
+    AccessChange::SetPolicy { vhost: "/".into(), kind, name: name.into(), spec }
+}
+
+#[test]
+fn a_vhost_holds_a_bounded_number_of_policies_of_each_kind_and_a_full_one_can_still_replace() {
+    use access_state::MAX_POLICIES_PER_VHOST;
+    let control = AccessControl::open(None, &AccessSettings::default()).unwrap();
+    for n in 0..MAX_POLICIES_PER_VHOST {
+        control.apply(&set_policy(PolicyKind::User, &format!("p{n}"))).unwrap();
+    }
+    let refused = control.validate(&set_policy(PolicyKind::User, "one-more")).unwrap_err();
+    assert_eq!(refused.code, ReplyCode::PreconditionFailed);
+    assert!(refused.to_string().contains("clear one first"), "{refused}");
+    control.validate(&set_policy(PolicyKind::User, "p0")).expect("replacing one is allowed");
+    control.validate(&set_policy(PolicyKind::Operator, "cap")).expect("the other kind counts apart");
+    control.apply(&AccessChange::ClearPolicy { vhost: "/".into(), kind: PolicyKind::User, name: "p0".into() }).unwrap();
+    control.validate(&set_policy(PolicyKind::User, "one-more")).expect("room again once one is cleared");
+}
+
+#[test]
+fn a_vhost_holds_a_bounded_number_of_topic_permissions() {
+    use access_state::MAX_TOPIC_PERMISSIONS_PER_VHOST;
+    let control = AccessControl::open(None, &AccessSettings::default()).unwrap();
+    let grant = |exchange: &str| AccessChange::SetTopicPermissions {
+        vhost: "/".into(),
+        user: "guest".into(),
+        permissions: TopicPermissionSpec { exchange: exchange.into(), write: ".*".into(), read: ".*".into() },
+    };
+    for n in 0..MAX_TOPIC_PERMISSIONS_PER_VHOST {
+        control.apply(&grant(&format!("x{n}"))).unwrap();
+    }
+    let refused = control.validate(&grant("one-more")).unwrap_err();
+    assert!(refused.to_string().contains("at most 4096 topic permissions"), "{refused}");
+    control.validate(&grant("x0")).expect("replacing one is allowed");
 }
