@@ -16,6 +16,10 @@
 # release binary, say): each round runs the scenario against this checkout's Warren, then
 # against the baseline; the ratio is this/baseline.
 #
+# With --policies N it compares Warren holding N policies (set through its management API
+# after it starts; one matches the scenario's queues) with Warren holding none: what policy
+# matching costs the hot path. The ratio is with/without.
+#
 # Run as root from a checkout: bench/compare.sh [options]. See --help and BENCHMARKS.md.
 # Benchmarks measure; they assert nothing about timings. A run whose counts do not add up
 # (lost messages) or that fails is reported in the tables and in problems.txt.
@@ -36,6 +40,8 @@ BUILD=1
 OBSERVED=0
 # A Warren binary to compare this checkout's with (--baseline), rather than RabbitMQ.
 BASELINE=
+# Policies the second Warren holds (--policies), compared with the first holding none.
+POLICIES=0
 ALL_SCENARIOS=(transient-16B transient-1KiB durable fanout latency backlog connections stream-publish stream-replay quorum)
 # Open files allowed to the brokers and the tool: the connections scenario needs > 1024.
 OPEN_FILES=65536
@@ -56,6 +62,8 @@ usage: bench/compare.sh [options]
   --observed          Warren watched by warren-observer (live feed + metrics scrapes each
                       second) against Warren alone, instead of Warren against RabbitMQ
   --baseline BINARY   Warren against another Warren binary (warren-baseline), instead of RabbitMQ
+  --policies N        Warren holding N policies, one matching the scenario's queues
+                      (warren-policies), against Warren holding none, instead of RabbitMQ
 EOF
 }
 
@@ -78,6 +86,7 @@ parse_args() {
 		--no-build) BUILD=0 ;;
 		--observed) OBSERVED=1 ;;
 		--baseline) BASELINE=$(realpath "$2") && shift ;;
+		--policies) POLICIES=$2 && shift ;;
 		-h | --help) usage && exit 0 ;;
 		*) usage >&2 && exit 2 ;;
 		esac
@@ -146,6 +155,8 @@ WARREN_PORT=
 WARREN_HTTP_PORT=
 RABBIT_PORT=
 BASELINE_PORT=
+# The management port of the Warren of --policies.
+POLICIES_HTTP_PORT=
 RABBIT_DIST_PORT=
 EPMD_PORT=
 WARREN_PID=
@@ -167,6 +178,29 @@ start_baseline() {
 		--data-dir "$WORK/baseline-data" >>"$OUT/logs/warren-baseline.log" 2>&1 &
 	BASELINE_PID=$!
 	wait_for_port "$BASELINE_PORT" warren-baseline
+}
+
+# The Warren of --policies: this checkout's, on the baseline's ports, with POLICIES policies
+# set through its API. All but one match no queue; the last matches every queue the scenarios
+# declare (their names start with perf-) and sets a length limit none of them reaches, so that
+# the limit is checked on every publish.
+start_with_policies() {
+	rm -rf "$WORK/policies-data"
+	RUST_LOG=warn "$WORK/bin/warren" --amqp-listen "127.0.0.1:$BASELINE_PORT" \
+		--http-listen "127.0.0.1:$POLICIES_HTTP_PORT" --data-dir "$WORK/policies-data" \
+		>>"$OUT/logs/warren-policies.log" 2>&1 &
+	BASELINE_PID=$!
+	wait_for_port "$BASELINE_PORT" warren-policies
+	wait_for_port "$POLICIES_HTTP_PORT" "warren-policies' management listener"
+	local i pattern
+	for i in $(seq 1 "$POLICIES"); do
+		pattern="^unrelated-$i\\\\."
+		[ "$i" != "$POLICIES" ] || pattern="^perf-"
+		curl -sf -u guest:guest -X PUT -H 'content-type: application/json' \
+			-d "{\"pattern\": \"$pattern\", \"definition\": {\"max-length\": 1000000000}, \"apply-to\": \"queues\"}" \
+			"http://127.0.0.1:$POLICIES_HTTP_PORT/api/policies/%2F/policy-$i" >/dev/null ||
+			die "cannot set policy $i on warren-policies (see $OUT/logs/warren-policies.log)"
+	done
 }
 
 stop_baseline() {
@@ -346,7 +380,7 @@ run_once() {
 	local scenario=$1 broker=$2 round=$3 port pid summary status args
 	case $broker in
 	warren | warren-observed) port=$WARREN_PORT pid=$WARREN_PID ;;
-	warren-baseline) port=$BASELINE_PORT pid=$BASELINE_PID ;;
+	warren-baseline | warren-policies) port=$BASELINE_PORT pid=$BASELINE_PID ;;
 	rabbitmq) port=$RABBIT_PORT pid=$RABBIT_OS_PID ;;
 	esac
 	args="$(scenario_args "$scenario") --queue-prefix perf-$scenario"
@@ -393,6 +427,17 @@ run_scenario() {
 		stop_baseline
 		return
 	fi
+	if [ "$POLICIES" -gt 0 ]; then
+		start_warren
+		start_with_policies
+		for round in $(seq 1 "$ROUNDS"); do
+			run_once "$scenario" warren-policies "$round"
+			run_once "$scenario" warren "$round"
+		done
+		stop_warren
+		stop_baseline
+		return
+	fi
 	if [ "$OBSERVED" = 1 ]; then
 		start_warren
 		for round in $(seq 1 "$ROUNDS"); do
@@ -421,12 +466,14 @@ write_report() {
 		echo "- Warren: $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout'), release build"
 		if [ -n "$BASELINE" ]; then
 			echo "- warren-baseline: $BASELINE"
+		elif [ "$POLICIES" -gt 0 ]; then
+			echo "- warren-policies: the same build holding $POLICIES policies (one matching the scenario's queues, max-length 10^9)"
 		elif [ "$OBSERVED" = 1 ]; then
 			echo "- warren-observed: the same broker while warren-observer watched it (live feed subscribed to the queues table, /metrics and /metrics/per-object scraped every second)"
 		else
 			echo "- RabbitMQ: $(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null), Erlang $(dpkg-query -W -f '${Version}' erlang-base 2>/dev/null)"
 		fi
-		echo "- compare.sh$([ "$OBSERVED" = 0 ] || echo ' --observed') --rounds $ROUNDS --duration $DURATION --backlog-count $BACKLOG_COUNT --connections $CONNECTIONS --idle-secs $IDLE_SECS --scenarios $SCENARIOS"
+		echo "- compare.sh$([ "$OBSERVED" = 0 ] || echo ' --observed')$([ "$POLICIES" = 0 ] || echo " --policies $POLICIES") --rounds $ROUNDS --duration $DURATION --backlog-count $BACKLOG_COUNT --connections $CONNECTIONS --idle-secs $IDLE_SECS --scenarios $SCENARIOS"
 		echo
 		echo "Commands (PORT and PID are the broker's):"
 		echo
@@ -450,7 +497,7 @@ write_report() {
 
 main() {
 	parse_args "$@"
-	[ "$OBSERVED" = 1 ] || [ -n "$BASELINE" ] || [ "$(id -u)" = 0 ] || die "run as root: it installs packages and runs RabbitMQ as the rabbitmq user"
+	[ "$POLICIES" -gt 0 ] || [ "$OBSERVED" = 1 ] || [ -n "$BASELINE" ] || [ "$(id -u)" = 0 ] || die "run as root: it installs packages and runs RabbitMQ as the rabbitmq user"
 	WORK=$(mktemp -d /tmp/warren-bench.XXXXXX)
 	OUT=${OUT:-$WORK}
 	mkdir -p "$OUT/logs"
@@ -464,7 +511,7 @@ main() {
 		OPEN_FILES=$hard_limit
 	fi
 	ulimit -n "$OPEN_FILES" || log "cannot raise the open-files limit; the connections scenario may fail"
-	[ "$OBSERVED" = 1 ] || [ -n "$BASELINE" ] || install_rabbitmq
+	[ "$POLICIES" -gt 0 ] || [ "$OBSERVED" = 1 ] || [ -n "$BASELINE" ] || install_rabbitmq
 	build
 	pick_port WARREN_PORT
 	pick_port WARREN_HTTP_PORT
@@ -472,7 +519,10 @@ main() {
 	pick_port RABBIT_DIST_PORT
 	pick_port EPMD_PORT
 	pick_port BASELINE_PORT
-	if [ -n "$BASELINE" ]; then
+	pick_port POLICIES_HTTP_PORT
+	if [ "$POLICIES" -gt 0 ]; then
+		log "warren on 127.0.0.1:$WARREN_PORT, warren-policies ($POLICIES policies) on 127.0.0.1:$BASELINE_PORT"
+	elif [ -n "$BASELINE" ]; then
 		[ -x "$BASELINE" ] || die "--baseline $BASELINE is not an executable"
 		log "warren on 127.0.0.1:$WARREN_PORT, warren-baseline ($BASELINE) on 127.0.0.1:$BASELINE_PORT"
 	elif [ "$OBSERVED" = 1 ]; then

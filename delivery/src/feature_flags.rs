@@ -51,6 +51,9 @@ pub struct FeatureFlag {
     pub machine: Machine,
     /// The machine version it switches to.
     pub version: u16,
+    /// The group machine version it lets groups of a kind move to, if it brings one: each
+    /// group's leader moves its group there once the flag is enabled (every node knows it).
+    pub group_version: Option<(GroupMachineKind, u16)>,
 }
 
 /// The catalog's snapshots ([`crate::catalog::CatalogSnapshot`]): a release before them
@@ -61,6 +64,7 @@ pub const CATALOG_SNAPSHOTS: FeatureFlag = FeatureFlag {
                   fell behind installs the snapshot",
     machine: Machine::Catalog,
     version: 2,
+    group_version: None,
 };
 
 /// Policies and operator policies ([`crate::policy`]) and topic permissions in the catalog: a
@@ -71,10 +75,23 @@ pub const POLICIES: FeatureFlag = FeatureFlag {
                   topic permissions restrict routing keys on topic exchanges",
     machine: Machine::Catalog,
     version: 3,
+    group_version: None,
+};
+
+/// Quorum queues run with the policies that apply to them: each queue's group leader moves
+/// the group to machine version 2, where `quorum::Op::ApplyPolicy` changes what the queue
+/// obeys at one entry of its log on every replica. A release before it cannot read that op.
+pub const QUORUM_QUEUE_POLICIES: FeatureFlag = FeatureFlag {
+    name: "quorum_queue_policies",
+    description: "Quorum queues run with the policies and operator policies that apply to them; a change reaches \
+                  every replica through the queue's own log",
+    machine: Machine::Catalog,
+    version: 4,
+    group_version: Some((GroupMachineKind::QuorumQueue, crate::quorum::QUEUE_POLICIES_GROUP_VERSION)),
 };
 
 /// Every feature flag, oldest first.
-pub const FEATURE_FLAGS: &[FeatureFlag] = &[CATALOG_SNAPSHOTS, POLICIES];
+pub const FEATURE_FLAGS: &[FeatureFlag] = &[CATALOG_SNAPSHOTS, POLICIES, QUORUM_QUEUE_POLICIES];
 
 impl FeatureFlag {
     /// Whether the flag is enabled where its machine is at `version`.
@@ -123,10 +140,9 @@ pub fn known_versions() -> Vec<(String, u16)> {
 /// own, kept in its state and snapshots and moved only by an entry of its group's log
 /// (`quorum::Op::SetMachineVersion`), checked where it is applied ([`check_group_version`]).
 ///
-/// Every release so far runs them at [`FIRST_MACHINE_VERSION`] and no flag moves them yet. The
-/// check is what lets a later release's flag move them safely: a node of this release that
-/// meets the version entry stops the group there and says to upgrade, instead of misreading
-/// the entries that follow it.
+/// A flag moves them ([`FeatureFlag::group_version`]); a node of a release that does not know
+/// the version meets the version entry, stops the group there and says to upgrade, instead of
+/// misreading the entries that follow it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GroupMachineKind {
     /// A quorum queue's (and a replicated delayed exchange's).
@@ -147,11 +163,22 @@ impl GroupMachineKind {
         }
     }
 
-    /// The newest version of it this node knows.
+    /// The newest version of it this node knows: the newest that a flag this node knows
+    /// brings.
     pub fn newest_version(self) -> u16 {
-        match self {
-            GroupMachineKind::QuorumQueue | GroupMachineKind::Stream => FIRST_MACHINE_VERSION,
-        }
+        self.newest_brought_by(|flag| flag.version <= newest_version(flag.machine))
+    }
+
+    /// The version its groups may run at where the catalog is at `catalog_version`: the newest
+    /// an enabled flag brings.
+    pub fn enabled_version(self, catalog_version: u16) -> u16 {
+        self.newest_brought_by(|flag| flag.machine == Machine::Catalog && flag.enabled_at(catalog_version))
+    }
+
+    /// The newest version of it that one of the flags `counts` brings.
+    fn newest_brought_by(self, counts: impl Fn(&FeatureFlag) -> bool) -> u16 {
+        let brought = FEATURE_FLAGS.iter().filter(|flag| counts(flag)).filter_map(|flag| flag.group_version);
+        brought.filter(|(kind, _)| *kind == self).map(|(_, version)| version).max().unwrap_or(FIRST_MACHINE_VERSION)
     }
 }
 
@@ -247,6 +274,15 @@ mod tests {
             let announced = known_versions().into_iter().find(|(name, _)| name == machine.name());
             assert_eq!(announced, Some((machine.name().to_string(), machine.newest_version())));
         }
+    }
+
+    #[test]
+    fn a_group_version_is_known_with_its_flag_and_enabled_with_it() {
+        let (kind, version) = QUORUM_QUEUE_POLICIES.group_version.expect("brings a group version");
+        assert_eq!(kind.newest_version(), version);
+        assert_eq!(kind.enabled_version(QUORUM_QUEUE_POLICIES.version), version);
+        assert_eq!(kind.enabled_version(QUORUM_QUEUE_POLICIES.version - 1), FIRST_MACHINE_VERSION);
+        assert_eq!(GroupMachineKind::Stream.enabled_version(QUORUM_QUEUE_POLICIES.version), FIRST_MACHINE_VERSION);
     }
 
     #[test]

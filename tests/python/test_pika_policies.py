@@ -1,6 +1,7 @@
 """Warren against pika: policies and operator policies as RabbitMQ has them. A policy set,
 changed and cleared through the management API (as rabbitmqadmin and rabbitmqctl set them)
-takes effect at once on classic queues that already hold messages, with RabbitMQ's precedence
+takes effect at once on classic and quorum queues that already hold messages (a quorum
+queue's through its Raft log), with RabbitMQ's precedence
 between a queue's own x-arguments and the policy, its apply-to and priority, and operator
 policies that user policies cannot lift. Nothing is lost: what a limit pushes out goes to the
 dead-letter exchange the policy names."""
@@ -228,6 +229,70 @@ def test_keys_of_features_warren_lacks_are_accepted_and_reported(broker_with_api
     assert status == 200
     [policy] = [p for p in listed if p["name"] == "mirrored"]
     assert "ha-mode" in policy["no_effect"] and "max-length" not in policy["no_effect"]
+
+
+def test_a_quorum_queue_takes_a_policy_added_changed_and_cleared_through_its_log(broker_with_api):
+    connection, port, _ = broker_with_api
+    channel = connection.channel()
+    channel.queue_declare("qq-dead", durable=True)
+    channel.queue_declare("qq.orders", durable=True, arguments={"x-queue-type": "quorum"})
+    publish(channel, "qq.orders", [f"m{i}" for i in range(6)])
+    wait_count(connection, "qq.orders", 6)
+    dead_letter = {"dead-letter-exchange": "", "dead-letter-routing-key": "qq-dead"}
+
+    # Added: the limit applies at once (drop-head), the oldest are dead-lettered.
+    set_policy(port, "qq-limits", r"^qq\.", {"max-length": 4, **dead_letter}, apply_to="quorum_queues")
+    wait_count(connection, "qq.orders", 4)
+    wait_count(connection, "qq-dead", 2)
+    shown = queue_json(port, "qq.orders")
+    assert shown["policy"] == "qq-limits"
+    assert shown["effective_policy_definition"]["max-length"] == 4
+
+    # Changed: no length limit, a delivery limit of 1: the second return dead-letters.
+    set_policy(port, "qq-limits", r"^qq\.", {"delivery-limit": 1, **dead_letter}, apply_to="quorum_queues")
+    publish(channel, "qq.orders", ["m6", "m7"])
+    wait_count(connection, "qq.orders", 6)
+    for _ in range(2):
+        method, _, body = channel.basic_get("qq.orders", auto_ack=False)
+        assert body == b"m2"
+        channel.basic_nack(method.delivery_tag, requeue=True)
+    wait_count(connection, "qq-dead", 3)
+    wait_count(connection, "qq.orders", 5)
+
+    # Cleared: the queue's own arguments again (RabbitMQ 4's default delivery limit of 20).
+    status, _ = api_call(port, "DELETE", "/api/policies/%2F/qq-limits")
+    assert status == 204
+    for _ in range(3):
+        method, _, body = channel.basic_get("qq.orders", auto_ack=False)
+        assert body == b"m3"
+        channel.basic_nack(method.delivery_tag, requeue=True)
+    wait_count(connection, "qq.orders", 5)
+    assert "policy" not in queue_json(port, "qq.orders")
+    kept, dead = drain(channel, "qq.orders"), drain(channel, "qq-dead")
+    assert sorted(kept + dead, key=lambda b: int(b[1:])) == [f"m{i}" for i in range(8)], "nothing lost"
+
+
+def test_a_quorum_queue_keeps_its_policy_over_a_restart(tmp_path):
+    http = free_port()
+    args = ["--http-listen", f"127.0.0.1:{http}"]
+    with run_broker(tmp_path, args) as (_, parameters):
+        wait_for_port(http)
+        connection = pika.BlockingConnection(parameters)
+        channel = connection.channel()
+        channel.queue_declare("qq-kept", durable=True, arguments={"x-queue-type": "quorum"})
+        set_policy(http, "qq-limit", "^qq-kept$", {"max-length": 2})
+        publish(channel, "qq-kept", ["1", "2", "3"])
+        wait_count(connection, "qq-kept", 2)
+        connection.close()
+    with run_broker(tmp_path, args) as (_, parameters):
+        wait_for_port(http)
+        connection = pika.BlockingConnection(parameters)
+        channel = connection.channel()
+        assert queue_json(http, "qq-kept")["policy"] == "qq-limit"
+        publish(channel, "qq-kept", ["4"])
+        wait_count(connection, "qq-kept", 2)
+        assert get_message(channel, "qq-kept")[2] == b"3", "the replayed log kept the limit"
+        connection.close()
 
 
 def test_policies_survive_a_restart_and_apply_to_recovered_queues(tmp_path):

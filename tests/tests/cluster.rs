@@ -759,6 +759,27 @@ async fn a_policy_set_through_one_node_applies_on_every_node() {
     await_count(&b, "capped", 2, "B's queue keeps the policy's two, published through C").await;
     let queues = tokio::task::block_in_place(|| ctl(&cluster, 1, &["list_queues", "name", "messages"]));
     assert!(queues.lines().any(|line| line.split_whitespace().collect::<Vec<_>>() == ["capped", "2"]), "{queues}");
+
+    // A quorum queue takes its policy through its log: every replica drops the same messages
+    // (each node counts its own replica's messages).
+    let quorum = table(&[("x-queue-type", text("quorum"))]);
+    ch.queue_declare("capped-qq".into(), durable(), quorum).await.expect("declare");
+    let set = ["set_policy", "cap-qq", "^capped-qq$", r#"{"max-length": 3}"#, "--apply-to", "quorum_queues"];
+    tokio::task::block_in_place(|| ctl(&cluster, 0, &set));
+    for i in 0..5u8 {
+        let body = [i];
+        let published = publisher.basic_publish(
+            "".into(),
+            "capped-qq".into(),
+            Default::default(),
+            &body,
+            BasicProperties::default(),
+        );
+        published.await.expect("publish").await.expect("confirm");
+    }
+    for (node, conn) in [(0, &cluster.connect(0).await), (1, &b), (2, &c)] {
+        await_count(conn, "capped-qq", 3, &format!("the replica on node {node} keeps the policy's three")).await;
+    }
 }
 
 /// Figure `key` of node `node`'s member of the catalog, as `warren ctl metadata_store_status`
@@ -772,7 +793,7 @@ fn store_figure(cluster: &Cluster, node: usize, key: &str) -> u64 {
 /// The switch that makes a node know machine versions as the previous release did.
 const PREVIOUS_RELEASE: &str = "--pretend-previous-release";
 /// The flag a node of the previous release does not know.
-const NEWEST_FLAG: &str = "policies";
+const NEWEST_FLAG: &str = "quorum_queue_policies";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_feature_flag_waits_for_every_node_and_a_node_that_does_not_know_it_refuses_to_apply() {
@@ -798,6 +819,20 @@ async fn a_feature_flag_waits_for_every_node_and_a_node_that_does_not_know_it_re
         .expect("publish");
     await_count(&a, "mixed", 1, "a publish through C reaches the queue on A").await;
 
+    // Until every node can read a policy change in a quorum queue's log, a quorum queue runs
+    // with its own arguments.
+    let quorum = table(&[("x-queue-type", text("quorum"))]);
+    ch.queue_declare("mixed-qq".into(), durable(), quorum).await.expect("declare");
+    let set = ["set_policy", "one", "^mixed-qq$", r#"{"max-length": 1}"#, "--apply-to", "quorum_queues"];
+    tokio::task::block_in_place(|| ctl(&cluster, 0, &set));
+    let publisher = confirm_channel(&a).await;
+    for body in [b"1", b"2", b"3"] {
+        let published =
+            publisher.basic_publish("".into(), "mixed-qq".into(), Default::default(), body, BasicProperties::default());
+        published.await.expect("publish").await.expect("confirm");
+    }
+    await_count(&a, "mixed-qq", 3, "the flag is off: the queue keeps its own arguments").await;
+
     // C is upgraded: the flag can be enabled, and every node has it.
     drop((on_c, c));
     cluster.nodes[2].take().expect("running").kill9();
@@ -813,6 +848,7 @@ async fn a_feature_flag_waits_for_every_node_and_a_node_that_does_not_know_it_re
         let flags = tokio::task::block_in_place(|| ctl(&cluster, node, &["list_feature_flags"]));
         assert!(flags.contains(NEWEST_FLAG) && !flags.contains("disabled"), "node {node}: {flags}");
     }
+    await_count(&a, "mixed-qq", 1, "the flag on, the queue's leader brings the policy in").await;
 
     // C back on the previous release refuses the catalog it would apply wrongly, and says why.
     cluster.nodes[2].take().expect("running").kill9();
@@ -828,7 +864,7 @@ async fn a_feature_flag_waits_for_every_node_and_a_node_that_does_not_know_it_re
     });
     let said = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "a node behind the catalog's version does not run: {said}");
-    assert!(said.contains("machine version 3") && said.contains("upgrade this node"), "{said}");
+    assert!(said.contains("machine version 4") && said.contains("upgrade this node"), "{said}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -292,6 +292,10 @@ impl CatalogMachine {
                 // apply() has refused a version this node does not know.
                 self.shared.applied.lock().machine_version = *version;
                 tracing::info!(version, "the catalog's machine version changed");
+                // A flag may have brought policies to a kind of queue that ran without them.
+                for vhost in broker.vhosts() {
+                    vhost.set_policies(vhost.policies());
+                }
                 return Ok(ChangeOutcome::default());
             }
             _ => {}

@@ -71,12 +71,18 @@ impl QueueType {
         REPLICATED.contains(&self)
     }
 
-    /// Whether queues of this kind run with the policies that apply to them. Quorum queues and
-    /// streams would have to take a policy change through their Raft group, so that every
-    /// replica applies the same values at the same point of the log: not built yet, so they
-    /// run with their own arguments.
-    pub fn takes_policies(self) -> bool {
-        self == QueueType::Classic
+    /// Whether queues of this kind run with the policies that apply to them where the catalog
+    /// is at machine version `catalog_version`. A quorum queue takes a policy change through its
+    /// Raft group (`quorum::Op::ApplyPolicy`), so that every replica applies the same values at
+    /// the same point of its log: once every node can read that
+    /// ([`QUORUM_QUEUE_POLICIES`](crate::feature_flags::QUORUM_QUEUE_POLICIES)). A stream runs
+    /// with its own arguments.
+    pub fn takes_policies(self, catalog_version: u16) -> bool {
+        match self {
+            QueueType::Classic => true,
+            QueueType::Quorum => crate::feature_flags::QUORUM_QUEUE_POLICIES.enabled_at(catalog_version),
+            QueueType::Stream => false,
+        }
     }
 
     /// Whether queues of this kind interpret argument `name`.

@@ -194,6 +194,9 @@ pub trait QueueHost: Send + Sync + std::fmt::Debug {
         fence: &'a DefinitionsFence,
         term: Option<u64>,
     ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
+    /// The version group machines of `kind` may run at: the newest an enabled feature flag
+    /// brings (a group's leader moves its group there).
+    fn enabled_group_version(&self, kind: crate::feature_flags::GroupMachineKind) -> u16;
 }
 
 /// A queue of any kind.

@@ -14,7 +14,13 @@
 //! - when this node's member starts, channels of this node that the state remembers but that
 //!   are no longer open (a restart closed them) are declared down, so what they held is
 //!   delivered again; whenever this node becomes leader it resends the dead letters still
-//!   waiting for a confirm and arms the expiry timer.
+//!   waiting for a confirm and arms the expiry timer;
+//! - the state machine starts from the queue's own arguments on every replica; what the
+//!   policies make of them reaches it through the log: the leader proposes
+//!   [`Op::ApplyPolicy`] whenever the policies that apply change and whenever it is elected
+//!   (after moving the group to the machine version that has the op, once the feature flag
+//!   is enabled). The node's own parts (the dead-letter exchange's name, `expires`) follow the
+//!   policies at once, as a classic queue's do.
 
 use super::consumer::Consumer;
 use super::context::QueueContext;
@@ -24,12 +30,14 @@ use crate::clock::now_ms;
 use crate::dead_letter::{self, DeathReason};
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult};
+use crate::feature_flags::GroupMachineKind;
 use crate::message::Message;
 use crate::message_ref::MessageRef;
 use crate::message_store::{DurableMark, StoreError};
 use crate::quorum::{
     entry_of, AppliedEffects, ConsumerId, ConsumerSpec, Effect, Enqueue, InitialMembers, MessageId, Op, QuorumGroup,
     QuorumStateMachine, Response, Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES, DEFAULT_DELIVERY_LIMIT,
+    QUEUE_POLICIES_GROUP_VERSION,
 };
 use crate::scheduler::{QueueTimer, SchedulerHandle, TimerEvent};
 use openraft::ServerState;
@@ -154,7 +162,9 @@ fn build(
 ) -> BrokerResult<Arc<Queue>> {
     let (effects_tx, effects_rx) = mpsc::unbounded_channel();
     let name = group_name(&context.vhost_name, &definition.name);
-    let settings = Settings::from(&arguments);
+    // Every replica starts from the same settings: the queue's own arguments (`arguments`
+    // has the policies of this node's catalog, which the log brings in as `ApplyPolicy`).
+    let settings = Settings::from(&QueueArguments::parse(&definition.arguments)?);
     let replication = Arc::clone(&context.replication);
     let group = QuorumStateMachine::open(
         &name,
@@ -312,6 +322,31 @@ impl Inner {
             tokio::spawn(dead_letter_at_least_once(Arc::downgrade(queue), Arc::downgrade(self), id, reason));
         }
         self.arm_expiry(queue);
+        self.propose_policy(queue);
+    }
+
+    /// On the leader: proposes what the policies make of the queue's settings, if the state
+    /// obeys something else (a policy changed, or the last leader died before proposing it).
+    /// First moves the group to the machine version that applies policies, if the feature
+    /// flag that brings it is enabled; below that version the queue keeps its own arguments.
+    fn propose_policy(&self, queue: &Queue) {
+        if !self.group.is_leader() {
+            return;
+        }
+        let Some(vhost) = queue.vhost.upgrade() else { return };
+        let (version, obeyed) =
+            self.group.machine().read(|state| (state.machine_version(), state.settings().policy_settings()));
+        if version < QUEUE_POLICIES_GROUP_VERSION {
+            let enabled = vhost.enabled_group_version(GroupMachineKind::QuorumQueue);
+            if enabled < QUEUE_POLICIES_GROUP_VERSION {
+                return;
+            }
+            self.group.propose(Op::SetMachineVersion { version: enabled });
+        }
+        let wanted = Settings::from(queue.arguments().as_ref()).policy_settings();
+        if wanted != obeyed {
+            self.group.propose(Op::ApplyPolicy { settings: wanted });
+        }
     }
 
     /// Every member: its consumers the state no longer has are cancelled (with
@@ -615,6 +650,15 @@ impl QueueKind for QuorumQueue {
 
     fn touch(&self) {
         self.inner.local.lock().last_used_ms = now_ms();
+    }
+
+    fn arguments_changed(&self, queue: &Arc<Queue>, before: &QueueArguments) {
+        let expires = queue.arguments().expires_ms;
+        if let Some(expires) = expires.filter(|_| expires != before.expires_ms) {
+            let event = TimerEvent::QueueExpiry { queue: Arc::<Queue>::downgrade(queue) };
+            self.inner.scheduler.schedule(now_ms().saturating_add(expires), event);
+        }
+        self.inner.propose_policy(queue);
     }
 
     fn timer_fired(&self, queue: &Arc<Queue>, timer: QueueTimer) {

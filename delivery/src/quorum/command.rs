@@ -175,7 +175,17 @@ pub enum Op {
         /// The new version.
         version: u16,
     },
+    /// The policies that apply to the queue changed: from here on it obeys `settings` (machine
+    /// version [`QUEUE_POLICIES_GROUP_VERSION`] on). Proposed by the group's leader, so that
+    /// every replica applies a policy change at the same entry. A replicated stream ignores it.
+    ApplyPolicy {
+        /// What the queue's arguments and the policies resolve to.
+        settings: super::PolicySettings,
+    },
 }
+
+/// The group machine version from which quorum queues obey policies ([`Op::ApplyPolicy`]).
+pub const QUEUE_POLICIES_GROUP_VERSION: u16 = 2;
 
 impl Op {
     /// The machine version this op moves to, if it is [`Op::SetMachineVersion`].

@@ -40,7 +40,7 @@ mod tests;
 
 pub use command::{
     entry_of, message_id, Command, CommandBatch, ConsumerId, ConsumerSpec, Dequeued, Enqueue, MessageId, Op, Response,
-    MAX_OPS_PER_ENTRY,
+    MAX_OPS_PER_ENTRY, QUEUE_POLICIES_GROUP_VERSION,
 };
 pub use effect::Effect;
 pub use error::QuorumError;
@@ -50,7 +50,7 @@ pub use no_peers::NoPeers;
 pub use proposer::{tell_followers_the_commit, ENTRIES_IN_FLIGHT};
 pub use raft::{quorum_raft_config, AppliedEffects, QuorumRaft, QuorumStateMachine, SNAPSHOT_LOGS_SINCE_LAST};
 pub use replication::{ClusterFuture, InitialMembers, ProposeError, Replication, SingleNode};
-pub use settings::{DeadLetterStrategy, Settings, DEFAULT_DELIVERY_LIMIT};
+pub use settings::{DeadLetterStrategy, PolicySettings, Settings, DEFAULT_DELIVERY_LIMIT};
 pub(crate) use snapshot::{decode_versioned, decode_whole};
 pub use snapshot::{
     Checkpoint, Checkpoints, StateSnapshot, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES, MAX_PENDING_CHECKPOINTS,

@@ -1,12 +1,15 @@
 //! The queue arguments a quorum queue's state machine obeys. The queue layer parses the
 //! arguments and builds these from them; they come with the queue's definition, not from the
-//! log, so every replica must be built with the same ones.
+//! log, so every replica must be built with the same ones. What policies change of them
+//! ([`PolicySettings`]) does come from the log (`Op::ApplyPolicy`, from machine version 2):
+//! every replica applies a policy change at the same entry, and a snapshot keeps it.
 
 use crate::dedup_window::DedupSettings;
 use crate::overflow::Overflow;
+use serde::{Deserialize, Serialize};
 
 /// `x-dead-letter-strategy` of a quorum queue: when a dead-lettered message leaves it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum DeadLetterStrategy {
     /// At once: if the dead-letter target never gets it, it is lost.
     #[default]
@@ -88,5 +91,52 @@ impl Default for Settings {
             deduplication: None,
             ttl_from_delay: false,
         }
+    }
+}
+
+/// The part of [`Settings`] that policies and operator policies may change: the queue's own
+/// arguments merged with the policies that apply, as the queue layer resolves them. The group's
+/// leader proposes them when they change, so that every replica switches at the same entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicySettings {
+    /// `message-ttl` in ms.
+    pub message_ttl_ms: Option<u64>,
+    /// `max-length`.
+    pub max_length: Option<u64>,
+    /// `max-length-bytes`.
+    pub max_length_bytes: Option<u64>,
+    /// `overflow`.
+    pub overflow: Overflow,
+    /// Whether a `dead-letter-exchange` is set.
+    pub dead_letter: bool,
+    /// `dead-letter-strategy`.
+    pub dead_letter_strategy: DeadLetterStrategy,
+    /// `delivery-limit`.
+    pub delivery_limit: u32,
+}
+
+impl Settings {
+    /// What policies may change of them, as they are.
+    pub fn policy_settings(&self) -> PolicySettings {
+        PolicySettings {
+            message_ttl_ms: self.message_ttl_ms,
+            max_length: self.max_length,
+            max_length_bytes: self.max_length_bytes,
+            overflow: self.overflow,
+            dead_letter: self.dead_letter,
+            dead_letter_strategy: self.dead_letter_strategy,
+            delivery_limit: self.delivery_limit,
+        }
+    }
+
+    /// Obeys `policy` from now on (the rest stays as the queue was declared).
+    pub fn set_policy_settings(&mut self, policy: PolicySettings) {
+        self.message_ttl_ms = policy.message_ttl_ms;
+        self.max_length = policy.max_length;
+        self.max_length_bytes = policy.max_length_bytes;
+        self.overflow = policy.overflow;
+        self.dead_letter = policy.dead_letter;
+        self.dead_letter_strategy = policy.dead_letter_strategy;
+        self.delivery_limit = policy.delivery_limit;
     }
 }

@@ -13,9 +13,10 @@
 //! log after it settles them again.
 
 use super::command::MessageId;
+use super::command::QUEUE_POLICIES_GROUP_VERSION;
 use super::consumers::{Consumer, ConsumerKey, Consumers, Counters};
 use super::error::QuorumError;
-use super::settings::Settings;
+use super::settings::{PolicySettings, Settings};
 use super::state::{MessageState, PendingDeadLetter, QueueState};
 use crate::dedup_window::DedupEntries;
 use crate::feature_flags::FIRST_MACHINE_VERSION;
@@ -34,6 +35,9 @@ pub const SNAPSHOT_FORMAT_VERSION: u8 = 4;
 /// version. Only nodes that know that version install one: the version moves once every
 /// node does.
 pub const SNAPSHOT_FORMAT_WITH_MACHINE_VERSION: u8 = 5;
+/// The format of a snapshot of a state that obeys policies (machine version 2 on): format
+/// 5's, then the [`PolicySettings`] in effect, which the queue's definition does not give.
+pub const SNAPSHOT_FORMAT_WITH_POLICY: u8 = 6;
 /// Entries between two checkpoints at least; more when the queue holds more messages (a
 /// checkpoint costs time and memory in proportion to them).
 pub const DEFAULT_CHECKPOINT_INTERVAL_ENTRIES: u64 = 4096;
@@ -63,6 +67,10 @@ pub struct StateSnapshot {
     /// format 5 only).
     #[serde(skip, default = "first_machine_version")]
     machine_version: u16,
+    /// What the policies made of the queue's settings (written after the version, in
+    /// format 6 only: from the machine version that applies policies on).
+    #[serde(skip)]
+    policy: Option<PolicySettings>,
 }
 
 fn first_machine_version() -> u16 {
@@ -94,6 +102,7 @@ impl From<StateSnapshotV3> for StateSnapshot {
             filters,
             dedup: DedupEntries::default(),
             machine_version: FIRST_MACHINE_VERSION,
+            policy: None,
         }
     }
 }
@@ -146,11 +155,16 @@ impl StateSnapshot {
             filters: parts.consumers.filters().iter().map(|(key, f)| (*key, f.clone())).collect(),
             dedup: parts.dedup.entries(),
             machine_version: parts.machine_version,
+            policy: (parts.machine_version >= QUEUE_POLICIES_GROUP_VERSION).then(|| state.settings().policy_settings()),
         }
     }
 
-    /// The state this snapshot holds, obeying `settings`.
-    pub fn restore(self, settings: Settings) -> Result<QueueState, QuorumError> {
+    /// The state this snapshot holds, obeying `settings` (the queue's own arguments) as the
+    /// policies in the snapshot changed them.
+    pub fn restore(self, mut settings: Settings) -> Result<QueueState, QuorumError> {
+        if let Some(policy) = self.policy {
+            settings.set_policy_settings(policy);
+        }
         let consumers = Consumers::restore(self.consumers, self.counters, self.filters);
         let messages = self.messages.into_iter().collect();
         let dead_lettering = self.dead_lettering.into_iter().collect();
@@ -171,13 +185,19 @@ impl StateSnapshot {
     }
 
     /// The format byte, then postcard: format 4 at the first machine version, 5 (with the
-    /// version) past it.
+    /// version) past it, 6 (with the version and the policy) from the version that applies
+    /// policies on.
     pub fn encode(&self) -> Result<Vec<u8>, QuorumError> {
-        if self.machine_version == FIRST_MACHINE_VERSION {
-            return postcard::to_extend(self, vec![SNAPSHOT_FORMAT_VERSION]).map_err(QuorumError::Encode);
-        }
-        postcard::to_extend(&(self, self.machine_version), vec![SNAPSHOT_FORMAT_WITH_MACHINE_VERSION])
-            .map_err(QuorumError::Encode)
+        let encoded = match self.policy {
+            Some(policy) => {
+                postcard::to_extend(&(self, self.machine_version, policy), vec![SNAPSHOT_FORMAT_WITH_POLICY])
+            }
+            None if self.machine_version == FIRST_MACHINE_VERSION => {
+                postcard::to_extend(self, vec![SNAPSHOT_FORMAT_VERSION])
+            }
+            None => postcard::to_extend(&(self, self.machine_version), vec![SNAPSHOT_FORMAT_WITH_MACHINE_VERSION]),
+        };
+        encoded.map_err(QuorumError::Encode)
     }
 
     /// Reads what [`StateSnapshot::encode`] wrote (or formats 2 and 3 did).
@@ -188,6 +208,10 @@ impl StateSnapshot {
             Some((&SNAPSHOT_FORMAT_WITH_MACHINE_VERSION, rest)) => {
                 let (snapshot, machine_version) = decode_whole::<(StateSnapshot, u16)>(rest)?;
                 Ok(StateSnapshot { machine_version, ..snapshot })
+            }
+            Some((&SNAPSHOT_FORMAT_WITH_POLICY, rest)) => {
+                let (snapshot, machine_version, policy) = decode_whole::<(StateSnapshot, u16, PolicySettings)>(rest)?;
+                Ok(StateSnapshot { machine_version, policy: Some(policy), ..snapshot })
             }
             _ => decode_versioned(bytes, SNAPSHOT_FORMAT_VERSION),
         }

@@ -7,10 +7,13 @@
 //! consumer. Bodies are not here: a message's id is the index of its entry in the Raft
 //! log, where the body is read from.
 
-use super::command::{entry_of, Command, ConsumerId, ConsumerSpec, Dequeued, Enqueue, MessageId, Op, Response};
+use super::command::{
+    entry_of, Command, ConsumerId, ConsumerSpec, Dequeued, Enqueue, MessageId, Op, Response,
+    QUEUE_POLICIES_GROUP_VERSION,
+};
 use super::consumers::{ConsumerKey, Consumers, Status};
 use super::effect::Effect;
-use super::settings::Settings;
+use super::settings::{PolicySettings, Settings};
 use crate::dead_letter::DeathReason;
 use crate::dedup_window::{key_in, DedupEntries, DedupKey, DedupWindow};
 use crate::feature_flags::FIRST_MACHINE_VERSION;
@@ -94,8 +97,9 @@ impl QueueState {
         }
     }
 
-    /// The machine version its entries are applied with. Every version so far applies every
-    /// op alike; a later one's differences branch on it here.
+    /// The machine version its entries are applied with. Version 2
+    /// ([`QUEUE_POLICIES_GROUP_VERSION`]) applies [`Op::ApplyPolicy`]; every other op is applied
+    /// alike by every version so far.
     pub fn machine_version(&self) -> u16 {
         self.machine_version
     }
@@ -122,6 +126,7 @@ impl QueueState {
                 self.machine_version = *version;
                 Response::Done
             }
+            Op::ApplyPolicy { settings } => self.apply_policy(*settings, &mut effects),
             Op::Expire | Op::CommitOffset { .. } | Op::Sync | Op::Group(_) => Response::Done,
         };
         // Returned messages may be past their TTL; one of 0 (due now) still lets a message
@@ -206,6 +211,23 @@ impl QueueState {
             self.forget_message(id);
             self.dead_letter(id, DeathReason::Maxlen, size, effects);
         }
+    }
+
+    /// A policy change ([`Op::ApplyPolicy`]): the queue obeys `settings` from this entry on.
+    /// New limits apply at once under `drop-head`, as a message that finds the queue too full
+    /// would; under `reject-publish` the messages stay and new ones are refused until the
+    /// queue is under them. A TTL applies to the messages published from now on (each
+    /// message's expiry was set when it came). Before the machine version that has the op,
+    /// it is nothing (no leader proposes it there).
+    fn apply_policy(&mut self, settings: PolicySettings, effects: &mut Vec<Effect>) -> Response {
+        if self.machine_version < QUEUE_POLICIES_GROUP_VERSION {
+            return Response::Done;
+        }
+        self.settings.set_policy_settings(settings);
+        if self.settings.overflow == Overflow::DropHead {
+            self.drop_head(effects);
+        }
+        Response::Done
     }
 
     fn checkout(&mut self, consumer: &ConsumerId, spec: ConsumerSpec, filter: Option<TagFilter>) -> Response {

@@ -140,6 +140,10 @@ impl QueueHost for VirtualHost {
     ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
         Box::pin(fence.pass(term, self))
     }
+
+    fn enabled_group_version(&self, kind: crate::feature_flags::GroupMachineKind) -> u16 {
+        kind.enabled_version(self.catalog_version())
+    }
 }
 
 impl SessionHost for VirtualHost {
@@ -380,11 +384,20 @@ impl VirtualHost {
     /// policies if its kind takes them; 406 if its own arguments are not valid.
     pub(crate) fn resolve(&self, definition: &QueueDefinition) -> BrokerResult<ResolvedQueue> {
         let arguments = queue::QueueArguments::parse(&definition.arguments)?;
-        if !arguments.queue_type.takes_policies() {
+        if !arguments.queue_type.takes_policies(self.catalog_version()) {
             return Ok(ResolvedQueue { arguments, applied: Default::default() });
         }
         let policies = Arc::clone(&self.policies.read());
         policies.resolve_queue(&definition.name, &definition.arguments)
+    }
+
+    /// The catalog's machine version here (the newest this node knows before the server
+    /// started the catalog: a broker without one runs every flag it knows).
+    fn catalog_version(&self) -> u16 {
+        self.catalog().map_or_else(
+            || crate::feature_flags::newest_version(crate::feature_flags::Machine::Catalog),
+            |catalog| catalog.machine_version(),
+        )
     }
 
     /// The alternate exchange a policy gives exchange `exchange`, if one does (looked up only
@@ -572,12 +585,11 @@ impl VirtualHost {
     pub fn replace_stand_in(&self, definition: QueueDefinition) -> BrokerResult<()> {
         let name = definition.name.clone();
         let (storage, context) = (self.storage.as_ref(), self.queue_context());
-        // A replicated queue's kind: it runs with its own arguments (see `takes_policies`).
-        let arguments = self.resolve(&definition)?.arguments;
+        let ResolvedQueue { arguments, applied } = self.resolve(&definition)?;
         let mut created = Ok(());
         self.swap_queue(&name, |_| {
             let made = queue::factory::declare(definition, arguments, storage, context);
-            created = made.as_ref().map(|_| ()).map_err(Clone::clone);
+            created = made.as_ref().map(|queue| queue.set_applied(applied)).map_err(Clone::clone);
             made
         });
         created

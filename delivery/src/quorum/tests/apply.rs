@@ -3,7 +3,7 @@
 use super::*;
 use crate::dead_letter::DeathReason;
 use crate::overflow::Overflow;
-use crate::quorum::{Dequeued, DEFAULT_DELIVERY_LIMIT};
+use crate::quorum::{Dequeued, PolicySettings, DEFAULT_DELIVERY_LIMIT};
 
 fn dead_letters(effects: &[Effect]) -> Vec<(MessageId, DeathReason)> {
     effects
@@ -216,6 +216,34 @@ fn reject_publish_refuses_and_reject_publish_dlx_also_dead_letters() {
     let mut q = Harness::new(Settings { max_length_bytes: Some(3), overflow: Overflow::RejectPublish, ..with_dlx() });
     q.publish(1);
     assert_eq!(q.run(enqueue("12", None, None)).0, Response::Rejected);
+}
+
+#[test]
+fn a_policy_applies_from_its_entry_at_the_version_that_has_it_and_is_nothing_before() {
+    use crate::quorum::QUEUE_POLICIES_GROUP_VERSION;
+    let mut q = Harness::new(with_dlx());
+    let ids = q.publish(3);
+    let policy = PolicySettings { max_length: Some(1), ..with_dlx().policy_settings() };
+    let (_, effects) = q.run(Op::ApplyPolicy { settings: policy });
+    assert!(effects.is_empty() && q.state.settings().max_length.is_none(), "no such op at the first version");
+
+    q.run(Op::SetMachineVersion { version: QUEUE_POLICIES_GROUP_VERSION });
+    let (response, effects) = q.run(Op::ApplyPolicy { settings: policy });
+    assert_eq!(response, Response::Done);
+    let dropped = vec![(ids[0], DeathReason::Maxlen), (ids[1], DeathReason::Maxlen)];
+    assert_eq!(dead_letters(&effects), dropped, "drop-head applies a lower limit at once");
+    assert_eq!(q.state.ready_ids(), vec![ids[2]]);
+
+    // Under reject-publish the messages stay, and the next one is refused.
+    let stricter = PolicySettings { max_length: Some(0), overflow: Overflow::RejectPublish, ..policy };
+    let (_, effects) = q.run(Op::ApplyPolicy { settings: stricter });
+    assert!(effects.is_empty());
+    assert_eq!(q.run(enqueue("refused", None, None)).0, Response::Rejected);
+    assert_eq!(q.state.ready_ids(), vec![ids[2]]);
+
+    // Cleared: the queue's own arguments again.
+    q.run(Op::ApplyPolicy { settings: with_dlx().policy_settings() });
+    assert!(matches!(q.run(enqueue("taken", None, None)).0, Response::Enqueued(_)));
 }
 
 #[test]

@@ -4,7 +4,8 @@
 
 use super::*;
 use crate::quorum::{
-    quorum_raft_config, AppliedEffects, CommandBatch, NoPeers, QuorumRaft, QuorumStateMachine, StateSnapshot,
+    quorum_raft_config, AppliedEffects, CommandBatch, NoPeers, PolicySettings, QuorumRaft, QuorumStateMachine,
+    StateSnapshot,
 };
 use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
@@ -242,19 +243,25 @@ async fn a_replica_applies_the_machine_versions_it_knows_and_stops_at_a_newer_on
 #[test]
 fn a_state_past_the_first_machine_version_snapshots_with_it_and_one_at_the_first_as_before() {
     use crate::feature_flags::FIRST_MACHINE_VERSION;
-    use crate::quorum::snapshot::{SNAPSHOT_FORMAT_VERSION, SNAPSHOT_FORMAT_WITH_MACHINE_VERSION};
+    use crate::quorum::snapshot::{SNAPSHOT_FORMAT_VERSION, SNAPSHOT_FORMAT_WITH_POLICY};
+    use crate::quorum::QUEUE_POLICIES_GROUP_VERSION;
     let mut state = QueueState::new(Settings::default());
     state.apply(1, &Command::new(1_000, enqueue("a", Some(3), None)));
     let first = StateSnapshot::of(&state).encode().expect("encodes");
     assert_eq!(first[0], SNAPSHOT_FORMAT_VERSION, "a node of an earlier release installs it");
     assert_eq!(StateSnapshot::decode(&first).expect("decodes").machine_version(), FIRST_MACHINE_VERSION);
 
-    let later = state.at_machine_version(2);
+    // From the version that applies policies on, the snapshot keeps what the policy set,
+    // which the queue's definition (the settings it is restored with) does not give.
+    let mut later = state.at_machine_version(QUEUE_POLICIES_GROUP_VERSION);
+    let policy = PolicySettings { max_length: Some(7), delivery_limit: 3, ..Settings::default().policy_settings() };
+    later.apply(2, &Command::new(1_001, Op::ApplyPolicy { settings: policy }));
     let snapshot = StateSnapshot::of(&later);
     let bytes = snapshot.encode().expect("encodes");
-    assert_eq!(bytes[0], SNAPSHOT_FORMAT_WITH_MACHINE_VERSION);
+    assert_eq!(bytes[0], SNAPSHOT_FORMAT_WITH_POLICY);
     let read = StateSnapshot::decode(&bytes).expect("decodes");
     assert_eq!(read, snapshot);
     let restored = read.restore(Settings::default()).expect("restores");
-    assert_eq!((restored.machine_version(), restored.ready_count()), (2, 1));
+    assert_eq!((restored.machine_version(), restored.ready_count()), (QUEUE_POLICIES_GROUP_VERSION, 1));
+    assert_eq!(restored.settings().policy_settings(), policy);
 }
