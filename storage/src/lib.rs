@@ -42,7 +42,7 @@ pub use file_cache::{
     max_open_segment_files, open_segment_files, set_max_open_segment_files, DEFAULT_MAX_OPEN_SEGMENT_FILES,
 };
 pub use flusher::{Flusher, SHARED_FLUSHER_THREADS};
-pub use log::Log;
+pub use log::{Log, Retention};
 pub use raft::{RaftLog, RaftLogError};
 pub use reader::{FilteredRead, HeaderFilter};
 pub use record::{NewRecord, Record, HEADER_BYTES, MAGIC_V1};

@@ -60,6 +60,17 @@ pub(crate) struct State {
     pub graveyard: Graveyard,
     /// Damaged ranges found by reads (see [`crate::damage`]).
     pub damage: DamageMap,
+    /// What retention keeps: the configuration's until [`Log::set_retention`] changes it.
+    pub retention: Retention,
+}
+
+/// How much of a log retention keeps (see [`crate::retention`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Retention {
+    /// Delete oldest whole segments while the log is larger than this.
+    pub bytes: Option<u64>,
+    /// Delete whole segments whose newest record is older than this.
+    pub age: Option<std::time::Duration>,
 }
 
 impl State {
@@ -102,6 +113,7 @@ impl Log {
         fs::create_dir_all(&dir).at(&dir)?;
         let segments = open_segments(&dir, &config)?;
         let next = segments.back().map_or(0, |s| s.next_offset);
+        let retention = Retention { bytes: config.retention_bytes, age: config.retention_age };
         let shared = Arc::new(Shared {
             durability: Durability::new(next),
             dir,
@@ -113,6 +125,7 @@ impl Log {
                 pending_bytes: 0,
                 graveyard: Graveyard::default(),
                 damage: DamageMap::default(),
+                retention,
             }),
             flusher,
             flush_scheduled: AtomicBool::new(false),

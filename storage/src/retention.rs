@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tracing::debug;
 
 use crate::error::{IoContext, Result};
-use crate::log::{unlock_and_close_deleted, Log, State};
+use crate::log::{unlock_and_close_deleted, Log, Retention, State};
 use crate::segment::Segment;
 
 /// Milliseconds since the Unix epoch, now.
@@ -43,6 +43,20 @@ impl Log {
         outcome
     }
 
+    /// Keeps what `retention` says from now on (a policy changed it), and applies it at once.
+    pub fn set_retention(&self, retention: Retention) -> Result<RetentionOutcome> {
+        let mut st = self.shared.state.lock();
+        st.retention = retention;
+        let outcome = self.apply_retention_locked(&mut st, now_ms());
+        unlock_and_close_deleted(st);
+        outcome
+    }
+
+    /// What retention keeps now.
+    pub fn retention(&self) -> Retention {
+        self.shared.state.lock().retention
+    }
+
     /// Deletes every segment whose records are all below `offset` (for queues whose
     /// messages there are all settled, or a Raft purge). Whole segments only: the first
     /// retained offset may stay below `offset`.
@@ -59,15 +73,15 @@ impl Log {
     }
 
     pub(crate) fn apply_retention_locked(&self, st: &mut State, now_ms: i64) -> Result<RetentionOutcome> {
-        let config = &self.shared.config;
+        let retention = st.retention;
         let mut outcome = RetentionOutcome::default();
-        if let Some(limit) = config.retention_bytes {
+        if let Some(limit) = retention.bytes {
             let mut total: u64 = st.segments.iter().map(|s| s.size).sum();
             while st.segments.len() > 1 && total > limit {
                 total -= delete_oldest(&self.shared.dir, st, &mut outcome)?;
             }
         }
-        if let Some(age) = config.retention_age {
+        if let Some(age) = retention.age {
             let cutoff = now_ms.saturating_sub(age.as_millis() as i64);
             while st.segments.len() > 1 {
                 self.ensure_loaded(st, 0)?;

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use warren_storage::{FlushPolicy, LogConfig, NewRecord, StorageError};
+use warren_storage::{FlushPolicy, LogConfig, NewRecord, Retention, StorageError};
 
 #[test]
 fn empty_log() {
@@ -175,6 +175,26 @@ fn retention_by_bytes_and_below_offset() {
     drop(log);
     let log = open(dir.path(), small_config());
     assert_eq!(log.first_offset(), out.first_offset);
+}
+
+#[test]
+fn retention_set_on_a_live_log_applies_at_once_and_at_each_roll() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), small_config());
+    append_n(&log, 0, 1000);
+    assert_eq!(log.first_offset(), 0, "no retention configured");
+    let size = log.size_bytes();
+    let out = log.set_retention(Retention { bytes: Some(size / 2), age: None }).unwrap();
+    assert!(out.segments_deleted > 0 && log.size_bytes() <= size / 2, "{out:?}");
+    assert_eq!(log.retention(), Retention { bytes: Some(size / 2), age: None });
+    let first = log.first_offset();
+    append_n(&log, 1000, 1000);
+    assert!(log.first_offset() > first, "each roll applies the new retention");
+    // Loosened: nothing more goes.
+    log.set_retention(Retention::default()).unwrap();
+    let first = log.first_offset();
+    append_n(&log, 2000, 1000);
+    assert_eq!(log.first_offset(), first);
 }
 
 /// Under `batch`, segments deleted by retention on roll are unlinked at once (closed
