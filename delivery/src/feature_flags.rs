@@ -90,8 +90,20 @@ pub const QUORUM_QUEUE_POLICIES: FeatureFlag = FeatureFlag {
     group_version: Some((GroupMachineKind::QuorumQueue, crate::quorum::QUEUE_POLICIES_GROUP_VERSION)),
 };
 
+/// Streams run with the policies that apply to them: a replicated stream's group leader moves
+/// the group to machine version 2, where `quorum::Op::ApplyRetention` changes what every
+/// replica's log keeps at one entry. A release before it cannot read that op.
+pub const STREAM_POLICIES: FeatureFlag = FeatureFlag {
+    name: "stream_policies",
+    description: "Streams take their retention (max-age, max-length-bytes) from the policies and operator policies \
+                  that apply to them; a change reaches every replica through the stream's own log",
+    machine: Machine::Catalog,
+    version: 5,
+    group_version: Some((GroupMachineKind::Stream, crate::stream::STREAM_POLICIES_GROUP_VERSION)),
+};
+
 /// Every feature flag, oldest first.
-pub const FEATURE_FLAGS: &[FeatureFlag] = &[CATALOG_SNAPSHOTS, POLICIES, QUORUM_QUEUE_POLICIES];
+pub const FEATURE_FLAGS: &[FeatureFlag] = &[CATALOG_SNAPSHOTS, POLICIES, QUORUM_QUEUE_POLICIES, STREAM_POLICIES];
 
 impl FeatureFlag {
     /// Whether the flag is enabled where its machine is at `version`.

@@ -65,7 +65,7 @@ pub(crate) struct State {
 }
 
 /// How much of a log retention keeps (see [`crate::retention`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Retention {
     /// Delete oldest whole segments while the log is larger than this.
     pub bytes: Option<u64>,

@@ -1,7 +1,8 @@
 """Warren against pika: policies and operator policies as RabbitMQ has them. A policy set,
 changed and cleared through the management API (as rabbitmqadmin and rabbitmqctl set them)
-takes effect at once on classic and quorum queues that already hold messages (a quorum
-queue's through its Raft log), with RabbitMQ's precedence
+takes effect at once on classic and quorum queues and streams that already hold messages (a
+quorum queue's through its Raft log; a stream's retention deletes whole segments), with
+RabbitMQ's precedence
 between a queue's own x-arguments and the policy, its apply-to and priority, and operator
 policies that user policies cannot lift. Nothing is lost: what a limit pushes out goes to the
 dead-letter exchange the policy names."""
@@ -17,6 +18,7 @@ import pytest
 
 from conftest import free_port, run_broker, wait_for_port
 from pika_helpers import get_message, message_count
+from test_pika_streams import read_all
 
 
 def api_call(port, method, path, body=None):
@@ -292,6 +294,79 @@ def test_a_quorum_queue_keeps_its_policy_over_a_restart(tmp_path):
         publish(channel, "qq-kept", ["4"])
         wait_count(connection, "qq-kept", 2)
         assert get_message(channel, "qq-kept")[2] == b"3", "the replayed log kept the limit"
+        connection.close()
+
+
+SMALL_SEGMENTS = {"x-queue-type": "stream", "x-stream-max-segment-size-bytes": 1024}
+RECORD_BODY = "r" * 100
+
+
+def wait_below(connection, queue, limit, timeout=5.0):
+    """Waits until `queue` holds fewer than `limit` messages; returns how many it holds."""
+    deadline = time.monotonic() + timeout
+    while (count := message_count(connection, queue)) >= limit:
+        assert time.monotonic() < deadline, f"{queue} still holds {count}"
+        time.sleep(0.05)
+    return count
+
+
+def test_a_stream_takes_its_retention_from_a_policy_added_changed_and_cleared(broker_with_api):
+    connection, port, _ = broker_with_api
+    channel = connection.channel()
+    channel.queue_declare("st.events", durable=True, arguments=SMALL_SEGMENTS)
+    # For a stream the policy's retention wins over the stream's own argument (RabbitMQ's rule).
+    own_limit = {**SMALL_SEGMENTS, "x-max-length-bytes": 1_000_000}
+    channel.queue_declare("st.own-limit", durable=True, arguments=own_limit)
+    for stream in ("st.events", "st.own-limit"):
+        publish(channel, stream, [RECORD_BODY] * 60)
+        wait_count(connection, stream, 60)
+
+    # Added: the oldest whole segments go at once.
+    set_policy(port, "st-retention", r"^st\.", {"max-length-bytes": 3000}, apply_to="streams")
+    for stream in ("st.events", "st.own-limit"):
+        kept = wait_below(connection, stream, 60)
+        assert 0 < kept <= 30, f"{stream} keeps about 3000 bytes of records, not {kept}"
+    shown = queue_json(port, "st.events")
+    assert shown["policy"] == "st-retention"
+    assert shown["effective_policy_definition"]["max-length-bytes"] == 3000
+    kept = message_count(connection, "st.events")
+    offsets = read_all(connection, "st.events", kept, **{"x-stream-offset": "first"}).offsets()
+    assert offsets == list(range(60 - kept, 60)), "what is kept is the newest, every one of it"
+
+    # Changed: an age instead of a size: the size no longer limits, sealed segments age out.
+    set_policy(port, "st-retention", r"^st\.", {"max-age": "1s"}, apply_to="streams")
+    publish(channel, "st.events", [RECORD_BODY] * 40)
+    wait_count(connection, "st.events", kept + 40)
+    wait_below(connection, "st.events", 12, timeout=8.0)
+
+    # Cleared: the stream's own arguments (no retention): everything published is kept.
+    status, _ = api_call(port, "DELETE", "/api/policies/%2F/st-retention")
+    assert status == 204
+    before = message_count(connection, "st.events")
+    publish(channel, "st.events", [RECORD_BODY] * 60)
+    wait_count(connection, "st.events", before + 60)
+    time.sleep(2.5)
+    assert message_count(connection, "st.events") == before + 60, "no age check once the policy is cleared"
+    assert "policy" not in queue_json(port, "st.events")
+
+
+def test_a_stream_keeps_its_policy_over_a_restart(tmp_path):
+    http = free_port()
+    args = ["--http-listen", f"127.0.0.1:{http}"]
+    with run_broker(tmp_path, args) as (_, parameters):
+        wait_for_port(http)
+        connection = pika.BlockingConnection(parameters)
+        connection.channel().queue_declare("st-kept", durable=True, arguments=SMALL_SEGMENTS)
+        set_policy(http, "st-limit", "^st-kept$", {"max-length-bytes": 3000}, apply_to="streams")
+        connection.close()
+    with run_broker(tmp_path, args) as (_, parameters):
+        wait_for_port(http)
+        connection = pika.BlockingConnection(parameters)
+        assert queue_json(http, "st-kept")["policy"] == "st-limit"
+        channel = connection.channel()
+        channel.confirm_delivery()
+        publish(channel, "st-kept", [RECORD_BODY] * 60)
+        assert message_count(connection, "st-kept") <= 30, "the reopened stream keeps the policy's retention"
         connection.close()
 
 

@@ -780,6 +780,53 @@ async fn a_policy_set_through_one_node_applies_on_every_node() {
     for (node, conn) in [(0, &cluster.connect(0).await), (1, &b), (2, &c)] {
         await_count(conn, "capped-qq", 3, &format!("the replica on node {node} keeps the policy's three")).await;
     }
+
+    // A replicated stream takes its retention through its log: every replica deletes its
+    // oldest segments.
+    ch.queue_declare("capped-stream".into(), durable(), small_segment_stream()).await.expect("declare");
+    publish_records(&publisher, "capped-stream", 60).await;
+    let set = ["set_policy", "cap-st", "^capped-stream$", r#"{"max-length-bytes": 3000}"#, "--apply-to", "streams"];
+    tokio::task::block_in_place(|| ctl(&cluster, 0, &set));
+    for (node, conn) in [(0, &cluster.connect(0).await), (1, &b), (2, &c)] {
+        let kept = await_below(conn, "capped-stream", 60, &format!("the replica on node {node} applies it")).await;
+        assert!(kept > 0 && kept <= 30, "node {node} keeps about 3000 bytes of records, not {kept}");
+    }
+}
+
+/// Arguments of a stream of the smallest segments, which retention deletes a few records at a
+/// time.
+fn small_segment_stream() -> FieldTable {
+    table(&[
+        ("x-queue-type", text("stream")),
+        ("x-stream-max-segment-size-bytes", lapin::types::AMQPValue::LongLongInt(1024)),
+    ])
+}
+
+/// Publishes `count` records of 100 bytes to `queue`, each confirmed.
+async fn publish_records(publisher: &lapin::Channel, queue: &str, count: usize) {
+    for _ in 0..count {
+        let published = publisher.basic_publish(
+            "".into(),
+            queue.into(),
+            Default::default(),
+            &[b'r'; 100],
+            BasicProperties::default(),
+        );
+        published.await.expect("publish").await.expect("confirm");
+    }
+}
+
+/// Waits until queue `name` holds fewer than `limit` messages on `conn`'s node; how many.
+async fn await_below(conn: &lapin::Connection, name: &str, limit: u32, what: &str) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let count = passive_count(conn, name).await;
+        match count {
+            Some(count) if count < limit => return count,
+            _ => assert!(Instant::now() < deadline, "{what}: stream {name} still holds {count:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Figure `key` of node `node`'s member of the catalog, as `warren ctl metadata_store_status`
@@ -793,7 +840,7 @@ fn store_figure(cluster: &Cluster, node: usize, key: &str) -> u64 {
 /// The switch that makes a node know machine versions as the previous release did.
 const PREVIOUS_RELEASE: &str = "--pretend-previous-release";
 /// The flag a node of the previous release does not know.
-const NEWEST_FLAG: &str = "quorum_queue_policies";
+const NEWEST_FLAG: &str = "stream_policies";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_feature_flag_waits_for_every_node_and_a_node_that_does_not_know_it_refuses_to_apply() {
@@ -819,19 +866,15 @@ async fn a_feature_flag_waits_for_every_node_and_a_node_that_does_not_know_it_re
         .expect("publish");
     await_count(&a, "mixed", 1, "a publish through C reaches the queue on A").await;
 
-    // Until every node can read a policy change in a quorum queue's log, a quorum queue runs
-    // with its own arguments.
-    let quorum = table(&[("x-queue-type", text("quorum"))]);
-    ch.queue_declare("mixed-qq".into(), durable(), quorum).await.expect("declare");
-    let set = ["set_policy", "one", "^mixed-qq$", r#"{"max-length": 1}"#, "--apply-to", "quorum_queues"];
+    // Until every node can read a retention change in a stream's log, a stream runs with its
+    // own arguments.
+    ch.queue_declare("mixed-stream".into(), durable(), small_segment_stream()).await.expect("declare");
+    let set = ["set_policy", "small", "^mixed-stream$", r#"{"max-length-bytes": 3000}"#, "--apply-to", "streams"];
     tokio::task::block_in_place(|| ctl(&cluster, 0, &set));
     let publisher = confirm_channel(&a).await;
-    for body in [b"1", b"2", b"3"] {
-        let published =
-            publisher.basic_publish("".into(), "mixed-qq".into(), Default::default(), body, BasicProperties::default());
-        published.await.expect("publish").await.expect("confirm");
-    }
-    await_count(&a, "mixed-qq", 3, "the flag is off: the queue keeps its own arguments").await;
+    publish_records(&publisher, "mixed-stream", 60).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    await_count(&a, "mixed-stream", 60, "the flag is off: the stream keeps its own arguments").await;
 
     // C is upgraded: the flag can be enabled, and every node has it.
     drop((on_c, c));
@@ -848,7 +891,8 @@ async fn a_feature_flag_waits_for_every_node_and_a_node_that_does_not_know_it_re
         let flags = tokio::task::block_in_place(|| ctl(&cluster, node, &["list_feature_flags"]));
         assert!(flags.contains(NEWEST_FLAG) && !flags.contains("disabled"), "node {node}: {flags}");
     }
-    await_count(&a, "mixed-qq", 1, "the flag on, the queue's leader brings the policy in").await;
+    let kept = await_below(&a, "mixed-stream", 60, "the flag on, the stream's leader brings the policy in").await;
+    assert!(kept > 0, "a stream keeps its newest segment");
 
     // C back on the previous release refuses the catalog it would apply wrongly, and says why.
     cluster.nodes[2].take().expect("running").kill9();
@@ -864,7 +908,7 @@ async fn a_feature_flag_waits_for_every_node_and_a_node_that_does_not_know_it_re
     });
     let said = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "a node behind the catalog's version does not run: {said}");
-    assert!(said.contains("machine version 4") && said.contains("upgrade this node"), "{said}");
+    assert!(said.contains("machine version 5") && said.contains("upgrade this node"), "{said}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

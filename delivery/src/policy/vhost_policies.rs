@@ -247,7 +247,7 @@ mod tests {
         ]);
         let resolved = set.resolve_queue("s", &stream).expect("valid");
         assert_eq!(resolved.applied.policy.as_deref(), Some("retention"), "a TTL keeps the higher policy off a stream");
-        assert_eq!(resolved.arguments.stream.max_age, Some(std::time::Duration::from_secs(3600)));
-        assert_eq!(resolved.arguments.stream.max_length_bytes, Some(5000), "a stream takes the policy's retention");
+        assert_eq!(resolved.arguments.stream.retention.age, Some(std::time::Duration::from_secs(3600)));
+        assert_eq!(resolved.arguments.stream.retention.bytes, Some(5000), "a stream takes the policy's retention");
     }
 }

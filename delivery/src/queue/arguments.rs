@@ -75,13 +75,14 @@ impl QueueType {
     /// is at machine version `catalog_version`. A quorum queue takes a policy change through its
     /// Raft group (`quorum::Op::ApplyPolicy`), so that every replica applies the same values at
     /// the same point of its log: once every node can read that
-    /// ([`QUORUM_QUEUE_POLICIES`](crate::feature_flags::QUORUM_QUEUE_POLICIES)). A stream runs
-    /// with its own arguments.
+    /// ([`QUORUM_QUEUE_POLICIES`](crate::feature_flags::QUORUM_QUEUE_POLICIES)). A replicated
+    /// stream takes a retention change the same way (`quorum::Op::ApplyRetention`), once
+    /// every node can read that ([`STREAM_POLICIES`](crate::feature_flags::STREAM_POLICIES)).
     pub fn takes_policies(self, catalog_version: u16) -> bool {
         match self {
             QueueType::Classic => true,
             QueueType::Quorum => crate::feature_flags::QUORUM_QUEUE_POLICIES.enabled_at(catalog_version),
-            QueueType::Stream => false,
+            QueueType::Stream => crate::feature_flags::STREAM_POLICIES.enabled_at(catalog_version),
         }
     }
 
@@ -215,7 +216,7 @@ pub const ARGUMENTS: &[QueueArgument] = &[
             QueueType::Classic | QueueType::Quorum => {
                 parsed.max_length_bytes = Some(whole_number(name, value, 0, u64::MAX)?)
             }
-            QueueType::Stream => parsed.stream.max_length_bytes = Some(whole_number(name, value, 1, u64::MAX)?),
+            QueueType::Stream => parsed.stream.retention.bytes = Some(whole_number(name, value, 1, u64::MAX)?),
         }
         Ok(())
     }),
@@ -259,7 +260,7 @@ pub const ARGUMENTS: &[QueueArgument] = &[
         let text = string_of(value).and_then(|t| std::str::from_utf8(t).ok());
         let age = text.and_then(parse_interval_ms).filter(|ms| *ms > 0);
         let age = age.ok_or_else(|| invalid(name, "a positive age like 7D, 12h, 30m or 10s", value))?;
-        parsed.stream.max_age = Some(Duration::from_millis(age));
+        parsed.stream.retention.age = Some(Duration::from_millis(age));
         Ok(())
     }),
     argument("x-stream-max-segment-size-bytes", STREAM, |name, value, _, parsed| {
@@ -432,7 +433,7 @@ mod tests {
         assert_eq!(args.overflow, Overflow::RejectPublish);
         assert_eq!(args.dead_letter_exchange.as_deref(), Some("dlx"));
         assert!(args.single_active_consumer);
-        assert_eq!(args.stream.max_age, None, "a classic queue ignores stream arguments");
+        assert_eq!(args.stream.retention.age, None, "a classic queue ignores stream arguments");
     }
 
     #[test]
@@ -445,8 +446,8 @@ mod tests {
         ]))
         .expect("valid");
         assert_eq!(args.queue_type, QueueType::Stream);
-        assert_eq!(args.stream.max_age, Some(Duration::from_secs(12 * 3600)));
-        assert_eq!(args.stream.max_length_bytes, Some(1_000_000));
+        assert_eq!(args.stream.retention.age, Some(Duration::from_secs(12 * 3600)));
+        assert_eq!(args.stream.retention.bytes, Some(1_000_000));
         assert_eq!(args.stream.max_segment_size_bytes, Some(65_536));
         assert_eq!(args.max_length_bytes, None);
     }

@@ -5,6 +5,12 @@
 //! cluster): then its publishes go through its Raft group (a confirm waits for a majority to
 //! have it, fsynced), each replica's state machine appends them to its own log, and this
 //! node's consumers read this node's log as it grows. Everything else is the same.
+//!
+//! A policy changes a live stream's retention (`max-age`, `max-length-bytes`): a stream on one
+//! node sets its log's at once; a replicated stream's leader proposes
+//! [`Op::ApplyRetention`] (when the policies change and when it is elected), so that every
+//! replica deletes by the same limits from the same entry on. Its segment size and placement
+//! are fixed when its log and group are made.
 
 use super::consumer::Consumer;
 use super::context::QueueContext;
@@ -13,6 +19,7 @@ use super::{DeliveryChannel, GetResult, Published, Queue, QueueArguments, QueueD
 use crate::clock::now_ms;
 use crate::definitions::VhostStorage;
 use crate::error::{internal_error, BrokerError, BrokerResult, ReplyCode};
+use crate::feature_flags::GroupMachineKind;
 use crate::message::{Message, WireMessage};
 use crate::message_ref::MessageRef;
 use crate::message_store::log_browser::LogBrowser;
@@ -21,8 +28,9 @@ use crate::quorum::{InitialMembers, Op, QuorumGroup, Response};
 use crate::scheduler::{QueueTimer, SchedulerHandle, TimerEvent};
 use crate::stream::{
     GroupCoordination, GroupOp, ReplicatedOffsets, Stream, StreamArguments, StreamStateMachine,
-    RETENTION_CHECK_INTERVAL_MS,
+    RETENTION_CHECK_INTERVAL_MS, STREAM_POLICIES_GROUP_VERSION,
 };
+use openraft::ServerState;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +44,8 @@ pub(crate) struct StreamQueue {
     appender: Box<dyn Appender>,
     scheduler: SchedulerHandle,
     deleted: AtomicBool,
+    /// Whether its age check is scheduled (it runs while the stream has a `max-age`).
+    checks_age: AtomicBool,
 }
 
 /// How a stream takes publishes.
@@ -57,6 +67,10 @@ trait Appender: Send + Sync {
     fn replicas(&self) -> Option<&dyn crate::quorum::Membership> {
         None
     }
+
+    /// The policies that apply to the stream changed what it retains (the queue's arguments
+    /// say what it should).
+    fn retention_changed(&self, stream: &Stream, queue: &Queue);
 }
 
 /// A stream on this node alone appends to its log itself.
@@ -65,6 +79,10 @@ struct LocalAppends;
 impl Appender for LocalAppends {
     fn publish(&self, stream: &Stream, queue: &Arc<Queue>, message: &Arc<Message>) -> Result<Published, StoreError> {
         stream.publish(queue, message)
+    }
+
+    fn retention_changed(&self, stream: &Stream, queue: &Queue) {
+        stream.set_retention(queue.arguments().stream.retention);
     }
 }
 
@@ -86,6 +104,10 @@ impl Appender for ReplicatedAppends {
         Some(&*self.group)
     }
 
+    fn retention_changed(&self, _: &Stream, queue: &Queue) {
+        propose_retention(&self.group, queue);
+    }
+
     fn caught_up(&self) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
         let group = Arc::clone(&self.group);
         Some(Box::pin(async move {
@@ -101,6 +123,50 @@ impl Appender for ReplicatedAppends {
 
 /// How long a new consumer of a replicated stream waits for its node's replica to catch up.
 const CATCH_UP_WAIT_MS: u64 = 5_000;
+
+/// On the leader: proposes the retention the policies give the stream, if its log keeps
+/// something else (a policy changed, or the last leader died before proposing it). First
+/// moves the group to the machine version that applies it, if the feature flag that brings it
+/// is enabled; below that version the stream keeps its own arguments.
+fn propose_retention(group: &QuorumGroup<StreamStateMachine>, queue: &Queue) {
+    if !group.is_leader() {
+        return;
+    }
+    let Some(vhost) = queue.vhost.upgrade() else { return };
+    let (version, _) = group.machine().applied_retention();
+    if version < STREAM_POLICIES_GROUP_VERSION {
+        let enabled = vhost.enabled_group_version(GroupMachineKind::Stream);
+        if enabled < STREAM_POLICIES_GROUP_VERSION {
+            return;
+        }
+        group.propose(Op::SetMachineVersion { version: enabled });
+    }
+    let wanted = queue.arguments().stream.retention;
+    if wanted != group.machine().log().retention() {
+        group.propose(Op::ApplyRetention { retention: wanted });
+    }
+}
+
+/// Whenever this node's member becomes the leader: proposes the retention (see
+/// [`propose_retention`]), for as long as the stream lives.
+async fn propose_retention_when_leading(queue: Weak<Queue>, group: Weak<QuorumGroup<StreamStateMachine>>) {
+    let Some(running) = group.upgrade() else { return };
+    let Ok(raft) = running.running().await else { return };
+    drop(running);
+    let mut metrics = raft.server_metrics();
+    let mut leading = false;
+    loop {
+        let now_leading = metrics.borrow_and_update().state == ServerState::Leader;
+        if now_leading && !leading {
+            let (Some(queue), Some(group)) = (queue.upgrade(), group.upgrade()) else { return };
+            propose_retention(&group, &queue);
+        }
+        leading = now_leading;
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
 
 /// A new stream: durable, not exclusive, not auto-delete (406 otherwise, as in RabbitMQ), on a
 /// broker with a data directory (540 otherwise).
@@ -198,8 +264,10 @@ fn replicated(
     }
     tokio::spawn(drop_members_of_down_nodes(Arc::downgrade(&group), coordination.subscribe()));
     let stream = Stream::from_parts(dir, log, stream_arguments, Box::new(offsets), coordination);
+    let leading = Arc::downgrade(&group);
     let queue = build(definition, arguments, stream, Box::new(ReplicatedAppends { group }), context);
     tokio::spawn(dispatch_as_applied(Arc::downgrade(&queue), machine.subscribe_appended()));
+    tokio::spawn(propose_retention_when_leading(Arc::downgrade(&queue), leading));
     Ok(queue)
 }
 
@@ -269,27 +337,44 @@ fn build(
     appender: Box<dyn Appender>,
     context: QueueContext,
 ) -> Arc<Queue> {
-    let checks_age = stream.arguments().max_age.is_some();
+    let checks_age = stream.retention().age.is_some() || arguments.stream.retention.age.is_some();
     let scheduler = Arc::clone(&context.scheduler);
-    let stream = Arc::new(stream);
-    let kind =
-        StreamQueue { stream, appender, scheduler: Arc::clone(&context.scheduler), deleted: AtomicBool::new(false) };
+    let kind = StreamQueue {
+        stream: Arc::new(stream),
+        appender,
+        scheduler: Arc::clone(&scheduler),
+        deleted: AtomicBool::new(false),
+        checks_age: AtomicBool::new(checks_age),
+    };
     let queue =
         Queue::with_kind(definition, arguments, Weak::clone(&context.vhost), context.vhost_name.clone(), |_, _| {
             Box::new(kind)
         });
     if checks_age {
-        schedule_retention_check(&scheduler, &queue);
+        schedule_age_check(&scheduler, &queue);
     }
     queue
 }
 
-fn schedule_retention_check(scheduler: &SchedulerHandle, queue: &Arc<Queue>) {
+fn schedule_age_check(scheduler: &SchedulerHandle, queue: &Arc<Queue>) {
     let event = TimerEvent::StreamRetention { queue: Arc::<Queue>::downgrade(queue) };
     scheduler.schedule(now_ms() + RETENTION_CHECK_INTERVAL_MS, event);
 }
 
 impl StreamQueue {
+    /// Whether it has an age to check: its log's, or the one its arguments give it (a
+    /// replicated stream's log takes it when its group applies the change).
+    fn has_max_age(&self, queue: &Queue) -> bool {
+        self.stream.retention().age.is_some() || queue.arguments().stream.retention.age.is_some()
+    }
+
+    /// Schedules the age check unless it is scheduled, while the stream has an age to check.
+    fn check_age_if_needed(&self, queue: &Arc<Queue>) {
+        if self.has_max_age(queue) && !self.checks_age.swap(true, Ordering::AcqRel) {
+            schedule_age_check(&self.scheduler, queue);
+        }
+    }
+
     /// Deliveries were settled: nothing is removed or requeued (see [`Stream::settle`] for
     /// what it means to a consumer group).
     fn settle_offsets(
@@ -379,10 +464,21 @@ impl QueueKind for StreamQueue {
 
     fn touch(&self) {}
 
+    fn arguments_changed(&self, queue: &Arc<Queue>, before: &QueueArguments) {
+        if queue.arguments().stream.retention != before.stream.retention {
+            self.appender.retention_changed(&self.stream, queue);
+            self.check_age_if_needed(queue);
+        }
+    }
+
     fn timer_fired(&self, queue: &Arc<Queue>, timer: QueueTimer) {
-        if timer == QueueTimer::Retention && !self.deleted.load(Ordering::Acquire) {
-            self.stream.enforce_retention();
-            schedule_retention_check(&self.scheduler, queue);
+        if timer != QueueTimer::Retention || self.deleted.load(Ordering::Acquire) {
+            return;
+        }
+        self.stream.enforce_retention();
+        match self.has_max_age(queue) {
+            true => schedule_age_check(&self.scheduler, queue),
+            false => self.checks_age.store(false, Ordering::Release),
         }
     }
 

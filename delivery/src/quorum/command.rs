@@ -182,6 +182,15 @@ pub enum Op {
         /// What the queue's arguments and the policies resolve to.
         settings: super::PolicySettings,
     },
+    /// The policies that apply to a replicated stream changed its retention: from here on its
+    /// log keeps what `retention` says (machine version
+    /// [`STREAM_POLICIES_GROUP_VERSION`](crate::stream::STREAM_POLICIES_GROUP_VERSION) on).
+    /// Proposed by the group's leader, so that every replica deletes by the same limits. A
+    /// quorum queue ignores it.
+    ApplyRetention {
+        /// What the stream's arguments and the policies resolve to.
+        retention: warren_storage::Retention,
+    },
 }
 
 /// The group machine version from which quorum queues obey policies ([`Op::ApplyPolicy`]).

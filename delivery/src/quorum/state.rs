@@ -127,7 +127,9 @@ impl QueueState {
                 Response::Done
             }
             Op::ApplyPolicy { settings } => self.apply_policy(*settings, &mut effects),
-            Op::Expire | Op::CommitOffset { .. } | Op::Sync | Op::Group(_) => Response::Done,
+            Op::Expire | Op::CommitOffset { .. } | Op::Sync | Op::Group(_) | Op::ApplyRetention { .. } => {
+                Response::Done
+            }
         };
         // Returned messages may be past their TTL; one of 0 (due now) still lets a message
         // through to a consumer ready for it at once, as in RabbitMQ.

@@ -3,7 +3,7 @@
 //! layer's `QueueArguments` (one table of arguments for every kind of queue).
 
 use crate::dedup_window::DedupSettings;
-use std::time::Duration;
+use warren_storage::Retention;
 
 /// The smallest segment a stream may ask for: the storage engine's lower bound.
 pub const MIN_SEGMENT_BYTES: u64 = 1024;
@@ -11,10 +11,10 @@ pub const MIN_SEGMENT_BYTES: u64 = 1024;
 /// How long and how large a stream grows, and the size of its segments.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StreamArguments {
-    /// `x-max-age`: whole segments whose newest message is older than this are deleted.
-    pub max_age: Option<Duration>,
-    /// `x-max-length-bytes`: oldest whole segments are deleted while the stream is larger.
-    pub max_length_bytes: Option<u64>,
+    /// `x-max-age` (whole segments whose newest message is older are deleted) and
+    /// `x-max-length-bytes` (oldest whole segments are deleted while the stream is larger):
+    /// what the stream's log keeps. A policy may change them on a live stream.
+    pub retention: Retention,
     /// `x-stream-max-segment-size-bytes`: a new segment starts at this size.
     pub max_segment_size_bytes: Option<u64>,
     /// `x-message-deduplication` with its window, if on (filled in from the queue's

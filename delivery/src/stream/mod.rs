@@ -31,7 +31,7 @@ pub use catch_up::{StreamChunk, StreamRecord};
 pub use consumer_groups::{GroupOffsets, OffsetStore, MAX_GROUP_NAME_BYTES};
 pub use offset_spec::{OffsetSpec, OFFSET_ARGUMENT};
 pub use partition_groups::{GroupCoordination, GroupOp, PartitionGroups, MAX_GROUP_MEMBERS, MAX_GROUP_PARTITIONS};
-pub use replica::{stream_raft_config, StreamStateMachine, MAX_CONSUMER_GROUPS};
+pub use replica::{stream_raft_config, StreamStateMachine, MAX_CONSUMER_GROUPS, STREAM_POLICIES_GROUP_VERSION};
 pub use replicated_offsets::ReplicatedOffsets;
 
 use crate::clock::now_ms;
@@ -49,7 +49,7 @@ use cursor::Cursor;
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use warren_storage::{Log, LogConfig, NewRecord};
+use warren_storage::{Log, LogConfig, NewRecord, Retention};
 
 /// The header every delivery from a stream carries: the message's offset.
 pub const OFFSET_HEADER: &str = "x-stream-offset";
@@ -112,8 +112,8 @@ impl Stream {
             flush_policy: config.flush_policy,
             segment_bytes: arguments.max_segment_size_bytes.unwrap_or(config.segment_bytes),
             max_record_bytes: config.max_record_bytes,
-            retention_bytes: arguments.max_length_bytes,
-            retention_age: arguments.max_age,
+            retention_bytes: arguments.retention.bytes,
+            retention_age: arguments.retention.age,
             ..LogConfig::default()
         };
         Ok(Arc::new(Log::open(dir.join(LOG_DIR), log_config).map_err(StoreError::from)?))
@@ -144,6 +144,20 @@ impl Stream {
     /// Its retention and segment arguments.
     pub fn arguments(&self) -> &StreamArguments {
         &self.arguments
+    }
+
+    /// What its log keeps now: its arguments' retention until a policy changes it.
+    pub fn retention(&self) -> Retention {
+        self.log.retention()
+    }
+
+    /// Keeps what `retention` says from now on, deleting at once the whole segments it drops
+    /// (a stream on this node alone; a replicated stream's retention changes through its
+    /// group, on every replica at one entry).
+    pub fn set_retention(&self, retention: Retention) {
+        if let Err(error) = self.log.set_retention(retention) {
+            tracing::warn!(dir = %self.dir.display(), %error, "a stream could not delete the segments its new retention drops");
+        }
     }
 
     /// Messages it holds: its offsets, less those found damaged so far.

@@ -3,7 +3,8 @@
 //! *is* the state: an applied publish is appended at the log's next offset, so offsets are
 //! the same on every replica and independent of Raft's indexes, which also count membership
 //! changes, blank entries and offset commits. Beside the log, replicated too: the consumer
-//! groups' committed offsets, the deduplication window and the stream's clock.
+//! groups' committed offsets, the deduplication window, the stream's clock and, from machine
+//! version [`STREAM_POLICIES_GROUP_VERSION`], the retention its policies give it.
 //!
 //! openraft applies only committed entries, and only applied entries reach the log: a reader
 //! of any replica never sees an uncommitted record.
@@ -35,7 +36,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::watch;
-use warren_storage::{Log, NewRecord, SnapshotFile};
+use warren_storage::{Log, NewRecord, Retention, SnapshotFile};
 
 /// Entries applied since the last snapshot before openraft takes a new one. A snapshot costs
 /// an fsync of the stream's log and a small file; it lets the Raft log (a second copy of
@@ -50,6 +51,12 @@ const LOGS_KEPT_BELOW_SNAPSHOT: u64 = 512;
 pub const MAX_CONSUMER_GROUPS: usize = 10_000;
 /// The first byte of a snapshot file: its format version.
 const SNAPSHOT_FORMAT_VERSION: u8 = 2;
+/// The format of snapshot files that also keep the retention a policy gave the stream (then
+/// the machine version and the retention).
+const SNAPSHOT_FORMAT_WITH_RETENTION: u8 = 3;
+/// The group machine version from which a replicated stream's retention follows its policies
+/// ([`Op::ApplyRetention`]).
+pub const STREAM_POLICIES_GROUP_VERSION: u16 = 2;
 /// The format of snapshot files before machine versions, still read.
 const FIRST_SNAPSHOT_FORMAT_VERSION: u8 = 1;
 
@@ -88,6 +95,10 @@ struct StreamSnapshot {
     /// [`SavedSnapshot::to_machine`]).
     #[serde(skip, default = "first_machine_version")]
     machine_version: u16,
+    /// The retention the last [`Op::ApplyRetention`] gave the log (`None`: its own arguments'),
+    /// not in the snapshot's own encoding either.
+    #[serde(skip)]
+    retention: Option<Retention>,
 }
 
 impl Default for StreamSnapshot {
@@ -100,6 +111,7 @@ impl Default for StreamSnapshot {
             dedup: DedupEntries::default(),
             partition_groups: PartitionGroups::default(),
             machine_version: FIRST_MACHINE_VERSION,
+            retention: None,
         }
     }
 }
@@ -114,8 +126,8 @@ fn first_machine_version() -> u16 {
 /// while a cluster is upgraded.
 const MACHINE_VERSION_ID_SUFFIX: &str = "-machine-v";
 
-/// A snapshot as kept in its file (format 2: then the machine version; format 1 was at the
-/// first).
+/// A snapshot as kept in its file (format 2: then the machine version; 3: then the version
+/// and the retention, once a policy gave one; format 1 was at the first).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct SavedSnapshot {
     meta: SnapshotMeta,
@@ -124,13 +136,22 @@ struct SavedSnapshot {
 
 impl SavedSnapshot {
     fn encode(&self) -> Result<Vec<u8>, QuorumError> {
-        postcard::to_extend(&(self, self.state.machine_version), vec![SNAPSHOT_FORMAT_VERSION])
-            .map_err(QuorumError::Encode)
+        let version = self.state.machine_version;
+        let encoded = match self.state.retention {
+            Some(retention) => postcard::to_extend(&(self, version, retention), vec![SNAPSHOT_FORMAT_WITH_RETENTION]),
+            None => postcard::to_extend(&(self, version), vec![SNAPSHOT_FORMAT_VERSION]),
+        };
+        encoded.map_err(QuorumError::Encode)
     }
 
     fn decode(bytes: &[u8]) -> Result<Self, QuorumError> {
         match bytes.split_first() {
             Some((&FIRST_SNAPSHOT_FORMAT_VERSION, rest)) => decode_whole(rest),
+            Some((&SNAPSHOT_FORMAT_WITH_RETENTION, rest)) => {
+                let (saved, machine_version, retention): (SavedSnapshot, u16, Retention) = decode_whole(rest)?;
+                let state = StreamSnapshot { machine_version, retention: Some(retention), ..saved.state };
+                Ok(SavedSnapshot { state, ..saved })
+            }
             _ => {
                 let (saved, machine_version): (SavedSnapshot, u16) = decode_versioned(bytes, SNAPSHOT_FORMAT_VERSION)?;
                 Ok(SavedSnapshot { state: StreamSnapshot { machine_version, ..saved.state }, ..saved })
@@ -139,7 +160,8 @@ impl SavedSnapshot {
     }
 
     /// As openraft sends it to another replica: the state past the first machine version
-    /// carries it, and says so in the snapshot's id.
+    /// carries it (and from [`STREAM_POLICIES_GROUP_VERSION`] the retention too), and says so
+    /// in the snapshot's id.
     fn to_machine(&self) -> Result<MachineSnapshot, QuorumError> {
         let version = self.state.machine_version;
         let mut meta = self.meta.clone();
@@ -148,7 +170,10 @@ impl SavedSnapshot {
         } else {
             let id = meta.snapshot_id.split(MACHINE_VERSION_ID_SUFFIX).next().unwrap_or_default();
             meta.snapshot_id = format!("{id}{MACHINE_VERSION_ID_SUFFIX}{version}");
-            postcard::to_allocvec(&(&self.state, version))
+            match version >= STREAM_POLICIES_GROUP_VERSION {
+                true => postcard::to_allocvec(&(&self.state, version, self.state.retention)),
+                false => postcard::to_allocvec(&(&self.state, version)),
+            }
         };
         Ok(MachineSnapshot { meta, data: data.map_err(QuorumError::Encode)? })
     }
@@ -158,6 +183,10 @@ impl SavedSnapshot {
         let version = meta.snapshot_id.rsplit_once(MACHINE_VERSION_ID_SUFFIX).and_then(|(_, v)| v.parse::<u16>().ok());
         match version {
             None => decode_whole(data),
+            Some(version) if version >= STREAM_POLICIES_GROUP_VERSION => {
+                let (state, machine_version, retention): (StreamSnapshot, u16, Option<Retention>) = decode_whole(data)?;
+                Ok(StreamSnapshot { machine_version, retention, ..state })
+            }
             Some(_) => {
                 let (state, machine_version): (StreamSnapshot, u16) = decode_whole(data)?;
                 Ok(StreamSnapshot { machine_version, ..state })
@@ -179,9 +208,12 @@ struct Applied {
     partition_groups: PartitionGroups,
     /// Whether entries applied since the groups were last published changed them.
     partition_groups_changed: bool,
-    /// The machine version entries are applied with ([`Op::SetMachineVersion`]). Every
-    /// version so far applies every op alike.
+    /// The machine version entries are applied with ([`Op::SetMachineVersion`]): from
+    /// [`STREAM_POLICIES_GROUP_VERSION`] on, [`Op::ApplyRetention`] applies; every other op is
+    /// applied alike by every version so far.
     machine_version: u16,
+    /// The retention the last [`Op::ApplyRetention`] gave the log, if one did.
+    retention: Option<Retention>,
     current: Option<SavedSnapshot>,
 }
 
@@ -198,6 +230,7 @@ impl Applied {
             partition_groups: state.partition_groups,
             partition_groups_changed: false,
             machine_version: state.machine_version,
+            retention: state.retention,
             current: saved,
         }
     }
@@ -211,6 +244,7 @@ impl Applied {
             dedup: self.dedup.entries(),
             partition_groups: self.partition_groups.clone(),
             machine_version: self.machine_version,
+            retention: self.retention,
         }
     }
 
@@ -261,6 +295,9 @@ impl StreamStateMachine {
         let saved = file.read()?.map(|bytes| SavedSnapshot::decode(&bytes)).transpose()?;
         let (appended, _) = watch::channel(log.next_offset());
         let applied = Applied::restore(saved);
+        if let Some(retention) = applied.retention {
+            set_retention(group, &log, retention);
+        }
         let (partition_groups, _) = watch::channel(Arc::new(applied.partition_groups.clone()));
         let shared = Shared {
             group: group.to_string(),
@@ -285,6 +322,13 @@ impl StreamStateMachine {
     /// The stream's log (every record in it is committed).
     pub fn log(&self) -> &Arc<Log> {
         &self.shared.log
+    }
+
+    /// The machine version its entries are applied with, and the retention an
+    /// [`Op::ApplyRetention`] gave the log (`None`: still its own arguments').
+    pub fn applied_retention(&self) -> (u16, Option<Retention>) {
+        let applied = self.shared.applied.lock();
+        (applied.machine_version, applied.retention)
     }
 
     /// The committed offset of consumer group `group`, as applied on this replica.
@@ -363,6 +407,11 @@ impl StreamStateMachine {
             Op::Group(op) => {
                 applied.partition_groups.apply(&op);
                 applied.partition_groups_changed = true;
+                Response::Done
+            }
+            Op::ApplyRetention { retention } if applied.machine_version >= STREAM_POLICIES_GROUP_VERSION => {
+                applied.retention = Some(retention);
+                set_retention(&self.shared.group, &self.shared.log, retention);
                 Response::Done
             }
             // Consumers of a stream read by offset on their own node: nothing else is replicated.
@@ -449,6 +498,9 @@ impl StreamStateMachine {
         self.save(saved.clone()).await?;
         let mut applied = self.shared.applied.lock();
         *applied = Applied::restore(Some(saved));
+        if let Some(retention) = applied.retention {
+            set_retention(&self.shared.group, &self.shared.log, retention);
+        }
         self.shared.appended.send_replace(self.shared.log.next_offset());
         self.shared.partition_groups.send_replace(Arc::new(applied.partition_groups.clone()));
         Ok(())
@@ -503,6 +555,14 @@ impl Appending {
             })
             .collect();
         log.append_batch(&records).map(|_| ())
+    }
+}
+
+/// Makes the log keep what `retention` says from now on; what it deletes at once and fails to
+/// is deleted at its next roll or age check.
+fn set_retention(group: &str, log: &Log, retention: Retention) {
+    if let Err(error) = log.set_retention(retention) {
+        tracing::warn!(group, %error, "a stream replica could not delete the segments its new retention drops");
     }
 }
 
@@ -594,6 +654,32 @@ mod tests {
         assert!(error.to_string().contains("upgrade this node"), "{error}");
         assert_eq!(machine.last_applied().map(|id| id.index), Some(3), "applied up to the version entry");
         assert_eq!(machine.group_offset("g"), Some(7));
+    }
+
+    #[tokio::test]
+    async fn a_retention_applies_from_its_entry_at_the_version_that_has_it_and_a_snapshot_keeps_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let machine = open(dir.path());
+        let own = machine.log().retention();
+        let policy = Retention { bytes: Some(10_000), age: Some(std::time::Duration::from_secs(60)) };
+        machine.apply(vec![entry(1, Op::ApplyRetention { retention: policy })]).expect("applied");
+        assert_eq!(machine.log().retention(), own, "below its version the op is nothing");
+        assert_eq!(machine.applied_retention(), (FIRST_MACHINE_VERSION, None));
+
+        let version = Op::SetMachineVersion { version: STREAM_POLICIES_GROUP_VERSION };
+        machine.apply(vec![entry(2, version), entry(3, Op::ApplyRetention { retention: policy })]).expect("applied");
+        assert_eq!(machine.log().retention(), policy);
+        assert_eq!(machine.applied_retention(), (STREAM_POLICIES_GROUP_VERSION, Some(policy)));
+
+        let sent = machine.build().await.expect("a snapshot");
+        drop(machine);
+        let reopened = open(dir.path());
+        assert_eq!(reopened.log().retention(), policy, "the snapshot file gives the log its retention again");
+        let other = tempfile::tempdir().expect("tempdir");
+        let installed = open(other.path());
+        installed.install_sent(&sent.meta, &sent.data).await.expect("installs");
+        assert_eq!(installed.applied_retention(), (STREAM_POLICIES_GROUP_VERSION, Some(policy)));
+        assert_eq!(installed.log().retention(), policy, "a sent snapshot carries it");
     }
 
     fn saved(machine_version: u16) -> SavedSnapshot {
