@@ -35,8 +35,8 @@ use crate::message::Message;
 use crate::message_ref::MessageRef;
 use crate::message_store::{DurableMark, StoreError};
 use crate::quorum::{
-    entry_of, AppliedEffects, ConsumerId, ConsumerSpec, Effect, Enqueue, InitialMembers, MessageId, Op, QuorumGroup,
-    QuorumStateMachine, Response, Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES, DEFAULT_DELIVERY_LIMIT,
+    entry_of, AppliedEffects, ConsumerId, ConsumerSpec, Effect, Enqueue, InitialMembers, MessageId, Op, PolicySettings,
+    QuorumGroup, QuorumStateMachine, Response, Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES, DEFAULT_DELIVERY_LIMIT,
     QUEUE_POLICIES_GROUP_VERSION,
 };
 use crate::scheduler::{QueueTimer, SchedulerHandle, TimerEvent};
@@ -129,8 +129,7 @@ pub(super) fn recover(
 /// their parsing).
 impl From<&QueueArguments> for Settings {
     fn from(arguments: &QueueArguments) -> Self {
-        Settings {
-            max_priority: arguments.max_priority,
+        let policy = PolicySettings {
             message_ttl_ms: arguments.message_ttl_ms,
             max_length: arguments.max_length,
             max_length_bytes: arguments.max_length_bytes,
@@ -140,6 +139,10 @@ impl From<&QueueArguments> for Settings {
             delivery_limit: arguments
                 .delivery_limit
                 .map_or(DEFAULT_DELIVERY_LIMIT, |limit| u32::try_from(limit).unwrap_or(u32::MAX)),
+        };
+        Settings {
+            max_priority: arguments.max_priority,
+            policy,
             single_active_consumer: arguments.single_active_consumer,
             deduplication: arguments.deduplication(),
             ttl_from_delay: false,
@@ -334,8 +337,7 @@ impl Inner {
             return;
         }
         let Some(vhost) = queue.vhost.upgrade() else { return };
-        let (version, obeyed) =
-            self.group.machine().read(|state| (state.machine_version(), state.settings().policy_settings()));
+        let (version, obeyed) = self.group.machine().read(|state| (state.machine_version(), state.settings().policy));
         if version < QUEUE_POLICIES_GROUP_VERSION {
             let enabled = vhost.enabled_group_version(GroupMachineKind::QuorumQueue);
             if enabled < QUEUE_POLICIES_GROUP_VERSION {
@@ -343,7 +345,7 @@ impl Inner {
             }
             self.group.propose(Op::SetMachineVersion { version: enabled });
         }
-        let wanted = Settings::from(queue.arguments().as_ref()).policy_settings();
+        let wanted = Settings::from(queue.arguments().as_ref()).policy;
         if wanted != obeyed {
             self.group.propose(Op::ApplyPolicy { settings: wanted });
         }

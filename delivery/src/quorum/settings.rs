@@ -27,6 +27,58 @@ pub const DEFAULT_DELIVERY_LIMIT: u32 = 20;
 pub struct Settings {
     /// `x-max-priority` (an extension on quorum queues): strict levels 0..=max.
     pub max_priority: Option<u8>,
+    /// What policies may change: TTL, length limits, overflow, dead-lettering, delivery limit.
+    pub policy: PolicySettings,
+    /// `x-single-active-consumer`.
+    pub single_active_consumer: bool,
+    /// `x-message-deduplication` with its window, if on.
+    pub deduplication: Option<DedupSettings>,
+    /// Whether a message's TTL is its `x-delay` header (none or under 1: due at once): the
+    /// pending set of a replicated delayed exchange, whose messages "expire" when they are due.
+    pub ttl_from_delay: bool,
+}
+
+impl Settings {
+    /// Whether dead-lettered messages stay until the target confirms them.
+    pub fn dead_letters_at_least_once(&self) -> bool {
+        let policy = &self.policy;
+        policy.dead_letter
+            && policy.dead_letter_strategy == DeadLetterStrategy::AtLeastOnce
+            && policy.overflow == Overflow::RejectPublish
+    }
+
+    /// The pending set of a replicated delayed exchange: each message is held for its
+    /// `x-delay`, then handed on at least once (dead-lettered, in the state's terms, and kept
+    /// until the exchange's routing confirmed it).
+    pub fn delayed_exchange() -> Self {
+        let policy = PolicySettings {
+            dead_letter: true,
+            dead_letter_strategy: DeadLetterStrategy::AtLeastOnce,
+            overflow: Overflow::RejectPublish,
+            ..PolicySettings::default()
+        };
+        Settings { policy, ttl_from_delay: true, ..Settings::default() }
+    }
+}
+
+/// What a queue declared with no arguments gets.
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_priority: None,
+            policy: PolicySettings::default(),
+            single_active_consumer: false,
+            deduplication: None,
+            ttl_from_delay: false,
+        }
+    }
+}
+
+/// The part of [`Settings`] that policies and operator policies may change: the queue's own
+/// arguments merged with the policies that apply, as the queue layer resolves them. The group's
+/// leader proposes them when they change, so that every replica switches at the same entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicySettings {
     /// `x-message-ttl` in ms.
     pub message_ttl_ms: Option<u64>,
     /// `x-max-length`: ready messages kept at most.
@@ -42,44 +94,12 @@ pub struct Settings {
     pub dead_letter_strategy: DeadLetterStrategy,
     /// `x-delivery-limit`: failed deliveries allowed; one more and the message goes.
     pub delivery_limit: u32,
-    /// `x-single-active-consumer`.
-    pub single_active_consumer: bool,
-    /// `x-message-deduplication` with its window, if on.
-    pub deduplication: Option<DedupSettings>,
-    /// Whether a message's TTL is its `x-delay` header (none or under 1: due at once): the
-    /// pending set of a replicated delayed exchange, whose messages "expire" when they are due.
-    pub ttl_from_delay: bool,
 }
 
-impl Settings {
-    /// Whether dead-lettered messages stay until the target confirms them.
-    pub fn dead_letters_at_least_once(&self) -> bool {
-        self.dead_letter
-            && self.dead_letter_strategy == DeadLetterStrategy::AtLeastOnce
-            && self.overflow == Overflow::RejectPublish
-    }
-}
-
-impl Settings {
-    /// The pending set of a replicated delayed exchange: each message is held for its
-    /// `x-delay`, then handed on at least once (dead-lettered, in the state's terms, and kept
-    /// until the exchange's routing confirmed it).
-    pub fn delayed_exchange() -> Self {
-        Settings {
-            dead_letter: true,
-            dead_letter_strategy: DeadLetterStrategy::AtLeastOnce,
-            overflow: Overflow::RejectPublish,
-            ttl_from_delay: true,
-            ..Settings::default()
-        }
-    }
-}
-
-/// What a queue declared with no arguments gets.
-impl Default for Settings {
+/// No limits, no dead-lettering, RabbitMQ 4's delivery limit.
+impl Default for PolicySettings {
     fn default() -> Self {
-        Settings {
-            max_priority: None,
+        PolicySettings {
             message_ttl_ms: None,
             max_length: None,
             max_length_bytes: None,
@@ -87,56 +107,6 @@ impl Default for Settings {
             dead_letter: false,
             dead_letter_strategy: DeadLetterStrategy::default(),
             delivery_limit: DEFAULT_DELIVERY_LIMIT,
-            single_active_consumer: false,
-            deduplication: None,
-            ttl_from_delay: false,
         }
-    }
-}
-
-/// The part of [`Settings`] that policies and operator policies may change: the queue's own
-/// arguments merged with the policies that apply, as the queue layer resolves them. The group's
-/// leader proposes them when they change, so that every replica switches at the same entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PolicySettings {
-    /// `message-ttl` in ms.
-    pub message_ttl_ms: Option<u64>,
-    /// `max-length`.
-    pub max_length: Option<u64>,
-    /// `max-length-bytes`.
-    pub max_length_bytes: Option<u64>,
-    /// `overflow`.
-    pub overflow: Overflow,
-    /// Whether a `dead-letter-exchange` is set.
-    pub dead_letter: bool,
-    /// `dead-letter-strategy`.
-    pub dead_letter_strategy: DeadLetterStrategy,
-    /// `delivery-limit`.
-    pub delivery_limit: u32,
-}
-
-impl Settings {
-    /// What policies may change of them, as they are.
-    pub fn policy_settings(&self) -> PolicySettings {
-        PolicySettings {
-            message_ttl_ms: self.message_ttl_ms,
-            max_length: self.max_length,
-            max_length_bytes: self.max_length_bytes,
-            overflow: self.overflow,
-            dead_letter: self.dead_letter,
-            dead_letter_strategy: self.dead_letter_strategy,
-            delivery_limit: self.delivery_limit,
-        }
-    }
-
-    /// Obeys `policy` from now on (the rest stays as the queue was declared).
-    pub fn set_policy_settings(&mut self, policy: PolicySettings) {
-        self.message_ttl_ms = policy.message_ttl_ms;
-        self.max_length = policy.max_length;
-        self.max_length_bytes = policy.max_length_bytes;
-        self.overflow = policy.overflow;
-        self.dead_letter = policy.dead_letter;
-        self.dead_letter_strategy = policy.dead_letter_strategy;
-        self.delivery_limit = policy.delivery_limit;
     }
 }

@@ -155,7 +155,7 @@ impl StateSnapshot {
             filters: parts.consumers.filters().iter().map(|(key, f)| (*key, f.clone())).collect(),
             dedup: parts.dedup.entries(),
             machine_version: parts.machine_version,
-            policy: (parts.machine_version >= QUEUE_POLICIES_GROUP_VERSION).then(|| state.settings().policy_settings()),
+            policy: (parts.machine_version >= QUEUE_POLICIES_GROUP_VERSION).then(|| state.settings().policy),
         }
     }
 
@@ -163,7 +163,7 @@ impl StateSnapshot {
     /// policies in the snapshot changed them.
     pub fn restore(self, mut settings: Settings) -> Result<QueueState, QuorumError> {
         if let Some(policy) = self.policy {
-            settings.set_policy_settings(policy);
+            settings.policy = policy;
         }
         let consumers = Consumers::restore(self.consumers, self.counters, self.filters);
         let messages = self.messages.into_iter().collect();

@@ -150,8 +150,8 @@ impl QueueState {
             }
         }
         let size = message.body.len() as u64;
-        if self.settings.overflow != Overflow::DropHead && self.would_overflow(size) {
-            if self.settings.overflow == Overflow::RejectPublishDlx {
+        if self.settings.policy.overflow != Overflow::DropHead && self.would_overflow(size) {
+            if self.settings.policy.overflow == Overflow::RejectPublishDlx {
                 self.dead_letter(id, DeathReason::Maxlen, size, effects);
             }
             return Response::Rejected;
@@ -160,7 +160,7 @@ impl QueueState {
         let ttl_ms = if self.settings.ttl_from_delay {
             Some(properties.as_ref().and_then(crate::exchange::delayed::delay_in).unwrap_or(0))
         } else {
-            [self.settings.message_ttl_ms, properties.as_ref().and_then(Properties::expiration_ms)]
+            [self.settings.policy.message_ttl_ms, properties.as_ref().and_then(Properties::expiration_ms)]
                 .into_iter()
                 .flatten()
                 .min()
@@ -192,8 +192,8 @@ impl QueueState {
     fn exceeds_limits(&self, extra: u64, size: u64) -> bool {
         let count = (self.ready.len() + self.dead_lettering.len()) as u64 + extra;
         let bytes = self.ready_bytes + self.dead_lettering_bytes + size;
-        self.settings.max_length.is_some_and(|max| count > max)
-            || self.settings.max_length_bytes.is_some_and(|max| bytes > max)
+        self.settings.policy.max_length.is_some_and(|max| count > max)
+            || self.settings.policy.max_length_bytes.is_some_and(|max| bytes > max)
     }
 
     fn would_overflow(&self, size: u64) -> bool {
@@ -225,8 +225,8 @@ impl QueueState {
         if self.machine_version < QUEUE_POLICIES_GROUP_VERSION {
             return Response::Done;
         }
-        self.settings.set_policy_settings(settings);
-        if self.settings.overflow == Overflow::DropHead {
+        self.settings.policy = settings;
+        if self.settings.policy.overflow == Overflow::DropHead {
             self.drop_head(effects);
         }
         Response::Done
@@ -331,7 +331,7 @@ impl QueueState {
         state.holder = None;
         state.delivery_count = state.delivery_count.saturating_add(1);
         let state = *state;
-        if state.delivery_count > self.settings.delivery_limit {
+        if state.delivery_count > self.settings.policy.delivery_limit {
             self.forget_message(id);
             self.dead_letter(id, DeathReason::DeliveryLimit, state.size, effects);
         } else {
@@ -449,7 +449,7 @@ impl QueueState {
     /// A message left unsettled: dead-lettered if the queue has a dead-letter exchange, and
     /// kept until the target confirms it if that is the strategy.
     fn dead_letter(&mut self, id: MessageId, reason: DeathReason, size: u64, effects: &mut Vec<Effect>) {
-        if !self.settings.dead_letter {
+        if !self.settings.policy.dead_letter {
             return;
         }
         let confirm = self.settings.dead_letters_at_least_once();

@@ -15,8 +15,18 @@ fn dead_letters(effects: &[Effect]) -> Vec<(MessageId, DeathReason)> {
         .collect()
 }
 
+/// Settings obeying `policy`, the rest as a queue declared without arguments.
+fn obeying(policy: PolicySettings) -> Settings {
+    Settings { policy, ..Settings::default() }
+}
+
+/// Dead-lettering on, no limits.
+fn dlx() -> PolicySettings {
+    PolicySettings { dead_letter: true, ..PolicySettings::default() }
+}
+
 fn with_dlx() -> Settings {
-    Settings { dead_letter: true, ..Settings::default() }
+    obeying(dlx())
 }
 
 #[test]
@@ -89,7 +99,7 @@ fn past_the_default_delivery_limit_a_message_is_dead_lettered() {
 
 #[test]
 fn a_delivery_limit_of_zero_drops_on_the_first_return_without_a_dead_letter_exchange() {
-    let mut q = Harness::new(Settings { delivery_limit: 0, ..Settings::default() });
+    let mut q = Harness::new(obeying(PolicySettings { delivery_limit: 0, ..PolicySettings::default() }));
     let id = q.publish(1)[0];
     let c = consumer(1, "c");
     q.run(checkout(&c, 1, 0));
@@ -101,7 +111,7 @@ fn a_delivery_limit_of_zero_drops_on_the_first_return_without_a_dead_letter_exch
 #[test]
 fn discard_dead_letters_as_rejected_or_drops() {
     for dead_letter in [true, false] {
-        let mut q = Harness::new(Settings { dead_letter, ..Settings::default() });
+        let mut q = Harness::new(obeying(PolicySettings { dead_letter, ..PolicySettings::default() }));
         let ids = q.publish(2);
         let c = consumer(1, "c");
         q.run(checkout(&c, 1, 0));
@@ -129,7 +139,7 @@ fn purge_removes_the_ready_messages_only() {
 
 #[test]
 fn message_ttl_expires_ready_messages_by_the_command_time() {
-    let mut q = Harness::new(Settings { message_ttl_ms: Some(100), ..with_dlx() });
+    let mut q = Harness::new(obeying(PolicySettings { message_ttl_ms: Some(100), ..dlx() }));
     let ids = q.publish(2);
     assert_eq!(q.state.next_expiry_ms(), Some(1_100));
     q.now_ms = 1_099;
@@ -143,7 +153,7 @@ fn message_ttl_expires_ready_messages_by_the_command_time() {
 
 #[test]
 fn the_shorter_of_queue_and_message_ttl_applies_and_held_messages_do_not_expire() {
-    let mut q = Harness::new(Settings { message_ttl_ms: Some(1_000), ..with_dlx() });
+    let mut q = Harness::new(obeying(PolicySettings { message_ttl_ms: Some(1_000), ..dlx() }));
     let short = match q.run(enqueue("short", None, Some(10))).0 {
         Response::Enqueued(id) => id,
         other => panic!("{other:?}"),
@@ -161,7 +171,7 @@ fn the_shorter_of_queue_and_message_ttl_applies_and_held_messages_do_not_expire(
 
 #[test]
 fn a_ttl_of_zero_reaches_only_a_waiting_consumer() {
-    let mut q = Harness::new(Settings { message_ttl_ms: Some(0), ..with_dlx() });
+    let mut q = Harness::new(obeying(PolicySettings { message_ttl_ms: Some(0), ..dlx() }));
     let (_, effects) = q.run(enqueue("gone", None, None));
     assert_eq!(dead_letters(&effects).len(), 1);
     let c = consumer(1, "c");
@@ -174,7 +184,7 @@ fn a_ttl_of_zero_reaches_only_a_waiting_consumer() {
 
 #[test]
 fn the_clock_never_goes_back() {
-    let mut q = Harness::new(Settings { message_ttl_ms: Some(100), ..Settings::default() });
+    let mut q = Harness::new(obeying(PolicySettings { message_ttl_ms: Some(100), ..PolicySettings::default() }));
     q.now_ms = 5_000;
     q.run(Op::Expire);
     q.now_ms = 1_000;
@@ -185,14 +195,14 @@ fn the_clock_never_goes_back() {
 
 #[test]
 fn drop_head_drops_the_oldest_past_the_length_limits() {
-    let mut q = Harness::new(Settings { max_length: Some(2), ..with_dlx() });
+    let mut q = Harness::new(obeying(PolicySettings { max_length: Some(2), ..dlx() }));
     let ids = q.publish(2);
     let (response, effects) = q.run(enqueue("third", None, None));
     assert!(matches!(response, Response::Enqueued(_)));
     assert_eq!(dead_letters(&effects), vec![(ids[0], DeathReason::Maxlen)]);
     assert_eq!(q.state.ready_count(), 2);
 
-    let mut q = Harness::new(Settings { max_length_bytes: Some(5), ..Settings::default() });
+    let mut q = Harness::new(obeying(PolicySettings { max_length_bytes: Some(5), ..PolicySettings::default() }));
     let ids = q.publish(3); // 2 bytes each
     assert_eq!(q.state.ready_ids(), vec![ids[1], ids[2]]);
     assert_eq!(q.state.ready_bytes(), 4);
@@ -200,20 +210,23 @@ fn drop_head_drops_the_oldest_past_the_length_limits() {
 
 #[test]
 fn reject_publish_refuses_and_reject_publish_dlx_also_dead_letters() {
-    let mut q = Harness::new(Settings { max_length: Some(1), overflow: Overflow::RejectPublish, ..with_dlx() });
+    let mut q =
+        Harness::new(obeying(PolicySettings { max_length: Some(1), overflow: Overflow::RejectPublish, ..dlx() }));
     q.publish(1);
     let (response, effects) = q.run(enqueue("refused", None, None));
     assert_eq!(response, Response::Rejected);
     assert!(effects.is_empty());
     assert_eq!(q.state.ready_count(), 1);
 
-    let mut q = Harness::new(Settings { max_length: Some(1), overflow: Overflow::RejectPublishDlx, ..with_dlx() });
+    let mut q =
+        Harness::new(obeying(PolicySettings { max_length: Some(1), overflow: Overflow::RejectPublishDlx, ..dlx() }));
     q.publish(1);
     let id = q.next_id();
     let (response, effects) = q.run(enqueue("refused", None, None));
     assert_eq!(response, Response::Rejected);
     assert_eq!(dead_letters(&effects), vec![(id, DeathReason::Maxlen)]);
-    let mut q = Harness::new(Settings { max_length_bytes: Some(3), overflow: Overflow::RejectPublish, ..with_dlx() });
+    let mut q =
+        Harness::new(obeying(PolicySettings { max_length_bytes: Some(3), overflow: Overflow::RejectPublish, ..dlx() }));
     q.publish(1);
     assert_eq!(q.run(enqueue("12", None, None)).0, Response::Rejected);
 }
@@ -223,9 +236,9 @@ fn a_policy_applies_from_its_entry_at_the_version_that_has_it_and_is_nothing_bef
     use crate::quorum::QUEUE_POLICIES_GROUP_VERSION;
     let mut q = Harness::new(with_dlx());
     let ids = q.publish(3);
-    let policy = PolicySettings { max_length: Some(1), ..with_dlx().policy_settings() };
+    let policy = PolicySettings { max_length: Some(1), ..dlx() };
     let (_, effects) = q.run(Op::ApplyPolicy { settings: policy });
-    assert!(effects.is_empty() && q.state.settings().max_length.is_none(), "no such op at the first version");
+    assert!(effects.is_empty() && q.state.settings().policy.max_length.is_none(), "no such op at the first version");
 
     q.run(Op::SetMachineVersion { version: QUEUE_POLICIES_GROUP_VERSION });
     let (response, effects) = q.run(Op::ApplyPolicy { settings: policy });
@@ -242,7 +255,7 @@ fn a_policy_applies_from_its_entry_at_the_version_that_has_it_and_is_nothing_bef
     assert_eq!(q.state.ready_ids(), vec![ids[2]]);
 
     // Cleared: the queue's own arguments again.
-    q.run(Op::ApplyPolicy { settings: with_dlx().policy_settings() });
+    q.run(Op::ApplyPolicy { settings: dlx() });
     assert!(matches!(q.run(enqueue("taken", None, None)).0, Response::Enqueued(_)));
 }
 
@@ -419,22 +432,22 @@ fn settings_come_from_the_queue_arguments_with_rabbitmq_4_defaults() {
         ..Default::default()
     };
     let settings = Settings::from(&arguments);
-    assert_eq!(settings.delivery_limit, DEFAULT_DELIVERY_LIMIT);
+    assert_eq!(settings.policy.delivery_limit, DEFAULT_DELIVERY_LIMIT);
     assert_eq!(DEFAULT_DELIVERY_LIMIT, 20);
-    assert!(settings.dead_letter && settings.single_active_consumer);
+    assert!(settings.policy.dead_letter && settings.single_active_consumer);
     assert_eq!(settings.max_priority, Some(9));
     let limited = crate::queue::QueueArguments { delivery_limit: Some(3), ..Default::default() };
-    assert_eq!(Settings::from(&limited).delivery_limit, 3);
+    assert_eq!(Settings::from(&limited).policy.delivery_limit, 3);
 }
 
 #[test]
 fn at_least_once_dead_letters_stay_until_the_target_confirms() {
-    let settings = Settings {
+    let settings = obeying(PolicySettings {
         dead_letter_strategy: crate::quorum::DeadLetterStrategy::AtLeastOnce,
         overflow: Overflow::RejectPublish,
         max_length: Some(2),
-        ..with_dlx()
-    };
+        ..dlx()
+    });
     let mut q = Harness::new(settings);
     let ids = q.publish(2);
     let c = consumer(1, "c");
@@ -450,7 +463,8 @@ fn at_least_once_dead_letters_stay_until_the_target_confirms() {
     assert!(matches!(q.run(enqueue("room", None, None)).0, Response::Enqueued(_)));
 
     // Without reject-publish, RabbitMQ falls back to at-most-once.
-    let settings = Settings { dead_letter_strategy: crate::quorum::DeadLetterStrategy::AtLeastOnce, ..with_dlx() };
+    let settings =
+        obeying(PolicySettings { dead_letter_strategy: crate::quorum::DeadLetterStrategy::AtLeastOnce, ..dlx() });
     assert!(!settings.dead_letters_at_least_once());
 }
 
@@ -536,8 +550,10 @@ fn the_window_is_the_commands_clock_and_survives_a_snapshot() {
 
 #[test]
 fn a_message_refused_for_overflow_leaves_its_key_free() {
-    let mut q =
-        Harness::new(Settings { max_length: Some(1), overflow: Overflow::RejectPublish, ..deduplicating(10, None) });
+    let mut q = Harness::new(Settings {
+        policy: PolicySettings { max_length: Some(1), overflow: Overflow::RejectPublish, ..PolicySettings::default() },
+        ..deduplicating(10, None)
+    });
     q.run(keyed("fills", 1));
     assert_eq!(q.run(keyed("refused", 2)).0, Response::Rejected);
     q.run(Op::Purge);

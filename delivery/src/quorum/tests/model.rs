@@ -5,7 +5,7 @@
 use super::*;
 use crate::dedup_window::{DedupSettings, DEFAULT_DEDUPLICATION_HEADER};
 use crate::overflow::Overflow;
-use crate::quorum::{DeadLetterStrategy, Dequeued, StateSnapshot};
+use crate::quorum::{DeadLetterStrategy, Dequeued, PolicySettings, StateSnapshot};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use std::collections::BTreeMap;
@@ -65,8 +65,7 @@ fn settings() -> impl Strategy<Value = Settings> {
                 strategy,
                 dedup,
             )| {
-                Settings {
-                    max_priority,
+                let policy = PolicySettings {
                     message_ttl_ms,
                     max_length,
                     max_length_bytes,
@@ -74,6 +73,10 @@ fn settings() -> impl Strategy<Value = Settings> {
                     dead_letter,
                     dead_letter_strategy: strategy,
                     delivery_limit: limit,
+                };
+                Settings {
+                    max_priority,
+                    policy,
                     single_active_consumer: sac,
                     ttl_from_delay: false,
                     deduplication: dedup.map(|(cache_size, cache_ttl_ms)| DedupSettings {
@@ -202,7 +205,8 @@ proptest! {
         delivery_limit in 0u32..4,
         steps in prop::collection::vec((0u8..5, 0u8..12, any::<Index>()), 0..200),
     ) {
-        let settings = Settings { max_priority, delivery_limit, ..Settings::default() };
+        let policy = PolicySettings { delivery_limit, ..PolicySettings::default() };
+        let settings = Settings { max_priority, policy, ..Settings::default() };
         let mut q = Harness::new(settings);
         let getter = ConsumerId::getter(0, 1);
         // Reference: ready (-priority, id) -> delivery count; held id -> (priority, count).

@@ -34,7 +34,8 @@ async fn start(dir: &Path) -> Node {
     let config = Config { snapshot_policy: SnapshotPolicy::Never, ..quorum_raft_config("quorum-test").expect("valid") };
     let log = RaftLog::<QuorumRaft>::open(dir.join("log"), LogConfig::default()).expect("log opens");
     let (tx, effects) = unbounded_channel();
-    let settings = Settings { dead_letter: true, ..Settings::default() };
+    let settings =
+        Settings { policy: PolicySettings { dead_letter: true, ..PolicySettings::default() }, ..Settings::default() };
     let machine = QuorumStateMachine::open("test", dir.join("snapshot"), settings, CHECKPOINT_INTERVAL_ENTRIES, tx)
         .expect("state machine opens");
     let mut reader = log.clone();
@@ -254,7 +255,7 @@ fn a_state_past_the_first_machine_version_snapshots_with_it_and_one_at_the_first
     // From the version that applies policies on, the snapshot keeps what the policy set,
     // which the queue's definition (the settings it is restored with) does not give.
     let mut later = state.at_machine_version(QUEUE_POLICIES_GROUP_VERSION);
-    let policy = PolicySettings { max_length: Some(7), delivery_limit: 3, ..Settings::default().policy_settings() };
+    let policy = PolicySettings { max_length: Some(7), delivery_limit: 3, ..PolicySettings::default() };
     later.apply(2, &Command::new(1_001, Op::ApplyPolicy { settings: policy }));
     let snapshot = StateSnapshot::of(&later);
     let bytes = snapshot.encode().expect("encodes");
@@ -263,5 +264,5 @@ fn a_state_past_the_first_machine_version_snapshots_with_it_and_one_at_the_first
     assert_eq!(read, snapshot);
     let restored = read.restore(Settings::default()).expect("restores");
     assert_eq!((restored.machine_version(), restored.ready_count()), (QUEUE_POLICIES_GROUP_VERSION, 1));
-    assert_eq!(restored.settings().policy_settings(), policy);
+    assert_eq!(restored.settings().policy, policy);
 }
