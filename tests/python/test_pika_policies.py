@@ -370,6 +370,71 @@ def test_a_stream_keeps_its_policy_over_a_restart(tmp_path):
         connection.close()
 
 
+def wait_gone(port, name, timeout=5.0):
+    """Waits until the API no longer shows queue `name` (a passive declare would use it)."""
+    deadline = time.monotonic() + timeout
+    while api_call(port, "GET", f"/api/queues/%2F/{name}")[0] != 404:
+        assert time.monotonic() < deadline, f"{name} was not deleted"
+        time.sleep(0.05)
+
+
+def test_expires_from_a_policy_deletes_unused_queues_and_the_lower_value_wins(broker_with_api):
+    connection, port, _ = broker_with_api
+    channel = connection.channel()
+    channel.queue_declare("idle.classic")
+    channel.queue_declare("idle.own-longer", arguments={"x-expires": 600_000})
+    channel.queue_declare("idle.quorum", durable=True, arguments={"x-queue-type": "quorum"})
+    channel.queue_declare("busy.classic")
+    set_policy(port, "idle", r"^idle\.", {"expires": 300})
+    for name in ("idle.classic", "idle.own-longer", "idle.quorum"):
+        wait_gone(port, name)
+    assert api_call(port, "GET", "/api/queues/%2F/busy.classic")[0] == 200, "a queue it does not match stays"
+
+
+def test_a_dead_letter_strategy_from_a_policy_keeps_a_quorum_queues_dead_letters_until_routed(broker_with_api):
+    connection, port, _ = broker_with_api
+    channel = connection.channel()
+    channel.queue_declare("qq.safe", durable=True, arguments={"x-queue-type": "quorum"})
+    set_policy(port, "safe", r"^qq\.safe$", {"dead-letter-exchange": "", "dead-letter-routing-key": "late-target",
+                                              "dead-letter-strategy": "at-least-once",
+                                              "overflow": "reject-publish"}, apply_to="quorum_queues")
+    assert queue_json(port, "qq.safe")["effective_policy_definition"]["dead-letter-strategy"] == "at-least-once"
+    publish(channel, "qq.safe", ["kept until routed"])
+    wait_count(connection, "qq.safe", 1)
+    method, _, _ = channel.basic_get("qq.safe", auto_ack=False)
+    channel.basic_nack(method.delivery_tag, requeue=False)
+    time.sleep(1.5)
+    # No queue takes it yet: at-least-once keeps it (at-most-once would have dropped it).
+    channel.queue_declare("late-target", durable=True)
+    wait_count(connection, "late-target", 1, timeout=8.0)
+    assert get_message(channel, "late-target")[2] == b"kept until routed"
+
+
+def test_a_new_stream_takes_its_segment_size_from_a_policy(broker_with_api):
+    connection, port, _ = broker_with_api
+    set_policy(port, "small", r"^st-small$", {"stream-max-segment-size-bytes": 1024, "max-length-bytes": 3000},
+               apply_to="streams")
+    channel = connection.channel()
+    channel.queue_declare("st-small", durable=True, arguments={"x-queue-type": "stream"})
+    publish(channel, "st-small", [RECORD_BODY] * 60)
+    # Segments of the default 64 MiB would keep all 60: retention deletes whole segments.
+    kept = wait_below(connection, "st-small", 60)
+    assert 0 < kept <= 30, kept
+
+
+def test_queue_mode_and_version_are_accepted_with_no_effect(broker_with_api):
+    connection, port, _ = broker_with_api
+    channel = connection.channel()
+    channel.queue_declare("lazy")
+    set_policy(port, "lazy", "^lazy$", {"queue-mode": "lazy", "queue-version": 2, "max-length": 1})
+    status, listed = api_call(port, "GET", "/api/policies/%2F/lazy")
+    assert status == 200, listed
+    assert {"queue-mode", "queue-version"} <= set(listed["no_effect"]), listed
+    assert queue_json(port, "lazy")["policy"] == "lazy", "the policy applies; those keys do nothing"
+    publish(channel, "lazy", ["1", "2"])
+    wait_count(connection, "lazy", 1)
+
+
 def test_policies_survive_a_restart_and_apply_to_recovered_queues(tmp_path):
     http = free_port()
     args = ["--http-listen", f"127.0.0.1:{http}"]

@@ -604,6 +604,32 @@ async fn balanced_leader_locator_spreads_leaders_over_the_nodes() {
         leaders.insert(leader);
     }
     assert_eq!(leaders.len(), 3, "one leader per node: {leaders:?}");
+
+    // The same through a policy: queues declared without the argument (client-local by
+    // default, every leader on A) spread too.
+    let set =
+        ["set_policy", "placed", "^p[0-9]$", r#"{"queue-leader-locator": "balanced"}"#, "--apply-to", "quorum_queues"];
+    tokio::task::block_in_place(|| ctl(&cluster, 0, &set));
+    let quorum = table(&[("x-queue-type", text("quorum"))]);
+    let mut leaders = std::collections::BTreeSet::new();
+    for queue in ["p1", "p2", "p3"] {
+        ch.queue_declare(queue.into(), durable(), quorum.clone()).await.expect("declare");
+        wait_for_status(&cluster, 0, queue, "a leader", |s| !s.contains("(none known)")).await;
+        let status = tokio::task::block_in_place(|| ctl(&cluster, 0, &["quorum_status", queue]));
+        leaders.insert(status.lines().find_map(|l| l.strip_prefix("leader: ")).expect("leader line").to_string());
+    }
+    assert_eq!(leaders.len(), 3, "a policy's locator spreads them: {leaders:?}");
+
+    // A policy's initial-cluster-size sizes a new stream's group.
+    let set = ["set_policy", "pair", "^pair$", r#"{"initial-cluster-size": 2}"#, "--apply-to", "streams"];
+    tokio::task::block_in_place(|| ctl(&cluster, 0, &set));
+    ch.queue_declare("pair".into(), durable(), table(&[("x-queue-type", text("stream"))])).await.expect("declare");
+    let members =
+        |status: &str| status.lines().filter(|l| l.starts_with("writer: ") || l.starts_with("replica: ")).count();
+    wait_for_ctl_status(&cluster, 0, "stream_status", "pair", "two members", |s| {
+        !s.contains("(none known)") && members(s) == 2
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -419,15 +419,17 @@ async fn definitions_exported_from_one_broker_load_into_a_fresh_one() {
     assert_eq!(fresh.post("/api/definitions", json!([1, 2])).status, 400);
 }
 
-/// A definitions file as RabbitMQ 3.10 exports it, with every kind of item: users, vhosts,
-/// permissions, topic permissions, policies, an operator policy and vhost limits (RabbitMQ
-/// exports both as `parameters`), global parameters, queues, exchanges.
+/// A definitions file as RabbitMQ 3.10 exports it, with every kind of item: users (with
+/// limits), vhosts, permissions, topic permissions, policies (one of keys Warren has no feature
+/// for), an operator policy and vhost limits (RabbitMQ exports both as `parameters`), global
+/// parameters, classic and quorum queues and a stream, exchanges, a binding.
 fn rabbitmq_export() -> Value {
     json!({
         "rabbit_version": "3.10.8", "rabbitmq_version": "3.10.8",
         "product_name": "RabbitMQ", "product_version": "3.10.8",
         "users": [{"name": "ops", "password_hash": "27cx5+wEi8R8uwTeTr3hk5azuV3yYxxAtwPPhCyrbdsxVhqq",
-                   "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": ["administrator"], "limits": {}}],
+                   "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": ["administrator"],
+                   "limits": {"max-connections": 10, "max-channels": 20}}],
         "vhosts": [{"name": "/"}, {"name": "prod"}],
         "permissions": [{"user": "ops", "vhost": "prod", "configure": ".*", "write": ".*", "read": ".*"}],
         "topic_permissions": [{"user": "ops", "vhost": "prod", "exchange": "amq.topic", "write": "^a", "read": ".*"}],
@@ -441,11 +443,23 @@ fn rabbitmq_export() -> Value {
                               {"name": "internal_cluster_id", "value": "rabbitmq-cluster-id-x"}],
         "policies": [{"vhost": "prod", "name": "ttl-dlx", "pattern": "^orders\\.", "apply-to": "queues",
                       "definition": {"message-ttl": 60000, "dead-letter-exchange": "dlx", "max-length": 10000},
-                      "priority": 1}],
-        "queues": [{"name": "orders.eu", "vhost": "prod", "durable": true, "auto_delete": false, "arguments": {}}],
+                      "priority": 1},
+                     {"vhost": "prod", "name": "retention", "pattern": "^events$", "apply-to": "streams",
+                      "definition": {"max-age": "7D", "max-length-bytes": 1_000_000_000_u64}, "priority": 0},
+                     {"vhost": "prod", "name": "mirrored", "pattern": "^legacy\\.", "apply-to": "queues",
+                      "definition": {"ha-mode": "all", "ha-sync-mode": "automatic"}, "priority": 0}],
+        "queues": [{"name": "orders.eu", "vhost": "prod", "durable": true, "auto_delete": false, "arguments": {}},
+                   {"name": "payments", "vhost": "prod", "durable": true, "auto_delete": false,
+                    "arguments": {"x-queue-type": "quorum"}},
+                   {"name": "events", "vhost": "prod", "durable": true, "auto_delete": false,
+                    "arguments": {"x-queue-type": "stream"}},
+                   {"name": "legacy.jobs", "vhost": "prod", "durable": true, "auto_delete": false, "arguments": {}}],
         "exchanges": [{"name": "dlx", "vhost": "prod", "type": "fanout", "durable": true, "auto_delete": false,
-                       "internal": false, "arguments": {}}],
-        "bindings": []
+                       "internal": false, "arguments": {}},
+                      {"name": "events.topic", "vhost": "prod", "type": "topic", "durable": true,
+                       "auto_delete": false, "internal": false, "arguments": {}}],
+        "bindings": [{"source": "events.topic", "vhost": "prod", "destination": "events", "destination_type": "queue",
+                      "routing_key": "#", "arguments": {}}]
     })
 }
 
@@ -454,15 +468,30 @@ async fn a_rabbitmq_export_applies_its_policies_and_parameters_and_round_trips()
     let broker = start_broker().await;
     let api = api_of(&broker);
     let report = api.post("/api/definitions", rabbitmq_export()).body;
-    // ops, two vhosts, a permission, a topic permission, two global parameters, the limits,
-    // the operator policy, the policy, the queue and the exchange: every item.
-    assert_eq!(report["applied"], 12, "{report}");
+    // ops and their limits, two vhosts, a permission, a topic permission, two global
+    // parameters, the vhost limits, the operator policy, three policies, four queues, two
+    // exchanges and a binding: every item.
+    assert_eq!(report["applied"], 20, "{report}");
     assert_eq!(report["skipped"], json!([]), "{report}");
     assert_eq!(api.get("/api/overview").body["cluster_name"], "rabbit@host", "the cluster_name parameter names it");
     let queue = api.get("/api/queues/prod/orders.eu").body;
     assert_eq!((queue["policy"].as_str(), queue["operator_policy"].as_str()), (Some("ttl-dlx"), Some("cap")));
     assert_eq!(queue["effective_policy_definition"]["max-length"], 1000, "the operator policy caps it");
     assert_eq!(api.get("/api/vhost-limits/prod").body[0]["value"]["max-queues"], 50);
+    let limits = api.get("/api/user-limits/ops").body;
+    assert_eq!(limits[0]["value"]["max-channels"], 20, "{limits}");
+    let stream = api.get("/api/queues/prod/events").body;
+    assert_eq!((stream["type"].as_str(), stream["policy"].as_str()), (Some("stream"), Some("retention")), "{stream}");
+    assert_eq!(stream["effective_policy_definition"]["max-age"], "7D");
+    assert_eq!(api.get("/api/queues/prod/payments").body["type"], "quorum");
+    let legacy = api.get("/api/queues/prod/legacy.jobs").body;
+    assert_eq!(legacy["policy"], "mirrored", "a policy of keys without effect still applies: {legacy}");
+    let policies = api.get("/api/policies/prod").body;
+    let mirrored = policies.as_array().and_then(|all| all.iter().find(|p| p["name"] == "mirrored")).expect("listed");
+    let no_effect: Vec<&String> = mirrored["no_effect"].as_object().expect("key: why").keys().collect();
+    assert_eq!(no_effect, ["ha-mode", "ha-sync-mode"], "reported as having no effect: {mirrored}");
+    let bindings = api.get("/api/exchanges/prod/events.topic/bindings/source").body;
+    assert_eq!(bindings.as_array().map(Vec::len), Some(1), "{bindings}");
 
     let exported = api.get("/api/definitions").body;
     let second = start_broker().await;
@@ -473,6 +502,8 @@ async fn a_rabbitmq_export_applies_its_policies_and_parameters_and_round_trips()
     let globals = exported["global_parameters"].as_array().expect("global parameters");
     assert_eq!(globals.len(), 1, "RabbitMQ's internal parameters stay out of an export: {globals:?}");
     for key in [
+        "users",
+        "bindings",
         "policies",
         "parameters",
         "global_parameters",

@@ -150,7 +150,7 @@ impl Catalog {
     /// are told when the caller drops it, after its `-ok`.
     pub async fn change_holding(self: &Arc<Self>, vhost: &str, mut op: DefinitionOp) -> BrokerResult<Changed> {
         if let DefinitionOp::DeclareQueue { name, arguments, members, .. } = &mut op {
-            let parsed = crate::queue::QueueArguments::parse(arguments)?;
+            let parsed = self.machine.resolve_queue(vhost, name, arguments)?;
             if parsed.queue_type.is_replicated() {
                 let size = parsed.initial_group_size;
                 *members = Some(self.replication.initial_members(vhost, name, size, parsed.leader_locator));

@@ -24,7 +24,7 @@ use super::local::ANYONE;
 use super::snapshot::CatalogSnapshot;
 use crate::broker::Broker;
 use crate::connection_id::ConnectionId;
-use crate::error::{BrokerError, ReplyCode};
+use crate::error::{BrokerError, BrokerResult, ReplyCode};
 use crate::exchange::ExchangeDefinition;
 use crate::feature_flags::{check_known, Machine};
 use crate::queue::{QueueArguments, QueueDefinition};
@@ -164,6 +164,21 @@ impl CatalogMachine {
     }
 
     /// The replay is done: declares are new again, and the files no definition owns go.
+    /// What a queue named `name` declared with `arguments` in `vhost` would run with: its
+    /// own arguments with the vhost's policies (which may place it: `queue-leader-locator`,
+    /// `initial-cluster-size`). 406 if its own arguments are not valid.
+    pub(crate) fn resolve_queue(
+        &self,
+        vhost: &str,
+        name: &str,
+        arguments: &amq_protocol::types::FieldTable,
+    ) -> BrokerResult<QueueArguments> {
+        match self.shared.broker.upgrade().and_then(|broker| broker.vhost(vhost)) {
+            Some(vhost) => vhost.resolve_arguments(name, arguments).map(|resolved| resolved.arguments),
+            None => QueueArguments::parse(arguments),
+        }
+    }
+
     fn finish_recovery(&self, broker: &Broker) {
         if self.shared.recovered.swap(true, std::sync::atomic::Ordering::AcqRel) {
             return;

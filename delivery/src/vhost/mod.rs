@@ -383,12 +383,23 @@ impl VirtualHost {
     /// What a queue of `definition` runs with here: its own arguments, with this vhost's
     /// policies if its kind takes them; 406 if its own arguments are not valid.
     pub(crate) fn resolve(&self, definition: &QueueDefinition) -> BrokerResult<ResolvedQueue> {
-        let arguments = queue::QueueArguments::parse(&definition.arguments)?;
-        if !arguments.queue_type.takes_policies(self.catalog_version()) {
-            return Ok(ResolvedQueue { arguments, applied: Default::default() });
+        self.resolve_arguments(&definition.name, &definition.arguments)
+    }
+
+    /// What a queue named `name` declared with `arguments` runs with here (see
+    /// [`VirtualHost::resolve`]): also where a replicated one is placed, chosen before its
+    /// declare is proposed.
+    pub(crate) fn resolve_arguments(
+        &self,
+        name: &str,
+        arguments: &amq_protocol::types::FieldTable,
+    ) -> BrokerResult<ResolvedQueue> {
+        let parsed = queue::QueueArguments::parse(arguments)?;
+        if !parsed.queue_type.takes_policies(self.catalog_version()) {
+            return Ok(ResolvedQueue { arguments: parsed, applied: Default::default() });
         }
         let policies = Arc::clone(&self.policies.read());
-        policies.resolve_queue(&definition.name, &definition.arguments)
+        policies.resolve_queue(name, arguments)
     }
 
     /// The catalog's machine version here (the newest this node knows before the server
