@@ -174,13 +174,15 @@ pub async fn start_alone(
     let config = raft_config(settings);
     let (catalog, initialized) = open_member(broker, data_dir, settings, config, NoPeers, member, log_config).await?;
     if initialized {
+        // Before the listeners open: a client's first change (an import of definitions
+        // with policies, say) must not find the new catalog below the version it needs.
         let version = newest_version(Machine::Catalog);
+        if let Err(error) = catalog.set_machine_version(version).await {
+            tracing::warn!(%error, version, "cannot move the new catalog to the newest machine version");
+            return Ok(catalog);
+        }
         let new = Arc::clone(&catalog);
         tokio::spawn(async move {
-            if let Err(error) = new.set_machine_version(version).await {
-                tracing::warn!(%error, version, "cannot move the new catalog to the newest machine version");
-                return;
-            }
             // What the data directory held before (an earlier release's definitions files) is
             // the catalog's from its first snapshot on: the record a node of a cluster it
             // later forms would be sent, and what its log is purged behind.
