@@ -26,9 +26,10 @@ target/debug/warren-perf --uri "amqp://guest:guest@127.0.0.1:$amqp/%2f" --queues
   --duration 4 >/dev/null &
 load=$!
 sleep 2
-for path in /metrics /metrics/per-object; do
+detailed='/metrics/detailed?family=queue_coarse_metrics&family=ra_metrics&family=channel_metrics&family=exchange_names'
+for path in /metrics /metrics/per-object "$detailed"; do
   curl -sf "http://127.0.0.1:$http$path" >"$work/scrape.txt"
-  grep -q 'rabbitmq_detailed_queue\|rabbitmq_queues' "$work/scrape.txt"
+  grep -q 'rabbitmq_queue_messages_ready\|rabbitmq_detailed_queue_messages_ready' "$work/scrape.txt"
   if ! promtool check metrics <"$work/scrape.txt"; then
     echo "promtool rejects $path" >&2
     exit 1

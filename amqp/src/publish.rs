@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use warren_delivery::message_store::{DurableMark, StoreError};
+use warren_delivery::session::ChannelStats;
 use warren_delivery::Message;
 
 /// What a batch of publishes owes the client, in publish order.
@@ -31,12 +32,13 @@ struct Batch {
 }
 
 impl Batch {
-    fn encode(&self, channel: u16, durable: bool) -> Bytes {
+    fn encode(&self, channel: u16, durable: bool, stats: &ChannelStats) -> Bytes {
         if let Some(started) = self.started {
             warren_delivery::message_store::CONFIRM_LATENCY.record(started.elapsed());
         }
         if durable {
             warren_delivery::node_counters::MESSAGES_CONFIRMED.add_many(self.acked);
+            stats.confirmed.add_many(self.acked);
         }
         let mut out = BytesMut::new();
         for outcome in &self.outcomes {
@@ -60,6 +62,8 @@ impl Batch {
 pub struct Confirms {
     channel: u16,
     replies: LateReplies,
+    /// The channel's counters, where its confirms are counted.
+    stats: Arc<ChannelStats>,
     last_sequence: u64,
     batch: Batch,
     waiter: Option<mpsc::UnboundedSender<Batch>>,
@@ -68,11 +72,12 @@ pub struct Confirms {
 }
 
 impl Confirms {
-    /// Confirm mode on `channel`.
-    pub fn new(channel: u16, replies: LateReplies) -> Self {
+    /// Confirm mode on `channel`, whose counters are `stats`.
+    pub fn new(channel: u16, replies: LateReplies, stats: Arc<ChannelStats>) -> Self {
         Confirms {
             channel,
             replies,
+            stats,
             last_sequence: 0,
             batch: Batch::default(),
             waiter: None,
@@ -110,13 +115,14 @@ impl Confirms {
         }
         let batch = std::mem::take(&mut self.batch);
         if batch.marks.is_empty() && self.in_flight.load(Ordering::Acquire) == 0 {
-            self.replies.send(Outbound::Frames(batch.encode(self.channel, true)));
+            self.replies.send(Outbound::Frames(batch.encode(self.channel, true, &self.stats)));
             return;
         }
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         let waiter = self.waiter.get_or_insert_with(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(send_when_durable(self.channel, self.replies.clone(), rx, Arc::clone(&self.in_flight)));
+            let stats = Arc::clone(&self.stats);
+            tokio::spawn(send_when_durable(self.channel, self.replies.clone(), rx, Arc::clone(&self.in_flight), stats));
             tx
         });
         if waiter.send(batch).is_err() {
@@ -155,10 +161,11 @@ async fn send_when_durable(
     replies: LateReplies,
     mut batches: mpsc::UnboundedReceiver<Batch>,
     in_flight: Arc<AtomicUsize>,
+    stats: Arc<ChannelStats>,
 ) {
     while let Some(batch) = batches.recv().await {
         let durable = wait_durable(&batch.marks).await;
-        replies.send(Outbound::Frames(batch.encode(channel, durable)));
+        replies.send(Outbound::Frames(batch.encode(channel, durable, &stats)));
         in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -13,7 +13,8 @@
 //! - `listing`: pagination, sorting, filtering and columns of the list endpoints;
 //!   `streamed`: large answers written as the client reads them;
 //! - `rates`: the sampler behind `message_stats` and the charts;
-//! - `metrics`: Prometheus metrics (`/metrics`, `/metrics/per-object`);
+//! - `metrics`: Prometheus metrics (`/metrics`, `/metrics/per-object`, `/metrics/detailed`),
+//!   with RabbitMQ's names;
 //! - `json_table`, `message_json`: field tables and messages in the API's JSON;
 //! - `error`: errors as RabbitMQ's API answers them (`{"error": ..., "reason": ...}`);
 //!   `json_body`: request bodies read as RabbitMQ reads them, refused in that shape.
@@ -41,6 +42,9 @@ mod ui;
 
 pub use api::{route_rules, router, ClusterView, Listener, Management, NodeStatus};
 pub use http_listener::HttpLimits;
+/// RabbitMQ's metric families Warren does not serve, with why (for the coverage test and
+/// the docs).
+pub use metrics::families::{ERLANG_ONLY as METRICS_ERLANG_ONLY, NOT_SERVED as METRICS_NOT_SERVED};
 
 use std::sync::Arc;
 use tokio::net::TcpListener;

@@ -22,6 +22,8 @@ use std::sync::Arc;
 use warren_delivery::access::Operation;
 use warren_delivery::direct_reply_to::PSEUDO_QUEUE;
 use warren_delivery::exchange::Destination;
+use warren_delivery::node_counters::QueueTypeCounters;
+use warren_delivery::session::ChannelStats;
 use warren_delivery::{
     BrokerError, BrokerResult, Consumer, ConsumerOptions, GetResult, Message, Reply, ReplyCode, Session,
 };
@@ -301,11 +303,12 @@ impl Channel {
     fn get(&mut self, ctx: &ConnectionContext, get: basic::Get) -> BrokerResult<()> {
         let queue = self.usable_queue(ctx, &get.queue)?;
         let (channel, frame_max) = (self.id, ctx.frame_max);
+        let counters = GetCounters { node: queue.stats().of_type(), channel: Arc::clone(self.session.stats()) };
         match queue.get(&self.session, get.no_ack) {
-            Reply::Now(got) => ctx.outbox.send(Outbound::Frames(get_reply(channel, got?, frame_max))),
+            Reply::Now(got) => ctx.outbox.send(Outbound::Frames(get_reply(channel, got?, frame_max, &counters))),
             Reply::Later(got) => {
                 self.pending = Some(PendingReply::new(channel, async move {
-                    got.await.map(|got| Answer::Frames(get_reply(channel, got, frame_max)))
+                    got.await.map(|got| Answer::Frames(get_reply(channel, got, frame_max, &counters)))
                 }));
             }
         }
@@ -387,11 +390,22 @@ impl Channel {
         Ok(message)
     }
 
+    /// Counts a publish received, on the node and on the channel.
+    fn count_received(&self) {
+        use warren_delivery::node_counters::{MESSAGES_RECEIVED, MESSAGES_RECEIVED_CONFIRM};
+        MESSAGES_RECEIVED.add();
+        if self.confirms.is_some() {
+            MESSAGES_RECEIVED_CONFIRM.add();
+        }
+        self.session.stats().published.add();
+    }
+
     fn publish(&mut self, ctx: &ConnectionContext, op: TxOp) -> BrokerResult<()> {
         let TxOp::Publish { mandatory, message } = op else { return Ok(()) };
+        self.count_received();
         let outcome = ctx.vhost.publish(message.exchange.as_str(), Arc::clone(&message))?;
         let sequence = self.confirms.as_mut().map(Confirms::next_sequence);
-        count_fate(outcome.routed, mandatory);
+        count_fate(self.session.stats(), outcome.routed, mandatory);
         if !outcome.routed && mandatory {
             let ret = basic::Return {
                 reply_code: ReplyCode::NoRoute.code(),
@@ -427,7 +441,7 @@ impl Channel {
             return Err(BrokerError::precondition_failed("cannot switch from tx to confirm mode"));
         }
         if self.confirms.is_none() {
-            self.confirms = Some(Confirms::new(self.id, self.late_replies.clone()));
+            self.confirms = Some(Confirms::new(self.id, self.late_replies.clone(), Arc::clone(self.session.stats())));
         }
         if !nowait {
             self.reply(ctx, AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(confirm::SelectOk {})));
@@ -485,10 +499,18 @@ impl Channel {
     }
 }
 
+/// Where a `basic.get` that finds its queue empty is counted.
+struct GetCounters {
+    node: &'static QueueTypeCounters,
+    channel: Arc<ChannelStats>,
+}
+
 /// `basic.get-ok` with the message, or `basic.get-empty`, as frames.
-fn get_reply(channel: u16, got: Option<GetResult>, frame_max: u32) -> Bytes {
+fn get_reply(channel: u16, got: Option<GetResult>, frame_max: u32, counters: &GetCounters) -> Bytes {
     let mut out = bytes::BytesMut::new();
     let Some(got) = got else {
+        counters.node.get_empty.add();
+        counters.channel.get_empty.add();
         let empty = AMQPClass::Basic(basic::AMQPMethod::GetEmpty(basic::GetEmpty {}));
         crate::frame::put_method(&mut out, channel, empty);
         return out.freeze();
@@ -512,12 +534,19 @@ fn method_with_content(channel: u16, method: AMQPClass, message: &Message, frame
     out.freeze()
 }
 
-/// Counts what became of a publish: routed, or unroutable and returned (mandatory) or dropped.
-fn count_fate(routed: bool, mandatory: bool) {
+/// Counts what became of a publish, on the node and on its channel: routed, or unroutable
+/// and returned (mandatory) or dropped.
+fn count_fate(channel: &ChannelStats, routed: bool, mandatory: bool) {
     use warren_delivery::node_counters::{MESSAGES_ROUTED, MESSAGES_UNROUTABLE_DROPPED, MESSAGES_UNROUTABLE_RETURNED};
     match (routed, mandatory) {
         (true, _) => MESSAGES_ROUTED.add(),
-        (false, true) => MESSAGES_UNROUTABLE_RETURNED.add(),
-        (false, false) => MESSAGES_UNROUTABLE_DROPPED.add(),
+        (false, true) => {
+            MESSAGES_UNROUTABLE_RETURNED.add();
+            channel.unroutable_returned.add();
+        }
+        (false, false) => {
+            MESSAGES_UNROUTABLE_DROPPED.add();
+            channel.unroutable_dropped.add();
+        }
     }
 }

@@ -85,6 +85,8 @@ pub struct Catalog {
     machine: CatalogMachine,
     forwarding: Arc<dyn CatalogForwarding>,
     replication: Arc<dyn Replication>,
+    /// The time this node's last change took from proposal to applied here.
+    commit_latency: crate::quorum::CommitLatency,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -106,7 +108,12 @@ impl Catalog {
         forwarding: Arc<dyn CatalogForwarding>,
         replication: Arc<dyn Replication>,
     ) -> Arc<Self> {
-        Arc::new(Catalog { raft, machine, forwarding, replication })
+        Arc::new(Catalog { raft, machine, forwarding, replication, commit_latency: Default::default() })
+    }
+
+    /// This node's member's Raft figures, for the metrics.
+    pub fn raft_figures(&self) -> crate::quorum::RaftFigures {
+        crate::quorum::RaftFigures::of(&self.raft.metrics().borrow(), &self.commit_latency)
     }
 
     /// This node's member of the group.
@@ -172,11 +179,13 @@ impl Catalog {
     /// Proposes `command`, waits until it is applied here; its index and this node's result,
     /// with the queue it deleted.
     async fn propose_and_apply(&self, command: CatalogCommand) -> BrokerResult<(u64, BrokerResult<Changed>)> {
+        let proposed = std::time::Instant::now();
         let index = self.submit(command).await.map_err(unavailable)?;
         let result = match self.machine.applied(index).await {
             Some(result) => result,
             None => Err(unavailable("its result here was lost")),
         };
+        self.commit_latency.record(proposed.elapsed());
         let deleted = self.machine.take_deleted(index);
         Ok((index, result.map(|outcome| Changed { outcome, deleted })))
     }

@@ -54,7 +54,7 @@ pub enum LeaderLocator {
 
 impl QueueType {
     /// Every kind, in the order their names are listed in errors.
-    const ALL: [QueueType; 3] = [QueueType::Classic, QueueType::Quorum, QueueType::Stream];
+    pub const ALL: [QueueType; 3] = [QueueType::Classic, QueueType::Quorum, QueueType::Stream];
 
     /// The value of `x-queue-type` that names it.
     pub fn name(self) -> &'static str {

@@ -230,8 +230,9 @@ impl Queue {
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| {
             let kind = make(me, &arguments);
+            let stats = QueueStats::new(arguments.queue_type);
             let (arguments, applied) = (parking_lot::RwLock::new(Arc::new(arguments)), Default::default());
-            Queue { definition, arguments, applied, vhost, vhost_name, kind, stats: QueueStats::default() }
+            Queue { definition, arguments, applied, vhost, vhost_name, kind, stats }
         })
     }
 

@@ -34,6 +34,7 @@ use crate::feature_flags::GroupMachineKind;
 use crate::message::Message;
 use crate::message_ref::MessageRef;
 use crate::message_store::{DurableMark, StoreError};
+use crate::node_counters::DeadLetterStrategy;
 use crate::quorum::{
     entry_of, AppliedEffects, ConsumerId, ConsumerSpec, Effect, Enqueue, InitialMembers, MessageId, Op, PolicySettings,
     QuorumGroup, QuorumStateMachine, Response, Settings, DEFAULT_CHECKPOINT_INTERVAL_ENTRIES, DEFAULT_DELIVERY_LIMIT,
@@ -307,6 +308,7 @@ async fn dead_letter_at_least_once(queue: Weak<Queue>, inner: Weak<Inner>, id: M
                 confirmed &= mark.wait().await.is_ok();
             }
             if confirmed {
+                crate::node_counters::of_queue_type(super::QueueType::Quorum).dead_lettered_confirmed.add();
                 if let Some(inner) = inner.upgrade() {
                     inner.group.propose(Op::DeadLettered { ids: vec![id] });
                 }
@@ -430,9 +432,11 @@ impl Inner {
                 }
                 Effect::DeadLetter { .. } if !leading => {}
                 Effect::DeadLetter { id, reason, confirm: false } => {
+                    queue.stats().of_type().dead_lettered(DeadLetterStrategy::AtMostOnce, reason);
                     self.publish_dead_letter(queue, id, reason);
                 }
                 Effect::DeadLetter { id, reason, confirm: true } => {
+                    queue.stats().of_type().dead_lettered(DeadLetterStrategy::AtLeastOnce, reason);
                     let (queue, inner) = (Arc::downgrade(queue), Arc::downgrade(self));
                     tokio::spawn(dead_letter_at_least_once(queue, inner, id, reason));
                 }

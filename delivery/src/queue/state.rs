@@ -141,6 +141,12 @@ impl QueueState {
 
     /// Queues a message for the dead-letter exchange, if the queue has one.
     pub fn dead_letter(&mut self, queue: &str, arguments: &QueueArguments, message: &Message, reason: DeathReason) {
+        use crate::node_counters::{of_queue_type, DeadLetterStrategy};
+        let strategy = match arguments.dead_letter_exchange {
+            Some(_) => DeadLetterStrategy::AtMostOnce,
+            None => DeadLetterStrategy::Disabled,
+        };
+        of_queue_type(super::QueueType::Classic).dead_lettered(strategy, reason);
         let Some(exchange) = &arguments.dead_letter_exchange else { return };
         let routing_key = arguments.dead_letter_routing_key.as_deref().unwrap_or(message.routing_key.as_str());
         let seconds = now_ms() / 1000;

@@ -2,11 +2,14 @@
 //! bumped where messages pass (publish, deliver, get, ack), read by whoever samples them.
 //! Rates are the sampler's business (`warren-webui`), not the hot path's.
 
+use crate::node_counters::QueueTypeCounters;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The counters of one queue, since it was created (or recovered) on this node.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct QueueStats {
+    /// The node's counters of its queue type, which count with it.
+    by_type: &'static QueueTypeCounters,
     publish: AtomicU64,
     deliver: AtomicU64,
     deliver_no_ack: AtomicU64,
@@ -60,6 +63,26 @@ fn bump(counter: &AtomicU64, by: u64) {
 }
 
 impl QueueStats {
+    /// The counters of a new queue of type `queue_type`, all 0.
+    pub(crate) fn new(queue_type: super::QueueType) -> Self {
+        let zero = || AtomicU64::new(0);
+        QueueStats {
+            by_type: crate::node_counters::of_queue_type(queue_type),
+            publish: zero(),
+            deliver: zero(),
+            deliver_no_ack: zero(),
+            get: zero(),
+            get_no_ack: zero(),
+            ack: zero(),
+            redeliver: zero(),
+        }
+    }
+
+    /// The node's counters of its queue type.
+    pub fn of_type(&self) -> &'static QueueTypeCounters {
+        self.by_type
+    }
+
     /// A message was published to the queue.
     pub(crate) fn published(&self) {
         bump(&self.publish, 1);
@@ -68,19 +91,24 @@ impl QueueStats {
     /// A message went to a consumer.
     pub(crate) fn delivered(&self, no_ack: bool, redelivered: bool) {
         bump(if no_ack { &self.deliver_no_ack } else { &self.deliver }, 1);
+        let by_type = self.by_type;
+        if no_ack { &by_type.delivered_consume_auto_ack } else { &by_type.delivered_consume_manual_ack }.add();
         if redelivered {
             bump(&self.redeliver, 1);
+            by_type.redelivered.add();
         }
     }
 
     /// A message was taken by `basic.get`.
     pub(crate) fn got(&self, no_ack: bool) {
         bump(if no_ack { &self.get_no_ack } else { &self.get }, 1);
+        if no_ack { &self.by_type.delivered_get_auto_ack } else { &self.by_type.delivered_get_manual_ack }.add();
     }
 
     /// `count` deliveries were acked.
     pub(crate) fn acked(&self, count: usize) {
         bump(&self.ack, count as u64);
+        self.by_type.acknowledged.add_many(count as u64);
     }
 
     /// The counters now.

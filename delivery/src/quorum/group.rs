@@ -78,6 +78,8 @@ pub struct QuorumGroup<M: ReplicatedMachine = QuorumStateMachine> {
     raft: watch::Receiver<Option<Raft<QuorumRaft>>>,
     /// The entries read last, by index, newest last.
     decoded: parking_lot::Mutex<VecDeque<(u64, DecodedEntry)>>,
+    /// The time its last own proposal as leader took to apply.
+    commit_latency: Arc<super::CommitLatency>,
 }
 
 /// A group's membership, whatever its state machine (a quorum queue's or a stream's): what
@@ -95,6 +97,8 @@ pub trait Membership: Send + Sync {
         -> Pin<Box<dyn Future<Output = Result<(), GroupError>> + Send + '_>>;
     /// Removes node `id` from the voters. Call on the leader.
     fn remove_member(&self, id: u64) -> Pin<Box<dyn Future<Output = Result<(), GroupError>> + Send + '_>>;
+    /// This node's member's Raft figures, once it runs.
+    fn raft_figures(&self) -> Option<super::RaftFigures>;
 }
 
 impl<M: ReplicatedMachine> Membership for QuorumGroup<M> {
@@ -120,6 +124,13 @@ impl<M: ReplicatedMachine> Membership for QuorumGroup<M> {
 
     fn remove_member(&self, id: u64) -> Pin<Box<dyn Future<Output = Result<(), GroupError>> + Send + '_>> {
         Box::pin(QuorumGroup::remove_member(self, id))
+    }
+
+    fn raft_figures(&self) -> Option<super::RaftFigures> {
+        let raft = self.raft.borrow();
+        let metrics = raft.as_ref()?.metrics();
+        let metrics = metrics.borrow();
+        Some(super::RaftFigures::of(&metrics, &self.commit_latency))
     }
 }
 
@@ -162,12 +173,18 @@ impl<M: ReplicatedMachine> QuorumGroup<M> {
         let (raft_slot, raft) = watch::channel(None);
         let writes = CommitTracker::new();
         let start = start_raft(name.to_string(), log.clone(), machine.clone(), Arc::clone(&replication), members);
-        let proposer =
-            Proposer { group: name.to_string(), replication: Arc::clone(&replication), writes: Arc::clone(&writes) };
+        let commit_latency = Arc::new(super::CommitLatency::default());
+        let proposer = Proposer {
+            group: name.to_string(),
+            replication: Arc::clone(&replication),
+            writes: Arc::clone(&writes),
+            commit_latency: Arc::clone(&commit_latency),
+        };
         runtime.spawn(proposer.run(start, queued, raft_slot));
         let decoded = parking_lot::Mutex::new(VecDeque::new());
         let dir = dir.to_path_buf();
-        Ok(QuorumGroup { dir, name: name.to_string(), replication, log, machine, proposals, writes, raft, decoded })
+        let name = name.to_string();
+        Ok(QuorumGroup { dir, name, replication, log, machine, proposals, writes, raft, decoded, commit_latency })
     }
 
     /// The state machine, for counts and queries.

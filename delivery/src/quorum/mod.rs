@@ -24,6 +24,7 @@ mod command;
 mod consumers;
 mod effect;
 mod error;
+mod figures;
 mod group;
 mod group_machine;
 pub mod leader_changes;
@@ -44,6 +45,7 @@ pub use command::{
 };
 pub use effect::Effect;
 pub use error::QuorumError;
+pub use figures::{CommitLatency, RaftFigures};
 pub use group::{holds_group, snapshot_path, GroupError, Membership, QuorumGroup, LOCAL_NODE_ID};
 pub use group_machine::{GroupMachine, ReplicatedMachine};
 pub use no_peers::NoPeers;

@@ -84,6 +84,13 @@ fn retried(op: &Op, outcome: &Outcome) -> Option<Op> {
     }
 }
 
+/// How long after the last entry it proposed a leader tells its followers the commit once
+/// more. The heartbeat after each write is dropped for a follower whose replication is in
+/// backoff (it was unreachable a moment ago): one coming back while the last writes were
+/// committed would otherwise hold them uncommitted until the next write (a stream's readers
+/// on its node would wait for them). Longer than openraft's replication backoff (500 ms).
+const TRAILING_HEARTBEAT_MS: u64 = 1_000;
+
 /// Sends the followers a heartbeat, which carries the leader's commit index. Groups send no
 /// heartbeats of their own (see [`super::raft::HEARTBEAT_INTERVAL_MS`]), and openraft sends a
 /// new commit index only with the next entries: without this, a follower could go on without
@@ -109,6 +116,8 @@ pub(super) struct Proposer {
     pub(super) group: String,
     pub(super) replication: Arc<dyn Replication>,
     pub(super) writes: Arc<CommitTracker>,
+    /// Where the time of its entries from proposal to applied goes, for the metrics.
+    pub(super) commit_latency: Arc<super::CommitLatency>,
 }
 
 impl Proposer {
@@ -137,6 +146,8 @@ impl Proposer {
         tokio::spawn(report_in_order(submitted_rx, Arc::clone(&self.writes), retry_tx));
         let slots = Arc::new(Semaphore::new(ENTRIES_IN_FLIGHT));
         let mut waiting: VecDeque<Proposal> = VecDeque::new();
+        // When to tell the followers the commit once more after the last entry this node led.
+        let mut trailing_heartbeat: Option<tokio::time::Instant> = None;
         loop {
             let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
             if let Ok(failed) = retries.try_recv() {
@@ -158,6 +169,7 @@ impl Proposer {
                         // Idle: wait without the buffer, which keeps the size of the group's
                         // busiest moment (and a thousand idle queues would each hold one).
                         waiting = VecDeque::new();
+                        let due = trailing_heartbeat.unwrap_or_else(tokio::time::Instant::now);
                         tokio::select! {
                             failed = retries.recv() => {
                                 waiting.extend(failed.into_iter().flatten());
@@ -167,6 +179,10 @@ impl Proposer {
                                 Some(proposal) => waiting.push_back(proposal),
                                 None => return,
                             },
+                            _ = tokio::time::sleep_until(due), if trailing_heartbeat.is_some() => {
+                                trailing_heartbeat = None;
+                                tell_followers_the_commit(&raft).await;
+                            }
                         }
                     }
                 }
@@ -191,6 +207,10 @@ impl Proposer {
                 continue;
             };
             let remote = applied.1;
+            if !remote {
+                let due = tokio::time::Instant::now() + Duration::from_millis(TRAILING_HEARTBEAT_MS);
+                trailing_heartbeat = Some(due);
+            }
             let submitted = Submitted { applied: applied.0, outcomes, retry, failures, _slot: slot };
             if let Err(mpsc::error::SendError(submitted)) = submitted_tx.send(submitted) {
                 fail_all(submitted.outcomes, &self.writes, "the quorum queue's group stopped");
@@ -217,10 +237,12 @@ impl Proposer {
             return Some((self.replication.propose_to(leader, &self.group, batch), true));
         }
         let leader = raft.clone();
+        let (proposed, latency) = (std::time::Instant::now(), Arc::clone(&self.commit_latency));
         let applied: Applied = match raft.client_write_ff(batch).await {
             Ok(receiver) => Box::pin(async move {
                 match receiver.await {
                     Ok(Ok(written)) => {
+                        latency.record(proposed.elapsed());
                         tell_followers_the_commit(&leader).await;
                         Ok(written.data)
                     }

@@ -26,7 +26,9 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
+mod channel_stats;
 mod partitions;
+pub use channel_stats::ChannelStats;
 use partitions::with_partition_header;
 
 /// One message on its way to a consumer.
@@ -126,6 +128,7 @@ pub struct Session {
     /// `basic.qos` with global=true: a limit shared by all the channel's consumers (0 = none).
     channel_prefetch: AtomicU32,
     unacked_total: AtomicU32,
+    stats: Arc<ChannelStats>,
 }
 
 impl std::fmt::Debug for Session {
@@ -145,12 +148,18 @@ impl Session {
             flow_active: AtomicBool::new(true),
             channel_prefetch: AtomicU32::new(0),
             unacked_total: AtomicU32::new(0),
+            stats: Arc::default(),
         })
     }
 
     /// Its id.
     pub fn id(&self) -> SessionId {
         self.id
+    }
+
+    /// Its channel's message counters.
+    pub fn stats(&self) -> &Arc<ChannelStats> {
+        &self.stats
     }
 
     /// Whether the channel closed.
@@ -393,6 +402,7 @@ impl Session {
     /// `basic.ack`.
     pub fn ack(&self, tag: u64, multiple: bool) -> BrokerResult<()> {
         let taken = self.take(tag, multiple)?;
+        self.stats.acked.add_many(taken.len() as u64);
         self.settle(taken, Settlement::Ack);
         Ok(())
     }
@@ -549,6 +559,10 @@ impl DeliveryChannel for Session {
             state.unacked.push_back(entry);
         }
         queue.stats().delivered(consumer.no_ack(), redelivered);
+        if consumer.no_ack() { &self.stats.delivered_no_ack } else { &self.stats.delivered_ack }.add();
+        if redelivered {
+            self.stats.redelivered.add();
+        }
         let message = match consumer.partition() {
             Some(partition) => with_partition_header(message, partition),
             None => message,
@@ -560,6 +574,7 @@ impl DeliveryChannel for Session {
     /// Called by a queue, under its lock: numbers a `basic.get` result.
     fn record_get(&self, queue: &Arc<Queue>, message: MessageRef, no_ack: bool) -> u64 {
         queue.stats().got(no_ack);
+        if no_ack { &self.stats.get_no_ack } else { &self.stats.get_ack }.add();
         let mut state = self.state.lock();
         let delivery_tag = state.next_tag;
         state.next_tag += 1;

@@ -66,7 +66,7 @@ fn connection_json(node: &str, info: &ConnectionInfo) -> Value {
     })
 }
 
-fn channel_name(info: &ConnectionInfo, number: u16) -> String {
+pub(crate) fn channel_name(info: &ConnectionInfo, number: u16) -> String {
     format!("{} ({number})", info.name)
 }
 

@@ -13,7 +13,7 @@ mod access;
 mod alarms;
 mod bindings;
 mod cluster;
-mod connections;
+pub(crate) mod connections;
 mod definitions;
 mod exchanges;
 mod feature_flags;
@@ -82,6 +82,11 @@ impl Management {
             log_reads: Arc::new(tokio::sync::Semaphore::new(messages::MAX_CONCURRENT_LOG_READS)),
             figures: Arc::default(),
         }
+    }
+
+    /// Milliseconds since the API (and so the broker) started.
+    pub(crate) fn uptime_ms(&self) -> u64 {
+        warren_delivery::clock::now_ms().saturating_sub(self.started_at_ms)
     }
 
     /// Turns of the log reads behind replay and browse.

@@ -60,7 +60,7 @@ async fn overview(caller: Caller, State(api): State<Management>) -> Json<Value> 
             .collect();
         overview["node"] = json!(api.node());
         overview["listeners"] = json!(listeners);
-        overview["uptime_ms"] = json!(warren_delivery::clock::now_ms().saturating_sub(api.started_at_ms));
+        overview["uptime_ms"] = json!(api.uptime_ms());
     }
     Json(overview)
 }
