@@ -26,6 +26,9 @@ pub trait OffsetStore: Send {
     /// The group's committed offset, if it ever committed one.
     fn get(&self, group: &str) -> Option<u64>;
 
+    /// Every group that committed, with its committed offset, by name.
+    fn all(&self) -> Vec<(String, u64)>;
+
     /// Records that `group` has acked everything below `offset`. Offsets only move forward.
     fn commit(&mut self, group: &str, offset: u64) -> Result<(), StoreError>;
 
@@ -103,6 +106,12 @@ impl OffsetStore for GroupOffsets {
         self.committed.get(group).copied()
     }
 
+    fn all(&self) -> Vec<(String, u64)> {
+        let mut all: Vec<(String, u64)> = self.committed.iter().map(|(g, o)| (g.clone(), *o)).collect();
+        all.sort();
+        all
+    }
+
     fn commit(&mut self, group: &str, offset: u64) -> Result<(), StoreError> {
         if self.committed.get(group).is_some_and(|c| *c >= offset) {
             return Ok(());
@@ -126,6 +135,16 @@ fn decode(payload: &[u8]) -> Option<(String, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_group_is_listed_by_name_with_its_newest_offset() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut groups = GroupOffsets::open(dir.path(), FlushPolicy::Never).expect("opens");
+        groups.commit("b", 3).expect("commit");
+        groups.commit("a", 10).expect("commit");
+        groups.commit("b", 7).expect("commit");
+        assert_eq!(groups.all(), [("a".to_string(), 10), ("b".to_string(), 7)]);
+    }
 
     #[test]
     fn offsets_survive_reopening_and_compaction() {

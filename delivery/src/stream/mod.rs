@@ -74,6 +74,19 @@ struct StreamState {
     deleted: bool,
 }
 
+/// A consumer group of a stream, as the metrics and the API show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupLag {
+    /// The group's name (`x-consumer-group`).
+    pub group: String,
+    /// The offset below which the group acked everything.
+    pub committed: u64,
+    /// One past the stream's newest offset.
+    pub next: u64,
+    /// Messages from the committed offset to the end.
+    pub lag: u64,
+}
+
 /// A stream's log, consumers and consumer groups.
 pub struct Stream {
     dir: PathBuf,
@@ -171,6 +184,17 @@ impl Stream {
     /// The oldest offset it holds, and one past the newest.
     pub fn bounds(&self) -> (u64, u64) {
         self.browser.bounds()
+    }
+
+    /// Its consumer groups, by name: each with its committed offset and how many messages it
+    /// has not acked yet (its lag: from the committed offset to the end).
+    pub fn consumer_groups(&self) -> Vec<GroupLag> {
+        let next = self.bounds().1;
+        let committed = self.state.lock().groups.all();
+        committed
+            .into_iter()
+            .map(|(group, committed)| GroupLag { group, committed, next, lag: next.saturating_sub(committed) })
+            .collect()
     }
 
     /// Bytes the stream keeps on disk.

@@ -336,6 +336,11 @@ impl StreamStateMachine {
         self.shared.applied.lock().groups.get(group).copied()
     }
 
+    /// Every consumer group's committed offset, as applied on this replica, by name.
+    pub fn group_offsets(&self) -> Vec<(String, u64)> {
+        self.shared.applied.lock().groups.iter().map(|(g, o)| (g.clone(), *o)).collect()
+    }
+
     /// The log's end, updated as entries are applied.
     pub fn subscribe_appended(&self) -> watch::Receiver<u64> {
         self.shared.appended.subscribe()

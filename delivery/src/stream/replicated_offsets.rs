@@ -27,6 +27,17 @@ impl super::OffsetStore for ReplicatedOffsets {
         self.machine.group_offset(group).max(self.proposed.get(group).copied())
     }
 
+    fn all(&self) -> Vec<(String, u64)> {
+        let mut all = self.machine.group_offsets();
+        for (group, proposed) in &self.proposed {
+            match all.binary_search_by(|(g, _)| g.as_str().cmp(group)) {
+                Ok(at) => all[at].1 = all[at].1.max(*proposed),
+                Err(at) => all.insert(at, (group.clone(), *proposed)),
+            }
+        }
+        all
+    }
+
     fn commit(&mut self, group: &str, offset: u64) -> Result<(), crate::message_store::StoreError> {
         if self.get(group).is_some_and(|committed| committed >= offset) {
             return Ok(());
