@@ -361,6 +361,10 @@ pub struct Config {
     pub tls: TlsSettings,
     /// The log's format and file.
     pub log: LogSettings,
+    /// The TOML file the settings were read from, if any.
+    pub config_file: Option<PathBuf>,
+    /// Every setting's value and where it came from, as `warren ctl environment` shows them.
+    pub shown: Vec<warren_webui::EnvironmentSetting>,
 }
 
 impl Default for Config {
@@ -446,8 +450,37 @@ impl Config {
                 login_from: cli.ssl_cert_login_from,
             },
             log: LogSettings { format: cli.log_format, file: cli.log_file },
+            config_file: cli.config,
+            shown: shown_settings(matches),
         })
     }
+}
+
+/// Settings whose values `environment` does not show (it says they are set).
+const HIDDEN_SETTINGS: &[&str] = &["default_pass"];
+
+/// What `environment` shows of a hidden setting.
+const HIDDEN_VALUE: &str = "(hidden)";
+
+/// Every setting of the file (every flag but `--config` and clap's own), as given or defaulted.
+fn shown_settings(matches: &ArgMatches) -> Vec<warren_webui::EnvironmentSetting> {
+    let command = Cli::command();
+    let settings = command.get_arguments().filter(|arg| is_file_setting(arg));
+    settings
+        .map(|arg| {
+            let key = arg.get_id().as_str();
+            let raw = matches.get_raw(key).into_iter().flatten();
+            let value: Vec<String> = raw.map(|v| v.to_string_lossy().into_owned()).collect();
+            let value = if HIDDEN_SETTINGS.contains(&key) { HIDDEN_VALUE.to_string() } else { value.join(",") };
+            let source = match matches.value_source(key) {
+                Some(clap::parser::ValueSource::DefaultValue) => "default",
+                Some(clap::parser::ValueSource::EnvVariable) => "environment",
+                Some(_) => "flag or file",
+                None => "unset",
+            };
+            warren_webui::EnvironmentSetting { key: key.to_string(), value, source }
+        })
+        .collect()
 }
 
 /// The first start's user and vhost, and who may connect from loopback only.

@@ -147,6 +147,7 @@ async fn run_timers(broker: std::sync::Weak<Broker>) {
 /// Where the management API listens: HTTP, and HTTPS with its TLS configuration; and within
 /// which limits.
 struct ManagementListens {
+    environment: warren_webui::Environment,
     http: Option<SocketAddr>,
     https: Option<(SocketAddr, Arc<rustls::ServerConfig>)>,
     limits: warren_webui::HttpLimits,
@@ -185,7 +186,7 @@ async fn start_management(
     listens: ManagementListens,
     (broker, view, mut listeners): (Arc<Broker>, Arc<dyn warren_webui::ClusterView>, Vec<warren_webui::Listener>),
     shutdown: watch::Receiver<bool>,
-) -> (Option<SocketAddr>, Option<SocketAddr>) {
+) -> (Option<SocketAddr>, Option<SocketAddr>, warren_webui::Management) {
     let http = match listens.http {
         Some(listen) => bind_management(listen, "--http-listen").await,
         None => None,
@@ -197,7 +198,9 @@ async fn start_management(
     let (http_addr, https_addr) = (http.as_ref().map(|h| h.1), https.as_ref().map(|h| h.1));
     listeners.extend(http_addr.map(|addr| warren_webui::Listener { protocol: "http", addr }));
     listeners.extend(https_addr.map(|addr| warren_webui::Listener { protocol: "https", addr }));
-    let management = warren_webui::Management::new(broker, view, listeners);
+    let management = warren_webui::Management::new(broker, view, listeners)
+        .with_log_levels(Arc::new(crate::logging::LogLevels))
+        .with_environment(listens.environment);
     if http.is_some() || https.is_some() {
         warren_webui::start_sampler(&management, shutdown.clone());
     }
@@ -208,9 +211,9 @@ async fn start_management(
     }
     if let Some((listener, addr, tls)) = https {
         tracing::info!(https_addr = %addr, "management API listening over HTTPS");
-        tokio::spawn(warren_webui::serve(listener, Some(tls), management, limits, shutdown));
+        tokio::spawn(warren_webui::serve(listener, Some(tls), management.clone(), limits, shutdown));
     }
-    (http_addr, https_addr)
+    (http_addr, https_addr, management)
 }
 
 /// How often the firing lateness of delayed messages is logged.
@@ -335,9 +338,17 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         }
         None => (None, None),
     };
-    let listens = ManagementListens { http: config.http_listen, https: https_tls, limits: config.http_limits };
-    let (http_addr, https_addr) =
+    let environment = warren_webui::Environment {
+        settings: config.shown.clone(),
+        config_file: config.config_file.clone(),
+        data_dir: config.data_dir.clone(),
+        log_file: config.log.file.clone(),
+    };
+    let listens =
+        ManagementListens { environment, http: config.http_listen, https: https_tls, limits: config.http_limits };
+    let (http_addr, https_addr, management) =
         start_management(listens, (broker.clone(), view, listeners), shutdown_rx.clone()).await;
+    router.set_figures_source(Arc::new(move || management.node_figures()));
     // The alarms hold from the first client on.
     broker.alarms().set_limits(config.resource_limits);
     broker.alarms().check(&config.data_dir);

@@ -1,14 +1,17 @@
 //! The broker's log: which lines (`RUST_LOG`, openraft held to warnings), in which format (text,
 //! or one JSON object a line for log shippers), and where (standard error, or a file that is
 //! reopened on SIGUSR1, so that logrotate can move it away as it does RabbitMQ's after
-//! `rabbitmqctl rotate_logs`; Warren does not rotate by itself).
+//! `rabbitmqctl rotate_logs`; Warren does not rotate by itself). The filter can be changed
+//! while the broker runs ([`LogLevels`], behind `warren ctl set_log_level`).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use tracing_subscriber::fmt::MakeWriter;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::{Layered, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{reload, EnvFilter, Layer, Registry};
 
 /// The log level when `RUST_LOG` does not say.
 const DEFAULT_LOG_FILTER: &str = "info";
@@ -36,40 +39,104 @@ pub struct LogSettings {
     pub file: Option<PathBuf>,
 }
 
+/// The most bytes of a filter `set_log_level` takes (a client sends it).
+pub const MAX_LOG_FILTER_BYTES: usize = 1024;
+
 /// `RUST_LOG` (or [`DEFAULT_LOG_FILTER`]), with openraft held to warnings unless it is named.
 fn log_filter() -> EnvFilter {
     let asked = std::env::var("RUST_LOG").unwrap_or_default();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    filter_of(&asked).unwrap_or_else(|_| held_openraft(EnvFilter::new(DEFAULT_LOG_FILTER), ""))
+}
+
+/// The filter `directives` say (`debug`, `info,warren_amqp=debug`), openraft held to warnings
+/// unless they name it; an error that says what is wrong with them.
+fn filter_of(directives: &str) -> Result<EnvFilter, String> {
+    if directives.trim().is_empty() {
+        return Err("the filter is empty: give a level (error, warn, info, debug, trace) or directives".into());
+    }
+    let filter =
+        EnvFilter::builder().parse(directives).map_err(|e| format!("invalid log filter {directives:?}: {e}"))?;
+    Ok(held_openraft(filter, directives))
+}
+
+fn held_openraft(filter: EnvFilter, directives: &str) -> EnvFilter {
     match OPENRAFT_LOG_DIRECTIVE.parse() {
-        Ok(directive) if !asked.contains("openraft") => filter.add_directive(directive),
+        Ok(directive) if !directives.contains("openraft") => filter.add_directive(directive),
         _ => filter,
     }
 }
 
+/// Changes the log filter of the running broker (`warren ctl set_log_level`).
+type FilterHandle = reload::Handle<EnvFilter, Registry>;
+
+/// The running filter's handle and its directives, once [`init`] ran.
+static RUNNING_FILTER: OnceLock<(FilterHandle, Mutex<String>)> = OnceLock::new();
+
+/// The log filter of the running broker: what `warren ctl set_log_level` reads and changes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogLevels;
+
+impl warren_webui::LogLevels for LogLevels {
+    fn current(&self) -> String {
+        match RUNNING_FILTER.get() {
+            Some((_, directives)) => directives.lock().unwrap_or_else(PoisonError::into_inner).clone(),
+            None => "(logging is not set up in this process)".into(),
+        }
+    }
+
+    fn set(&self, directives: &str) -> Result<(), String> {
+        if directives.len() > MAX_LOG_FILTER_BYTES {
+            return Err(format!("the filter has {} bytes: at most {MAX_LOG_FILTER_BYTES}", directives.len()));
+        }
+        let filter = filter_of(directives)?;
+        let Some((handle, current)) = RUNNING_FILTER.get() else {
+            return Err("logging is not set up in this process".into());
+        };
+        handle.reload(filter).map_err(|e| format!("cannot change the log filter: {e}"))?;
+        *current.lock().unwrap_or_else(PoisonError::into_inner) = directives.to_string();
+        Ok(())
+    }
+}
+
+/// The events' layer: text or JSON, to `writer`.
+fn event_layer<W>(
+    format: LogFormat,
+    ansi: bool,
+    writer: W,
+) -> Box<dyn Layer<Layered<ReloadedFilter, Registry>> + Send + Sync>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let layer = tracing_subscriber::fmt::layer().with_writer(writer);
+    match format {
+        LogFormat::Text => Box::new(layer.with_ansi(ansi)),
+        LogFormat::Json => Box::new(layer.json().with_current_span(false).with_span_list(false)),
+    }
+}
+
+/// The filter layer, reloadable.
+type ReloadedFilter = reload::Layer<EnvFilter, Registry>;
+
 /// Starts logging as `settings` say; the log file, if there is one, for [`LogFile::reopen`].
 pub fn init(settings: &LogSettings) -> std::io::Result<Option<LogFile>> {
-    let builder = tracing_subscriber::fmt().with_env_filter(log_filter());
-    match &settings.file {
+    let directives = std::env::var("RUST_LOG").ok().filter(|d| filter_of(d).is_ok());
+    let (filter, handle) = reload::Layer::new(log_filter());
+    let _ = RUNNING_FILTER.set((handle, Mutex::new(directives.unwrap_or_else(|| DEFAULT_LOG_FILTER.into()))));
+    let registry = tracing_subscriber::registry().with(filter);
+    let file = match &settings.file {
         Some(path) => {
             let file = LogFile::open(path)?;
-            let builder = builder.with_ansi(false).with_writer(file.clone());
-            match settings.format {
-                LogFormat::Text => builder.init(),
-                LogFormat::Json => builder.json().with_current_span(false).with_span_list(false).init(),
-            }
-            Ok(Some(file))
+            registry.with(event_layer(settings.format, false, file.clone())).init();
+            Some(file)
         }
         None => {
             // Colour codes only on a terminal: logs redirected to files or read by tests stay plain.
             let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let builder = builder.with_writer(std::io::stderr);
-            match settings.format {
-                LogFormat::Text => builder.with_ansi(ansi).init(),
-                LogFormat::Json => builder.json().with_current_span(false).with_span_list(false).init(),
-            }
-            Ok(None)
+            registry.with(event_layer(settings.format, ansi, std::io::stderr)).init();
+            None
         }
-    }
+    };
+    Ok(file)
 }
 
 /// The log file, shared by every writer; [`LogFile::reopen`] swaps in the file now at its path.
@@ -147,6 +214,19 @@ pub fn reopen_on_sigusr1(file: LogFile) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filters_are_checked_and_say_what_is_wrong() {
+        assert!(filter_of("debug").is_ok());
+        assert!(filter_of("info,warren_amqp=debug").is_ok());
+        let empty = filter_of("  ").expect_err("empty");
+        assert!(empty.contains("empty"), "{empty}");
+        let bad = filter_of("warren_amqp=loud").expect_err("bad level");
+        assert!(bad.contains("invalid log filter"), "{bad}");
+        let long = "a".repeat(MAX_LOG_FILTER_BYTES + 1);
+        let refused = warren_webui::LogLevels::set(&LogLevels, &long).expect_err("too long");
+        assert!(refused.contains("at most"), "{refused}");
+    }
 
     #[test]
     fn a_reopened_log_writes_to_the_file_now_at_its_path() {

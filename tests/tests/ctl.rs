@@ -255,3 +255,60 @@ async fn health_check_verbs_exit_as_rabbitmq_diagnostics_does() {
     assert_eq!(code, UNAVAILABLE, "{err}");
     assert!(err.contains("did not start"), "{err}");
 }
+
+/// The verbs about the node, against the real binary (whose log filter is the process's):
+/// `status` with memory, disk, descriptors, alarms and files; `environment` with each
+/// setting's source and the password hidden; `set_log_level` taking effect while it runs;
+/// `authenticate_user`.
+#[test]
+fn node_verbs_show_the_nodes_figures_and_files_and_change_its_log_level() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("warren.toml");
+    std::fs::write(&config, "heartbeat = 30\n").expect("config");
+    let data = dir.path().join("data");
+    let config_arg = config.to_string_lossy().to_string();
+    let broker = warren_tests::process::WarrenProcess::start(&data, &["--config", &config_arg]);
+    let url = format!("http://{}", broker.http_addr.expect("management API"));
+    let ok = |args: &[&str]| {
+        let (succeeded, out, err) = ctl_at(&url, args);
+        assert!(succeeded, "warren ctl {args:?} failed: {err}");
+        out
+    };
+
+    let status = ok(&["status"]);
+    for line in ["memory: ", "disk: ", "file descriptors: ", "alarms: none"] {
+        assert!(status.contains(line), "{status}");
+    }
+    let data_dir = std::path::absolute(&data).expect("absolute").display().to_string();
+    assert!(status.contains(&format!("data directory: {data_dir}")), "{status}");
+    assert!(status.contains(&format!("config file: {config_arg}")), "{status}");
+
+    let environment: Value = serde_json::from_str(&ok(&["--formatter", "json", "environment"])).expect("json");
+    let settings = &environment["settings"];
+    assert_eq!(settings["heartbeat"], serde_json::json!({"value": "30", "source": "flag or file"}));
+    assert_eq!(settings["fsync"]["source"], "default");
+    assert_eq!(settings["default_pass"]["value"], "(hidden)");
+    assert_eq!(environment["db_dir"], data_dir.as_str());
+
+    // At warn, the API's own info line about the change is not written; at debug it is.
+    ok(&["set_log_level", "warn"]);
+    ok(&["set_log_level", "info,warren_webui=debug"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let changes = loop {
+        let lines: Vec<String> = broker.log_lines().into_iter().filter(|l| l.contains("log filter changed")).collect();
+        if !lines.is_empty() || std::time::Instant::now() > deadline {
+            break lines;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(changes.len(), 1, "only the change made at an info level is logged: {changes:?}");
+    assert!(changes[0].contains("warren_webui=debug"), "{changes:?}");
+    let (succeeded, _, err) = ctl_at(&url, &["set_log_level", "warren_amqp=loud"]);
+    assert!(!succeeded && err.contains("invalid log filter"), "{err}");
+
+    assert!(ok(&["authenticate_user", "guest", "guest"]).contains("Success"));
+    let (succeeded, _, err) = ctl_at(&url, &["authenticate_user", "guest", "wrong"]);
+    assert!(!succeeded && err.contains("failed to authenticate user \"guest\""), "{err}");
+    let consumers: Value = serde_json::from_str(&ok(&["--formatter", "json", "list_stream_consumers"])).expect("json");
+    assert_eq!(consumers, serde_json::json!([]));
+}

@@ -38,6 +38,26 @@ async fn grow_and_shrink_move_every_quorum_queue() {
     }
     let status = tokio::task::block_in_place(|| ctl(&cluster, 1, &["cluster_status"]));
     assert!(NAMES.iter().all(|name| status.contains(&format!("{name} running"))), "{status}");
+    every_node_shows_its_figures(&cluster);
+}
+
+/// `/api/nodes` on one node shows every node's own figures: each node is asked for its memory,
+/// descriptors, uptime and listeners (its own AMQP port among them).
+fn every_node_shows_its_figures(cluster: &Cluster) {
+    let http = cluster.nodes[1].as_ref().and_then(|node| node.http_addr).expect("B's management API");
+    let nodes = warren_tests::http::Api::new(http).get("/api/nodes");
+    assert_eq!(nodes.status, 200, "{:?}", nodes.body);
+    for (index, name) in NAMES.iter().enumerate() {
+        let node = nodes.body.as_array().into_iter().flatten().find(|n| n["name"] == *name).expect("listed");
+        assert!(node["figures_error"].is_null(), "{name}: {node}");
+        for figure in ["mem_used", "mem_limit", "disk_free", "fd_used", "fd_total", "uptime"] {
+            assert!(node[figure].as_u64().is_some_and(|value| value > 0), "{name} {figure}: {node}");
+        }
+        let amqp_port = cluster.nodes[index].as_ref().map(|n| n.amqp_addr.port()).expect("running");
+        let listeners = node["listeners"].as_array().cloned().unwrap_or_default();
+        let amqp = listeners.iter().find(|l| l["protocol"] == "amqp").expect("an AMQP listener");
+        assert_eq!(amqp["port"], amqp_port, "{name}'s own listener: {node}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,7 +40,10 @@ mod sessions;
 mod streamed;
 mod ui;
 
-pub use api::{route_rules, router, ClusterView, Listener, Management, NodeStatus};
+pub use api::{
+    route_rules, router, ClusterView, Environment, EnvironmentSetting, Listener, ListenerFigure, LogLevels, Management,
+    NodeFigures, NodeStatus,
+};
 pub use http_listener::HttpLimits;
 /// RabbitMQ's metric families Warren does not serve, with why (for the coverage test and
 /// the docs).

@@ -36,6 +36,8 @@ pub(crate) struct Cursor {
     pub(crate) paused: bool,
     /// Offsets delivered and not yet settled (kept for groups only).
     outstanding: BTreeSet<u64>,
+    /// The offset of the newest delivery, if any (what the API shows as the consumer's offset).
+    pub(crate) last_delivered: Option<u64>,
 }
 
 impl Cursor {
@@ -51,6 +53,7 @@ impl Cursor {
             assigned: false,
             paused: false,
             outstanding: BTreeSet::new(),
+            last_delivered: None,
         }
     }
 
@@ -125,6 +128,7 @@ impl Cursor {
 
     /// Records a delivery, which holds the group's committed offset back until settled.
     pub(crate) fn delivered(&mut self, offset: u64) {
+        self.last_delivered = Some(offset);
         if self.group.is_some() {
             self.outstanding.insert(offset);
         }

@@ -87,6 +87,19 @@ pub struct GroupLag {
     pub lag: u64,
 }
 
+/// A consumer attached to a stream, as the API shows it.
+#[derive(Debug, Clone)]
+pub struct StreamConsumer {
+    /// The consumer.
+    pub consumer: Arc<Consumer>,
+    /// Its consumer group (`x-consumer-group`), if it belongs to one.
+    pub group: Option<String>,
+    /// Whether it is delivered to (in a group, one consumer at a time is).
+    pub active: bool,
+    /// The offset of its newest delivery, if it had one.
+    pub last_delivered: Option<u64>,
+}
+
 /// A stream's log, consumers and consumer groups.
 pub struct Stream {
     dir: PathBuf,
@@ -195,6 +208,18 @@ impl Stream {
             .into_iter()
             .map(|(group, committed)| GroupLag { group, committed, next, lag: next.saturating_sub(committed) })
             .collect()
+    }
+
+    /// The consumers attached, in the order they came.
+    pub fn consumers(&self) -> Vec<StreamConsumer> {
+        let state = self.state.lock();
+        let consumer = |cursor: &Cursor| StreamConsumer {
+            consumer: Arc::clone(&cursor.consumer),
+            group: cursor.group.clone(),
+            active: cursor.delivering(),
+            last_delivered: cursor.last_delivered,
+        };
+        state.cursors.iter().map(consumer).collect()
     }
 
     /// Bytes the stream keeps on disk.

@@ -37,6 +37,9 @@ const MAX_META_APPLIED_WAIT_MS: u64 = 10_000;
 pub const MAX_STREAM_READ_BYTES: u32 = 4 << 20;
 
 /// This node's Raft group members, by group. Cheap to clone.
+/// Reads this node's figures (the management API's, installed once it runs).
+pub type FiguresSource = Arc<dyn Fn() -> warren_webui::NodeFigures + Send + Sync>;
+
 #[derive(Clone)]
 pub struct RaftRouter {
     shared: Arc<Shared>,
@@ -52,6 +55,8 @@ struct Shared {
     joins: OnceLock<Arc<dyn JoinDesk>>,
     /// Where forwarded client operations go.
     forwarder: OnceLock<Arc<Forwarder>>,
+    /// Reads this node's figures for the peers that ask.
+    figures: OnceLock<FiguresSource>,
     /// The peers the failure detector counts as up (see [`RaftRouter::set_peers_up`]).
     peers_up: Mutex<HashSet<u64>>,
     in_flight: Arc<Semaphore>,
@@ -73,6 +78,7 @@ impl RaftRouter {
             catalog: Mutex::default(),
             joins: OnceLock::new(),
             forwarder: OnceLock::new(),
+            figures: OnceLock::new(),
             peers_up: Mutex::default(),
             in_flight,
         };
@@ -118,6 +124,11 @@ impl RaftRouter {
     /// Hands nodes asking to join the cluster to `desk` (once).
     pub fn set_join_desk(&self, desk: Arc<dyn JoinDesk>) {
         let _ = self.shared.joins.set(desk);
+    }
+
+    /// Answers peers asking for this node's figures with what `source` reads (once).
+    pub fn set_figures_source(&self, source: FiguresSource) {
+        let _ = self.shared.figures.set(source);
     }
 
     /// Hands forwarded client operations to `forwarder` (once).
@@ -239,6 +250,9 @@ impl RaftRouter {
                     Some(catalog) => Some(answer_pre_vote(catalog.raft(), last_log_index, is_up)),
                     None => self.get(&group).map(|raft| answer_pre_vote(&raft, last_log_index, is_up)),
                 })
+            }
+            PeerRequest::NodeFigures => {
+                PeerResponse::NodeFigures(self.shared.figures.get().map(|read| Box::new(read())))
             }
             // Forwarded operations are one-way, in order: as a request, one would be out of it.
             PeerRequest::Forwarded(_) => {

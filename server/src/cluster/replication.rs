@@ -29,6 +29,8 @@ use warren_storage::raft::RaftLog;
 /// How long a proposal handed to another node's leader may take.
 const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a catching-up replica waits for another's records.
+/// How long `/api/nodes` waits for a peer's figures: a page, not a proposal, waits.
+const PEER_FIGURES_TIMEOUT: Duration = Duration::from_secs(2);
 const STREAM_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Replicas of a quorum queue when `x-quorum-initial-group-size` is not given, at most.
 const DEFAULT_GROUP_SIZE: usize = 3;
@@ -326,6 +328,28 @@ impl warren_webui::ClusterView for ClusterReplication {
                         Err(error) => Err(error.to_string()),
                     };
                     NodeVersions { node, known }
+                }
+            });
+            futures_util::future::join_all(asked).await
+        })
+    }
+
+    fn peer_figures(&self) -> ClusterFuture<Vec<(String, Result<warren_webui::NodeFigures, String>)>> {
+        let transport = self.transport.clone();
+        let connected = transport.connected_peers();
+        let peers: Vec<String> = self.node_names().into_iter().filter(|n| connected.contains(n)).collect();
+        Box::pin(async move {
+            let asked = peers.into_iter().map(|node| {
+                let transport = transport.clone();
+                async move {
+                    let answer = transport.request_within(&node, PeerRequest::NodeFigures, PEER_FIGURES_TIMEOUT).await;
+                    let figures = match answer {
+                        Ok(PeerResponse::NodeFigures(Some(figures))) => Ok(*figures),
+                        Ok(PeerResponse::NodeFigures(None)) => Err("its management API is not running".to_string()),
+                        Ok(other) => Err(format!("unexpected answer: {other:?}")),
+                        Err(error) => Err(error.to_string()),
+                    };
+                    (node, figures)
                 }
             });
             futures_util::future::join_all(asked).await

@@ -96,6 +96,10 @@ pub enum PeerRequest {
         /// The index of the last entry of the candidate's log.
         last_log_index: u64,
     },
+    /// This node's figures (memory, disk, descriptors, uptime, listeners), for another
+    /// node's `/api/nodes`. Answered with [`PeerResponse::NodeFigures`] (last of the requests:
+    /// a node of an earlier release cannot read it, and the asker shows why).
+    NodeFigures,
 }
 
 /// An answer to a [`PeerRequest`].
@@ -125,6 +129,8 @@ pub enum PeerResponse {
     MachineVersions(Vec<(String, u16)>),
     /// The answer to [`PeerRequest::PreVote`]; `None` if this node runs no member of the group.
     PreVote(Option<PreVoteAnswer>),
+    /// The answer to [`PeerRequest::NodeFigures`]; `None` before the management API runs.
+    NodeFigures(Option<Box<warren_webui::NodeFigures>>),
 }
 
 /// The transport as the broker uses it.

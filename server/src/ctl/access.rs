@@ -23,6 +23,16 @@ pub fn add_user(client: &Client, user: &str, password: &str) -> Result<(), CtlEr
     Ok(())
 }
 
+/// `authenticate_user USER PASSWORD`: whether the credentials log in (exit code 2 if not).
+pub fn authenticate_user(client: &Client, user: &str, password: &str) -> Result<(), CtlError> {
+    let answer = client.send("POST", &format!("{}/authenticate", user_path(user)), &json!({ "password": password }))?;
+    if answer["authenticated"].as_bool() != Some(true) {
+        return Err(CtlError::Failed(format!("Error: failed to authenticate user \"{user}\": wrong user or password")));
+    }
+    say(&format!("Authenticating user \"{user}\" ...\nSuccess\n"));
+    Ok(())
+}
+
 /// `delete_user USER`.
 pub fn delete_user(client: &Client, user: &str) -> Result<(), CtlError> {
     client.delete(&user_path(user), &[])?;

@@ -1,5 +1,5 @@
 //! The verbs that change or read things through the API: queues, exchanges, bindings,
-//! connections, messages, definitions, and the broker's status.
+//! connections, messages, definitions.
 
 use super::client::{encode, Client};
 use super::output::{print, say, Format};
@@ -15,62 +15,6 @@ fn json_argument(text: &Option<String>) -> Result<Value, CtlError> {
         None => Ok(json!({})),
         Some(text) => serde_json::from_str(text).map_err(|e| CtlError::Failed(format!("--arguments is not JSON: {e}"))),
     }
-}
-
-/// `status`: the overview.
-pub fn status(client: &Client, format: Format) -> Result<(), CtlError> {
-    let overview = client.get("/api/overview")?;
-    if format == Format::Json {
-        say(&format!("{}\n", serde_json::to_string_pretty(&overview).unwrap_or_default()));
-        return Ok(());
-    }
-    let totals = &overview["object_totals"];
-    let queued = &overview["queue_totals"];
-    let rates = &overview["message_stats"];
-    let listeners: Vec<String> = overview["listeners"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|l| {
-            format!(
-                "{} {}:{}",
-                l["protocol"].as_str().unwrap_or("?"),
-                l["ip_address"].as_str().unwrap_or("?"),
-                l["port"]
-            )
-        })
-        .collect();
-    let lines = [
-        format!(
-            "{} {} on node {}, cluster {}",
-            overview["product_name"].as_str().unwrap_or("Warren"),
-            overview["product_version"].as_str().unwrap_or("?"),
-            overview["node"].as_str().unwrap_or("?"),
-            overview["cluster_name"].as_str().unwrap_or("?")
-        ),
-        format!("uptime: {} s", overview["uptime_ms"].as_u64().unwrap_or(0) / 1000),
-        format!("listeners: {}", listeners.join(", ")),
-        format!(
-            "connections: {}, channels: {}, consumers: {}, queues: {}, exchanges: {}",
-            totals["connections"], totals["channels"], totals["consumers"], totals["queues"], totals["exchanges"]
-        ),
-        format!(
-            "messages: {} ({} ready, {} unacknowledged)",
-            queued["messages"], queued["messages_ready"], queued["messages_unacknowledged"]
-        ),
-        format!(
-            "rates: publish {:.1}/s, deliver {:.1}/s, ack {:.1}/s",
-            rate(rates, "publish"),
-            rate(rates, "deliver_get"),
-            rate(rates, "ack")
-        ),
-    ];
-    say(&lines.map(|l| l + "\n").concat());
-    Ok(())
-}
-
-fn rate(stats: &Value, name: &str) -> f64 {
-    stats[format!("{name}_details")]["rate"].as_f64().unwrap_or(0.0)
 }
 
 /// `declare_queue`.

@@ -1,7 +1,8 @@
 //! The list verbs (`list_queues`, `list_exchanges`, `list_bindings`, `list_connections`,
 //! `list_channels`, `list_consumers`, `list_users`, `list_vhosts`, `list_permissions`,
 //! `list_user_permissions`, `list_vhost_limits`, `list_policies`, `list_operator_policies`, `list_topic_permissions`,
-//! `list_user_limits`, `list_global_parameters`):
+//! `list_user_limits`, `list_global_parameters`, `list_stream_consumers`,
+//! `list_stream_consumer_groups`, `list_stream_group_consumers`):
 //! rabbitmqctl's names for
 //! the columns, read from the API's JSON; any of them may be asked for, in any order.
 
@@ -228,6 +229,72 @@ pub const FEATURE_FLAGS: Listing = Listing {
     ],
 };
 
+/// `list_stream_consumers` (rabbitmq-streams' verb; Warren's consumers are named by tag and
+/// channel, not by subscription id and connection process).
+pub const STREAM_CONSUMERS: Listing = Listing {
+    path: "/api/stream/consumers/{scope}",
+    defaults: &[
+        "connection_name",
+        "stream",
+        "consumer_tag",
+        "offset",
+        "offset_lag",
+        "active",
+        "activity_status",
+        "properties",
+    ],
+    columns: &[
+        ("connection_name", "connection_details.name"),
+        ("channel", "channel_details.name"),
+        ("stream", "queue.name"),
+        ("vhost", "queue.vhost"),
+        ("consumer_tag", "consumer_tag"),
+        ("offset", "offset"),
+        ("offset_lag", "offset_lag"),
+        ("active", "active"),
+        ("activity_status", "activity_status"),
+        ("ack_required", "ack_required"),
+        ("prefetch_count", "prefetch_count"),
+        ("properties", "properties"),
+    ],
+};
+
+/// `list_stream_consumer_groups` (rabbitmq-streams' verb): each group of each stream, per
+/// partition of a super stream, with its committed offset and lag.
+pub const STREAM_CONSUMER_GROUPS: Listing = Listing {
+    path: "/api/stream/groups/{scope}",
+    defaults: &["stream", "reference", "partition_index", "committed_offset", "last_offset", "offset_lag"],
+    columns: STREAM_GROUP_COLUMNS,
+};
+
+const STREAM_GROUP_COLUMNS: &[(&str, &str)] = &[
+    ("stream", "stream"),
+    ("super_stream", "super_stream"),
+    ("reference", "group"),
+    ("partition_index", "partition"),
+    ("committed_offset", "committed_offset"),
+    ("last_offset", "last_offset"),
+    ("offset_lag", "offset_lag"),
+    ("vhost", "vhost"),
+];
+
+/// `list_stream_group_consumers` (rabbitmq-streams' verb): the consumers of one group, with
+/// the partition each reads (items made by `streams::group_consumers`).
+pub const STREAM_GROUP_CONSUMERS: Listing = Listing {
+    path: "/api/stream/groups/{scope}",
+    defaults: &["consumer_tag", "connection_name", "stream", "state", "offset"],
+    columns: &[
+        ("consumer_tag", "consumer_tag"),
+        ("connection_name", "channel_details.connection_name"),
+        ("channel", "channel_details.name"),
+        ("stream", "stream"),
+        ("partition_index", "partition"),
+        ("state", "state"),
+        ("offset", "offset"),
+        ("reference", "group"),
+    ],
+};
+
 /// The field at `path` (dots between names) of `item`; `=text` is the text itself.
 fn read(item: &Value, path: &str) -> Value {
     if let Some(constant) = path.strip_prefix('=') {
@@ -244,6 +311,12 @@ pub fn list(
     columns: &[String],
     format: Format,
 ) -> Result<(), CtlError> {
+    let items = client.get(&listing.path.replace("{scope}", &encode(scope)))?;
+    print_items(listing, &items.as_array().cloned().unwrap_or_default(), columns, format)
+}
+
+/// Prints `items`, of the kind `listing` lists, with `columns` (the defaults if none).
+pub fn print_items(listing: &Listing, items: &[Value], columns: &[String], format: Format) -> Result<(), CtlError> {
     let columns: Vec<String> =
         if columns.is_empty() { listing.defaults.iter().map(|c| c.to_string()).collect() } else { columns.to_vec() };
     let paths = columns
@@ -255,9 +328,7 @@ pub fn list(
             })
         })
         .collect::<Result<Vec<&str>, CtlError>>()?;
-    let items = client.get(&listing.path.replace("{scope}", &encode(scope)))?;
-    let items = items.as_array().cloned().unwrap_or_default();
-    print(format, &columns, &items, |item, column| {
+    print(format, &columns, items, |item, column| {
         let index = columns.iter().position(|c| c == column).unwrap_or(0);
         read(item, paths[index])
     });

@@ -9,7 +9,8 @@
 //! the file beats the environment, as for the broker's own settings.
 //!
 //! - `client`: the HTTP client and its errors; `output`: tables and JSON;
-//! - `lists`: the list verbs; `actions`: the others; `cluster`: the cluster verbs;
+//! - `lists`: the list verbs; `node`: `status`, `environment`, `set_log_level`;
+//!   `stream_consumers`: `list_stream_group_consumers`; `actions`: the others; `cluster`: the cluster verbs;
 //!   `super_streams`: `add_super_stream`, `add_partitions` and `delete_super_stream`;
 //!   `health`: rabbitmq-diagnostics' health checks (`ping`, `check_*`, `await_startup`).
 
@@ -21,8 +22,10 @@ mod cluster;
 mod grammar_tests;
 mod health;
 mod lists;
+mod node;
 mod output;
 mod policies;
+mod stream_consumers;
 mod super_streams;
 
 use clap::{Parser, Subcommand};
@@ -87,8 +90,27 @@ struct CtlFile {
 
 #[derive(Debug, PartialEq, Subcommand)]
 enum Verb {
-    /// The broker's overview: version, listeners, totals, rates.
+    /// The broker's overview (version, listeners, totals, rates) and this node's memory and
+    /// watermark, disk free and limit, file descriptors, alarms, data directory, config file.
     Status,
+    /// Every setting of the node: its value and where it came from (default, environment,
+    /// flag or file); the default user's password is hidden.
+    Environment,
+    /// Changes the node's log filter while it runs: a level (error, warn, info, debug,
+    /// trace) or RUST_LOG directives per module ('info,warren_amqp=debug'); until restart.
+    #[command(name = "set_log_level")]
+    SetLogLevel {
+        /// The level, or directives.
+        level: String,
+    },
+    /// Checks that USER logs in with PASSWORD (exit code 2 if not).
+    #[command(name = "authenticate_user")]
+    AuthenticateUser {
+        /// The user.
+        user: String,
+        /// Its password.
+        password: String,
+    },
     /// Queues, with the columns asked for (default: name messages).
     #[command(name = "list_queues")]
     ListQueues { columns: Vec<String> },
@@ -578,6 +600,29 @@ enum Verb {
         #[arg(long, value_delimiter = ',')]
         routing_keys: Option<Vec<String>>,
     },
+    /// Stream consumers in the vhost (-p), with their offsets and lag (default columns:
+    /// connection_name stream consumer_tag offset offset_lag active activity_status properties;
+    /// rabbitmq-streams' verb).
+    #[command(name = "list_stream_consumers")]
+    ListStreamConsumers { columns: Vec<String> },
+    /// Consumer groups of the vhost's (-p) streams, per partition of a super stream, with
+    /// their committed offset and lag (default columns: stream reference partition_index
+    /// committed_offset last_offset offset_lag; rabbitmq-streams' verb).
+    #[command(name = "list_stream_consumer_groups")]
+    ListStreamConsumerGroups { columns: Vec<String> },
+    /// The consumers of one consumer group (default columns: consumer_tag connection_name
+    /// stream state offset; rabbitmq-streams' verb).
+    #[command(name = "list_stream_group_consumers")]
+    ListStreamGroupConsumers {
+        /// The stream, or the super stream.
+        #[arg(long)]
+        stream: String,
+        /// The group's name (x-consumer-group).
+        #[arg(long)]
+        reference: String,
+        /// The columns.
+        columns: Vec<String>,
+    },
     /// Deletes a super stream: its partitions and its exchange.
     #[command(name = "delete_super_stream")]
     DeleteSuperStream {
@@ -667,7 +712,10 @@ pub fn run(args: impl IntoIterator<Item = String>) -> Result<(), CtlError> {
 fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result<(), CtlError> {
     let list = |listing: &lists::Listing, columns: &[String]| lists::list(client, listing, vhost, columns, format);
     match verb {
-        Verb::Status => actions::status(client, format),
+        Verb::Status => node::status(client, format),
+        Verb::Environment => node::environment(client, format),
+        Verb::SetLogLevel { level } => node::set_log_level(client, level),
+        Verb::AuthenticateUser { user, password } => access::authenticate_user(client, user, password),
         Verb::ListQueues { columns } => list(&lists::QUEUES, columns),
         Verb::ListExchanges { columns } => list(&lists::EXCHANGES, columns),
         Verb::ListBindings { columns } => list(&lists::BINDINGS, columns),
@@ -763,6 +811,11 @@ fn dispatch(client: &Client, vhost: &str, format: Format, verb: &Verb) -> Result
             super_streams::add_partitions(client, vhost, name, &partitions)
         }
         Verb::DeleteSuperStream { name } => super_streams::delete_super_stream(client, vhost, name),
+        Verb::ListStreamConsumers { columns } => list(&lists::STREAM_CONSUMERS, columns),
+        Verb::ListStreamConsumerGroups { columns } => list(&lists::STREAM_CONSUMER_GROUPS, columns),
+        Verb::ListStreamGroupConsumers { stream, reference, columns } => {
+            stream_consumers::list_group_consumers(client, vhost, stream, reference, columns, format)
+        }
         Verb::ClusterStatus => cluster::cluster_status(client),
         Verb::MetadataStoreStatus => cluster::metadata_store_status(client),
         Verb::ListFeatureFlags { columns } => list(&lists::FEATURE_FLAGS, columns),

@@ -161,9 +161,13 @@ impl Deliveries {
     }
 }
 
-/// The basic.consume arguments: x-stream-offset for a stream consumer, none otherwise.
-pub fn consume_arguments(stream_offset: Option<&StreamOffset>) -> FieldTable {
+/// The basic.consume arguments: x-stream-offset and x-consumer-group for a stream consumer,
+/// none otherwise.
+pub fn consume_arguments(stream_offset: Option<&StreamOffset>, group: Option<&str>) -> FieldTable {
     let mut arguments = FieldTable::default();
+    if let Some(group) = group {
+        arguments.insert(CONSUMER_GROUP.into(), AMQPValue::LongString(LongString::from(group)));
+    }
     if let Some(offset) = stream_offset {
         let value = match offset {
             StreamOffset::Offset(offset) => AMQPValue::LongLongInt(i64::try_from(*offset).unwrap_or(i64::MAX)),
@@ -175,6 +179,9 @@ pub fn consume_arguments(stream_offset: Option<&StreamOffset>) -> FieldTable {
     }
     arguments
 }
+
+/// The consume argument naming a stream consumer's group.
+const CONSUMER_GROUP: &str = "x-consumer-group";
 
 /// A connected consumer, subscribed and ready to run.
 pub struct Consumer {

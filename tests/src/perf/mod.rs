@@ -188,7 +188,7 @@ async fn start_consumers(
     let stream_offset = options.stream_offset();
     let connecting = (0..options.consumers).map(|i| {
         let queue = topology.queues[i % topology.queues.len()].clone();
-        let arguments = consumer::consume_arguments(stream_offset.as_ref());
+        let arguments = consumer::consume_arguments(stream_offset.as_ref(), options.consumer_group.as_deref());
         Consumer::connect(options.engine, i, &options.uri, queue, plan, arguments)
     });
     let consumers = try_join_all(connecting).await?;

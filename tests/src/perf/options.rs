@@ -84,6 +84,11 @@ pub struct Options {
     #[arg(long, value_name = "SPEC", value_parser = parse_stream_offset)]
     pub stream_offset: Option<StreamOffset>,
 
+    /// Stream queues: the consumers read as consumer group NAME (the x-consumer-group consume
+    /// argument): one active per stream, its acked offset committed, its lag in the metrics.
+    #[arg(long, value_name = "NAME")]
+    pub consumer_group: Option<String>,
+
     /// Stream queues: segment file size, sent as the x-stream-max-segment-size-bytes argument.
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..=i64::MAX as u64))]
     pub stream_max_segment_size_bytes: Option<u64>,

@@ -29,6 +29,7 @@ pub(super) fn routes(table: &mut RouteTable) {
         .get("/api/users/{name}", Administrator, user)
         .put("/api/users/{name}", Administrator, put_user)
         .delete("/api/users/{name}", Administrator, delete_user)
+        .post("/api/users/{name}/authenticate", Administrator, authenticate_user)
         .get("/api/users/{name}/permissions", Administrator, user_permissions)
         .get("/api/vhosts/{vhost}/permissions", Administrator, vhost_permissions)
         .get("/api/permissions", Administrator, permissions)
@@ -294,4 +295,23 @@ async fn delete_user_limit(
 async fn whoami(caller: Caller, State(api): State<Management>) -> Json<Value> {
     let tags = api.broker().access().user(&caller.user).map(|u| u.tags).unwrap_or_default();
     Json(json!({ "name": caller.user, "tags": tags }))
+}
+
+/// The body of `POST /api/users/{name}/authenticate`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PasswordBody {
+    password: String,
+}
+
+/// Whether user `name` logs in with the password given (`warren ctl authenticate_user`, as
+/// `rabbitmqctl authenticate_user`): the credentials alone, wherever the user may log in from.
+async fn authenticate_user(
+    State(api): State<Management>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody<PasswordBody>,
+) -> Json<Value> {
+    let loopback = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+    let checked = api.broker().access().authenticate(&name, &body.password, loopback);
+    Json(json!({ "name": name, "authenticated": checked.is_ok() }))
 }

@@ -1,5 +1,5 @@
-//! Resource alarms: this node's memory and disk figures in `GET /api/nodes` (their health
-//! checks are in `health.rs`), and `GET` / `PUT /api/resource-limits` (Warren's), which reads and
+//! Resource alarms: their figures are in `GET /api/nodes` (`node_figures.rs`), their health
+//! checks in `health.rs`; and `GET` / `PUT /api/resource-limits` (Warren's), which reads and
 //! changes the thresholds at run time, as `rabbitmqctl set_vm_memory_high_watermark` and
 //! `set_disk_free_limit` do (administrators only: one change blocks every publisher).
 
@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use warren_delivery::resource_alarm::{parse_size_bytes, ResourceLimits};
 
 /// The alarm routes.
@@ -22,24 +22,6 @@ pub(super) fn routes(table: &mut RouteTable) {
         Rule::Administrator,
         set_limits,
     );
-}
-
-/// This node's memory and disk figures, with RabbitMQ's names for `/api/nodes`.
-pub(super) fn node_fields(api: &Management) -> Map<String, Value> {
-    let alarms = api.broker().alarms();
-    let (usage, state) = (alarms.usage(), alarms.state());
-    let fields = json!({
-        "mem_used": usage.memory_used_bytes,
-        "mem_limit": usage.memory_limit_bytes,
-        "mem_alarm": state.memory,
-        "disk_free": usage.disk_free_bytes,
-        "disk_free_limit": usage.disk_free_limit_bytes,
-        "disk_free_alarm": state.disk,
-    });
-    match fields {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
 }
 
 fn limits_json(limits: ResourceLimits) -> Value {

@@ -3,6 +3,7 @@
 //! and `add_replica`, `delete_member` and `delete_replica`, `grow`, `shrink`).
 
 use super::Management;
+use super::NodeFigures;
 use crate::authorization::Rule;
 use crate::error::ApiError;
 use crate::json_body::JsonBody;
@@ -12,6 +13,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::HashMap;
 use std::sync::Arc;
 use warren_delivery::feature_flags::{self, NodeVersions};
 use warren_delivery::queue::QueueType;
@@ -35,6 +37,11 @@ pub trait ClusterView: Send + Sync + 'static {
         Box::pin(async {
             Err("this node has no inter-node listener: start it with --cluster-listen and --cluster-secret-file".into())
         })
+    }
+    /// The figures of every other running node of the cluster, each asked now (an error for
+    /// one that did not answer in time); none for a node alone.
+    fn peer_figures(&self) -> ClusterFuture<Vec<(String, Result<NodeFigures, String>)>> {
+        Box::pin(async { Vec::new() })
     }
     /// The machine versions every node of the cluster knows (what enabling a feature flag
     /// checks); this node's alone by default.
@@ -69,19 +76,32 @@ pub(super) fn routes(table: &mut RouteTable) {
         .delete("/api/queues/quorum/replicas/on/{node}/shrink", Administrator, shrink);
 }
 
-/// The cluster's nodes; this one with its memory and disk figures (each node watches its own)
-/// and its member of the catalog (`metadata_store`).
+/// The cluster's nodes, each with its figures (memory, disk, descriptors, uptime, listeners:
+/// each node reads its own, and the running peers are asked for theirs), and this node with
+/// its member of the catalog (`metadata_store`).
 async fn nodes(State(api): State<Management>) -> Json<Value> {
     let local = api.node();
+    let mut figures: HashMap<String, Result<NodeFigures, String>> =
+        api.cluster.peer_figures().await.into_iter().collect();
+    figures.insert(local.clone(), Ok(api.node_figures()));
     let nodes = api.cluster.nodes().into_iter().map(|node| {
         let is_local = node.name == local;
+        let node_figures = figures.remove(&node.name);
         let mut shown = serde_json::to_value(node).unwrap_or_default();
-        if let (true, Value::Object(fields)) = (is_local, &mut shown) {
-            fields.extend(super::alarms::node_fields(&api));
-            if let Some(catalog) = api.broker().catalog() {
-                fields
-                    .insert("metadata_store".into(), serde_json::to_value(catalog.store_status()).unwrap_or_default());
+        let Value::Object(fields) = &mut shown else { return shown };
+        match node_figures {
+            Some(Ok(figures)) => {
+                if let Ok(Value::Object(more)) = serde_json::to_value(figures) {
+                    fields.extend(more);
+                }
             }
+            Some(Err(error)) => {
+                fields.insert("figures_error".into(), Value::String(error));
+            }
+            None => {}
+        }
+        if let (true, Some(catalog)) = (is_local, api.broker().catalog()) {
+            fields.insert("metadata_store".into(), serde_json::to_value(catalog.store_status()).unwrap_or_default());
         }
         shown
     });

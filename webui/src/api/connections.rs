@@ -70,7 +70,7 @@ pub(crate) fn channel_name(info: &ConnectionInfo, number: u16) -> String {
     format!("{} ({number})", info.name)
 }
 
-fn channel_details(info: &ConnectionInfo, number: u16) -> Value {
+pub(super) fn channel_details(info: &ConnectionInfo, number: u16) -> Value {
     json!({
         "name": channel_name(info, number),
         "number": number,
@@ -111,7 +111,7 @@ fn owner(info: &ConnectionInfo) -> String {
 }
 
 /// The connections `caller` sees.
-fn visible_connections(api: &Management, caller: &Caller) -> Vec<Arc<ConnectionInfo>> {
+pub(super) fn visible_connections(api: &Management, caller: &Caller) -> Vec<Arc<ConnectionInfo>> {
     let all = api.broker().connections().all();
     all.into_iter().filter(|info| caller.sees_connection_of(&owner(info))).collect()
 }
@@ -174,11 +174,11 @@ async fn close_connection(
 }
 
 /// A channel in a list, with its connection.
-struct ChannelRow {
+pub(super) struct ChannelRow {
     node: Arc<str>,
-    info: Arc<ConnectionInfo>,
-    number: u16,
-    session: Arc<Session>,
+    pub(super) info: Arc<ConnectionInfo>,
+    pub(super) number: u16,
+    pub(super) session: Arc<Session>,
 }
 
 impl ChannelRow {
@@ -202,7 +202,7 @@ impl Listed for ChannelRow {
 }
 
 /// The channels of `connections`.
-fn channels_of(api: &Management, connections: Vec<Arc<ConnectionInfo>>) -> Vec<ChannelRow> {
+pub(super) fn channels_of(api: &Management, connections: Vec<Arc<ConnectionInfo>>) -> Vec<ChannelRow> {
     let node: Arc<str> = api.node().into();
     let mut rows = Vec::new();
     for info in connections {

@@ -5,6 +5,7 @@
 //! - `access`: users, permissions, vhost limits;
 //! - `exchanges`, `queues`, `bindings`: definitions, declared and deleted as AMQP would;
 //! - `connections`: connections (closed with a reason), channels, consumers;
+//! - `stream_consumers`: stream consumers and consumer groups with their offsets and lag;
 //! - `definitions`: export and import in RabbitMQ's definitions format;
 //! - `messages`: publish, get, and replay by offset (an extension);
 //! - `cluster`: the cluster's nodes and quorum queues' replicas (`warren ctl`'s cluster verbs).
@@ -15,19 +16,26 @@ mod bindings;
 mod cluster;
 pub(crate) mod connections;
 mod definitions;
+mod environment;
 mod exchanges;
 mod feature_flags;
 mod health;
+mod log_level;
 mod messages;
+mod node_figures;
 mod overview;
 mod parameters;
 mod policies;
 mod queues;
+pub(crate) mod stream_consumers;
 mod topic_permissions;
 
 pub(crate) use bindings::to_exchange;
 pub use cluster::{ClusterView, NodeStatus};
+pub use environment::{Environment, EnvironmentSetting};
+pub use log_level::LogLevels;
 pub(crate) use messages::{read_log, ReplayQuery};
+pub use node_figures::{ListenerFigure, NodeFigures};
 pub(crate) use overview::COMPATIBLE_RABBITMQ_VERSION;
 pub(crate) use queues::{queue_json, QueueRow};
 
@@ -66,6 +74,10 @@ pub struct Management {
     log_reads: Arc<tokio::sync::Semaphore>,
     /// The overview's and the live feed's figures, read at most once a second for all.
     figures: Arc<crate::figures::Figures>,
+    /// The broker's log filter, if the server lets it change.
+    log_levels: Option<Arc<dyn LogLevels>>,
+    /// The node's settings and files.
+    environment: Arc<Environment>,
 }
 
 impl Management {
@@ -81,7 +93,31 @@ impl Management {
             shutdown: tokio::sync::watch::channel(false).1,
             log_reads: Arc::new(tokio::sync::Semaphore::new(messages::MAX_CONCURRENT_LOG_READS)),
             figures: Arc::default(),
+            log_levels: None,
+            environment: Arc::default(),
         }
+    }
+
+    /// The same API, showing `environment` as the node's.
+    pub fn with_environment(mut self, environment: Environment) -> Self {
+        self.environment = Arc::new(environment);
+        self
+    }
+
+    /// The node's settings and files.
+    pub(crate) fn environment(&self) -> &Environment {
+        &self.environment
+    }
+
+    /// The same API, changing the broker's log filter through `levels`.
+    pub fn with_log_levels(mut self, levels: Arc<dyn LogLevels>) -> Self {
+        self.log_levels = Some(levels);
+        self
+    }
+
+    /// The broker's log filter, if it may change.
+    pub(crate) fn log_levels(&self) -> Option<&dyn LogLevels> {
+        self.log_levels.as_deref()
     }
 
     /// Milliseconds since the API (and so the broker) started.
@@ -172,11 +208,14 @@ pub fn route_table() -> RouteTable {
     parameters::routes(&mut table);
     topic_permissions::routes(&mut table);
     alarms::routes(&mut table);
+    log_level::routes(&mut table);
+    environment::routes(&mut table);
     health::routes(&mut table);
     exchanges::routes(&mut table);
     queues::routes(&mut table);
     bindings::routes(&mut table);
     connections::routes(&mut table);
+    stream_consumers::routes(&mut table);
     definitions::routes(&mut table);
     messages::routes(&mut table);
     cluster::routes(&mut table);

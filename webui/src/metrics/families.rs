@@ -47,6 +47,8 @@ pub enum Read {
     Vhost(fn(&VirtualHost) -> f64),
     /// A figure of each exchange.
     Exchange(fn(&warren_delivery::exchange::Exchange) -> f64),
+    /// A figure of each consumer group of each stream (each partition of a super stream).
+    StreamGroup(fn(&warren_delivery::stream::GroupLag) -> f64),
 }
 
 /// How a figure of many objects is one figure in the aggregated `/metrics`.
@@ -54,6 +56,9 @@ pub enum Read {
 pub enum Aggregate {
     Sum,
     Mean,
+    /// Not aggregated: a sample per object on every endpoint (few objects, and each one is
+    /// what a user watches, as a consumer group's lag).
+    PerObject,
 }
 
 /// One family.
@@ -523,6 +528,23 @@ const WARREN: &[Family] = &[
         "Bytes the queues keep on disk on this node",
         Read::Queue(|queue| queue.disk_bytes() as f64),
     ),
+    Family {
+        aggregate: Aggregate::PerObject,
+        ..gauge(
+            "warren_stream_group_offset_lag",
+            "Messages of a stream its consumer group has not acked, from the group's committed offset to the end \
+             (stream: the stream, or the super stream of partition; partition: the partition's stream)",
+            Read::StreamGroup(|group| group.lag as f64),
+        )
+    },
+    Family {
+        aggregate: Aggregate::PerObject,
+        ..gauge(
+            "warren_stream_group_committed_offset",
+            "The offset below which a stream's consumer group acked every message (labels as warren_stream_group_offset_lag)",
+            Read::StreamGroup(|group| group.committed as f64),
+        )
+    },
     gauge(
         "warren_raft_follower_entries_behind",
         "On a Raft group's leader here: how many entries each follower is behind its log",

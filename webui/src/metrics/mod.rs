@@ -21,6 +21,8 @@ mod exposition;
 pub mod families;
 mod objects;
 
+pub(crate) use objects::ProcessFigures;
+
 use crate::api::Management;
 use crate::authorization::Rule;
 use crate::route_table::RouteTable;
@@ -145,6 +147,7 @@ fn object_count(family: &Family, scrape: &Scrape) -> Option<usize> {
         Read::FollowersBehind => scrape.followers.len(),
         Read::Vhost(_) => scrape.vhosts.len(),
         Read::Exchange(_) => scrape.exchanges.len(),
+        Read::StreamGroup(_) => scrape.stream_groups.len(),
         _ => return None,
     })
 }
@@ -159,6 +162,7 @@ fn object_value(family: &Family, scrape: &Scrape, index: usize) -> Option<f64> {
         Read::FollowersBehind => scrape.followers.get(index).map(|follower| follower.behind as f64),
         Read::Vhost(read) => scrape.vhosts.get(index).map(|vhost| read(vhost)),
         Read::Exchange(read) => scrape.exchanges.get(index).map(|(_, exchange)| read(exchange)),
+        Read::StreamGroup(read) => scrape.stream_groups.get(index).map(|row| read(&row.lag)),
         _ => None,
     }
 }
@@ -182,6 +186,14 @@ fn object_labels(family: &Family, scrape: &Scrape, index: usize) -> Option<Label
             .exchanges
             .get(index)
             .map(|(vhost, exchange)| vec![("vhost", vhost.to_string()), ("exchange", exchange.name().to_string())]),
+        Read::StreamGroup(_) => scrape.stream_groups.get(index).map(|row| {
+            vec![
+                ("vhost", row.vhost.to_string()),
+                ("stream", row.stream_label().to_string()),
+                ("group", row.lag.group.clone()),
+                ("partition", row.partition_label().to_string()),
+            ]
+        }),
         _ => None,
     }
 }
@@ -195,6 +207,18 @@ fn aggregated_family(endpoint: Endpoint, group: &Group, family: &Family, scrape:
         return text;
     }
     let count = object_count(family, scrape).unwrap_or(0);
+    if family.aggregate == Aggregate::PerObject {
+        for index in 0..count {
+            let (Some(labels), Some(value)) =
+                (object_labels(family, scrape, index), object_value(family, scrape, index))
+            else {
+                continue;
+            };
+            let labels: Vec<(&str, &str)> = labels.iter().map(|(key, value)| (*key, value.as_str())).collect();
+            push_sample(&mut text, &name, &labels, value);
+        }
+        return text;
+    }
     let sum: f64 = (0..count).filter_map(|index| object_value(family, scrape, index)).sum();
     let value = match family.aggregate {
         Aggregate::Mean if count > 0 => sum / count as f64,

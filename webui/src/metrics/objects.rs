@@ -2,6 +2,7 @@
 //! have a sample each (queues, channels, connections, Raft members, virtual hosts,
 //! exchanges), listed once and read as the scraper reaches their lines.
 
+use crate::api::stream_consumers::{group_rows, GroupRow};
 use crate::api::Management;
 use std::sync::Arc;
 use warren_delivery::connections::ConnectionInfo;
@@ -26,7 +27,7 @@ pub struct ProcessFigures {
 
 impl ProcessFigures {
     /// Reads them now.
-    fn read() -> Self {
+    pub(crate) fn read() -> Self {
         let mut figures = ProcessFigures::default();
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         figures.resident_bytes = field(&status, "VmRSS:") * 1024;
@@ -117,6 +118,7 @@ pub struct Scrape {
     pub followers: Vec<FollowerObject>,
     pub vhosts: Vec<Arc<VirtualHost>>,
     pub exchanges: Vec<(Arc<str>, Arc<Exchange>)>,
+    pub stream_groups: Vec<GroupRow>,
 }
 
 impl Scrape {
@@ -135,6 +137,7 @@ impl Scrape {
             followers: Vec::new(),
             vhosts: Vec::new(),
             exchanges: Vec::new(),
+            stream_groups: Vec::new(),
         };
         for vhost in all_vhosts.into_iter().filter(|v| wanted(v.name())) {
             let name: Arc<str> = vhost.name().into();
@@ -146,6 +149,7 @@ impl Scrape {
                 scrape.queues.push((Arc::clone(&name), queue));
             }
             scrape.exchanges.extend(vhost.exchanges().into_iter().map(|e| (Arc::clone(&name), e)));
+            scrape.stream_groups.extend(group_rows(&vhost));
             scrape.vhosts.push(vhost);
         }
         if let (Some(catalog), true) = (broker.catalog(), only.is_empty()) {
