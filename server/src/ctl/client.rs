@@ -23,6 +23,24 @@ pub fn encode(segment: &str) -> String {
         .collect()
 }
 
+/// The management API's port when a node is named without one (RabbitMQ's).
+const DEFAULT_API_PORT: u16 = 15672;
+
+/// The API's URL for `node`: a URL as it is; a node as rabbitmqctl's `-n` names one
+/// (`warren@host`, `host`, `host:port`), its API over HTTP (port 15672 unless given).
+pub fn api_url(node: &str) -> String {
+    if node.contains("://") {
+        return node.to_string();
+    }
+    let host = node.rsplit_once('@').map_or(node, |(_, host)| host);
+    let has_port = host.rsplit_once(':').is_some_and(|(_, port)| port.parse::<u16>().is_ok());
+    if has_port {
+        format!("http://{host}")
+    } else {
+        format!("http://{host}:{DEFAULT_API_PORT}")
+    }
+}
+
 impl Client {
     /// The API at `url` (`http://HOST:PORT`), as `user`.
     pub fn new(url: &str, user: &str, password: &str) -> Self {

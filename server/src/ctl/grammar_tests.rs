@@ -151,3 +151,12 @@ fn set_policy_takes_rabbitmqctls_options_anywhere() {
         assert_eq!(ctl.verb, expected, "{args:?}");
     }
 }
+
+#[test]
+fn a_node_stands_for_its_api_as_rabbitmqctls_n() {
+    assert_eq!(parsed(&["list_queues", "-n", "warren@b"]).url.as_deref(), Some("warren@b"));
+    assert_eq!(super::client::api_url("warren@b"), "http://b:15672");
+    assert_eq!(super::client::api_url("b:15673"), "http://b:15673");
+    assert_eq!(super::client::api_url("localhost"), "http://localhost:15672");
+    assert_eq!(super::client::api_url("https://b:15671"), "https://b:15671");
+}

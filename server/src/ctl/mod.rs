@@ -50,8 +50,9 @@ use serde::Deserialize;
     long_about = None
 )]
 pub struct Ctl {
-    /// The management API to talk to [default: http://127.0.0.1:15672].
-    #[arg(id = "api_url", long = "url", value_name = "URL", visible_alias = "node", global = true)]
+    /// The management API to talk to [default: http://127.0.0.1:15672]; as rabbitmqctl's
+    /// `-n`, a node (`warren@host`, `host`, `host:port`) stands for its API on port 15672.
+    #[arg(id = "api_url", long = "url", short = 'n', value_name = "URL", visible_alias = "node", global = true)]
     url: Option<String>,
     /// User name [default: guest].
     #[arg(id = "api_user", long = "user", value_name = "USER", visible_alias = "username", global = true)]
@@ -700,7 +701,7 @@ pub fn run(args: impl IntoIterator<Item = String>) -> Result<(), CtlError> {
         }
         None => CtlFile::default(),
     };
-    let url = setting(&ctl.url, &file.url, "WARREN_CTL_URL", "http://127.0.0.1:15672");
+    let url = client::api_url(&setting(&ctl.url, &file.url, "WARREN_CTL_URL", "http://127.0.0.1:15672"));
     let user = setting(&ctl.user, &file.user, "WARREN_CTL_USER", "guest");
     let password = setting(&ctl.password, &file.password, "WARREN_CTL_PASSWORD", "guest");
     let vhost = setting(&ctl.vhost, &file.vhost, "WARREN_CTL_VHOST", "/");
