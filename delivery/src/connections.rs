@@ -36,9 +36,30 @@ pub struct Handshake {
     pub heartbeat_secs: u16,
 }
 
+/// The protocol a client connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientProtocol {
+    /// AMQP 0-9-1 (and AMQPS).
+    Amqp091,
+    /// RabbitMQ's Stream protocol.
+    Stream,
+}
+
+impl ClientProtocol {
+    /// Its name as RabbitMQ's management API shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientProtocol::Amqp091 => "AMQP 0-9-1",
+            ClientProtocol::Stream => "stream",
+        }
+    }
+}
+
 /// One client connection.
 #[derive(Debug)]
 pub struct ConnectionInfo {
+    /// The protocol it speaks.
+    pub protocol: ClientProtocol,
     /// Its id in the broker.
     pub id: ConnectionId,
     /// Its name, as RabbitMQ names connections: `peer -> local`.
@@ -165,7 +186,19 @@ impl Drop for Registered {
 impl Connections {
     /// Registers connection `id` from `peer` to `local` (over TLS if `tls`), connected now.
     pub fn open(self: &Arc<Self>, id: ConnectionId, (peer, local): (SocketAddr, SocketAddr), tls: bool) -> Registered {
+        self.open_speaking(ClientProtocol::Amqp091, id, (peer, local), tls)
+    }
+
+    /// [`Connections::open`] of a connection that speaks `protocol`.
+    pub fn open_speaking(
+        self: &Arc<Self>,
+        protocol: ClientProtocol,
+        id: ConnectionId,
+        (peer, local): (SocketAddr, SocketAddr),
+        tls: bool,
+    ) -> Registered {
         let info = Arc::new(ConnectionInfo {
+            protocol,
             id,
             name: format!("{peer} -> {local}"),
             peer,

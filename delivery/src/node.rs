@@ -44,13 +44,17 @@ static LOCAL_NAME: OnceLock<String> = OnceLock::new();
 
 /// A node's name when none is configured: `warren@<host name>`.
 pub fn default_name() -> String {
-    let host = std::fs::read_to_string(HOSTNAME_FILE)
+    format!("{NODE_NAME_PREFIX}{}", host_name())
+}
+
+/// This machine's host name (`localhost` if it has none).
+pub fn host_name() -> String {
+    std::fs::read_to_string(HOSTNAME_FILE)
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_string());
-    format!("{NODE_NAME_PREFIX}{host}")
+        .unwrap_or_else(|| "localhost".to_string())
 }
 
 /// The node name was already fixed (set before, or read before being set) to another name.

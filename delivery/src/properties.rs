@@ -115,6 +115,10 @@ pub struct Properties {
     reply_to: Option<Span>,
     user_id: Option<Span>,
     headers: Headers,
+    /// For a message published over the Stream protocol: its AMQP 1.0 sections before the
+    /// body, as encoded, which stream consumers get back byte for byte. Not part of the
+    /// 0-9-1 property list: 0-9-1 consumers never see it.
+    amqp10_head: Option<Bytes>,
 }
 
 impl Properties {
@@ -191,12 +195,26 @@ impl Properties {
     /// dead-letter cycle check), and a store that counted a message one way at append and
     /// another at removal would drift.
     pub fn memory_bytes(&self) -> usize {
-        self.raw.len() + self.headers.decoded_bytes
+        self.raw.len() + self.headers.decoded_bytes + self.amqp10_head.as_ref().map_or(0, Bytes::len)
     }
 
     /// A copy whose raw bytes are its own, not a slice of a larger buffer it would keep alive.
     pub fn compacted(&self) -> Properties {
-        Properties { raw: Bytes::copy_from_slice(&self.raw), ..self.clone() }
+        let amqp10_head = self.amqp10_head.as_deref().map(Bytes::copy_from_slice);
+        Properties { raw: Bytes::copy_from_slice(&self.raw), amqp10_head, ..self.clone() }
+    }
+
+    /// These properties with the AMQP 1.0 sections a Stream-protocol publisher sent before
+    /// the body (see [`Properties::amqp10_head`]).
+    pub fn with_amqp10_head(mut self, head: Bytes) -> Properties {
+        self.amqp10_head = Some(head).filter(|head| !head.is_empty());
+        self
+    }
+
+    /// The AMQP 1.0 sections before the body of a message published over the Stream
+    /// protocol, as they were encoded.
+    pub fn amqp10_head(&self) -> Option<&Bytes> {
+        self.amqp10_head.as_ref()
     }
 
     fn field(&self, span: Option<Span>) -> Option<&[u8]> {
@@ -248,7 +266,7 @@ impl Properties {
         out.push(new_len);
         out.extend_from_slice(reply_to.as_bytes());
         out.extend_from_slice(raw.get(at + 1 + old_len..)?);
-        Properties::decode(Bytes::from(out)).ok()
+        Properties::decode(Bytes::from(out)).ok().map(|p| Properties { amqp10_head: self.amqp10_head.clone(), ..p })
     }
 
     /// The `headers` table, if set: decoded on the first call (unless small enough to have
@@ -300,6 +318,7 @@ impl Properties {
         }
         let mut stamped = Self::scan(Bytes::from(out))?;
         stamped.headers = self.headers.plus(name, AMQPValue::LongLongInt(value), stamped.headers.span);
+        stamped.amqp10_head = self.amqp10_head.clone();
         Ok(stamped)
     }
 }

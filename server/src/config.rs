@@ -74,8 +74,33 @@ pub struct Cli {
 
     /// Management HTTP API address (what `warren ctl` talks to), or `none`; an address that cannot
     /// be bound is logged and the broker runs without the API.
-    #[arg(long, value_name = "ADDR", env = "WARREN_HTTP_LISTEN", default_value = "0.0.0.0:15672", value_parser = parse_http_listen)]
-    pub http_listen: HttpListen,
+    #[arg(long, value_name = "ADDR", env = "WARREN_HTTP_LISTEN", default_value = "0.0.0.0:15672", value_parser = parse_optional_listen)]
+    pub http_listen: OptionalListen,
+
+    /// Stream protocol listener address (RabbitMQ's stream plugin; see Stream protocol), or
+    /// `none`; an address that cannot be bound is logged and the broker runs without it.
+    #[arg(long, value_name = "ADDR", env = "WARREN_STREAM_LISTEN", default_value = "0.0.0.0:5552", value_parser = parse_optional_listen)]
+    pub stream_listen: OptionalListen,
+
+    /// The host stream clients are told to connect to (RabbitMQ's `stream.advertised_host`).
+    /// Default: this machine's host name.
+    #[arg(long, value_name = "HOST", env = "WARREN_STREAM_ADVERTISED_HOST")]
+    pub stream_advertised_host: Option<String>,
+
+    /// The port stream clients are told (RabbitMQ's `stream.advertised_port`). Default: the
+    /// stream listener's.
+    #[arg(long, value_name = "PORT", env = "WARREN_STREAM_ADVERTISED_PORT")]
+    pub stream_advertised_port: Option<u16>,
+
+    /// Largest Stream protocol frame, proposed in its Tune (at least 65536); larger frames close
+    /// the connection with FRAME_TOO_LARGE.
+    #[arg(long, value_name = "BYTES", env = "WARREN_STREAM_FRAME_MAX", default_value_t = warren_stream_protocol::settings::DEFAULT_FRAME_MAX_BYTES,
+          value_parser = clap::value_parser!(u32).range(65_536..))]
+    pub stream_frame_max: u32,
+
+    /// Heartbeat interval proposed to stream clients; 0 disables heartbeats.
+    #[arg(long, value_name = "SECS", env = "WARREN_STREAM_HEARTBEAT", default_value_t = warren_stream_protocol::settings::DEFAULT_HEARTBEAT_SECS)]
+    pub stream_heartbeat: u32,
 
     /// Data directory, created if missing.
     #[arg(long, value_name = "DIR", env = "WARREN_DATA_DIR", default_value = "./data")]
@@ -250,17 +275,17 @@ pub struct Cli {
     pub loopback_users: Vec<String>,
 }
 
-/// `--http-listen`: an address, or `none` (the API off).
+/// `--http-listen`, `--stream-listen`: an address, or `none` (that listener off).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HttpListen(pub Option<SocketAddr>);
+pub struct OptionalListen(pub Option<SocketAddr>);
 
-fn parse_http_listen(value: &str) -> Result<HttpListen, String> {
+fn parse_optional_listen(value: &str) -> Result<OptionalListen, String> {
     if value == "none" {
-        return Ok(HttpListen(None));
+        return Ok(OptionalListen(None));
     }
     value
         .parse()
-        .map(|addr| HttpListen(Some(addr)))
+        .map(|addr| OptionalListen(Some(addr)))
         .map_err(|_| format!("'{value}' is not an address like 0.0.0.0:15672, or none"))
 }
 
@@ -337,6 +362,13 @@ pub struct Config {
     pub amqp_listen: SocketAddr,
     /// Address of the management HTTP API, if it is on.
     pub http_listen: Option<SocketAddr>,
+    /// Address of the Stream protocol listener, if it is on.
+    pub stream_listen: Option<SocketAddr>,
+    /// What stream clients are offered and told, but the port to advertise (the listener's
+    /// unless `stream_advertised_port` says).
+    pub stream: warren_stream_protocol::StreamSettings,
+    /// The port stream clients are told, when not the listener's.
+    pub stream_advertised_port: Option<u16>,
     /// The management API's connection limits and timeouts.
     pub http_limits: warren_webui::HttpLimits,
     /// Data directory.
@@ -429,6 +461,14 @@ impl Config {
         Ok(Config {
             amqp_listen: cli.amqp_listen,
             http_listen: cli.http_listen.0,
+            stream_listen: cli.stream_listen.0,
+            stream: warren_stream_protocol::StreamSettings {
+                frame_max_bytes: cli.stream_frame_max,
+                heartbeat_secs: cli.stream_heartbeat,
+                advertised_host: cli.stream_advertised_host.clone().unwrap_or_else(warren_delivery::node::host_name),
+                advertised_port: 0,
+            },
+            stream_advertised_port: cli.stream_advertised_port,
             http_limits: warren_webui::HttpLimits::with_max_connections(cli.http_max_connections),
             data_dir: cli.data_dir,
             fsync: cli.fsync,

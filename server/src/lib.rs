@@ -79,6 +79,8 @@ pub struct RunningBroker {
     pub http_addr: Option<SocketAddr>,
     /// The address of the AMQPS listener, if it runs.
     pub amqps_addr: Option<SocketAddr>,
+    /// The address of the Stream protocol listener, if it runs.
+    pub stream_addr: Option<SocketAddr>,
     /// The address of the management API over HTTPS, if it runs.
     pub https_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
@@ -240,6 +242,7 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         }
         None => None,
     };
+    let stream_listener = bind_stream_listener(config.stream_listen).await;
     let https_tls = match config.https_listen {
         Some(addr) => Some((addr, config.tls.server_config("--https-listen", &[b"http/1.1"])?)),
         None => None,
@@ -338,6 +341,8 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         }
         None => (None, None),
     };
+    let stream_addr = stream_listener.as_ref().and_then(|listener| listener.local_addr().ok());
+    listeners.extend(stream_addr.map(|addr| warren_webui::Listener { protocol: "stream", addr }));
     let environment = warren_webui::Environment {
         settings: config.shown.clone(),
         config_file: config.config_file.clone(),
@@ -360,6 +365,18 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
         shutdown_rx.clone(),
         None,
     ))];
+    if let (Some(listener), Some(addr)) = (stream_listener, stream_addr) {
+        let mut settings = config.stream.clone();
+        settings.advertised_port = config.stream_advertised_port.unwrap_or(addr.port());
+        tracing::info!(stream_addr = %addr, "accepting Stream protocol connections");
+        let run = warren_stream_protocol::listener::run(
+            listener,
+            Arc::clone(&broker),
+            Arc::new(settings),
+            shutdown_rx.clone(),
+        );
+        tasks.push(tokio::spawn(run));
+    }
     if let Some((listener, server_config)) = amqps {
         let settings = warren_amqp::tls::AmqpsSettings { server_config, login_from: config.tls.login_from };
         tracing::info!(amqps_addr = ?amqps_addr, "accepting AMQP 0-9-1 over TLS");
@@ -374,5 +391,19 @@ pub async fn start(config: Config) -> Result<RunningBroker, StartError> {
     tokio::spawn(run_timers(Arc::downgrade(&broker)));
     tokio::spawn(watch_resources(Arc::downgrade(&broker), config.data_dir.clone()));
     tracing::info!(%amqp_addr, data_dir = %config.data_dir.display(), "Warren is accepting AMQP 0-9-1 connections");
-    Ok(RunningBroker { amqp_addr, broker, cluster, http_addr, amqps_addr, https_addr, shutdown, tasks })
+    Ok(RunningBroker { amqp_addr, broker, cluster, http_addr, amqps_addr, stream_addr, https_addr, shutdown, tasks })
+}
+
+/// The Stream protocol's listener, if it is on: an address that cannot be bound (RabbitMQ's
+/// own stream plugin holds 5552 on this machine, say) is logged, and the broker runs without
+/// it, as without the management API.
+async fn bind_stream_listener(addr: Option<SocketAddr>) -> Option<TcpListener> {
+    let addr = addr?;
+    match TcpListener::bind(addr).await {
+        Ok(listener) => Some(listener),
+        Err(error) => {
+            tracing::warn!(%addr, %error, "cannot listen for Stream protocol connections; running without them");
+            None
+        }
+    }
 }

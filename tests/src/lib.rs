@@ -58,6 +58,7 @@ pub async fn start_broker_with(adjust: impl FnOnce(&mut Config)) -> TestBroker {
     let mut config = Config {
         amqp_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         http_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+        stream_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
         data_dir: fresh.path().to_path_buf(),
         ..Config::default()
     };

@@ -56,7 +56,15 @@ impl WarrenProcess {
     }
 
     fn arguments(data_dir: &Path, extra_args: &[&str]) -> Vec<std::ffi::OsString> {
-        let listen = ["--amqp-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"];
+        let listen = [
+            "--amqp-listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--stream-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ];
         let mut arguments: Vec<std::ffi::OsString> = listen.iter().map(Into::into).collect();
         arguments.push(data_dir.into());
         arguments.extend(extra_args.iter().map(Into::into));

@@ -61,6 +61,11 @@ pub enum Operation<'a> {
         /// The exchange ("" is the default exchange).
         exchange: &'a str,
     },
+    /// A publish straight to a queue, not through an exchange (the Stream protocol's).
+    WriteQueue {
+        /// The queue (a stream).
+        queue: &'a str,
+    },
     /// `basic.consume`, `basic.get`, `queue.purge`, and reading a queue's log by offset.
     Read {
         /// The queue.
@@ -91,6 +96,7 @@ impl<'a> Operation<'a> {
             }
             Operation::BindQueue { exchange, queue } => vec![(Write, Queue(queue)), (Read, Exchange(exchange))],
             Operation::Publish { exchange } => vec![(Write, Exchange(exchange))],
+            Operation::WriteQueue { queue } => vec![(Write, Queue(queue))],
             Operation::Read { queue } => vec![(Read, Queue(queue))],
         }
     }

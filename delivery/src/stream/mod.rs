@@ -20,6 +20,7 @@ mod catch_up;
 mod consumer_groups;
 mod cursor;
 mod dedup;
+mod named_offsets;
 pub(crate) mod offset_spec;
 mod partition_groups;
 mod replica;
@@ -29,6 +30,7 @@ pub(crate) mod tag;
 pub use arguments::{parse_interval_ms, StreamArguments, MIN_SEGMENT_BYTES};
 pub use catch_up::{StreamChunk, StreamRecord};
 pub use consumer_groups::{GroupOffsets, OffsetStore, MAX_GROUP_NAME_BYTES};
+pub use named_offsets::NamedOffset;
 pub use offset_spec::{OffsetSpec, OFFSET_ARGUMENT};
 pub use partition_groups::{GroupCoordination, GroupOp, PartitionGroups, MAX_GROUP_MEMBERS, MAX_GROUP_PARTITIONS};
 pub use replica::{stream_raft_config, StreamStateMachine, MAX_CONSUMER_GROUPS, STREAM_POLICIES_GROUP_VERSION};
@@ -206,6 +208,7 @@ impl Stream {
         let committed = self.state.lock().groups.all();
         committed
             .into_iter()
+            .filter(|(key, _)| !named_offsets::is_named(key))
             .map(|(group, committed)| GroupLag { group, committed, next, lag: next.saturating_sub(committed) })
             .collect()
     }

@@ -45,7 +45,7 @@ fn connection_json(node: &str, info: &ConnectionInfo) -> Value {
         "name": info.name,
         "node": node,
         "type": "network",
-        "protocol": "AMQP 0-9-1",
+        "protocol": info.protocol.name(),
         "state": "running",
         "user": handshake.user,
         "vhost": handshake.vhost,
