@@ -17,8 +17,7 @@ ROOT="$PWD"
 SUITE_DIR="${CONFORMANCE_STREAM_DIR:-$ROOT/../shared/conformance-stream}"
 
 # The tests RabbitMQ 3.10.8 fails (the suite's README says why): a failure among them is not
-# a regression. Warren passes four of them (metadata, StreamStats); the two left need
-# RabbitMQ's rabbitmq_stream_management publisher listing.
+# a regression (Warren passes all six today).
 RABBITMQ_FAILURES=(
   "js-client FAILED: declare_publisher.test.ts :: declare publisher declaring a publisher on an existing stream - the publisher should be created"
   "js-client FAILED: declare_publisher.test.ts :: declare publisher declaring a publisher on an existing stream with no publisherRef - the publisher should be created"

@@ -55,6 +55,17 @@ impl ClientProtocol {
     }
 }
 
+/// A publisher a Stream-protocol connection declared, as the management API lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamPublisher {
+    /// Its id on the connection.
+    pub id: u8,
+    /// The stream it publishes to.
+    pub stream: String,
+    /// Its reference (for deduplication), if it has one.
+    pub reference: Option<String>,
+}
+
 /// One client connection.
 #[derive(Debug)]
 pub struct ConnectionInfo {
@@ -74,6 +85,7 @@ pub struct ConnectionInfo {
     pub tls: bool,
     handshake: Mutex<Handshake>,
     channels: Mutex<BTreeMap<u16, Arc<Session>>>,
+    stream_publishers: Mutex<BTreeMap<u8, StreamPublisher>>,
     received_bytes: AtomicU64,
     sent_bytes: AtomicU64,
     close_request: watch::Sender<Option<String>>,
@@ -137,6 +149,21 @@ impl ConnectionInfo {
     /// Bytes read from and written to the client so far.
     pub fn traffic_bytes(&self) -> (u64, u64) {
         (self.received_bytes.load(Ordering::Relaxed), self.sent_bytes.load(Ordering::Relaxed))
+    }
+
+    /// A Stream-protocol publisher was declared on the connection.
+    pub fn publisher_declared(&self, publisher: StreamPublisher) {
+        self.stream_publishers.lock().insert(publisher.id, publisher);
+    }
+
+    /// The Stream-protocol publisher `id` was deleted (or its stream was).
+    pub fn publisher_deleted(&self, id: u8) {
+        self.stream_publishers.lock().remove(&id);
+    }
+
+    /// The connection's Stream-protocol publishers, by id.
+    pub fn stream_publishers(&self) -> Vec<StreamPublisher> {
+        self.stream_publishers.lock().values().cloned().collect()
     }
 
     /// An operator asks for the connection to be closed, saying `reason` to the client.
@@ -207,6 +234,7 @@ impl Connections {
             tls,
             handshake: Mutex::new(Handshake::default()),
             channels: Mutex::new(BTreeMap::new()),
+            stream_publishers: Mutex::new(BTreeMap::new()),
             received_bytes: AtomicU64::new(0),
             sent_bytes: AtomicU64::new(0),
             close_request: watch::Sender::new(None),

@@ -308,11 +308,17 @@ impl Connection {
             .map(|(id, _)| *id)
             .collect();
         for id in gone {
+            self.registered.info().publisher_deleted(id);
             if let Some(publisher) = self.publishers.remove(&id) {
                 let stream = publisher.stream;
                 self.send(|out| response::metadata_update(out, ResponseCode::StreamNotAvailable, &stream));
             }
         }
+    }
+
+    /// Its entry in the broker's connections.
+    pub(crate) fn registered(&self) -> &Registered {
+        &self.registered
     }
 
     /// Encodes frames with `write` and hands them to the writer.

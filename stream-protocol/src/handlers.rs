@@ -16,6 +16,7 @@ use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use warren_delivery::access::{Access, Operation};
 use warren_delivery::catalog::{self, DefinitionOp};
+use warren_delivery::connections::StreamPublisher;
 use warren_delivery::stream::NamedOffset;
 use warren_delivery::{Consumer, ConsumerOptions, Queue, Session, VirtualHost};
 
@@ -60,7 +61,10 @@ pub async fn handle(conn: &mut Connection, user: &str, vhost: &Arc<VirtualHost>,
         }
         Request::DeletePublisher { correlation_id, publisher_id } => {
             let code = match conn.publishers.remove(&publisher_id) {
-                Some(_) => ResponseCode::Ok,
+                Some(_) => {
+                    conn.registered().info().publisher_deleted(publisher_id);
+                    ResponseCode::Ok
+                }
                 None => ResponseCode::PublisherDoesNotExist,
             };
             conn.send(|out| response::plain(out, key::DELETE_PUBLISHER, correlation_id, code));
@@ -191,6 +195,8 @@ fn declare_publisher(
     }
     let Some(queue) = stream_queue(vhost, &stream) else { return ResponseCode::StreamDoesNotExist };
     let sequence = reference.as_deref().and_then(|r| publisher::stored_sequence(&queue, r));
+    let shown = StreamPublisher { id, stream: stream.clone(), reference: reference.clone() };
+    conn.registered().info().publisher_declared(shown);
     conn.publishers.insert(id, Publisher { stream, queue, reference, sequence });
     ResponseCode::Ok
 }

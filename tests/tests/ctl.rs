@@ -231,7 +231,9 @@ async fn health_check_verbs_exit_as_rabbitmq_diagnostics_does() {
     let (code, _, err) = exit_code_of(&url, &["check_port_listener", "1"]);
     assert_eq!(code, UNAVAILABLE, "{err}");
     assert!(err.contains("No active listener on port 1"), "{err}");
-    let (code, _, err) = exit_code_of(&url, &["check_protocol_listener", "stream"]);
+    let (code, out, err) = exit_code_of(&url, &["check_protocol_listener", "stream"]);
+    assert_eq!(code, Some(0), "the Stream protocol listens: {out}{err}");
+    let (code, _, err) = exit_code_of(&url, &["check_protocol_listener", "mqtt"]);
     assert_eq!(code, UNAVAILABLE, "{err}");
 
     let conn = connect(&broker).await;

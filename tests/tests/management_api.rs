@@ -87,8 +87,9 @@ async fn the_overview_vhosts_users_permissions_and_health_checks() {
     assert_eq!(api.get("/api/aliveness-test/nowhere").status, 404);
     assert_eq!(api.get("/api/health/checks/protocol-listener/amqp").status, 200);
     assert_eq!(api.get("/api/health/checks/protocol-listener/amqp091").status, 200, "RabbitMQ's other name");
-    let stream = api.get("/api/health/checks/protocol-listener/stream");
-    assert_eq!((stream.status, stream.body["missing"].as_str()), (503, Some("stream")));
+    assert_eq!(api.get("/api/health/checks/protocol-listener/stream").status, 200, "the Stream protocol");
+    let mqtt = api.get("/api/health/checks/protocol-listener/mqtt");
+    assert_eq!((mqtt.status, mqtt.body["missing"].as_str()), (503, Some("mqtt")));
     assert_eq!(api.get("/api/health/checks/virtual-hosts").body["status"], "ok");
     assert_eq!(api.get("/api/health/checks/node-is-quorum-critical").body["status"], "ok", "no quorum queue yet");
     // RabbitMQ's rule: a queue whose running members are no more than a bare majority is

@@ -295,6 +295,16 @@ async fn a_stream_client_publishes_with_confirms_and_without_duplicates_and_read
     confirmed.sort_unstable();
     assert_eq!(confirmed, [1, 2, 2, 3], "a duplicate is confirmed too");
 
+    // The management API lists the connection and its publisher, as RabbitMQ's stream plugin.
+    let api = warren_tests::http::Api::new(broker.http_addr.expect("the management API runs"));
+    let publishers = tokio::task::block_in_place(|| api.get("/api/stream/publishers/%2F/events"));
+    assert_eq!(publishers.status, 200);
+    assert_eq!(publishers.body[0]["reference"], "app-1", "{:?}", publishers.body);
+    assert_eq!(publishers.body[0]["publisher_id"], 7);
+    let connections = tokio::task::block_in_place(|| api.get("/api/stream/connections"));
+    assert_eq!(connections.body.as_array().map(Vec::len), Some(1), "{:?}", connections.body);
+    assert_eq!(connections.body[0]["protocol"], "stream");
+
     let read = client.read_from(1, "events", 0).await;
     let bodies: Vec<Vec<u8>> = read.iter().map(|(_, m)| body(m)).collect();
     assert_eq!(bodies, [b"one".to_vec(), b"two".to_vec(), b"three".to_vec()], "the duplicate was not stored");

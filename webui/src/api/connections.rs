@@ -36,7 +36,7 @@ pub(super) fn routes(table: &mut RouteTable) {
 /// The reason given when an operator closes a connection without saying why.
 const DEFAULT_CLOSE_REASON: &str = "Closed via management plugin";
 
-fn connection_json(node: &str, info: &ConnectionInfo) -> Value {
+pub(super) fn connection_json(node: &str, info: &ConnectionInfo) -> Value {
     let handshake = info.handshake();
     let (received, sent) = info.traffic_bytes();
     let properties: Map<String, Value> =

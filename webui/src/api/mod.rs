@@ -28,6 +28,7 @@ mod parameters;
 mod policies;
 mod queues;
 pub(crate) mod stream_consumers;
+mod stream_publishers;
 mod topic_permissions;
 
 pub(crate) use bindings::to_exchange;
@@ -216,6 +217,7 @@ pub fn route_table() -> RouteTable {
     bindings::routes(&mut table);
     connections::routes(&mut table);
     stream_consumers::routes(&mut table);
+    stream_publishers::routes(&mut table);
     definitions::routes(&mut table);
     messages::routes(&mut table);
     cluster::routes(&mut table);
