@@ -103,6 +103,12 @@ impl AcceptFailures {
 
     async fn handle(&mut self, listener: &TcpListener, error: std::io::Error) {
         let out_of_descriptors = matches!(error.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE));
+        // Another task may have taken the descriptor the spare gave up last time (a /proc read,
+        // another listener's client): take one back as soon as any is free, or every client
+        // from then on would be left hanging.
+        if self.spare.is_none() {
+            self.spare = std::fs::File::open("/dev/null").ok();
+        }
         let refused = out_of_descriptors && self.refuse_one(listener).await;
         self.unlogged += 1;
         if self.last_logged.is_none_or(|at| at.elapsed() >= ACCEPT_FAILURE_LOG_INTERVAL) {
