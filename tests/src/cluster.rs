@@ -115,9 +115,10 @@ pub fn start_node(dir: &Path, args: &[String]) -> WarrenProcess {
 }
 
 impl Cluster {
-    /// Waits until every running node sees every other as running (their links are up), so
-    /// that a change made right after the start is waited for on every node, as a change on a
-    /// formed cluster is; a node that is not linked yet counts as unreachable.
+    /// Waits until every running node sees every other as running (their links are up) and
+    /// the metadata group has committed on every node (it elected a leader), so that a change
+    /// made right after the start is waited for on every node, as a change on a formed cluster
+    /// is; a node that is not linked yet counts as unreachable.
     pub fn wait_until_linked(&self) {
         let running: Vec<&WarrenProcess> = self.nodes.iter().flatten().collect();
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -132,6 +133,10 @@ impl Cluster {
                     break;
                 }
                 assert!(Instant::now() < deadline, "the nodes did not link up: {:?}", answer.body);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            while metadata_commit_index(&api) < 1 {
+                assert!(Instant::now() < deadline, "the metadata group committed nothing on {addr}");
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -524,4 +529,12 @@ pub fn seeded(seed: u64) -> impl FnMut(u64) -> u64 {
         state ^= state >> 27;
         state.wrapping_mul(0x2545_F491_4F6C_DD1D) % bound.max(1)
     }
+}
+
+/// The metadata group's commit index on the node `api` talks to (0 until its group has a
+/// leader that committed), from its Raft metrics.
+fn metadata_commit_index(api: &crate::http::Api) -> u64 {
+    const SERIES: &str = "rabbitmq_raft_log_commit_index{vhost=\"\",queue=\"metadata\"} ";
+    let scrape = api.get_text("/metrics/per-object");
+    scrape.lines().find_map(|line| line.strip_prefix(SERIES)?.trim().parse::<f64>().ok()).map_or(0, |v| v as u64)
 }
